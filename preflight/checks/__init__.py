@@ -1,0 +1,14 @@
+"""The registry of checks: one explicit dict of modules; nothing keeps a second list."""
+
+from __future__ import annotations
+
+from preflight.checks import cuda, dataloader, shm, storage, transfer
+from preflight.checks.base import Check
+
+CHECKS: dict[str, Check] = {
+    "cuda": cuda,
+    "shm": shm,
+    "storage": storage,
+    "dataloader": dataloader,
+    "transfer": transfer,
+}

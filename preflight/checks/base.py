@@ -1,0 +1,64 @@
+"""The protocol every check module speaks, and its option and metric tables.
+
+A check is a module (as pre-commit's languages are) with four constants and one
+function. The runner imports it in a worker process; ``config`` validates instances
+against its tables; ``preflight list``, ``--help`` and the JSON Schema are generated
+from the same tables. A check measures; it never sees a threshold.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Mapping, NamedTuple, Protocol, Union
+
+from preflight.measurement import Measurement
+from preflight.units import Dimension
+
+OptionKind = Union[Literal["path", "text", "int", "int_or_auto", "bool", "choice"], Dimension]
+
+
+class Option(NamedTuple):
+    """One parameter of a check, declared once (as fio declares its options in a table)."""
+
+    name: str
+    kind: OptionKind
+    default: object  # written as a user would write it, parsed by the same parser
+    help: str
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+
+
+class Metric(NamedTuple):
+    """One measured quantity: its canonical unit, direction and method."""
+
+    name: str
+    unit: str  # symbol from units.UNITS; "" for counts; "version"/"text" for strings
+    higher_is_better: bool | None  # None: not ordered (a name); versions are ordered like numbers
+    help: str  # what is measured and the method's source
+    per_device: bool = False
+    hint: str = ""  # the fix when it misses; may use {measured}, {required} and option names ({path})
+
+    @property
+    def is_version(self) -> bool:
+        return self.unit == "version"
+
+    @property
+    def is_text(self) -> bool:
+        return self.unit == "text"
+
+
+class Budget(NamedTuple):
+    """Time a check may spend: ``duration`` seconds of sampling per metric, inside ``timeout``."""
+
+    duration_s: float
+    timeout_s: float
+
+
+class Check(Protocol):
+    NAME: str  # registry key, and the default instance name in thresholds.yaml
+    HELP: str  # one line for `preflight list`
+    OPTIONS: tuple[Option, ...]  # parameters, each with its default
+    METRICS: tuple[Metric, ...]  # what measure() may return
+
+    def measure(self, options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
+        """Measure every metric this check can on this machine; never judge them."""
+        ...

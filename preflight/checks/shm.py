@@ -1,0 +1,71 @@
+"""Shared memory (``/dev/shm``): size, free space, and a real allocation of the bytes asked for.
+
+PyTorch DataLoader workers hand batches to the main process through shared memory; with
+Docker's and Kubernetes' default 64 MiB ``/dev/shm`` a multi-worker loader dies with a
+bus error (PyTorch docs, "Multiprocessing best practices"; docker run --shm-size).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import tempfile
+from typing import Any, Mapping
+
+from preflight.checks.base import Budget, Metric, Option
+from preflight.fsinfo import filesystem_of
+from preflight.measurement import Measurement, unmeasurable
+from preflight.units import Dimension, to_unit
+
+NAME = "shm"
+HELP = "size and free space of the shared-memory mount, and a real allocation there"
+OPTIONS = (
+    Option("path", "path", "/dev/shm", "the shared-memory mount DataLoader workers use"),
+    Option("allocate", Dimension.SIZE, "1 GiB", "bytes to reserve for real with posix_fallocate, then release"),
+)
+METRICS = (
+    Metric("size", "GiB", True, "total size of the mount (statvfs f_blocks * f_frsize)"),
+    Metric("free", "GiB", True, "space available on the mount (statvfs f_bavail * f_frsize)"),
+    Metric(
+        "allocatable",
+        "GiB",
+        True,
+        "bytes that posix_fallocate(3) could reserve in a file there, up to `allocate`; unlike touching an mmap, "
+        "a shortfall is an ENOSPC error, never a SIGBUS",
+    ),
+)
+
+
+def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
+    """Measure size, free space and a real reservation of ``allocate`` bytes on ``path``."""
+    path = options["path"]
+    try:
+        fs = filesystem_of(path)
+    except OSError as error:
+        reason = f"{path}: {error.strerror}: mount a shared-memory volume there"
+        return [unmeasurable(metric.name, reason, metric.unit) for metric in METRICS]
+    method = f"statvfs of {fs.describe()}"
+    note = "" if fs.memory_backed else f"{path} is {fs.fstype}, not tmpfs: workers' shared memory may be disk-backed"
+    results = [
+        Measurement("size", to_unit(fs.size_bytes, "GiB"), "GiB", method=method, reason=note),
+        Measurement("free", to_unit(fs.free_bytes, "GiB"), "GiB", method=method, reason=note),
+    ]
+    return results + [_allocatable(path, int(options["allocate"]))]
+
+
+def _allocatable(path: str, wanted: int) -> Measurement:
+    """Reserve ``wanted`` bytes; on ENOSPC halve until a reservation succeeds (or < 1 MiB)."""
+    method = f"posix_fallocate of {to_unit(wanted, 'GiB'):g} GiB in {path}"
+    size = wanted
+    while size >= 1 << 20:
+        try:
+            with tempfile.NamedTemporaryFile(prefix=".preflight-shm-", dir=path) as handle:
+                os.posix_fallocate(handle.fileno(), 0, size)
+        except OSError as error:
+            if error.errno not in (errno.ENOSPC, errno.EFBIG, errno.ENOMEM):
+                return unmeasurable("allocatable", f"cannot allocate in {path}: {error.strerror}", "GiB")
+            size //= 2
+            continue
+        reason = "" if size == wanted else f"only {to_unit(size, 'GiB'):.3g} GiB of {to_unit(wanted, 'GiB'):g} GiB could be reserved"
+        return Measurement("allocatable", to_unit(size, "GiB"), "GiB", method=method, reason=reason)
+    return Measurement("allocatable", 0.0, "GiB", method=method, reason=f"not even 1 MiB could be reserved in {path}")

@@ -1,0 +1,297 @@
+"""Load and validate thresholds.yaml into instances of checks with their thresholds.
+
+The file's shape (see DESIGN.md and the README reference)::
+
+    version: 1
+    defaults: {timeout: 120s, duration: 5s, severity: fail}
+    checks:
+      <instance>:                 # the instance name is the check name...
+        check: <check>            # ...unless `check:` names another
+        <option>: <value>         # from the check's OPTIONS table
+        <metric>: {min: <quantity>, max: <quantity>, severity: fail|warn}
+
+Every error is a ``ConfigError`` located at ``FILE:LINE:COL`` with the fix.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Literal, Mapping
+
+from preflight import yaml_source
+from preflight.checks import CHECKS
+from preflight.checks.base import Metric, Option
+from preflight.errors import ConfigError, UsageError
+from preflight.units import UNITS, Dimension, UnitError, parse_quantity, to_unit
+from preflight.yaml_source import Located
+
+Severity = Literal["fail", "warn"]
+SEVERITIES: tuple[Severity, ...] = ("fail", "warn")
+INSTANCE_KEYS = ("check", "timeout", "duration", "severity", "required")
+THRESHOLD_KEYS = ("min", "max", "severity")
+TOP_LEVEL_KEYS = ("version", "defaults", "checks")
+DEFAULTS = {"timeout": "120s", "duration": "5s", "severity": "fail"}
+_VERSION = re.compile(r"^\d+(\.\d+)*$")
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """A declared bound on one metric, in the metric's canonical unit (versions as text)."""
+
+    metric: str
+    min: float | str | None
+    max: float | str | None
+    severity: Severity
+    where: str  # FILE:LINE:COL of the metric's key, for annotations
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One configured run of a check: its options (parsed), thresholds and limits."""
+
+    name: str
+    check: str
+    options: Mapping[str, Any]
+    thresholds: tuple[Threshold, ...]
+    timeout_s: float
+    duration_s: float
+    required: bool
+    where: str
+
+
+@dataclass(frozen=True)
+class Config:
+    path: str
+    instances: tuple[Instance, ...]
+    digest: str  # sha256 of the file's bytes and the overrides, for reports
+
+    def select(self, ids: Iterable[str]) -> Config:
+        """Keep only the named instances (``--only storage,shm``).
+
+        Raises:
+            UsageError: an id names no instance; the message lists the valid ones.
+        """
+        wanted = [i.strip() for i in ids if i.strip()]
+        names = [instance.name for instance in self.instances]
+        for name in wanted:
+            if name not in names:
+                raise UsageError(f"--only {name}: no such check instance in {self.path}{_suggest(name, names)}")
+        kept = tuple(i for i in self.instances if i.name in wanted)
+        return Config(self.path, kept, self.digest)
+
+
+def bundled_path() -> Path:
+    """The default gate shipped inside the package."""
+    return Path(__file__).with_name("thresholds.yaml")
+
+
+def resolve_path(explicit: str | None) -> str:
+    """``-c FILE`` if given, else ``./thresholds.yaml`` if present, else the bundled default."""
+    if explicit:
+        return explicit
+    local = Path("thresholds.yaml")
+    return str(local) if local.is_file() else str(bundled_path())
+
+
+def load(path: str, overrides: Iterable[str] = (), environ: Mapping[str, str] | None = None) -> Config:
+    """Read, expand, override and validate the config at ``path``.
+
+    Raises:
+        UsageError: the file cannot be read.
+        ConfigError: anything in it (or in an override) is invalid.
+    """
+    environ = os.environ if environ is None else environ
+    try:
+        data = Path(path).read_bytes()
+    except OSError as error:
+        raise UsageError(f"{path}: cannot read the config ({error.strerror}): check the -c path") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}:1:1", "the file is not UTF-8 text: is this the right file?") from None
+    root = yaml_source.load(path, text, environ)
+    overrides = list(overrides)
+    for assignment in overrides:
+        root = yaml_source.apply_override(root, assignment, environ)
+    digest = hashlib.sha256(data + "\0".join(overrides).encode()).hexdigest()
+    return Config(path, _instances(root), digest)
+
+
+def _instances(root: Located) -> tuple[Instance, ...]:
+    top = _mapping(root, "the top level")
+    _reject_unknown(top, TOP_LEVEL_KEYS)
+    version = top.get("version")
+    if version is None or version.value != 1 or isinstance(version.value, bool):
+        where = version.where if version else root.where
+        raise ConfigError(where, "expected `version: 1` at the top level")
+    defaults = dict(DEFAULTS)
+    if "defaults" in top:
+        given = _mapping(top["defaults"], "defaults")
+        _reject_unknown(given, tuple(DEFAULTS))
+        defaults.update({key: node for key, node in given.items()})
+    if "checks" not in top:
+        raise ConfigError(root.where, "missing `checks:`: list the checks to run (see `preflight list`)")
+    checks = _mapping(top["checks"], "checks")
+    if not checks:
+        raise ConfigError(top["checks"].where, "`checks:` is empty: add at least one check (see `preflight list`)")
+    return tuple(_instance(name, node, defaults) for name, node in checks.items())
+
+
+def _instance(name: str, node: Located, defaults: Mapping[str, Any]) -> Instance:
+    body = _mapping(node, f"check `{name}`") if node.value is not None else {}
+    check_name = _text(body["check"]) if "check" in body else name
+    if check_name not in CHECKS:
+        where = body["check"].where if "check" in body else node.where
+        raise ConfigError(where, f"unknown check `{check_name}`{_suggest(check_name, CHECKS)}; add `check: <name>` "
+                          f"to make `{name}` an instance of a known check")
+    check = CHECKS[check_name]
+    options = {option.name: option for option in check.OPTIONS}
+    metrics = {metric.name: metric for metric in check.METRICS}
+    _reject_unknown(body, (*INSTANCE_KEYS, *options, *metrics))
+
+    def setting(key: str, dimension: Dimension) -> float:
+        value = body.get(key, defaults[key])
+        return _quantity(value, dimension, f"{name}.{key}")
+
+    severity = _severity(body.get("severity", defaults["severity"]))
+    parsed_options = {
+        option.name: coerce_option(option, body.get(option.name), f"{name}.{option.name}") for option in check.OPTIONS
+    }
+    thresholds = tuple(
+        _threshold(metrics[key], value, severity) for key, value in body.items() if key in metrics
+    )
+    required = body["required"].value if "required" in body else True
+    if not isinstance(required, bool):
+        raise ConfigError(body["required"].where, "`required` must be true or false")
+    timeout_s = setting("timeout", Dimension.DURATION)
+    duration_s = setting("duration", Dimension.DURATION)
+    if timeout_s <= 0 or duration_s <= 0:
+        raise ConfigError(node.where, f"`{name}`: timeout and duration must be positive")
+    return Instance(name, check_name, parsed_options, thresholds, timeout_s, duration_s, required, node.where)
+
+
+def coerce_option(option: Option, node: Located | None, label: str) -> Any:
+    """Parse one option value (or its default, written as a user would) into its type.
+
+    Quantities become base units (bytes, seconds); ``int_or_auto`` gives an int or "auto".
+
+    Raises:
+        ConfigError: the value does not fit the option's kind, choices or minimum.
+    """
+    if node is None:
+        node = Located(option.default, f"default of {label}")
+    value, where, kind = node.value, node.where, option.kind
+    try:
+        if isinstance(kind, Dimension):
+            result: Any = parse_quantity(value, kind)
+        elif kind == "bool":
+            if not isinstance(value, bool):
+                raise UnitError(f"expected true or false, found {value!r}")
+            result = value
+        elif kind in ("int", "int_or_auto"):
+            if kind == "int_or_auto" and value == "auto":
+                return "auto"
+            if isinstance(value, str) and value.strip().isdigit():
+                value = int(value)
+            if isinstance(value, bool) or not isinstance(value, int):
+                expected = "a whole number or `auto`" if kind == "int_or_auto" else "a whole number"
+                raise UnitError(f"expected {expected}, found {value!r}")
+            result = value
+        else:
+            if value is None or isinstance(value, (bool, dict, list)):
+                raise UnitError(f"expected text, found {value!r}")
+            result = str(value)
+            if kind == "choice" and result not in option.choices:
+                raise UnitError(f"expected one of {', '.join(option.choices)}, found {result!r}"
+                                f"{_suggest(result, option.choices)}")
+            if kind == "path" and not result:
+                raise UnitError("expected a path, found an empty string")
+    except UnitError as error:
+        raise ConfigError(where, f"`{label}`: {error}") from None
+    if option.minimum is not None and isinstance(result, (int, float)) and result < option.minimum:
+        raise ConfigError(where, f"`{label}` must be at least {option.minimum:g}, found {value!r}")
+    return result
+
+
+def _threshold(metric: Metric, node: Located, default_severity: Severity) -> Threshold:
+    label = metric.name
+    if not isinstance(node.value, dict):
+        hint = "{min: 535.104}" if metric.is_version else "{min: " + _example(metric) + "}"
+        raise ConfigError(node.where, f"`{label}` is a metric: give it a threshold like {hint}")
+    body = node.value
+    _reject_unknown(body, THRESHOLD_KEYS)
+    if "min" not in body and "max" not in body:
+        raise ConfigError(node.where, f"`{label}`: a threshold needs `min` or `max`")
+    bounds = {key: _bound(metric, body[key]) if key in body else None for key in ("min", "max")}
+    low, high = bounds["min"], bounds["max"]
+    if isinstance(low, float) and isinstance(high, float) and low > high:
+        raise ConfigError(node.where, f"`{label}`: min is above max")
+    severity = _severity(body["severity"]) if "severity" in body else default_severity
+    return Threshold(metric.name, low, high, severity, node.key_location)
+
+
+def _bound(metric: Metric, node: Located) -> float | str:
+    if metric.is_text:
+        raise ConfigError(node.where, f"`{metric.name}` is text and takes no min/max")
+    if metric.is_version:
+        text = str(node.raw if node.raw is not None else node.value).strip().strip("'\"")
+        if not _VERSION.match(text):
+            raise ConfigError(node.where, f"`{metric.name}`: expected a version like \"535.104\", found {text!r}")
+        return text
+    dimension = UNITS[metric.unit].dimension
+    return to_unit(_quantity(node, dimension, metric.name), metric.unit)
+
+
+def _example(metric: Metric) -> str:
+    from preflight.units import example
+
+    return example(UNITS[metric.unit].dimension)
+
+
+def _quantity(node: Located | str, dimension: Dimension, label: str) -> float:
+    if not isinstance(node, Located):
+        node = Located(node, "defaults")
+    try:
+        value = parse_quantity(node.value, dimension)
+    except UnitError as error:
+        raise ConfigError(node.where, f"`{label}`: {error}") from None
+    if value < 0:
+        raise ConfigError(node.where, f"`{label}`: must not be negative, found {node.value!r}")
+    return value
+
+
+def _severity(node: Located | str) -> Severity:
+    value = node.value if isinstance(node, Located) else node
+    if value not in SEVERITIES:
+        where = node.where if isinstance(node, Located) else "defaults"
+        raise ConfigError(where, f"severity must be `fail` or `warn`, found {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def _mapping(node: Located, what: str) -> dict[str, Located]:
+    if not isinstance(node.value, dict):
+        raise ConfigError(node.where, f"{what} must be a mapping of keys to values, found {node.value!r}")
+    return node.value
+
+
+def _text(node: Located) -> str:
+    if not isinstance(node.value, str):
+        raise ConfigError(node.where, f"expected text, found {node.value!r}")
+    return node.value
+
+
+def _reject_unknown(body: Mapping[str, Located], allowed: Iterable[str]) -> None:
+    allowed = tuple(allowed)
+    for key, node in body.items():
+        if key not in allowed:
+            raise ConfigError(node.key_location, f"unknown key `{key}`{_suggest(key, allowed)}")
+
+
+def _suggest(word: str, candidates: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return f": did you mean `{close[0]}`?" if close else ""

@@ -1,0 +1,16 @@
+"""The small exception hierarchy. The CLI catches ``UsageError`` and exits 2 with its message."""
+
+from __future__ import annotations
+
+
+class UsageError(Exception):
+    """A user mistake (config, flag, path, environment): one line that names the place and the fix."""
+
+
+class ConfigError(UsageError):
+    """A mistake in a config file or an override, located as ``FILE:LINE:COL``."""
+
+    def __init__(self, where: str, message: str) -> None:
+        super().__init__(f"{where}: {message}")
+        self.where = where
+        self.message = message

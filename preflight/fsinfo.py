@@ -1,0 +1,64 @@
+"""Which filesystem holds a path, from /proc/self/mountinfo and statvfs.
+
+The filesystem type changes what a number means: tmpfs and ramfs are RAM, overlay is a
+container's writable layer, FUSE and NFS go over a daemon or the network.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+MEMORY_BACKED = ("tmpfs", "ramfs")
+MOUNTINFO = "/proc/self/mountinfo"
+
+
+class Filesystem(NamedTuple):
+    mount_point: str
+    fstype: str  # "ext4", "tmpfs", "overlay", "fuse.s3fs", "nfs4", ...
+    source: str  # the device or server ("/dev/nvme0n1p1", "server:/export")
+    options: str  # mount options ("rw,relatime")
+    size_bytes: int
+    free_bytes: int  # available to an unprivileged user (statvfs f_bavail)
+
+    @property
+    def memory_backed(self) -> bool:
+        return self.fstype in MEMORY_BACKED
+
+    @property
+    def read_only(self) -> bool:
+        return "ro" in self.options.split(",")
+
+    def describe(self) -> str:
+        return f"{self.fstype} at {self.mount_point} ({self.source})"
+
+
+def filesystem_of(path: str, mountinfo: str = MOUNTINFO) -> Filesystem:
+    """The mount that holds ``path`` (the longest mount point that is a prefix of it).
+
+    Format of mountinfo lines: proc(5). Raises OSError if ``path`` does not exist.
+    """
+    real = os.path.realpath(path)
+    stat = os.statvfs(real)
+    best = ("/", "unknown", "unknown", "")
+    try:
+        with open(mountinfo, encoding="utf-8", errors="replace") as lines:
+            for line in lines:
+                fields = line.split()
+                separator = fields.index("-")
+                mount_point = _unescape(fields[4])
+                if _contains(mount_point, real) and len(mount_point) >= len(best[0]):
+                    mount_options = fields[5]
+                    best = (mount_point, fields[separator + 1], fields[separator + 2], mount_options)
+    except (OSError, ValueError, IndexError):
+        pass
+    return Filesystem(*best, size_bytes=stat.f_blocks * stat.f_frsize, free_bytes=stat.f_bavail * stat.f_frsize)
+
+
+def _contains(mount_point: str, path: str) -> bool:
+    return mount_point == "/" or path == mount_point or path.startswith(mount_point.rstrip("/") + "/")
+
+
+def _unescape(field: str) -> str:
+    # mountinfo escapes space, tab, newline and backslash as octal (\040 ...).
+    return field.encode().decode("unicode_escape") if "\\" in field else field

@@ -1,0 +1,109 @@
+"""Measurements are objects: what was measured, how, the raw samples and their statistics.
+
+Modelled on ``torch.utils.benchmark.Measurement``: a frozen record that carries its
+samples and computes its statistics once, when it is built. Checks produce these; only
+``verdict.py`` compares them with thresholds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+# Relative interquartile range above which a measurement is flagged as noisy. fio and
+# torch.utils.benchmark use the same idea (IQR over median) to warn about unstable runs.
+NOISY_SPREAD = 0.10
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Summary of a measurement's samples: n, median, quartiles and relative spread.
+
+    ``spread`` is (q3 - q1) / median, 0 for fewer than two samples.
+    """
+
+    n: int
+    median: float
+    q1: float
+    q3: float
+    minimum: float
+    maximum: float
+    spread: float
+
+    @classmethod
+    def of(cls, samples: tuple[float, ...]) -> Stats:
+        ordered = sorted(samples)
+        if len(ordered) >= 2:
+            q1, _, q3 = statistics.quantiles(ordered, n=4, method="inclusive")
+        else:
+            q1 = q3 = ordered[0]
+        median = statistics.median(ordered)
+        spread = (q3 - q1) / median if median and len(ordered) >= 2 else 0.0
+        return cls(len(ordered), median, q1, q3, ordered[0], ordered[-1], spread)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One metric measured once on one target.
+
+    Attributes:
+        metric: the metric's name in its check's METRICS table.
+        value: the number (in ``unit``), a text (a GPU name, a version), or None when the
+            metric could not be measured; then ``reason`` says why in one line.
+        unit: the unit symbol of ``value`` (see ``units.UNITS``); "" for counts and texts.
+        device: the target when a check measures several (``cuda:0``), else None.
+        samples: raw samples in ``unit``; when given without ``value``, the value is
+            their median (the statistic every threshold is compared with).
+        method: how it was measured, for people ("O_DIRECT, 1 MiB blocks, 1 reader").
+        reason: why it could not be measured, or a caveat on the value.
+        stopped: why sampling stopped ("spread below 5%", "time budget spent").
+        stats: statistics of ``samples``, computed when the record is built.
+        warnings: noise and plausibility warnings found while measuring.
+    """
+
+    metric: str
+    value: float | str | None = None
+    unit: str = ""
+    device: str | None = None
+    samples: tuple[float, ...] = ()
+    method: str = ""
+    reason: str = ""
+    stopped: str = ""
+    warnings: tuple[str, ...] = ()
+    stats: Stats | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        if self.samples:
+            object.__setattr__(self, "samples", tuple(float(s) for s in self.samples))
+            stats = Stats.of(self.samples)
+            object.__setattr__(self, "stats", stats)
+            if self.value is None:
+                object.__setattr__(self, "value", stats.median)
+            note = f"noisy: interquartile range is {stats.spread:.0%} of the median over {stats.n} samples"
+            if stats.spread > NOISY_SPREAD and note not in self.warnings:
+                object.__setattr__(self, "warnings", (*self.warnings, note))
+        if self.value is None and not self.reason:
+            raise ValueError(f"{self.metric}: a measurement without a value needs a reason")
+
+    @property
+    def measured(self) -> bool:
+        return self.value is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict; ``from_dict`` rebuilds the same record."""
+        data = dataclasses.asdict(self)
+        data.pop("stats")
+        data["samples"] = list(self.samples)
+        data["warnings"] = list(self.warnings)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Measurement:
+        return cls(**{**data, "samples": tuple(data["samples"]), "warnings": tuple(data["warnings"])})
+
+
+def unmeasurable(metric: str, reason: str, unit: str = "", device: str | None = None) -> Measurement:
+    """A measurement of ``metric`` that could not be taken, with the one-line ``reason``."""
+    return Measurement(metric=metric, value=None, unit=unit, device=device, reason=reason)

@@ -1,0 +1,91 @@
+"""The run's result as every report format sees it, and the atomic file writer they share.
+
+Each format module (``console``, ``junit``, ``json_report``) renders the same ``RunReport``;
+none recomputes a statistic or a verdict.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import platform
+import socket
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from importlib import metadata
+from typing import Mapping, Sequence
+
+from preflight import __version__
+from preflight.errors import UsageError
+from preflight.verdict import Result, exit_code
+
+
+@dataclass(frozen=True)
+class RunReport:
+    host: str
+    started: datetime
+    duration_s: float
+    config_path: str
+    config_digest: str
+    results: tuple[Result, ...]
+    facts: Mapping[str, str]  # host facts: versions, driver, GPU names (JUnit suite properties)
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code(self.results)
+
+    def counts(self) -> Mapping[str, int]:
+        """How many results of each verdict, e.g. {"pass": 3, "fail": 1}."""
+        return collections.Counter(result.verdict for result in self.results)
+
+
+def build(config_path: str, config_digest: str, results: Sequence[Result], started: datetime,
+          duration_s: float) -> RunReport:
+    """Assemble the report and gather host facts (versions from package metadata: no torch import)."""
+    facts = {
+        "hostname": socket.gethostname(),
+        "preflight": __version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": _package_version("torch"),
+        "config": config_path,
+        "config_sha256": config_digest,
+    }
+    for result in results:
+        if result.check == "cuda" and result.value is not None and result.metric in ("driver_version", "name"):
+            key = "driver" if result.metric == "driver_version" else f"gpu[{result.device}]"
+            facts[key] = str(result.value)
+    return RunReport(facts["hostname"], started, duration_s, config_path, config_digest, tuple(results), facts)
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _package_version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file and rename: readers never see half a report.
+
+    Raises:
+        UsageError: the destination cannot be written (missing directory, read-only, full).
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        handle, temporary = tempfile.mkstemp(prefix=".preflight-", dir=directory)
+        try:
+            with os.fdopen(handle, "wb") as stream:
+                stream.write(data)
+            os.chmod(temporary, 0o644)
+            os.replace(temporary, path)
+        except BaseException:
+            os.unlink(temporary)
+            raise
+    except OSError as error:
+        raise UsageError(f"{path}: cannot write the report ({error.strerror}): choose a writable path") from None

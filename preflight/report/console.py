@@ -1,0 +1,61 @@
+"""The console table: one line per result with dot leaders, then failures with their fixes.
+
+Colour only on a terminal and never when ``NO_COLOR`` is set (no-color.org).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TextIO
+
+from preflight.report import RunReport
+from preflight.units import format_value
+from preflight.verdict import Result
+
+WIDTH = 46
+_COLOURS = {"pass": "32", "info": "2", "skip": "33", "warn": "33", "fail": "31", "error": "31;1"}
+_ORDER = ("failed", "error", "warnings", "passed", "skipped", "info")
+_PLURAL = {"fail": "failed", "error": "error", "warn": "warnings", "pass": "passed", "skip": "skipped", "info": "info"}
+
+
+def use_colour(stream: TextIO, choice: str = "auto") -> bool:
+    """``always``/``never``, or ``auto``: a terminal and no ``NO_COLOR`` in the environment."""
+    if choice != "auto":
+        return choice == "always"
+    return "NO_COLOR" not in os.environ and hasattr(stream, "isatty") and stream.isatty()
+
+
+def render(report: RunReport, colour: bool = False) -> str:
+    """The whole table as text, ending with the ``== 1 failed, 12 passed in 41.2s ==`` line."""
+    paint = _painter(colour)
+    lines = [f"preflight on {report.host} · {report.config_path}"]
+    for result in report.results:
+        lines.append(_row(result, paint))
+    misses = [r for r in report.results if r.verdict in ("fail", "error", "warn")]
+    if misses:
+        lines += ["", "what to fix:"]
+        for result in misses:
+            lines.append(f"  {result.id}: {result.message}")
+            if result.hint:
+                lines.append(f"    fix: {result.hint}")
+    counts = report.counts()
+    summary = ", ".join(f"{counts[v]} {_PLURAL[v]}" for v in _PLURAL if counts.get(v))
+    verdict = "fail" if report.exit_code else "pass"
+    lines.append(paint(verdict, f"== {summary or 'nothing run'} in {report.duration_s:.1f}s =="))
+    return "\n".join(lines) + "\n"
+
+
+def _row(result: Result, paint: object) -> str:
+    label = f"{result.id} ".ljust(WIDTH, ".")
+    measured = format_value(result.value, "" if result.unit in ("version", "text") else result.unit)
+    detail = f"{measured:>14}  {result.required:<22}"
+    if result.value is None and result.verdict != "pass":
+        detail = result.message[:70]
+    return f"{label} {paint(result.verdict, result.verdict.upper()):<5} {detail} {result.duration_s:5.1f}s"  # type: ignore[operator]
+
+
+def _painter(colour: bool):  # type: ignore[no-untyped-def]
+    def paint(verdict: str, text: str) -> str:
+        return f"\033[{_COLOURS[verdict]}m{text}\033[0m" if colour else text
+
+    return paint

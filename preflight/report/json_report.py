@@ -1,0 +1,54 @@
+"""The JSON report (schema 1), documented in the README ("JSON report").
+
+Shape: ``{"schema": 1, "host", "started", "duration_s", "exit_code", "config",
+"facts": {...}, "results": [{"id", "check", "instance", "metric", "device", "value",
+"unit", "verdict", "threshold", "message", "hint", "samples", "method", "warnings",
+"where", "duration_s"}]}``. ``value`` is in the metric's canonical ``unit``, whatever unit
+the threshold was written in; a change that removes or renames a key bumps ``schema``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from preflight.report import RunReport
+
+SCHEMA = 1
+
+
+def to_dict(report: RunReport) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "host": report.host,
+        "started": report.started.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "duration_s": round(report.duration_s, 3),
+        "exit_code": report.exit_code,
+        "config": {"path": report.config_path, "sha256": report.config_digest},
+        "facts": dict(report.facts),
+        "results": [
+            {
+                "id": r.id,
+                "check": r.check,
+                "instance": r.instance,
+                "metric": r.metric,
+                "device": r.device,
+                "value": r.value,
+                "unit": r.unit,
+                "verdict": r.verdict,
+                "threshold": dict(r.threshold) if r.threshold else None,
+                "message": r.message,
+                "hint": r.hint,
+                "samples": list(r.samples),
+                "method": r.method,
+                "warnings": list(r.warnings),
+                "where": r.where,
+                "duration_s": round(r.duration_s, 3),
+            }
+            for r in report.results
+        ],
+    }
+
+
+def render(report: RunReport) -> str:
+    return json.dumps(to_dict(report), indent=2, ensure_ascii=False) + "\n"

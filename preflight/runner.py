@@ -1,0 +1,233 @@
+"""Run each check instance in a worker process with a timeout, and judge what comes back.
+
+A check that hangs, segfaults, calls ``os._exit`` or is OOM-killed becomes an ``error``
+result for that check: the runner kills the worker's whole process group (DataLoader
+workers included), removes the scratch directories it announced, starts a fresh worker
+for the next check and goes on. SIGTERM and SIGINT end the run the same way, with the
+interrupted check and those not yet run reported as errors, so a report is always written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Callable
+
+from preflight import scratch
+from preflight.checks import CHECKS
+from preflight.config import Config, Instance
+from preflight.measurement import Measurement
+from preflight.verdict import Outcome, Result, judge
+
+LOG_TAIL_BYTES = 2000  # of a dead worker's output, quoted in its error
+
+
+class Interrupted(Exception):
+    """SIGTERM or SIGINT arrived while checks were running."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class WorkerDied(Exception):
+    pass
+
+
+class Worker:
+    """One worker process in its own session, talking JSON lines (see ``preflight.worker``)."""
+
+    def __init__(self) -> None:
+        self.log = tempfile.NamedTemporaryFile(prefix="preflight-worker-", suffix=".log", delete=False)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "preflight.worker", self.log.name],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: one killpg ends DataLoader workers too
+            env=env,
+        )
+        self.buffer = b""
+
+    def run(self, job: dict[str, Any], timeout_s: float, scratch_dirs: list[str]) -> list[Measurement]:
+        """Send ``job`` and wait for its measurements.
+
+        Raises:
+            TimeoutError: no answer within ``timeout_s`` (the worker is then killed).
+            WorkerDied: the process ended without answering (crash, os._exit, OOM kill).
+            RuntimeError: the check raised; the message is its exception.
+        """
+        assert self.process.stdin is not None
+        try:
+            self.process.stdin.write((json.dumps(job) + "\n").encode())
+            self.process.stdin.flush()
+        except BrokenPipeError:
+            raise WorkerDied(self._death()) from None
+        deadline = time.monotonic() + timeout_s
+        while True:
+            message = self._read_message(deadline)
+            if "scratch" in message:
+                scratch_dirs.append(message["scratch"])
+            elif "error" in message:
+                raise RuntimeError(message["error"])
+            else:
+                return [Measurement.from_dict(m) for m in message["measurements"]]
+
+    def _read_message(self, deadline: float) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        fd = self.process.stdout.fileno()
+        while b"\n" not in self.buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            ready, _, _ = select.select([fd], [], [], min(remaining, 0.5))
+            if ready:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    raise WorkerDied(self._death())
+                self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def _death(self) -> str:
+        code = self.process.wait()
+        if code < 0:
+            name = signal.Signals(-code).name
+            cause = {"SIGKILL": " (out of memory? see `dmesg` or the pod's OOMKilled status)",
+                     "SIGSEGV": " (segmentation fault)", "SIGBUS": " (bus error: /dev/shm full?)"}.get(name, "")
+            what = f"killed by {name}{cause}"
+        else:
+            what = f"worker exited with status {code} without a result"
+        tail = self.log_tail()
+        return f"{what}; last output: {tail}" if tail else what
+
+    def log_tail(self) -> str:
+        try:
+            with open(self.log.name, "rb") as handle:
+                handle.seek(0, os.SEEK_END)
+                handle.seek(max(0, handle.tell() - LOG_TAIL_BYTES))
+                text = handle.read().decode("utf-8", errors="replace")
+        except OSError:
+            return ""
+        return " | ".join(line.strip() for line in text.strip().splitlines()[-5:])
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait()
+        self.close()
+
+    def stop(self) -> None:
+        """End the worker politely (EOF on stdin), then make sure its group is gone."""
+        if self.process.stdin:
+            try:
+                self.process.stdin.close()
+            except BrokenPipeError:
+                pass
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        self.kill()
+
+    def close(self) -> None:
+        for stream in (self.process.stdin, self.process.stdout):
+            if stream:
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+        try:
+            os.unlink(self.log.name)
+        except OSError:
+            pass
+
+
+ProgressCallback = Callable[[Instance, "list[Result] | None"], None]
+
+
+def run(config: Config, progress: ProgressCallback = lambda instance, results: None) -> list[Result]:
+    """Run every instance of ``config`` and return all results, in config order.
+
+    ``progress(instance, None)`` is called when an instance starts and
+    ``progress(instance, results)`` when it is judged. Never raises for a check's fault.
+    """
+    results: list[Result] = []
+    worker: Worker | None = None
+    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise Interrupted(signum)
+
+    for signum in previous:
+        signal.signal(signum, interrupt)
+    pending = list(config.instances)
+    current: Instance | None = None
+    try:
+        while pending:
+            current = instance = pending.pop(0)
+            progress(instance, None)
+            if worker is None or worker.process.poll() is not None:
+                worker = Worker()
+            outcome, worker = _run_instance(worker, instance)
+            judged = judge(instance, outcome)
+            results += judged
+            current = None
+            progress(instance, judged)
+    except Interrupted as stop:
+        if worker is not None:
+            worker.kill()
+            worker = None
+        if current is not None:
+            results += judge(current, Outcome(error=f"interrupted by {stop}"))
+        for rest in pending:
+            results += judge(rest, Outcome(error=f"not run: interrupted by {stop}"))
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if worker is not None:
+            worker.stop()
+    return results
+
+
+def _run_instance(worker: Worker, instance: Instance) -> tuple[Outcome, Worker | None]:
+    """Run one instance; returns its outcome and the worker to reuse (None if it was killed)."""
+    job = {
+        "module": CHECKS[instance.check].__name__,
+        "options": dict(instance.options),
+        "duration_s": instance.duration_s,
+        "timeout_s": instance.timeout_s,
+    }
+    scratch_dirs: list[str] = []
+    start = time.monotonic()
+    alive: Worker | None = worker
+    try:
+        measurements = worker.run(job, instance.timeout_s, scratch_dirs)
+        outcome = Outcome(tuple(measurements), duration_s=time.monotonic() - start)
+    except TimeoutError:
+        worker.kill()
+        alive = None
+        outcome = Outcome(error=f"timed out after {instance.timeout_s:g}s and was killed; raise `timeout` in "
+                                f"thresholds.yaml if the node is slow", duration_s=time.monotonic() - start)
+    except WorkerDied as death:
+        worker.kill()
+        alive = None
+        outcome = Outcome(error=str(death), duration_s=time.monotonic() - start)
+    except RuntimeError as error:
+        outcome = Outcome(error=str(error), duration_s=time.monotonic() - start)
+    except BaseException:
+        worker.kill()
+        raise
+    finally:
+        for path in scratch_dirs:
+            scratch.remove(path)
+    return outcome, alive

@@ -1,0 +1,62 @@
+"""The one budgeted sampling loop every measuring check uses.
+
+The method is torch.utils.benchmark's ``Timer.adaptive_autorange``: warm up, then take
+samples until their relative interquartile range is small enough or the time budget is
+spent, never fewer than ``min_samples``. fio's ``ramp_time`` is the same warm-up idea.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, NamedTuple
+
+from preflight.measurement import Stats
+
+
+class Samples(NamedTuple):
+    values: tuple[float, ...]
+    stopped: str  # why sampling stopped, for the report
+
+
+def sample(
+    measure_once: Callable[[], float],
+    budget_s: float,
+    *,
+    warmup: int = 1,
+    min_samples: int = 3,
+    max_samples: int = 50,
+    target_spread: float = 0.05,
+    clock: Callable[[], float] = time.monotonic,
+) -> Samples:
+    """Repeat ``measure_once`` within ``budget_s`` seconds and return its samples.
+
+    Algorithm::
+
+        call measure_once() `warmup` times and discard the results
+        repeat:
+            append measure_once()
+            stop if n >= min_samples and IQR/median <= target_spread   ("spread ...")
+            stop if n >= max_samples                                   ("max samples")
+            stop if n >= min_samples and the next sample would overrun ("budget spent")
+
+    ``measure_once`` returns one sample in the caller's unit (a rate: higher is better).
+    The minimum sample count wins over the budget: a check's timeout, not this loop, is
+    what bounds a pathologically slow target.
+    """
+    start = clock()
+    for _ in range(warmup):
+        measure_once()
+    values: list[float] = []
+    while True:
+        before = clock()
+        values.append(measure_once())
+        took = clock() - before
+        n = len(values)
+        if n >= min_samples:
+            spread = Stats.of(tuple(values)).spread
+            if spread <= target_spread:
+                return Samples(tuple(values), f"spread {spread:.1%} <= {target_spread:.0%} after {n} samples")
+            if n >= max_samples:
+                return Samples(tuple(values), f"max {max_samples} samples taken (spread {spread:.1%})")
+            if clock() - start + took > budget_s:
+                return Samples(tuple(values), f"time budget {budget_s:g}s spent after {n} samples (spread {spread:.1%})")

@@ -1,0 +1,158 @@
+"""Judge measurements against thresholds: the only module that says pass or fail.
+
+Rules (DESIGN.md "Measuring honestly"):
+- a metric with a threshold that could not be measured fails (``required: false``: skip);
+- a miss is ``fail``, or ``warn`` where the threshold says ``severity: warn``;
+- a check that crashed or timed out is an ``error`` for each of its thresholds;
+- a measured metric without a threshold is reported as ``info`` and never gates.
+The gate's exit code is computed here, in ``exit_code``, and nowhere else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping, Sequence
+
+from preflight.checks import CHECKS
+from preflight.checks.base import Metric
+from preflight.config import Instance, Threshold
+from preflight.measurement import Measurement
+from preflight.units import format_value
+
+Verdict = Literal["pass", "fail", "warn", "error", "skip", "info"]
+GATING: tuple[Verdict, ...] = ("fail", "error")
+
+EXIT_OK, EXIT_GATE_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the runner got back for one instance: measurements, or an error and no measurements."""
+
+    measurements: tuple[Measurement, ...] = ()
+    error: str = ""  # "timed out after 120s", "killed by SIGSEGV", "ValueError: ..."
+    duration_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Result:
+    """One judged (or reported) metric on one target; the unit every report renders."""
+
+    instance: str
+    check: str
+    metric: str
+    verdict: Verdict
+    message: str
+    device: str | None = None
+    value: float | str | None = None
+    unit: str = ""
+    threshold: Mapping[str, float | str] | None = None
+    hint: str = ""
+    samples: tuple[float, ...] = ()
+    duration_s: float = 0.0
+    method: str = ""
+    where: str = ""  # FILE:LINE:COL of the threshold, for CI annotations
+    required: str = ""  # the threshold in words (">= 1000 MB/s")
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def id(self) -> str:
+        base = f"{self.instance}.{self.metric}" if self.metric else self.instance
+        return f"{base}[{self.device}]" if self.device else base
+
+
+def judge(instance: Instance, outcome: Outcome) -> list[Result]:
+    """Results for one instance, thresholds first in the check's metric order."""
+    metrics = {metric.name: metric for metric in CHECKS[instance.check].METRICS}
+    thresholds = {threshold.metric: threshold for threshold in instance.thresholds}
+    if outcome.error:
+        return _errors(instance, outcome, thresholds)
+    by_metric: dict[str, list[Measurement]] = {}
+    for measurement in outcome.measurements:
+        by_metric.setdefault(measurement.metric, []).append(measurement)
+    results: list[Result] = []
+    for name, metric in metrics.items():
+        measured = by_metric.get(name, [])
+        threshold = thresholds.get(name)
+        if threshold is None:
+            results += [_info(instance, m, outcome.duration_s) for m in measured if m.measured]
+            continue
+        if not measured:
+            measured = [Measurement(name, None, metric.unit, reason="the check reported no value for this metric")]
+        results += [_judge_one(instance, metric, threshold, m, outcome.duration_s) for m in measured]
+    return results
+
+
+def exit_code(results: Sequence[Result]) -> int:
+    """0 when nothing failed or errored (warnings allowed), 1 when the gate failed."""
+    return EXIT_GATE_FAILED if any(result.verdict in GATING for result in results) else EXIT_OK
+
+
+def requirement(threshold: Threshold, unit: str) -> str:
+    """The threshold in words: ``>= 1000 MB/s``, ``<= 85 C``, ``between 1 and 2 GiB``."""
+    low, high = (format_value(b, unit) if isinstance(b, float) else b for b in (threshold.min, threshold.max))
+    if threshold.min is not None and threshold.max is not None:
+        return f"between {low} and {high}"
+    return f">= {low}" if threshold.min is not None else f"<= {high}"
+
+
+def _judge_one(instance: Instance, metric: Metric, threshold: Threshold, m: Measurement,
+               duration_s: float) -> Result:
+    required = requirement(threshold, metric.unit if not metric.is_version else "")
+    common: dict[str, Any] = dict(
+        instance=instance.name, check=instance.check, metric=metric.name, device=m.device, unit=metric.unit,
+        threshold=_bounds(threshold),
+        samples=m.samples, duration_s=duration_s, method=m.method, where=threshold.where, warnings=m.warnings,
+        required=required,
+    )
+    if not m.measured:
+        verdict: Verdict = "fail" if instance.required else "skip"
+        message = f"could not measure: {m.reason}; required {required}"
+        return Result(verdict=verdict, message=message, hint=_hint(metric, instance, "-", required), **common)
+    measured = format_value(m.value, "" if metric.is_version else metric.unit)
+    ok = _within(m.value, threshold, metric)
+    verdict = "pass" if ok else threshold.severity
+    message = f"measured {measured}, required {required}"
+    if m.reason:
+        message += f" ({m.reason})"
+    hint = "" if ok else _hint(metric, instance, measured, required)
+    return Result(verdict=verdict, message=message, value=m.value, hint=hint, **common)
+
+
+def _within(value: float | str | None, threshold: Threshold, metric: Metric) -> bool:
+    def key(v: float | str) -> Any:
+        return tuple(int(p) for p in str(v).split(".") if p.isdigit()) if metric.is_version else float(v)
+
+    if threshold.min is not None and key(value) < key(threshold.min):  # type: ignore[arg-type]
+        return False
+    return not (threshold.max is not None and key(value) > key(threshold.max))  # type: ignore[arg-type]
+
+
+def _hint(metric: Metric, instance: Instance, measured: str, required: str) -> str:
+    if not metric.hint:
+        return ""
+    return metric.hint.format(measured=measured, required=required, **instance.options)
+
+
+def _info(instance: Instance, m: Measurement, duration_s: float) -> Result:
+    text = format_value(m.value, "" if m.unit in ("version", "text") else m.unit)
+    return Result(instance.name, instance.check, m.metric, "info", f"measured {text} (no threshold)",
+                  device=m.device, value=m.value, unit=m.unit, samples=m.samples, duration_s=duration_s,
+                  method=m.method, warnings=m.warnings)
+
+
+def _errors(instance: Instance, outcome: Outcome, thresholds: Mapping[str, Threshold]) -> list[Result]:
+    message = f"{instance.check} check did not finish: {outcome.error}"
+    if not thresholds:
+        return [Result(instance.name, instance.check, "", "error", message, duration_s=outcome.duration_s,
+                       where=instance.where)]
+    units = {metric.name: metric.unit for metric in CHECKS[instance.check].METRICS}
+    return [
+        Result(instance.name, instance.check, name, "error", message, unit=units[name], duration_s=outcome.duration_s,
+               threshold=_bounds(t), where=t.where, required=requirement(t, units[name]))
+        for name, t in thresholds.items()
+    ]
+
+
+def _bounds(threshold: Threshold) -> dict[str, float | str]:
+    return {key: value for key, value in (("min", threshold.min), ("max", threshold.max)) if value is not None}

@@ -1,0 +1,57 @@
+"""The worker process: runs one check at a time for the runner, isolated from it.
+
+Started by ``runner.Worker`` as ``python -m preflight.worker LOGFILE``. It keeps the
+original stdout as its private result channel and points fds 1 and 2 at LOGFILE, so
+whatever a check (or a C library under it) prints can never corrupt the protocol.
+
+Protocol, one JSON object per line:
+    runner -> worker (stdin):  {"module": "preflight.checks.storage", "options": {...},
+                                "duration_s": 5.0, "timeout_s": 120.0}
+    worker -> runner:          {"scratch": "/data/.preflight-scratch-x1y2"}   (zero or more)
+                               {"measurements": [...]} or {"error": "ValueError: ..."}
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import traceback
+from typing import Any, TextIO
+
+from preflight import scratch
+from preflight.checks.base import Budget
+
+
+def main(log_path: str) -> int:
+    channel = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    sys.stdout = os.fdopen(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
+    sys.stderr = os.fdopen(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
+    scratch.on_create = lambda path: _send(channel, {"scratch": path})
+    for line in sys.stdin:
+        _send(channel, run_job(json.loads(line)))
+    return 0
+
+
+def run_job(job: dict[str, Any]) -> dict[str, Any]:
+    """Run one check; a Python exception becomes an error reply (a crash is seen by the runner)."""
+    try:
+        check = importlib.import_module(job["module"])
+        measurements = check.measure(job["options"], Budget(job["duration_s"], job["timeout_s"]))
+        return {"measurements": [m.to_dict() for m in measurements]}
+    except Exception as error:  # noqa: BLE001  any failure of a check is its result, fail closed
+        print(traceback.format_exc(), file=sys.stderr)
+        return {"error": f"{type(error).__name__}: {error}"}
+
+
+def _send(channel: TextIO, message: dict[str, Any]) -> None:
+    channel.write(json.dumps(message) + "\n")
+    channel.flush()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
