@@ -146,7 +146,7 @@ def _instance(name: str, node: Located, defaults: Mapping[str, Any]) -> Instance
     body = _mapping(node, f"check `{name}`") if node.value is not None else {}
     check_name = _text(body["check"]) if "check" in body else name
     if check_name not in CHECKS:
-        where = body["check"].where if "check" in body else node.where
+        where = body["check"].where if "check" in body else node.key_location
         raise ConfigError(where, f"unknown check `{check_name}`{_suggest(check_name, CHECKS)}; add `check: <name>` "
                           f"to make `{name}` an instance of a known check")
     check = CHECKS[check_name]

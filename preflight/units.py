@@ -124,6 +124,10 @@ def parse_quantity(text: object, dimension: Dimension) -> float:
     if not match:
         raise UnitError(f"expected a {dimension.value} like `{example(dimension)}`, found {text!r}")
     symbol = match["unit"] or ""
+    if not symbol and dimension is not Dimension.COUNT:
+        raise UnitError(
+            f"expected a {dimension.value} with its unit like `{example(dimension)}`, found bare number {text!r}"
+        )
     unit = UNITS.get(symbol)
     if unit is None:
         hint = _MISSPELLINGS.get(symbol)
@@ -161,8 +165,8 @@ def format_value(value: float | str | None, symbol: str = "") -> str:
 
     >>> format_value(2080.44, "MB/s")
     '2080 MB/s'
-    >>> format_value(0.012345, "ms")
-    '0.01234 ms'
+    >>> format_value(0.012346, "ms")
+    '0.01235 ms'
     """
     if value is None:
         return "-"

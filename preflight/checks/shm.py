@@ -17,6 +17,10 @@ from preflight.fsinfo import filesystem_of
 from preflight.measurement import Measurement, unmeasurable
 from preflight.units import Dimension, to_unit
 
+_FIX = (
+    "{path} has {measured}, {required} is needed: start the container with --shm-size=8g, or in Kubernetes "
+    "mount an emptyDir with medium: Memory and a sizeLimit at {path}"
+)
 NAME = "shm"
 HELP = "size and free space of the shared-memory mount, and a real allocation there"
 OPTIONS = (
@@ -24,14 +28,16 @@ OPTIONS = (
     Option("allocate", Dimension.SIZE, "1 GiB", "bytes to reserve for real with posix_fallocate, then release"),
 )
 METRICS = (
-    Metric("size", "GiB", True, "total size of the mount (statvfs f_blocks * f_frsize)"),
-    Metric("free", "GiB", True, "space available on the mount (statvfs f_bavail * f_frsize)"),
+    Metric("size", "GiB", True, "total size of the mount (statvfs f_blocks * f_frsize)", hint=_FIX),
+    Metric("free", "GiB", True, "space available on the mount (statvfs f_bavail * f_frsize)",
+           hint=_FIX + "; or remove stale files left there by earlier jobs"),
     Metric(
         "allocatable",
         "GiB",
         True,
         "bytes that posix_fallocate(3) could reserve in a file there, up to `allocate`; unlike touching an mmap, "
         "a shortfall is an ENOSPC error, never a SIGBUS",
+        hint=_FIX + "; a memory limit on the pod also caps tmpfs pages",
     ),
 )
 

@@ -1,0 +1,50 @@
+"""The one way tests run a check, a config or the CLI, so every test exercises the real paths."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from preflight.checks import CHECKS
+from preflight.checks.base import Budget
+from preflight.config import coerce_option
+from preflight.measurement import Measurement
+from preflight.yaml_source import Located
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run_check(name: str, duration_s: float = 1.0, **options: Any) -> dict[str, Measurement]:
+    """Measure check ``name`` in-process with its defaults overridden by ``options`` (written as in YAML).
+
+    Returns the measurements keyed by metric (``metric[device]`` for per-device ones).
+    """
+    check = CHECKS[name]
+    unknown = set(options) - {option.name for option in check.OPTIONS}
+    assert not unknown, f"not options of {name}: {unknown}"
+    parsed = {
+        option.name: coerce_option(
+            option, Located(options[option.name], "test") if option.name in options else None, option.name
+        )
+        for option in check.OPTIONS
+    }
+    measurements = check.measure(parsed, Budget(duration_s, 60.0))
+    return {m.metric + (f"[{m.device}]" if m.device else ""): m for m in measurements}
+
+
+def write_config(directory: Path, text: str, name: str = "thresholds.yaml") -> Path:
+    path = directory / name
+    path.write_text(textwrap.dedent(text).lstrip())
+    return path
+
+
+def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+            timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m preflight ARGS`` as a user would, from this checkout."""
+    environment = dict(os.environ, PYTHONPATH=str(REPO), NO_COLOR="1", **(env or {}))
+    return subprocess.run([sys.executable, "-m", "preflight", *args], cwd=cwd, env=environment,
+                          capture_output=True, text=True, timeout=timeout)

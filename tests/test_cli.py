@@ -1,0 +1,154 @@
+import json
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from tests.helpers import REPO, run_cli, write_config
+
+# What this CPU-only machine has: shared memory, a real directory, and a DataLoader.
+MACHINE_HAS = """
+version: 1
+defaults: {duration: 1s}
+checks:
+  shm:
+    allocate: 64 MiB
+    allocatable: {min: 64 MiB}
+  storage:
+    path: {data}
+    data_size: 32 MiB
+    seq_read: {min: 1 MB/s}
+  dataloader:
+    path: {data}
+    batch_size: 8
+    num_workers: 1
+    throughput: {min: 10 samples/s}
+"""
+
+
+@pytest.fixture
+def dataset(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    for index in range(64):
+        (data / f"sample-{index:03}.bin").write_bytes(bytes([index]) * 4096)
+    return data
+
+
+def test_help_and_list_do_not_import_torch():
+    for args in (["--help"], ["list"], ["run", "--help"]):
+        code = (
+            "import sys\nfrom preflight.cli import main\n"
+            f"try:\n    main({args!r})\nexcept SystemExit:\n    pass\n"
+            "assert 'torch' not in sys.modules, 'torch was imported'\n"
+        )
+        subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, capture_output=True)
+
+
+def test_list_shows_every_check_with_parameters_and_units():
+    result = run_cli("list")
+    assert result.returncode == 0
+    for name in ("cuda:", "shm:", "storage:", "dataloader:", "transfer:"):
+        assert name in result.stdout
+    assert "seq_read             MB/s" in result.stdout
+    assert "block_size       size         default 1 MiB" in result.stdout
+
+
+def test_bundled_default_on_a_cpu_machine_fails_on_cuda_and_measures_the_rest(tmp_path, dataset):
+    report = tmp_path / "report.xml"
+    result = run_cli("run", "--junit-xml", str(report), "--json", str(tmp_path / "r.json"),
+                     "--set", "defaults.duration=1s", cwd=dataset, timeout=300)
+    assert result.returncode == 1, result.stderr
+    lines = {line.split(" ")[0]: line for line in result.stdout.splitlines() if " ..." in line}
+    assert "FAIL" in lines["cuda.device_count"]
+    assert "no CUDA device: torch" in result.stdout and "is a CPU build" in result.stdout
+    for measured in ("shm.size", "shm.allocatable", "storage.seq_read", "dataloader.throughput"):
+        assert " - " not in lines[measured] and "could not measure" not in lines[measured], lines[measured]
+        assert lines[measured].rstrip().endswith("s")  # each check's duration is shown
+    suite = ET.parse(report).getroot().find("testsuite")
+    cases = {(c.get("classname"), c.get("name")): c for c in suite.findall("testcase")}
+    data = json.loads((tmp_path / "r.json").read_text())
+    judged = [r for r in data["results"] if r["verdict"] != "info"]
+    assert len(cases) == len(judged) == int(suite.get("tests"))
+    assert cases[("preflight.cuda", "device_count")].find("failure").get("type") == "ThresholdNotMet"
+    assert cases[("preflight.transfer", "h2d_pinned")].find("failure") is not None
+    assert cases[("preflight.storage", "seq_read")].find("failure") is None
+    assert "no CUDA device" in cases[("preflight.cuda", "device_count")].find("failure").text
+    assert data["exit_code"] == 1 and data["schema"] == 1
+    seq = next(r for r in data["results"] if r["id"] == "storage.seq_read")
+    assert seq["unit"] == "MB/s" and seq["value"] > 1 and len(seq["samples"]) >= 3
+
+
+def test_a_config_of_what_this_machine_has_passes(tmp_path, dataset):
+    path = write_config(tmp_path, MACHINE_HAS.replace("{data}", str(dataset)))
+    result = run_cli("run", "-c", str(path), "--json", "-")
+    assert result.returncode == 0, result.stdout + result.stderr
+    data = json.loads(result.stdout)  # --json - puts only JSON on stdout
+    verdicts = {r["id"]: r["verdict"] for r in data["results"]}
+    assert verdicts["shm.allocatable"] == verdicts["storage.seq_read"] == verdicts["dataloader.throughput"] == "pass"
+    assert next(r for r in data["results"] if r["id"] == "dataloader.throughput")["value"] > 10
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("version: 1\nchecks:\n  storage:\n    seq_raed: {min: 1 GB/s}\n", ":4:5: unknown key `seq_raed`: did you mean `seq_read`?"),
+        ("version: 1\nchecks:\n  storage:\n    seq_read: {min: 8 GiB}\n", ":4:21: `seq_read`: '8 GiB' is a size, but a bandwidth is expected"),
+        ("version: 1\nchecks:\n  shm: {}\n  shm: {}\n", ":4:3: duplicate key `shm`"),
+    ],
+)
+def test_config_errors_exit_2_with_one_located_line(tmp_path, text, fragment):
+    path = write_config(tmp_path, text)
+    result = run_cli("run", "-c", str(path), "--junit-xml", str(tmp_path / "r.xml"))
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.strip().splitlines() == [f"preflight: error: {path}{fragment}" + result.stderr.split(fragment, 1)[1].rstrip()]
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["run", "-c", "/nonexistent/t.yaml"], "/nonexistent/t.yaml: cannot read the config (No such file or directory): check the -c path"),
+        (["run", "--only", "nope"], "--only nope: no such check instance"),
+        (["run", "--set", "storage.path"], "--set storage.path: expected KEY=VALUE"),
+        (["run", "--junit-xml", "/nonexistent/dir/r.xml"], "directory /nonexistent/dir does not exist"),
+    ],
+)
+def test_usage_errors_exit_2_without_measuring(args, fragment):
+    result = run_cli(*args)
+    assert result.returncode == 2
+    assert fragment in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux unshare")
+def test_docker_default_64_mib_shm_fails_with_the_fix(tmp_path):
+    """A real 64 MiB tmpfs, as Docker mounts /dev/shm by default, in a private mount namespace."""
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    path = write_config(tmp_path, f"""
+        version: 1
+        checks:
+          shm:
+            path: {shm}
+            allocate: 1 GiB
+            size: {{min: 8 GiB}}
+            allocatable: {{min: 1 GiB}}
+        """)
+    script = f"mount -t tmpfs -o size=64m tmpfs {shm} && {sys.executable} -m preflight run -c {path} --json -"
+    probe = subprocess.run(["unshare", "-m", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"mount namespaces not permitted here: {probe.stderr.decode().strip()}")
+    result = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, cwd=REPO,
+                            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}, timeout=120)
+    assert result.returncode == 1, result.stderr
+    results = {r["id"]: r for r in json.loads(result.stdout)["results"]}
+    assert results["shm.size"]["value"] == pytest.approx(64 / 1024)
+    assert results["shm.size"]["verdict"] == "fail"
+    assert "--shm-size=8g" in results["shm.size"]["hint"]
+    assert results["shm.allocatable"]["verdict"] == "fail"
+    assert results["shm.allocatable"]["value"] == pytest.approx(64 / 1024)  # halved from 1 GiB to what fits

@@ -1,0 +1,121 @@
+import pytest
+
+from preflight import config
+from preflight.errors import ConfigError, UsageError
+from tests.helpers import REPO, write_config
+
+VALID = """
+version: 1
+defaults: {timeout: 30s, duration: 2s}
+checks:
+  storage:
+    path: /tmp
+    seq_read: {min: 1 GB/s}
+  checkpoints:
+    check: storage
+    path: ${CKPT_DIR:-/var/tmp}
+    seq_read: {min: 500 MB/s, severity: warn}
+  cuda:
+    driver_version: {min: "535.10"}
+"""
+
+
+def load(tmp_path, text, overrides=(), environ=None):
+    return config.load(str(write_config(tmp_path, text)), overrides, environ or {})
+
+
+def test_valid_file_gives_instances_with_thresholds_in_canonical_units(tmp_path):
+    loaded = load(tmp_path, VALID)
+    storage, checkpoints, cuda = loaded.instances
+    assert (storage.name, storage.check, storage.options["path"]) == ("storage", "storage", "/tmp")
+    assert storage.thresholds[0].min == 1000.0  # 1 GB/s in the metric's unit, MB/s
+    assert storage.options["block_size"] == 1 << 20  # the default "1 MiB", parsed by the same parser
+    assert (storage.timeout_s, storage.duration_s) == (30, 2)
+    assert (checkpoints.check, checkpoints.options["path"]) == ("storage", "/var/tmp")
+    assert checkpoints.thresholds[0].severity == "warn"
+    assert cuda.thresholds[0].min == "535.10"  # versions keep the text as written, not float 535.1
+    assert storage.thresholds[0].where.endswith("thresholds.yaml:6:5")
+
+
+def test_environment_and_set_overrides(tmp_path):
+    loaded = load(tmp_path, VALID, ["storage.path=/mnt/x", "checkpoints.seq_read.min=2 GB/s",
+                                    "defaults.duration=1s"], {"CKPT_DIR": "/ckpt"})
+    storage, checkpoints, _ = loaded.instances
+    assert storage.options["path"] == "/mnt/x"
+    assert checkpoints.options["path"] == "/ckpt"
+    assert checkpoints.thresholds[0].min == 2000.0
+    assert storage.duration_s == 1
+
+
+@pytest.mark.parametrize(
+    "text, where, fragment",
+    [
+        ("version: 1\nchecks:\n  storage:\n    seq_raed: {min: 1 GB/s}\n", ":4:5:", "did you mean `seq_read`?"),
+        ("version: 1\nchecks:\n  storage:\n    seq_read: {min: 8 GiB}\n", ":4:21:",
+         "'8 GiB' is a size, but a bandwidth is expected"),
+        ("version: 1\nchecks:\n  shm: {}\n  shm: {}\n", ":4:3:", "duplicate key `shm` (first written at"),
+        ("version: 1\nchecks:\n  storge: {}\n", ":3:3:", "unknown check `storge`: did you mean `storage`?"),
+        ("version: 2\nchecks: {shm: {}}\n", ":1:10:", "expected `version: 1`"),
+        ("", ":1:1:", "the file is empty"),
+        ("version: 1\nchecks:\n  shm:\n    size: 8 GiB\n", ":4:11:", "give it a threshold like {min: 8 GiB}"),
+        ("version: 1\nchecks:\n  shm:\n    path: no\n", ":4:11:", "expected text, found False"),
+        ("version: 1\nchecks:\n  dataloader:\n    batch_size: 1e3\n", ":4:17:", "expected a whole number"),
+        ("version: 1\nchecks:\n  shm:\n    size: {min: -1 GiB}\n", ":4:17:", "must not be negative"),
+        ("version: 1\nchecks:\n  shm:\n    size: {min: 1 GiB, sevrity: warn}\n", ":4:24:",
+         "did you mean `severity`?"),
+        ("version: 1\nchecks:\n  storage:\n    path: ${DATA}\n", ":4:11:", "environment variable DATA is not set"),
+        ("version: 1\nchecks: [1, 2\n", ":3:1:", "invalid YAML"),
+        ("version: 1\nchecks:\n  cuda:\n    driver_version: {min: latest}\n", ":4:27:",
+         'expected a version like "535.104"'),
+    ],
+)
+def test_errors_are_located_and_name_the_fix(tmp_path, text, where, fragment):
+    with pytest.raises(ConfigError) as error:
+        load(tmp_path, text)
+    message = str(error.value)
+    assert message.startswith(str(tmp_path / "thresholds.yaml") + where), message
+    assert fragment in message
+
+
+def test_missing_file_is_a_usage_error(tmp_path):
+    with pytest.raises(UsageError, match="cannot read the config .*check the -c path"):
+        config.load(str(tmp_path / "nope.yaml"))
+
+
+def test_bad_override_names_the_flag(tmp_path):
+    with pytest.raises(ConfigError, match=r"^--set storage\.path: expected KEY=VALUE"):
+        load(tmp_path, VALID, ["storage.path"])
+    with pytest.raises(ConfigError, match=r"^--set storage.seq_read.min=fast: `seq_read`: expected a bandwidth"):
+        load(tmp_path, VALID, ["storage.seq_read.min=fast"])
+
+
+def test_only_selects_instances_and_rejects_unknown_ids(tmp_path):
+    loaded = load(tmp_path, VALID)
+    assert [i.name for i in loaded.select(["cuda", "storage"]).instances] == ["storage", "cuda"]
+    with pytest.raises(UsageError, match="--only storag: no such check instance.*did you mean `storage`"):
+        loaded.select(["storag"])
+
+
+def test_alias_bomb_is_refused(tmp_path):
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{n}: &{n} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+        for p, n in zip("abcdefgh", "bcdefghi")
+    )
+    with pytest.raises(ConfigError, match="too large or nested too deeply"):
+        load(tmp_path, bomb)
+
+
+def test_bundled_default_is_valid_and_is_the_top_level_file(tmp_path):
+    assert config.bundled_path().read_bytes() == (REPO / "thresholds.yaml").read_bytes()
+    loaded = config.load(str(config.bundled_path()), environ={})
+    assert {i.name for i in loaded.instances} == {"cuda", "shm", "storage", "dataloader", "transfer"}
+    storage = next(i for i in loaded.instances if i.name == "storage")
+    assert storage.options["path"] == "."  # no DATA_DIR: the working directory's filesystem
+
+
+def test_resolve_prefers_explicit_then_local_then_bundled(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert config.resolve_path("x.yaml") == "x.yaml"
+    assert config.resolve_path(None) == str(config.bundled_path())
+    (tmp_path / "thresholds.yaml").write_text("version: 1\n")
+    assert config.resolve_path(None) == "thresholds.yaml"

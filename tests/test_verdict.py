@@ -1,0 +1,88 @@
+import pytest
+
+from preflight.config import Instance, Threshold
+from preflight.measurement import Measurement, unmeasurable
+from preflight.verdict import Outcome, exit_code, judge
+
+
+def instance(check="storage", thresholds=(), required=True, **options):
+    return Instance("data", check, {"path": "/data", **options}, tuple(thresholds), 60, 1, required, "t.yaml:1:1")
+
+
+def seq_read(low=None, high=None, severity="fail"):
+    return Threshold("seq_read", low, high, severity, "t.yaml:3:5")
+
+
+def test_pass_fail_and_warn_follow_the_threshold():
+    measured = Outcome((Measurement("seq_read", samples=(900.0, 950.0, 1000.0), unit="MB/s"),))
+    [passed] = judge(instance(thresholds=[seq_read(low=900.0)]), measured)
+    [failed] = judge(instance(thresholds=[seq_read(low=1000.0)]), measured)
+    [warned] = judge(instance(thresholds=[seq_read(low=1000.0, severity="warn")]), measured)
+    [capped] = judge(instance(thresholds=[seq_read(high=920.0)]), measured)
+    assert (passed.verdict, failed.verdict, warned.verdict, capped.verdict) == ("pass", "fail", "warn", "fail")
+    assert failed.value == 950.0  # the median of the samples is what is compared
+    assert failed.message == "measured 950 MB/s, required >= 1000 MB/s"
+    assert capped.message == "measured 950 MB/s, required <= 920 MB/s"
+    assert failed.samples == (900.0, 950.0, 1000.0)
+    assert failed.where == "t.yaml:3:5"
+    assert exit_code([passed, warned]) == 0
+    assert exit_code([passed, failed]) == 1
+
+
+def test_unmeasurable_metric_with_a_threshold_fails_or_skips_when_not_required():
+    outcome = Outcome((unmeasurable("seq_read", "/data does not exist", "MB/s"),))
+    [failed] = judge(instance(thresholds=[seq_read(low=1.0)]), outcome)
+    [skipped] = judge(instance(thresholds=[seq_read(low=1.0)], required=False), outcome)
+    assert failed.verdict == "fail"
+    assert failed.message == "could not measure: /data does not exist; required >= 1 MB/s"
+    assert skipped.verdict == "skip"
+    assert exit_code([skipped]) == 0
+
+
+def test_a_metric_the_check_never_reported_fails():
+    [result] = judge(instance(thresholds=[seq_read(low=1.0)]), Outcome(()))
+    assert result.verdict == "fail"
+    assert "reported no value" in result.message
+
+
+def test_an_errored_check_is_an_error_per_threshold_and_gates():
+    results = judge(instance(thresholds=[seq_read(low=1.0)]), Outcome(error="killed by SIGSEGV"))
+    assert [(r.id, r.verdict) for r in results] == [("data.seq_read", "error")]
+    assert results[0].message == "storage check did not finish: killed by SIGSEGV"
+    assert exit_code(results) == 1
+
+
+def test_versions_compare_numerically_not_as_text_or_float():
+    def driver(version, minimum):
+        outcome = Outcome((Measurement("driver_version", version, "version"),))
+        threshold = Threshold("driver_version", minimum, None, "fail", "t.yaml:2:3")
+        return judge(instance("cuda", [threshold]), outcome)[0].verdict
+
+    assert driver("535.104.05", "535.104") == "pass"
+    assert driver("535.54.03", "535.104") == "fail"  # 54 < 104, though "535.54" > "535.104" as text
+    assert driver("550.10", "535.104") == "pass"
+
+
+def test_measured_metrics_without_threshold_are_info_and_never_gate():
+    outcome = Outcome((Measurement("seq_read", samples=(1.0, 1.0, 1.0), unit="MB/s"),))
+    [info] = judge(instance(), outcome)
+    assert info.verdict == "info"
+    assert exit_code([info]) == 0
+
+
+def test_per_device_measurements_are_judged_one_by_one():
+    outcome = Outcome((Measurement("h2d_pinned", 24.1, "GB/s", device="cuda:0"),
+                       Measurement("h2d_pinned", 6.2, "GB/s", device="cuda:1")))
+    threshold = Threshold("h2d_pinned", 20.0, None, "fail", "t.yaml:9:5")
+    results = judge(Instance("transfer", "transfer", {"size": 1}, (threshold,), 60, 1, True, ""), outcome)
+    assert [(r.id, r.verdict) for r in results] == [
+        ("transfer.h2d_pinned[cuda:0]", "pass"), ("transfer.h2d_pinned[cuda:1]", "fail")]
+
+
+def test_shm_hint_names_the_fix_with_the_numbers():
+    outcome = Outcome((Measurement("size", 0.0625, "GiB"),))
+    threshold = Threshold("size", 8.0, None, "fail", "t.yaml:4:5")
+    [result] = judge(Instance("shm", "shm", {"path": "/dev/shm", "allocate": 1}, (threshold,), 60, 1, True, ""),
+                     outcome)
+    assert result.hint.startswith("/dev/shm has 0.0625 GiB, >= 8 GiB is needed: start the container with "
+                                  "--shm-size=8g")
