@@ -31,7 +31,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "list":
             from preflight.commands import list_checks
 
-            sys.stdout.write(list_checks.render())
+            sys.stdout.write(list_checks.render_markdown() if args.markdown else list_checks.render())
             return 0
         parser.print_help()
         return EXIT_USAGE
@@ -66,7 +66,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="override a config value, e.g. --set storage.path=/mnt/data (repeatable)")
     run.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                      help="colour the table: auto = only on a terminal without NO_COLOR")
-    commands.add_parser("list", help="list every check with its parameters and metrics")
+    listing = commands.add_parser("list", help="list every check with its parameters and metrics")
+    listing.add_argument("--markdown", action="store_true", help="as Markdown tables (the README's reference)")
     return parser
 
 

@@ -48,10 +48,11 @@ def render(report: RunReport, colour: bool = False) -> str:
 def _row(result: Result, paint: object) -> str:
     label = f"{result.id} ".ljust(WIDTH, ".")
     measured = format_value(result.value, "" if result.unit in ("version", "text") else result.unit)
-    detail = f"{measured:>14}  {result.required:<22}"
-    if result.value is None and result.verdict != "pass":
-        detail = result.message[:70]
-    return f"{label} {paint(result.verdict, result.verdict.upper()):<5} {detail} {result.duration_s:5.1f}s"  # type: ignore[operator]
+    if result.value is None:
+        measured = "not run" if result.verdict == "error" else "not measured"
+    verdict = paint(result.verdict, f"{result.verdict.upper():<5}")  # type: ignore[operator]
+    return f"{label} {verdict} {measured:>16}  {result.required:<20} {result.duration_s:5.1f}s"
+
 
 
 def _painter(colour: bool):  # type: ignore[no-untyped-def]
