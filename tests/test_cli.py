@@ -152,3 +152,9 @@ def test_docker_default_64_mib_shm_fails_with_the_fix(tmp_path):
     assert "--shm-size=8g" in results["shm.size"]["hint"]
     assert results["shm.allocatable"]["verdict"] == "fail"
     assert results["shm.allocatable"]["value"] == pytest.approx(64 / 1024)  # halved from 1 GiB to what fits
+
+
+def test_readme_check_reference_is_generated_from_the_tables():
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("<!-- check-reference", 1)[1].split("-->", 1)[1].split("<!-- /check-reference -->")[0]
+    assert section.strip() == run_cli("list", "--markdown").stdout.strip()
