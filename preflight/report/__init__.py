@@ -7,7 +7,9 @@ none recomputes a statistic or a verdict.
 from __future__ import annotations
 
 import collections
+import importlib.util
 import os
+import re
 import platform
 import socket
 import tempfile
@@ -42,21 +44,58 @@ class RunReport:
 
 def build(config_path: str, config_digest: str, results: Sequence[Result], started: datetime,
           duration_s: float) -> RunReport:
-    """Assemble the report and gather host facts (versions from package metadata: no torch import)."""
-    facts = {
+    """Assemble the report; host facts come from ``host_facts`` and the cuda check's results."""
+    facts = host_facts(config_path, config_digest)
+    gpus: list[str] = []
+    for result in results:
+        if result.check != "cuda" or result.value is None:
+            continue
+        if result.metric == "driver_version":
+            facts["driver"] = str(result.value)
+        elif result.metric == "cuda_driver_version":
+            facts["cuda_driver"] = str(result.value)
+        elif result.metric == "name":
+            facts[f"gpu[{result.device}]"] = str(result.value)
+            gpus.append(str(result.value))
+    if gpus:
+        facts["gpu"] = ", ".join(f"{count}x {name}" for name, count in collections.Counter(gpus).items())
+    return RunReport(facts["hostname"], started, duration_s, config_path, config_digest, tuple(results), facts)
+
+
+def host_facts(config_path: str, config_digest: str = "") -> dict[str, str]:
+    """What every report says about the host, without importing torch.
+
+    Keys: hostname, preflight, python, platform, torch, cuda (torch's CUDA runtime, read
+    from ``torch/version.py``), config, config_sha256 (empty when the config was unreadable).
+    """
+    return {
         "hostname": socket.gethostname(),
         "preflight": __version__,
         "python": platform.python_version(),
         "platform": platform.platform(),
         "torch": _package_version("torch"),
+        "cuda": _torch_cuda_runtime(),
         "config": config_path,
         "config_sha256": config_digest,
     }
-    for result in results:
-        if result.check == "cuda" and result.value is not None and result.metric in ("driver_version", "name"):
-            key = "driver" if result.metric == "driver_version" else f"gpu[{result.device}]"
-            facts[key] = str(result.value)
-    return RunReport(facts["hostname"], started, duration_s, config_path, config_digest, tuple(results), facts)
+
+
+def _torch_cuda_runtime() -> str:
+    """``torch.version.cuda`` read from the file: importing torch takes seconds and a report must not."""
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return "not installed"
+    if spec is None or not spec.submodule_search_locations:
+        return "not installed"
+    for location in spec.submodule_search_locations:
+        try:
+            text = open(os.path.join(location, "version.py"), encoding="utf-8").read()
+        except OSError:
+            continue
+        match = re.search(r"^cuda\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE)
+        return match.group(1) if match else "none (CPU or ROCm build)"
+    return "unknown"
 
 
 def now() -> datetime:

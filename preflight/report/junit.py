@@ -2,25 +2,33 @@
 
 What this module fixes (each breaks a consumer; the Jenkins xUnit plugin's junit-10.xsd
 is the strictest reader, GitLab and GitHub reporters the most common):
-- junit-xml writes a ``disabled`` attribute on ``<testsuite>``: junit-10.xsd rejects it;
+- junit-xml writes a ``disabled`` attribute on ``<testsuite>`` and ``<testsuites>``:
+  junit-10.xsd rejects it;
 - it writes times as ``%f`` (6 decimals) and drops ``time`` when it is 0: we write every
-  ``time`` with 3 decimals;
+  ``time`` with 3 decimals (older junit-10.xsd copies reject more);
 - it passes control characters through as invalid character references unless told the
-  encoding: we remove them (and ANSI colour codes) from every text and attribute, and cap
-  each text's length, before junit-xml sees it;
+  encoding: we remove them (and ANSI colour codes) from every text and attribute, decode
+  invalid UTF-8 with replacement characters, and cap each text's length, before junit-xml
+  sees it;
+- GitLab keeps one of several testcases with the same ``classname`` + ``name``: we make
+  every pair unique with a ``#2`` suffix;
 - we serialise as UTF-8 with an XML declaration, and write atomically.
 
 Mapping: one ``<testsuite name="preflight">`` per host, one ``<testcase>`` per judged
 metric (classname ``preflight.<instance>``, name ``<metric>`` or ``<metric>[<device>]``);
 a miss is ``<failure type="ThresholdNotMet">``, a crash or timeout ``<error>``, not
-applicable ``<skipped>``; "measured X, required >= Y" is in ``message`` and in the body.
+applicable ``<skipped>``; "measured X, required >= Y unit" is in ``message`` and in the
+body (GitLab shows only the body), followed by the fix and the host's essentials. A
+config that cannot be loaded is one ``<error type="ConfigError">`` testcase
+(``render_config_error``), so a pipeline that uploads the file ``when: always`` shows why.
 """
 
 from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from typing import Iterable
+from datetime import datetime
+from typing import Iterable, Mapping
 
 import junit_xml
 
@@ -28,35 +36,52 @@ from preflight.report import RunReport, write_atomic
 from preflight.verdict import Result
 
 MAX_TEXT = 16_000  # characters per message or body; CI views truncate long before this
+MAX_ATTRIBUTE = 2_000  # characters per attribute (message, property value)
+ESSENTIAL_FACTS = ("hostname", "gpu", "driver", "torch", "cuda", "config_sha256")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]")
 # XML 1.0 Char production minus what we strip: C0 controls other than \t \n \r, surrogates, U+FFFE/U+FFFF.
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff\ufffe\uffff]")
-_FAILURE_TYPE = {"fail": "ThresholdNotMet", "error": "CheckError"}
+_ELEMENT_TYPE = {"fail": "ThresholdNotMet", "error": "CheckError"}
 
 
 def clean(text: object, limit: int = MAX_TEXT) -> str:
-    """``text`` made safe for any XML reader: ANSI codes and invalid characters removed, capped."""
+    """``text`` made safe for any XML reader: ANSI codes and invalid characters removed, capped.
+
+    Bytes are decoded as UTF-8 with U+FFFD for invalid sequences; characters XML 1.0 cannot
+    hold become U+FFFD; the result has at most ``limit`` characters, ending with
+    ``... [N more]`` when it was cut.
+    """
     if isinstance(text, bytes):
         text = text.decode("utf-8", errors="replace")
     result = _NOT_XML.sub("\ufffd", _ANSI.sub("", str(text)))
-    return result if len(result) <= limit else result[: limit - 30] + f"... [{len(result) - limit + 30} more]"
+    if len(result) <= limit:
+        return result
+    marker = f"... [{len(result) - limit + 30} more characters]"
+    return result[: limit - len(marker)] + marker
 
 
 def render(reports: Iterable[RunReport]) -> bytes:
     """The XML document (UTF-8 bytes) for one or more hosts' reports."""
     reports = list(reports)
     suites = [_suite(report) for report in reports]
-    document = junit_xml.to_xml_report_string(suites, prettyprint=False, encoding="utf-8")
-    root = ET.fromstring(document)
-    for element in root.iter():
-        element.attrib.pop("disabled", None)
-        if element.tag in ("testsuite", "testcase"):
-            element.set("time", f"{float(element.get('time') or 0):.3f}")
+    root = _fixed(suites)
     for suite, report in zip(root.iter("testsuite"), reports):
-        suite.set("time", f"{report.duration_s:.3f}")  # wall clock: checks' metrics share their run's time
-    root.set("time", f"{sum(report.duration_s for report in reports):.3f}")
-    ET.indent(root)
-    return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
+        suite.set("time", _seconds(report.duration_s))  # wall clock: a check's metrics share its run's time
+    root.set("time", _seconds(sum(report.duration_s for report in reports)))
+    return _serialise(root)
+
+
+def render_config_error(config_path: str, message: str, facts: Mapping[str, str], started: datetime) -> bytes:
+    """A document with one ``<error type="ConfigError">`` testcase: the config could not be loaded.
+
+    ``message`` is the one-line error the CLI printed (``FILE:LINE:COL: ...``).
+    """
+    case = junit_xml.TestCase("config", classname="preflight.config", elapsed_sec=0.0)
+    body = "\n".join((message, f"config: {config_path}", _essentials(facts)))
+    case.add_error_info(clean(message, MAX_ATTRIBUTE) or "invalid config", clean(body), "ConfigError")
+    suite = junit_xml.TestSuite("preflight", [case], hostname=clean(facts.get("hostname", ""), 200),
+                                timestamp=started.strftime("%Y-%m-%dT%H:%M:%S"), properties=_properties(facts))
+    return _serialise(_fixed([suite]))
 
 
 def write(path: str, reports: Iterable[RunReport]) -> None:
@@ -64,16 +89,47 @@ def write(path: str, reports: Iterable[RunReport]) -> None:
     write_atomic(path, render(reports))
 
 
+def _fixed(suites: list[junit_xml.TestSuite]) -> ET.Element:
+    document = junit_xml.to_xml_report_string(suites, prettyprint=False, encoding="utf-8")
+    root = ET.fromstring(document)
+    for element in root.iter():
+        element.attrib.pop("disabled", None)
+        if element.tag in ("testsuite", "testcase", "testsuites"):
+            element.set("time", _seconds(float(element.get("time") or 0)))
+    return root
+
+
+def _serialise(root: ET.Element) -> bytes:
+    ET.indent(root)
+    return b'<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="utf-8") + b"\n"
+
+
+def _seconds(value: float) -> str:
+    return f"{max(value, 0.0):.3f}"
+
+
 def _suite(report: RunReport) -> junit_xml.TestSuite:
-    cases = [_case(result, report) for result in report.results if result.verdict != "info"]
-    properties = {clean(key, 200): clean(value, 2000) for key, value in report.facts.items()}
+    judged = [result for result in report.results if result.verdict != "info"]
+    seen: dict[tuple[str, str], int] = {}
+    cases = []
+    for result in judged:
+        case = _case(result, report)
+        key = (case.classname, case.name)
+        seen[key] = seen.get(key, 0) + 1
+        if seen[key] > 1:
+            case.name = f"{case.name} #{seen[key]}"
+        cases.append(case)
     return junit_xml.TestSuite(
         "preflight",
         cases,
         hostname=clean(report.host, 200),
         timestamp=report.started.strftime("%Y-%m-%dT%H:%M:%S"),
-        properties=properties,
+        properties=_properties(report.facts),
     )
+
+
+def _properties(facts: Mapping[str, str]) -> dict[str, str]:
+    return {clean(key, 200): clean(value, MAX_ATTRIBUTE) for key, value in facts.items()}
 
 
 def _case(result: Result, report: RunReport) -> junit_xml.TestCase:
@@ -84,14 +140,15 @@ def _case(result: Result, report: RunReport) -> junit_xml.TestCase:
         clean(name, 500),
         classname=clean(f"preflight.{result.instance}", 500),
         elapsed_sec=result.duration_s,
-        stdout=clean(_details(result)) or None,
+        stdout=clean(_details(result)),
     )
-    message = clean(result.message, 2000)
-    body = clean("\n".join(line for line in (result.message, _fix(result), _essentials(report)) if line))
+    text = result.message or f"{result.id}: {result.verdict} without a message (a bug: please report it)"
+    message = clean(text, MAX_ATTRIBUTE)
+    body = clean("\n".join(line for line in (text, _fix(result), _where(result), _essentials(report.facts)) if line))
     if result.verdict == "fail":
-        case.add_failure_info(message, body, _FAILURE_TYPE["fail"])
+        case.add_failure_info(message, body, _ELEMENT_TYPE["fail"])
     elif result.verdict == "error":
-        case.add_error_info(message, body, _FAILURE_TYPE["error"])
+        case.add_error_info(message, body, _ELEMENT_TYPE["error"])
     elif result.verdict == "skip":
         case.add_skipped_info(message, body)
     return case
@@ -99,6 +156,10 @@ def _case(result: Result, report: RunReport) -> junit_xml.TestCase:
 
 def _fix(result: Result) -> str:
     return f"fix: {result.hint}" if result.hint else ""
+
+
+def _where(result: Result) -> str:
+    return f"threshold: {result.where}" if result.where else ""
 
 
 def _details(result: Result) -> str:
@@ -111,7 +172,5 @@ def _details(result: Result) -> str:
     return "\n".join(lines)
 
 
-def _essentials(report: RunReport) -> str:
-    keys = ("hostname", "torch", "driver")
-    return "host: " + ", ".join(f"{k} {report.facts[k]}" for k in keys if k in report.facts)
-
+def _essentials(facts: Mapping[str, str]) -> str:
+    return "host: " + ", ".join(f"{key} {facts[key]}" for key in ESSENTIAL_FACTS if facts.get(key))
