@@ -1,0 +1,78 @@
+"""Kubernetes: the termination message ``kubectl describe pod`` shows, and the compact verdict.
+
+The kubelet reads the container's ``terminationMessagePath`` (``/dev/termination-log`` by
+default) when it exits and shows it as the container's ``Message``; it keeps at most
+4096 bytes per container and 12 KiB per pod (Kubernetes docs, "Determine the Reason for
+Pod Failure"). We write at most 1 KiB, so an init container's reason survives next to the
+others', and only to a file that already exists and is writable: the kubelet creates it,
+and outside a pod nothing is created.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Mapping
+
+from preflight.report import RunReport
+from preflight.verdict import Result
+
+TERMINATION_LOG = "/dev/termination-log"
+MAX_MESSAGE_BYTES = 1024
+
+
+def termination_path(explicit: str | None, environ: Mapping[str, str]) -> str:
+    """``--termination-log PATH``, else ``$PREFLIGHT_TERMINATION_LOG``, else ``/dev/termination-log``."""
+    return explicit or environ.get("PREFLIGHT_TERMINATION_LOG") or TERMINATION_LOG
+
+
+def verdict_line(report: RunReport) -> str:
+    """The compact last line on stderr: ``preflight: FAILED on node-17: 2 failed, 5 passed (shm.size, ...)``."""
+    counts = report.counts()
+    totals = ", ".join(f"{counts[v]} {word}" for v, word in
+                       (("fail", "failed"), ("error", "errors"), ("warn", "warnings"), ("pass", "passed"),
+                        ("skip", "skipped")) if counts.get(v))
+    state = "FAILED" if report.exit_code else "PASSED"
+    gating = [r.id for r in report.results if r.verdict in ("fail", "error")]
+    named = f" ({', '.join(gating[:3])}{', ...' if len(gating) > 3 else ''})" if gating else ""
+    return f"preflight: {state} on {report.host}: {totals or 'nothing run'}{named}"
+
+
+def summary(report: RunReport) -> str:
+    """One paragraph, at most ``MAX_MESSAGE_BYTES`` of UTF-8: what failed, measured and required."""
+    gating = [r for r in report.results if r.verdict in ("fail", "error")]
+    if not gating:
+        return _cap(verdict_line(report) + ".")
+    parts = [f"preflight FAILED on {report.host}: {len(gating)} of {len(report.results)} results failed."]
+    parts += [_sentence(result) for result in gating]
+    return _cap(" ".join(parts))
+
+
+def config_error_summary(message: str) -> str:
+    return _cap(f"preflight could not start: {message}")
+
+
+def write(path: str, text: str) -> bool:
+    """Write ``text`` to an existing, writable termination-message file; False when there is none."""
+    if not os.path.isfile(path) and not (os.path.exists(path) and not os.path.isdir(path)):
+        return False
+    if not os.access(path, os.W_OK):
+        return False
+    try:
+        with open(path, "w", encoding="utf-8") as stream:
+            stream.write(text)
+    except OSError:
+        return False
+    return True
+
+
+def _sentence(result: Result) -> str:
+    text = f"{result.id}: {' '.join(result.message.split())}"
+    return text + (f"; fix: {' '.join(result.hint.split())}." if result.hint else ".")
+
+
+def _cap(text: str) -> str:
+    data = text.encode("utf-8")
+    if len(data) <= MAX_MESSAGE_BYTES:
+        return text
+    marker = " [truncated: see the pod's log]".encode()
+    return data[: MAX_MESSAGE_BYTES - len(marker)].decode("utf-8", errors="ignore") + marker.decode()

@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+from prometheus_client import parser
+
+from conftest import make_report, result
+from preflight.report import prometheus
+
+
+def _samples(text):
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+            if line and not line.startswith("#")}
+
+
+def test_values_are_in_base_units_with_unit_suffixes():
+    report = make_report([
+        result("seq_read", "fail", "m", value=2080.5, unit="MB/s"),
+        result("size", "pass", "m", instance="shm", value=8.0, unit="GiB"),
+        result("throughput", "pass", "m", instance="loader\"x", check="dataloader", value=1500.0, unit="samples/s"),
+        result("h2d_pinned", "error", "crashed", instance="transfer", device="cuda:0", unit="GB/s"),
+        result("driver_version", "pass", "m", instance="cuda", value="550.54.15", unit="version"),
+    ])
+    samples = _samples(prometheus.render(report))
+    assert samples['preflight_storage_seq_read_bytes_per_second{instance="storage",device=""}'] == 2080.5e6
+    assert samples['preflight_shm_size_bytes{instance="shm",device=""}'] == 8 * 2**30
+    assert samples['preflight_dataloader_throughput_samples_per_second{instance="loader\\"x",device=""}'] == 1500
+    met = 'preflight_threshold_met{instance="storage",check="storage",metric="seq_read",device=""}'
+    assert samples[met] == 0
+    assert samples['preflight_threshold_met{instance="transfer",check="transfer",metric="h2d_pinned",'
+                   'device="cuda:0"}'] == 0
+    assert samples['preflight_results{verdict="fail"}'] == 1 and samples['preflight_results{verdict="pass"}'] == 3
+    assert samples["preflight_passed"] == 0
+    assert samples["preflight_last_run_timestamp_seconds"] == 1795964400
+    info = [k for k in samples if k.startswith("preflight_info{")][0]
+    assert 'host="node-17"' in info and 'driver="550.54.15"' in info and 'gpu="8x NVIDIA H100 80GB HBM3"' in info
+
+
+def test_every_family_has_help_and_type_and_parses_with_prometheus_client():
+    text = prometheus.render(make_report([result("seq_read", "pass", "m", value=1.0, unit="MB/s")]))
+    families = {family.name: family for family in parser.text_string_to_metric_families(text)}
+    assert "preflight_storage_seq_read_bytes_per_second" in families and "preflight_info" in families
+
+
+def test_percentages_become_ratios():
+    assert prometheus.to_base(90.0, "%") == 0.9
+    assert prometheus.metric_name("storage", "rand_read", "IOPS") == "preflight_storage_rand_read_operations_per_second"
+
+
+def test_write_is_atomic_and_leaves_no_temporary_file(tmp_path):
+    path = tmp_path / "preflight.prom"
+    prometheus.write(str(path), make_report([result("seq_read", "pass", "m", value=1.0, unit="MB/s")]))
+    assert path.read_text().startswith("# HELP preflight_info")
+    assert [p.name for p in tmp_path.iterdir()] == ["preflight.prom"]
