@@ -1,4 +1,4 @@
-"""Command line: ``preflight run`` and ``preflight list``, and the one error boundary.
+"""Command line: parses ``preflight run|list|validate|schema|explain`` and holds the one error boundary.
 
 Exit codes: 0 nothing failed or errored (warnings allowed); 1 the gate failed; 2 a usage
 or configuration error, with nothing measured; 3 an internal error (a bug: the message
@@ -8,10 +8,8 @@ names the crash log). Importing this module must not import torch.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
-import time
 import traceback
 from typing import Sequence
 
@@ -27,13 +25,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "run":
-            return _run(args)
+            from preflight.commands import run
+
+            return run.main(args)
         if args.command == "list":
             from preflight.commands import list_checks
 
             sys.stdout.write(list_checks.render_markdown() if args.markdown else list_checks.render())
             return 0
-        parser.print_help()
+        if args.command == "validate":
+            from preflight.commands import validate
+
+            return validate.main(args)
+        if args.command == "schema":
+            from preflight.commands import schema
+
+            sys.stdout.write(schema.render())
+            return 0
+        if args.command == "explain":
+            from preflight.commands import explain
+
+            sys.stdout.write(explain.render(args.check))
+            return 0
+        parser.print_help(sys.stderr)
         return EXIT_USAGE
     except UsageError as error:
         print(f"preflight: error: {error}", file=sys.stderr)
@@ -49,6 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from preflight.commands import run
+
     parser = argparse.ArgumentParser(
         prog="preflight",
         description="Measure whether this node can feed and run a training job, and gate on thresholds.yaml.",
@@ -56,59 +72,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"preflight {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    run = commands.add_parser("run", help="run the checks and gate on their thresholds")
-    run.add_argument("-c", "--config", metavar="FILE",
-                     help="thresholds file (default: ./thresholds.yaml, else the bundled default)")
-    run.add_argument("--junit-xml", metavar="PATH", help="write a JUnit XML report to PATH")
-    run.add_argument("--json", metavar="PATH", help="write the JSON report to PATH (- for stdout)")
-    run.add_argument("--only", metavar="ID,...", help="run only these check instances (comma-separated)")
-    run.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
-                     help="override a config value, e.g. --set storage.path=/mnt/data (repeatable)")
-    run.add_argument("--color", choices=("auto", "always", "never"), default="auto",
-                     help="colour the table: auto = only on a terminal without NO_COLOR")
+    run.add_arguments(commands.add_parser("run", help="run the checks and gate on their thresholds"))
     listing = commands.add_parser("list", help="list every check with its parameters and metrics")
     listing.add_argument("--markdown", action="store_true", help="as Markdown tables (the README's reference)")
+    validate = commands.add_parser("validate", help="check a thresholds file without measuring anything")
+    validate.add_argument("-c", "--config", metavar="FILE",
+                          help="thresholds file (default: ./thresholds.yaml, else the bundled default)")
+    validate.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
+                          help="apply an override as `run --set` would (repeatable)")
+    commands.add_parser("schema", help="print the JSON Schema (draft-07) of thresholds.yaml")
+    explain = commands.add_parser("explain", help="what a check measures, how, and every option and metric")
+    explain.add_argument("check", metavar="CHECK", help="a check name, as `preflight list` shows")
     return parser
-
-
-def _run(args: argparse.Namespace) -> int:
-    from preflight import config, report, runner
-    from preflight.report import console, json_report, junit
-
-    path = config.resolve_path(args.config)
-    loaded = config.load(path, args.overrides)
-    if args.only:
-        loaded = loaded.select(args.only.split(","))
-    for destination in (args.junit_xml, args.json):
-        _check_writable(destination)
-    print(f"preflight {__version__}: {len(loaded.instances)} checks from {path}", file=sys.stderr)
-    started, clock = report.now(), time.monotonic()
-    results = runner.run(loaded, progress=_progress)
-    run_report = report.build(path, loaded.digest, results, started, time.monotonic() - clock)
-    if args.json == "-":
-        sys.stdout.write(json_report.render(run_report))
-    else:
-        sys.stdout.write(console.render(run_report, console.use_colour(sys.stdout, args.color)))
-        sys.stdout.flush()
-    if args.json and args.json != "-":
-        report.write_atomic(args.json, json_report.render(run_report).encode())
-    if args.junit_xml:
-        junit.write(args.junit_xml, [run_report])
-    return run_report.exit_code
-
-
-def _check_writable(destination: str | None) -> None:
-    """Fail before measuring, not after, when a report could not be written."""
-    if not destination or destination == "-":
-        return
-    directory = os.path.dirname(os.path.abspath(destination))
-    if not os.path.isdir(directory):
-        raise UsageError(f"{destination}: directory {directory} does not exist: create it or choose another path")
-    if not os.access(directory, os.W_OK):
-        raise UsageError(f"{destination}: directory {directory} is not writable: choose a writable path")
-
-
-def _progress(instance: object, results: object) -> None:
-    name = getattr(instance, "name")
-    if results is None:
-        print(f"  running {name} ...", file=sys.stderr, flush=True)

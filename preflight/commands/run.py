@@ -1,0 +1,116 @@
+"""``preflight run``: load the config, run the checks, and deliver every report the flags ask for.
+
+stdout carries only the chosen format (``--format text`` table or ``--format json``);
+progress, CI annotations and the compact verdict go to stderr, whose last line is always
+the verdict (or the one-line error). A config that cannot be loaded still produces the
+JUnit file, GitHub summary and termination message, each saying why, before exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Mapping, TextIO
+
+from preflight import __version__
+from preflight.errors import ConfigError, UsageError
+from preflight.progress import Progress
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-c", "--config", metavar="FILE",
+                        help="thresholds file (default: ./thresholds.yaml, else the bundled default)")
+    parser.add_argument("--format", choices=("text", "json"), default="text",
+                        help="what stdout carries: the text table or the JSON report (progress goes to stderr)")
+    parser.add_argument("--junit-xml", metavar="PATH", help="write a JUnit XML report to PATH")
+    parser.add_argument("--json", metavar="PATH", help="write the JSON report to PATH (- for stdout)")
+    parser.add_argument("--prometheus", metavar="PATH",
+                        help="write node_exporter textfile metrics to PATH (e.g. .../textfile/preflight.prom)")
+    parser.add_argument("--termination-log", metavar="PATH",
+                        help="Kubernetes termination message file (default: $PREFLIGHT_TERMINATION_LOG, else "
+                             "/dev/termination-log; written only when it exists and is writable)")
+    parser.add_argument("--only", metavar="ID,...", help="run only these check instances (comma-separated)")
+    parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
+                        help="override a config value, e.g. --set storage.path=/mnt/data (repeatable)")
+    parser.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                        help="colour the table: auto = only on a terminal without NO_COLOR")
+
+
+def main(args: argparse.Namespace, environ: Mapping[str, str] = os.environ, stdout: TextIO | None = None,
+         stderr: TextIO | None = None) -> int:
+    from preflight import config, report, runner
+    from preflight.report import console, json_report, junit
+
+    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
+    path = config.resolve_path(args.config)
+    for destination in (args.junit_xml, args.json, args.prometheus):
+        _check_writable(destination)
+    try:
+        loaded = config.load(path, args.overrides, environ)
+        if args.only:
+            loaded = loaded.select(args.only.split(","))
+    except UsageError as error:
+        _config_error(path, error, args, environ, stderr)
+        raise
+    print(f"preflight {__version__}: {len(loaded.instances)} checks from {path}", file=stderr)
+    started, clock = report.now(), time.monotonic()
+    progress = Progress(stderr)
+    try:
+        results = runner.run(loaded, progress=progress)
+    finally:
+        progress.close()
+    run_report = report.build(path, loaded.digest, results, started, time.monotonic() - clock)
+    if args.format == "json" or args.json == "-":
+        stdout.write(json_report.render(run_report))
+    else:
+        stdout.write(console.render(run_report, console.use_colour(stdout, args.color)))
+    stdout.flush()
+    if args.json and args.json != "-":
+        report.write_atomic(args.json, json_report.render(run_report).encode())
+    if args.junit_xml:
+        junit.write(args.junit_xml, [run_report])
+    _integrations(run_report, args, environ, stderr)
+    return run_report.exit_code
+
+
+def _integrations(run_report, args: argparse.Namespace, environ: Mapping[str, str], stderr: TextIO) -> None:  # type: ignore[no-untyped-def]
+    from preflight.report import github, kubernetes, prometheus
+
+    if args.prometheus:
+        prometheus.write(args.prometheus, run_report)
+    if github.active(environ):
+        github.publish(run_report, environ, stderr, args.junit_xml, args.json)
+    kubernetes.write(kubernetes.termination_path(args.termination_log, environ), kubernetes.summary(run_report))
+    print(kubernetes.verdict_line(run_report), file=stderr, flush=True)
+
+
+def _config_error(path: str, error: UsageError, args: argparse.Namespace, environ: Mapping[str, str],
+                  stderr: TextIO) -> None:
+    """Say why in every report that a pipeline shows ``when: always``; the CLI then prints it and exits 2."""
+    from preflight import report
+    from preflight.report import github, junit, kubernetes
+
+    message = str(error)
+    if args.junit_xml:
+        facts = report.host_facts(path)
+        report.write_atomic(args.junit_xml, junit.render_config_error(path, message, facts, report.now()))
+    if github.active(environ):
+        where = error.where if isinstance(error, ConfigError) else path
+        github.publish_config_error(where, message, environ, stderr)
+    kubernetes.write(kubernetes.termination_path(args.termination_log, environ),
+                     kubernetes.config_error_summary(message))
+
+
+def _check_writable(destination: str | None) -> None:
+    """Fail before measuring, not after, when a report could not be written."""
+    if not destination or destination == "-":
+        return
+    directory = os.path.dirname(os.path.abspath(destination))
+    if not os.path.isdir(directory):
+        raise UsageError(f"{destination}: directory {directory} does not exist: create it or choose another path")
+    if not os.access(directory, os.W_OK):
+        raise UsageError(f"{destination}: directory {directory} is not writable: choose a writable path")
+    if os.path.isdir(destination):
+        raise UsageError(f"{destination} is a directory: give a file path, like {destination.rstrip('/')}/report")

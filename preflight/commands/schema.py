@@ -1,0 +1,126 @@
+"""``preflight schema``: the draft-07 JSON Schema of thresholds.yaml, generated, never written.
+
+Built from the same definitions ``config.py`` validates with: the check registry's
+OPTIONS and METRICS tables, ``units.UNITS`` for the quantities each dimension accepts,
+and config's key constants. Editors use it through the yaml-language-server modeline
+``# yaml-language-server: $schema=thresholds.schema.json``. Strings may hold
+``${VAR:-default}`` references anywhere (expanded before validation), so every string
+schema also accepts a string containing one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from preflight import config
+from preflight.checks import CHECKS
+from preflight.checks.base import Metric, Option
+from preflight.units import UNITS, Dimension, example
+
+DRAFT_07 = "http://json-schema.org/draft-07/schema#"
+ENV_REFERENCE = {"type": "string", "pattern": r"\$\{[A-Za-z_][A-Za-z0-9_]*(:-[^}]*)?\}",
+                 "description": "expanded from the environment before validation"}
+_NUMBER = r"[+]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?"
+_VERSION = r"^\d+(\.\d+)*$"
+_SETTING_DIMENSIONS = {"timeout": Dimension.DURATION, "duration": Dimension.DURATION}
+
+
+def build() -> dict[str, Any]:
+    """The schema as a dict (draft-07)."""
+    definitions = {name: _instance(name, check) for name, check in CHECKS.items()}
+    named = [{"allOf": [{"$ref": f"#/definitions/{name}"}, {"required": ["check"]}]} for name in CHECKS]
+    checks = {
+        "type": "object",
+        "minProperties": 1,
+        "description": "instances to run: named after their check, or any name with `check: <check>`",
+        "properties": {
+            name: {"anyOf": [{"type": "null"}, {"$ref": f"#/definitions/{name}"}, *named]} for name in CHECKS
+        },
+        "additionalProperties": {"anyOf": named},
+    }
+    top = {"version": {"const": 1, "description": "format of this file"},
+           "defaults": {"type": "object", "additionalProperties": False,
+                        "properties": {key: _setting(key) for key in config.DEFAULTS}},
+           "checks": checks}
+    assert tuple(top) == config.TOP_LEVEL_KEYS, "config's top-level keys changed: update the schema"
+    return {
+        "$schema": DRAFT_07,
+        "title": "preflight thresholds.yaml",
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["version", "checks"],
+        "properties": top,
+        "definitions": definitions,
+    }
+
+
+def render() -> str:
+    return json.dumps(build(), indent=2, ensure_ascii=False) + "\n"
+
+
+def quantity(dimension: Dimension) -> dict[str, Any]:
+    """A quantity of ``dimension`` as units.parse_quantity accepts it (bare numbers only for counts)."""
+    symbols = sorted((s for s, u in UNITS.items() if u.dimension is dimension and s), key=len, reverse=True)
+    unit = "(" + "|".join(re.escape(s) for s in symbols) + ")" if symbols else ""
+    text = {"type": "string", "pattern": rf"^\s*{_NUMBER}\s*{unit}\s*$"}
+    forms: list[dict[str, Any]] = [text, ENV_REFERENCE]
+    if dimension is Dimension.COUNT:
+        forms.insert(0, {"type": "number", "minimum": 0})
+    return {"anyOf": forms, "examples": [example(dimension)]}
+
+
+def _setting(key: str) -> dict[str, Any]:
+    if key == "severity":
+        return {"enum": list(config.SEVERITIES), "description": "fail: a miss fails the gate; warn: reported only"}
+    if key == "required":
+        return {"type": "boolean", "description": "false: an unmeasurable metric is skipped, not failed"}
+    if key == "check":
+        raise KeyError(key)
+    return {**quantity(_SETTING_DIMENSIONS[key]), "description": f"{key} of each check"}
+
+
+def _instance(name: str, check: Any) -> dict[str, Any]:
+    properties: dict[str, Any] = {"check": {"const": name, "description": f"run the `{name}` check"}}
+    for key in config.INSTANCE_KEYS:
+        if key != "check":
+            properties[key] = _setting(key)
+    properties.update({option.name: _option(option) for option in check.OPTIONS})
+    properties.update({metric.name: _threshold(metric) for metric in check.METRICS if not metric.is_text})
+    return {"type": "object", "description": check.HELP, "additionalProperties": False, "properties": properties}
+
+
+def _option(option: Option) -> dict[str, Any]:
+    kind = option.kind
+    if isinstance(kind, Dimension):
+        schema: dict[str, Any] = quantity(kind)
+    elif kind == "bool":
+        schema = {"type": "boolean"}
+    elif kind in ("int", "int_or_auto"):
+        whole: dict[str, Any] = {"type": "integer"}
+        if option.minimum is not None:
+            whole["minimum"] = option.minimum
+        forms = [whole, {"type": "string", "pattern": r"^\s*\d+\s*$"}, ENV_REFERENCE]
+        schema = {"anyOf": forms + ([{"const": "auto"}] if kind == "int_or_auto" else [])}
+    elif kind == "choice":
+        schema = {"anyOf": [{"enum": list(option.choices)}, ENV_REFERENCE]}
+    else:
+        schema = {"type": "string", "minLength": 1 if kind == "path" else 0}
+    return {**schema, "description": option.help, "default": option.default}
+
+
+def _threshold(metric: Metric) -> dict[str, Any]:
+    if metric.is_version:
+        bound: dict[str, Any] = {"anyOf": [{"type": "string", "pattern": _VERSION}, {"type": "number", "minimum": 0}]}
+    else:
+        bound = quantity(UNITS[metric.unit].dimension)
+    properties = {"min": bound, "max": bound, "severity": _setting("severity")}
+    assert tuple(properties) == config.THRESHOLD_KEYS, "config's threshold keys changed: update the schema"
+    return {
+        "type": "object",
+        "description": f"{metric.help} [{metric.unit or 'count'}]",
+        "additionalProperties": False,
+        "properties": properties,
+        "anyOf": [{"required": ["min"]}, {"required": ["max"]}],
+    }

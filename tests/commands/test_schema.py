@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import jsonschema
+import pytest
+import yaml
+
+from preflight import config
+from preflight.checks import CHECKS
+from preflight.commands import schema
+from preflight.errors import ConfigError
+
+VALIDATOR = jsonschema.Draft7Validator(schema.build())
+
+
+def _both(tmp_path, text):
+    """(schema accepts, config accepts) for the same file."""
+    path = tmp_path / "t.yaml"
+    path.write_text(text)
+    by_schema = VALIDATOR.is_valid(yaml.safe_load(text))
+    try:
+        config.load(str(path), environ={})
+        by_config = True
+    except ConfigError:
+        by_config = False
+    return by_schema, by_config
+
+
+def test_schema_is_valid_draft_07():
+    jsonschema.Draft7Validator.check_schema(schema.build())
+    assert schema.build()["$schema"] == "http://json-schema.org/draft-07/schema#"
+
+
+def test_bundled_thresholds_validate():
+    document = yaml.safe_load(config.bundled_path().read_text())
+    assert list(VALIDATOR.iter_errors(document)) == []
+
+
+def test_every_check_option_and_metric_is_in_the_schema():
+    definitions = schema.build()["definitions"]
+    assert set(definitions) == set(CHECKS)
+    for name, check in CHECKS.items():
+        keys = set(definitions[name]["properties"])
+        assert {o.name for o in check.OPTIONS} <= keys
+        assert {m.name for m in check.METRICS if not m.is_text} <= keys
+
+
+@pytest.mark.parametrize("text, accepted", [
+    ("version: 1\nchecks:\n  storage:\n    seq_raed: {min: 1 GB/s}\n", False),  # unknown key
+    ("version: 1\nchecks:\n  storage:\n    seq_read: {min: 1 GiB}\n", False),  # a size where a bandwidth goes
+    ("version: 1\nchecks:\n  storage:\n    seq_read: {min: 1000}\n", False),  # bare number
+    ("version: 1\nchecks:\n  storage:\n    seq_read: {severity: warn}\n", False),  # no bound
+    ("version: 2\nchecks:\n  storage: {}\n", False),
+    ("version: 1\nextra: 1\nchecks:\n  storage: {}\n", False),
+    ("version: 1\nchecks:\n  ckpt:\n    check: storage\n    path: /tmp\n    seq_read: {min: 1.5 GB/s}\n", True),
+    ("version: 1\nchecks:\n  ckpt:\n    check: storage\n    throughput: {min: 1 samples/s}\n", False),
+    ("version: 1\ndefaults: {timeout: 30s, severity: warn}\nchecks:\n  cuda:\n"
+     "    driver_version: {min: \"535.104\"}\n    device_count: {min: 1}\n", True),
+    ("version: 1\nchecks:\n  dataloader:\n    num_workers: auto\n    batch_size: 0\n", False),
+    ("version: 1\nchecks:\n  dataloader:\n    num_workers: 4\n    pin_memory: false\n", True),
+    ("version: 1\nchecks:\n  shm:\n    allocate: 512 MiB\n    size: {min: 8 GiB, max: 1 TiB}\n", True),
+])
+def test_schema_and_config_agree(tmp_path, text, accepted):
+    assert _both(tmp_path, text) == (accepted, accepted)
+
+
+def test_cli_prints_the_schema_without_importing_torch():
+    code = ("import sys; from preflight.cli import main; rc = main(['schema']); "
+            "assert 'torch' not in sys.modules, 'torch imported'; sys.exit(rc)")
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(completed.stdout) == schema.build()

@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def _preflight(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "preflight", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def test_valid_file_lists_instances_and_exits_0(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text("version: 1\nchecks:\n  shm:\n    size: {min: 1 GiB}\n  ckpt:\n    check: storage\n")
+    completed = _preflight("validate", "-c", str(path))
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.splitlines() == [
+        f"{path}: valid, 2 checks, 1 thresholds",
+        "  shm (shm, timeout 120s): size",
+        "  ckpt (storage, timeout 120s): no thresholds (measured only)",
+    ]
+
+
+def test_invalid_file_names_the_place_and_the_fix(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text("version: 1\nchecks:\n  storage:\n    seq_raed: {min: 1 GB/s}\n")
+    completed = _preflight("validate", "-c", str(path))
+    assert completed.returncode == 2 and completed.stdout == ""
+    assert completed.stderr == f"preflight: error: {path}:4:5: unknown key `seq_raed`: did you mean `seq_read`?\n"
+
+
+def test_overrides_are_validated_too(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text("version: 1\nchecks:\n  shm: {}\n")
+    completed = _preflight("validate", "-c", str(path), "--set", "shm.allocate=12")
+    assert completed.returncode == 2
+    assert "--set shm.allocate=12: `shm.allocate`: expected a size with its unit" in completed.stderr
