@@ -98,7 +98,7 @@ def _config_error(path: str, error: UsageError, args: argparse.Namespace, enviro
         report.write_atomic(args.junit_xml, junit.render_config_error(path, message, facts, report.now()))
     if github.active(environ):
         where = error.where if isinstance(error, ConfigError) else path
-        github.publish_config_error(where, message, environ, stderr)
+        github.publish_config_error(where, message, environ, stderr, args.junit_xml)
     kubernetes.write(kubernetes.termination_path(args.termination_log, environ),
                      kubernetes.config_error_summary(message))
 

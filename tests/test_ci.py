@@ -1,0 +1,138 @@
+"""The pipeline pieces under ci/ and action.yml: valid for their consumers, naming only what exists."""
+
+from __future__ import annotations
+
+import copy
+import re
+import shlex
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from preflight import config
+from preflight.cli import _parser
+from preflight.commands import schema
+from preflight.report import github
+
+REPO = Path(__file__).resolve().parents[1]
+KUBERNETES_VERSION = "1.31.0"  # pinned: its schemas ship inside kubernetes-validate, no network needed
+MANIFESTS = sorted((REPO / "ci" / "kubernetes").glob("*.yaml"))
+# GitLab CI job keywords (docs.gitlab.com/ee/ci/yaml/) and `artifacts:` / `artifacts:reports:` keys.
+GITLAB_JOB_KEYS = {"after_script", "allow_failure", "artifacts", "before_script", "cache", "coverage", "dependencies",
+                   "environment", "extends", "hooks", "id_tokens", "image", "inherit", "interruptible", "needs",
+                   "parallel", "release", "resource_group", "retry", "rules", "script", "secrets", "services",
+                   "stage", "tags", "timeout", "trigger", "variables", "when"}
+GITLAB_ARTIFACT_KEYS = {"paths", "exclude", "expire_in", "expose_as", "name", "public", "access", "reports",
+                        "untracked", "when"}
+
+
+def _documents(path: Path) -> list[dict]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def _run_arguments(command: str) -> list[str]:
+    """The words after `preflight run` in a shell line, with shell variables given sample values."""
+    command = command.replace('"${config[@]}"', "-c thresholds.yaml").replace("$PREFLIGHT_ARGS", "")
+    words = shlex.split(re.sub(r"\$\{?(\w+)\}?", r"\1-value", command))
+    return words[words.index("run") + 1:]
+
+
+def _assert_cli_accepts(command: str) -> None:
+    args = _parser().parse_args(["run", *_run_arguments(command)])
+    assert args.command == "run"
+
+
+def test_there_are_manifests():
+    assert {path.name for path in MANIFESTS} == {"training-job.yaml", "node-sweep-job.yaml"}
+
+
+@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.name)
+def test_manifests_pass_kubernetes_validate_strict(path):
+    for document in _documents(path):
+        kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+
+
+def test_strict_validation_rejects_a_misspelt_field():
+    job = next(d for d in _documents(REPO / "ci/kubernetes/training-job.yaml") if d["kind"] == "Job")
+    broken = copy.deepcopy(job)
+    broken["spec"]["template"]["spec"]["initContainers"][0]["terminationMessagePolicyy"] = "File"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, KUBERNETES_VERSION, strict=True)
+
+
+def test_init_container_shares_image_gpus_and_a_memory_backed_shm_with_the_trainer():
+    documents = _documents(REPO / "ci/kubernetes/training-job.yaml")
+    pod = next(d for d in documents if d["kind"] == "Job")["spec"]["template"]["spec"]
+    (init,), (train,) = pod["initContainers"], pod["containers"]
+    assert init["image"] == train["image"]
+    assert init["resources"]["limits"]["nvidia.com/gpu"] == train["resources"]["limits"]["nvidia.com/gpu"] == 8
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    shm = next(m for m in init["volumeMounts"] if m["mountPath"] == "/dev/shm")
+    assert volumes[shm["name"]]["emptyDir"] == {"medium": "Memory", "sizeLimit": "16Gi"}
+    assert pod["restartPolicy"] == "Never"
+    _assert_cli_accepts(shlex.join(init["command"]))
+
+
+def test_configmap_thresholds_load_and_match_the_schema(tmp_path):
+    (configmap,) = [d for d in _documents(REPO / "ci/kubernetes/training-job.yaml") if d["kind"] == "ConfigMap"]
+    path = tmp_path / "thresholds.yaml"
+    path.write_text(configmap["data"]["thresholds.yaml"])
+    loaded = config.load(str(path), environ={"DATA_DIR": "/data"})
+    assert [i.name for i in loaded.instances] == ["cuda", "shm", "storage", "dataloader", "transfer"]
+    jsonschema.validate(yaml.safe_load(path.read_text()), schema.build())
+
+
+def test_action_names_only_inputs_and_outputs_that_exist():
+    action = yaml.safe_load((REPO / "action.yml").read_text())
+    assert action["runs"]["using"] == "composite"
+    text = (REPO / "action.yml").read_text()
+    assert set(re.findall(r"inputs\.([\w-]+)", text)) == set(action["inputs"])
+    step_ids = {step.get("id") for step in action["runs"]["steps"]}
+    written = set(github.outputs(_empty_report(), "j.xml", "r.json"))
+    for name, output in action["outputs"].items():
+        step, key = re.fullmatch(r"\$\{\{ steps\.([\w-]+)\.outputs\.([\w-]+) \}\}", output["value"]).groups()
+        assert step in step_ids and key in written, name
+    run_step = next(step for step in action["runs"]["steps"] if step.get("id") == "run")
+    for variable in set(re.findall(r"\$(PREFLIGHT_\w+)", run_step["run"])):
+        assert variable in run_step["env"], variable
+    _assert_cli_accepts(run_step["run"].strip().splitlines()[-1])
+
+
+def test_example_workflow_uses_only_the_actions_inputs_and_outputs():
+    action = yaml.safe_load((REPO / "action.yml").read_text())
+    workflow = yaml.safe_load((REPO / "ci/github/preflight.yml").read_text())
+    step = next(s for s in workflow["jobs"]["preflight"]["steps"] if s.get("id") == "preflight")
+    assert set(step["with"]) <= set(action["inputs"])
+    text = (REPO / "ci/github/preflight.yml").read_text()
+    assert set(re.findall(r"steps\.preflight\.outputs\.([\w-]+)", text)) <= set(action["outputs"])
+
+
+def test_gitlab_template_uploads_junit_always_with_known_keys():
+    template = yaml.safe_load((REPO / "ci/gitlab/preflight.gitlab-ci.yml").read_text())
+    job = template[".preflight"]
+    assert set(job) <= GITLAB_JOB_KEYS and set(job["artifacts"]) <= GITLAB_ARTIFACT_KEYS
+    assert job["artifacts"]["when"] == "always"
+    (command,) = job["script"]
+    arguments = _run_arguments(command)
+    assert job["artifacts"]["reports"]["junit"] == arguments[arguments.index("--junit-xml") + 1]
+    assert set(job["artifacts"]["paths"]) >= {job["artifacts"]["reports"]["junit"]}
+    _assert_cli_accepts(command)
+
+
+def test_jenkinsfile_publishes_junit_in_post_always():
+    text = (REPO / "ci/jenkins/Jenkinsfile").read_text()
+    post = text[text.index("post {"):]
+    always = post[post.index("always {"):]
+    assert re.search(r"junit testResults: 'preflight-junit\.xml'", always)
+    command = re.search(r"sh '([^']+)'", text).group(1)
+    assert "--junit-xml preflight-junit.xml" in command
+    _assert_cli_accepts(command)
+
+
+def _empty_report():
+    from conftest import make_report
+
+    return make_report([])
