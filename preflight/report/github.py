@@ -68,10 +68,10 @@ def summary(report: RunReport) -> str:
     totals = ", ".join(f"{counts[v]} {v}" for v in ("fail", "error", "warn", "pass", "skip") if counts.get(v))
     lines = [f"### {verdict} on `{_cell(report.host)}`", "",
              f"{totals} in {report.duration_s:.1f}s · config `{_cell(report.config_path)}`", "",
-             "| Result | Verdict | Measured | Required | Fix |", "|---|---|---|---|---|"]
+             "| Result | Verdict | Measured | Required | Why and fix |", "|---|---|---|---|---|"]
     for r in report.results:
         lines.append(f"| `{_cell(r.id)}` | {_MARK[r.verdict]} | {_cell(_measured(r))} | {_cell(r.required or '-')} "
-                     f"| {_cell(r.hint or ('' if r.verdict in ('pass', 'info') else r.message))} |")
+                     f"| {_cell(_why(r))} |")
     facts = ", ".join(f"{k} {v}" for k, v in report.facts.items() if k in ("gpu", "driver", "torch", "cuda") and v)
     return "\n".join(lines + ["", f"<sub>{_cell(facts)}</sub>", ""]) + "\n"
 
@@ -121,6 +121,12 @@ def append(path: str | None, text: str) -> None:
             stream.write(text)
     except OSError:
         pass
+
+
+def _why(result: Result) -> str:
+    if result.verdict in ("pass", "info"):
+        return ""
+    return f"{result.message}; fix: {result.hint}" if result.hint else result.message
 
 
 def _title(result: Result) -> str:

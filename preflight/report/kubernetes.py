@@ -42,7 +42,8 @@ def summary(report: RunReport) -> str:
     gating = [r for r in report.results if r.verdict in ("fail", "error")]
     if not gating:
         return _cap(verdict_line(report) + ".")
-    parts = [f"preflight FAILED on {report.host}: {len(gating)} of {len(report.results)} results failed."]
+    judged = [r for r in report.results if r.verdict != "info"]
+    parts = [f"preflight FAILED on {report.host}: {len(gating)} of {len(judged)} thresholds failed."]
     parts += [_sentence(result) for result in gating]
     return _cap(" ".join(parts))
 

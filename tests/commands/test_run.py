@@ -71,7 +71,7 @@ def test_failing_run_in_github_actions_writes_summary_outputs_and_capped_annotat
     assert "passed=false\nfailed=12\nwarnings=0\nexit-code=1\n" in outputs.read_text()
     message = termination.read_text()
     assert len(message.encode()) <= 1024
-    assert message.startswith("preflight FAILED on ") and "12 of 12 results failed. shm0.size: measured " in message
+    assert message.startswith("preflight FAILED on ") and "12 of 12 thresholds failed. shm0.size: measured " in message
     assert "shm0.size: measured " in message and "required >= 1048576 GiB" in message
     document = read_junit(junit_path)
     assert sum(isinstance(c.result[0], junitparser.Failure) for s in document for c in s) == 12

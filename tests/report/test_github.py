@@ -34,7 +34,7 @@ def test_summary_is_a_markdown_table_with_escaped_cells():
                result("size", "pass", "ok", instance="shm", value=8.0, unit="GiB", required=">= 1 GiB")]
     text = github.summary(make_report(results))
     assert text.startswith("### ❌ preflight failed on `node-17`")
-    assert "| `storage.seq_read` | ❌ fail | 180 MB/s | >= 200 MB/s | move \\| to NVMe |" in text
+    assert "| `storage.seq_read` | ❌ fail | 180 MB/s | >= 200 MB/s | measured 180 MB/s, required >= 200 MB/s; fix: move \\| to NVMe |" in text
     assert "| `shm.size` | ✅ pass | 8 GiB | >= 1 GiB |  |" in text
     assert "1 fail, 1 pass in 1.2s" in text
 

@@ -10,7 +10,7 @@ def test_summary_names_what_failed_with_measured_and_required():
     report = make_report([result("size", "fail", MISS, instance="shm", hint="mount an emptyDir with medium: Memory"),
                           result("seq_read", "pass", "measured 2 GB/s")])
     text = kubernetes.summary(report)
-    assert text == ("preflight FAILED on node-17: 1 of 2 results failed. shm.size: measured 64 MiB, required >= 1 GiB; "
+    assert text == ("preflight FAILED on node-17: 1 of 2 thresholds failed. shm.size: measured 64 MiB, required >= 1 GiB; "
                     "fix: mount an emptyDir with medium: Memory.")
 
 
