@@ -6,8 +6,9 @@ atomically (its README: write to a temporary file, then rename). Names follow th
 Prometheus naming guide: ``preflight_`` prefix, base units (bytes, seconds, ratios) in the
 name's suffix. Per result:
 
-- ``preflight_<check>_<metric>_<base unit>{instance, device}``: the measured value;
-- ``preflight_threshold_met{instance, check, metric, device, severity}``: 1 pass, 0 miss or error;
+- ``preflight_<check>_<metric>_<base unit>{name, device}``: the measured value (``name``: the
+  check instance; not ``instance``, which Prometheus sets to the scraped target);
+- ``preflight_threshold_met{name, check, metric, device}``: 1 pass, 0 miss or error;
 - ``preflight_results{verdict}``: how many results had each verdict;
 - ``preflight_info{version, host, config_sha256, torch, cuda, driver, gpu} 1``;
 - ``preflight_last_run_timestamp_seconds``, ``preflight_run_duration_seconds``, ``preflight_passed``.
@@ -70,13 +71,13 @@ def render(report: RunReport) -> str:
     helps: dict[str, str] = {}
     met = []
     for r in report.results:
-        labels = {"instance": r.instance, "device": r.device or ""}
+        labels = {"name": r.instance, "device": r.device or ""}
         if isinstance(r.value, (int, float)) and r.unit in UNITS:
             name = metric_name(r.check, r.metric, r.unit)
             values.setdefault(name, []).append((labels, to_base(float(r.value), r.unit)))
             helps[name] = f"{r.check} {r.metric}, measured (canonical unit {r.unit or 'count'})"
         if r.verdict in ("pass", "fail", "warn", "error"):
-            met.append(({"instance": r.instance, "check": r.check, "metric": r.metric, "device": r.device or ""},
+            met.append(({"name": r.instance, "check": r.check, "metric": r.metric, "device": r.device or ""},
                         1 if r.verdict == "pass" else 0))
     for name in sorted(values):
         _family(lines, name, "gauge", helps[name], values[name])

@@ -20,12 +20,12 @@ def test_values_are_in_base_units_with_unit_suffixes():
         result("driver_version", "pass", "m", instance="cuda", value="550.54.15", unit="version"),
     ])
     samples = _samples(prometheus.render(report))
-    assert samples['preflight_storage_seq_read_bytes_per_second{instance="storage",device=""}'] == 2080.5e6
-    assert samples['preflight_shm_size_bytes{instance="shm",device=""}'] == 8 * 2**30
-    assert samples['preflight_dataloader_throughput_samples_per_second{instance="loader\\"x",device=""}'] == 1500
-    met = 'preflight_threshold_met{instance="storage",check="storage",metric="seq_read",device=""}'
+    assert samples['preflight_storage_seq_read_bytes_per_second{name="storage",device=""}'] == 2080.5e6
+    assert samples['preflight_shm_size_bytes{name="shm",device=""}'] == 8 * 2**30
+    assert samples['preflight_dataloader_throughput_samples_per_second{name="loader\\"x",device=""}'] == 1500
+    met = 'preflight_threshold_met{name="storage",check="storage",metric="seq_read",device=""}'
     assert samples[met] == 0
-    assert samples['preflight_threshold_met{instance="transfer",check="transfer",metric="h2d_pinned",'
+    assert samples['preflight_threshold_met{name="transfer",check="transfer",metric="h2d_pinned",'
                    'device="cuda:0"}'] == 0
     assert samples['preflight_results{verdict="fail"}'] == 1 and samples['preflight_results{verdict="pass"}'] == 3
     assert samples["preflight_passed"] == 0
