@@ -44,7 +44,12 @@ def write_config(directory: Path, text: str, name: str = "thresholds.yaml") -> P
 
 def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
             timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m preflight ARGS`` as a user would, from this checkout."""
-    environment = dict(os.environ, PYTHONPATH=str(REPO), NO_COLOR="1", **(env or {}))
+    """Run ``python -m preflight ARGS`` as a user would, from this checkout.
+
+    The CI's own GitHub Actions and preflight variables are dropped, so a test never writes
+    into the real step summary; pass them in ``env`` to test those integrations.
+    """
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "PREFLIGHT_"))}
+    environment = dict(inherited, PYTHONPATH=str(REPO), NO_COLOR="1", **(env or {}))
     return subprocess.run([sys.executable, "-m", "preflight", *args], cwd=cwd, env=environment,
                           capture_output=True, text=True, timeout=timeout)

@@ -133,6 +133,6 @@ def test_jenkinsfile_publishes_junit_in_post_always():
 
 
 def _empty_report():
-    from conftest import make_report
+    from tests.report_helpers import make_report
 
     return make_report([])

@@ -7,6 +7,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from tests.helpers import REPO, run_cli, write_config
+from tests.report_helpers import read_junit
 
 # What this CPU-only machine has: shared memory, a real directory, and a DataLoader.
 MACHINE_HAS = """
@@ -67,6 +68,7 @@ def test_bundled_default_on_a_cpu_machine_fails_on_cuda_and_measures_the_rest(tm
     for measured in ("shm.size", "shm.allocatable", "storage.seq_read", "dataloader.throughput"):
         assert " - " not in lines[measured] and "could not measure" not in lines[measured], lines[measured]
         assert lines[measured].rstrip().endswith("s")  # each check's duration is shown
+    read_junit(report)
     suite = ET.parse(report).getroot().find("testsuite")
     cases = {(c.get("classname"), c.get("name")): c for c in suite.findall("testcase")}
     data = json.loads((tmp_path / "r.json").read_text())
@@ -106,6 +108,8 @@ def test_config_errors_exit_2_with_one_located_line(tmp_path, text, fragment):
     assert result.stdout == ""
     assert result.stderr.strip().splitlines() == [f"preflight: error: {path}{fragment}" + result.stderr.split(fragment, 1)[1].rstrip()]
     assert "Traceback" not in result.stderr
+    (case,) = [case for suite in read_junit(tmp_path / "r.xml") for case in suite]  # written though invalid
+    assert case.result[0].type == "ConfigError" and fragment in case.result[0].message
 
 
 @pytest.mark.parametrize(

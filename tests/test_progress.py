@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import io
 
-from conftest import result
+from tests.report_helpers import result
 from preflight.config import Instance
 from preflight.progress import Progress
 

@@ -9,7 +9,7 @@ import inspect
 
 from preflight.checks import CHECKS
 from preflight.checks.base import Metric
-from preflight.commands.list_checks import _metric, _option
+from preflight.commands.list_checks import metric_line, option_line
 from preflight.config import _suggest
 from preflight.errors import UsageError
 from preflight.units import UNITS, example
@@ -27,10 +27,10 @@ def render(name: str) -> str:
     lines = [f"{name}: {check.HELP}", "", inspect.cleandoc(check.__doc__ or ""), ""]
     if check.OPTIONS:
         lines.append("parameters (name, kind, default):")
-        lines += [f"  {_option(option)}" for option in check.OPTIONS]
+        lines += [f"  {option_line(option)}" for option in check.OPTIONS]
         lines.append("")
     lines.append("metrics (name, unit, direction):")
-    lines += [f"  {_metric(metric)}" for metric in check.METRICS]
+    lines += [f"  {metric_line(metric)}" for metric in check.METRICS]
     hints = [(metric.name, metric.hint) for metric in check.METRICS if metric.hint]
     if hints:
         lines += ["", "fixes suggested on a miss:"] + [f"  {metric}: {hint}" for metric, hint in hints]

@@ -19,13 +19,21 @@ def render() -> str:
         lines.append(f"{name}: {check.HELP}")
         if check.OPTIONS:
             lines.append("  parameters:")
-            lines += [f"    {option.name:<16} {_kind(option, plain=True):<12} default {_default(option):<10} {option.help}"
-                      for option in check.OPTIONS]
+            lines += [f"    {option_line(option)}" for option in check.OPTIONS]
         lines.append("  metrics:")
-        lines += [f"    {metric.name:<20} {_unit(metric):<10} {_direction(metric)}: {metric.help}"
-                  for metric in check.METRICS]
+        lines += [f"    {metric_line(metric)}" for metric in check.METRICS]
         lines.append("")
     return "\n".join(lines)
+
+
+def option_line(option: Option) -> str:
+    """``name  kind  default D  help`` on one line (``list`` and ``explain``)."""
+    return f"{option.name:<16} {_kind(option, plain=True):<12} default {_default(option):<10} {option.help}"
+
+
+def metric_line(metric: Metric) -> str:
+    """``name  unit  direction: help`` on one line (``list`` and ``explain``)."""
+    return f"{metric.name:<20} {_unit(metric):<10} {_direction(metric)}: {metric.help}"
 
 
 def render_markdown() -> str:

@@ -7,24 +7,18 @@ every JUnit file written here goes through ``read_junit`` (junit-10.xsd + junitp
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import junitparser
 
-from conftest import read_junit
+from tests.helpers import run_cli
+from tests.report_helpers import read_junit
 
-REPO = Path(__file__).resolve().parents[2]
 FAST = "defaults: {duration: 0.1s, timeout: 30s}\n"
 
 
-def _preflight(*args, env=None, cwd=None):
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "PREFLIGHT_"))}
-    environ.update({"PYTHONPATH": str(REPO), **(env or {})})
-    return subprocess.run([sys.executable, "-m", "preflight", "run", *args], capture_output=True, text=True,
-                          env=environ, cwd=cwd, timeout=120)
+def _preflight(*args, env=None):
+    return run_cli("run", *args, env=env)
 
 
 def _config(directory: Path, body: str, name: str = "thresholds.yaml") -> Path:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import io
 
-from conftest import make_report, result
+from tests.report_helpers import make_report, result
 from preflight.report import github
 
 MISS = "measured 180 MB/s, required >= 200 MB/s"

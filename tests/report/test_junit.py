@@ -3,7 +3,7 @@ from __future__ import annotations
 import junitparser
 import pytest
 
-from conftest import make_report, read_junit, result
+from tests.report_helpers import make_report, read_junit, result
 from preflight.report import junit
 
 MISS = "measured 180 MB/s, required >= 200 MB/s"

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from conftest import make_report, result
+from tests.report_helpers import make_report, result
 from preflight.report import kubernetes
 
 MISS = "measured 64 MiB, required >= 1 GiB"

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from prometheus_client import parser
 
-from conftest import make_report, result
+from tests.report_helpers import make_report, result
 from preflight.report import prometheus
 
 

@@ -1,4 +1,4 @@
-"""Shared helpers: every JUnit file a test writes goes through ``read_junit``."""
+"""Helpers for report tests: every JUnit file a test writes goes through ``read_junit``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Sequence
 
 import junitparser
-import pytest
 import xmlschema
 
 from preflight.report import RunReport
@@ -62,8 +61,3 @@ def result(metric: str, verdict: str, message: str = "", instance: str = "storag
     fields.setdefault("check", instance)
     return Result(instance=instance, metric=metric, verdict=verdict, message=message or f"{metric} {verdict}",
                   **fields)
-
-
-@pytest.fixture
-def junit_reader():
-    return read_junit
