@@ -17,6 +17,7 @@ import os
 from typing import Mapping, TextIO
 
 from preflight.report import RunReport
+from preflight.units import format_value
 from preflight.verdict import Result
 
 MAX_ANNOTATIONS = 10  # per level, as GitHub displays per step
@@ -140,8 +141,6 @@ def _annotation_text(result: Result) -> str:
 def _measured(result: Result) -> str:
     if result.value is None:
         return "-"
-    from preflight.units import format_value
-
     return format_value(result.value, "" if result.unit in ("version", "text") else result.unit)
 
 

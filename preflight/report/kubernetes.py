@@ -54,9 +54,7 @@ def config_error_summary(message: str) -> str:
 
 def write(path: str, text: str) -> bool:
     """Write ``text`` to an existing, writable termination-message file; False when there is none."""
-    if not os.path.isfile(path) and not (os.path.exists(path) and not os.path.isdir(path)):
-        return False
-    if not os.access(path, os.W_OK):
+    if not os.path.exists(path) or os.path.isdir(path) or not os.access(path, os.W_OK):
         return False
     try:
         with open(path, "w", encoding="utf-8") as stream:
