@@ -33,7 +33,7 @@ from preflight.yaml_source import Located
 Severity = Literal["fail", "warn"]
 SEVERITIES: tuple[Severity, ...] = ("fail", "warn")
 INSTANCE_KEYS = ("check", "timeout", "duration", "severity", "required")
-THRESHOLD_KEYS = ("min", "max", "severity")
+THRESHOLD_KEYS = ("min", "max", "match", "severity")
 TOP_LEVEL_KEYS = ("version", "defaults", "checks")
 DEFAULTS = {"timeout": "120s", "duration": "5s", "severity": "fail"}
 _VERSION = re.compile(r"^\d+(\.\d+)*$")
@@ -48,6 +48,7 @@ class Threshold:
     max: float | str | None
     severity: Severity
     where: str  # FILE:LINE:COL of the metric's key, for annotations
+    match: str | None = None  # a regular expression a text metric must contain (re.search)
 
 
 @dataclass(frozen=True)
@@ -215,6 +216,8 @@ def coerce_option(option: Option, node: Located | None, label: str) -> Any:
         raise ConfigError(where, f"`{label}`: {error}") from None
     if option.minimum is not None and isinstance(result, (int, float)) and result < option.minimum:
         raise ConfigError(where, f"`{label}` must be at least {option.minimum:g}, found {value!r}")
+    if option.maximum is not None and isinstance(result, (int, float)) and result > option.maximum:
+        raise ConfigError(where, f"`{label}` must be at most {option.maximum:g}, found {value!r}")
     return result
 
 
@@ -225,6 +228,8 @@ def _threshold(metric: Metric, node: Located, default_severity: Severity) -> Thr
         raise ConfigError(node.where, f"`{label}` is a metric: give it a threshold like {hint}")
     body = node.value
     _reject_unknown(body, THRESHOLD_KEYS)
+    if "match" in body:
+        return _match_threshold(metric, node, default_severity)
     if "min" not in body and "max" not in body:
         raise ConfigError(node.where, f"`{label}`: a threshold needs `min` or `max`")
     bounds = {key: _bound(metric, body[key]) if key in body else None for key in ("min", "max")}
@@ -235,9 +240,32 @@ def _threshold(metric: Metric, node: Located, default_severity: Severity) -> Thr
     return Threshold(metric.name, low, high, severity, node.key_location)
 
 
+def _match_threshold(metric: Metric, node: Located, default_severity: Severity) -> Threshold:
+    """``{match: "H100|H200"}``: the text metric must contain a match of the regular expression."""
+    body, label = node.value, metric.name
+    pattern = body["match"]
+    if not metric.is_text:
+        raise ConfigError(pattern.where, f"`{label}`: `match` is for text metrics; use `min`/`max` here")
+    if "min" in body or "max" in body:
+        raise ConfigError(node.where, f"`{label}`: give either `match` or `min`/`max`, not both")
+    if isinstance(pattern.value, bool):
+        raise ConfigError(pattern.where, f"`{label}.match`: YAML reads {pattern.raw or pattern.value} as a boolean: "
+                                         f"quote it (\"{pattern.raw or 'on'}\")")
+    if not isinstance(pattern.value, str) or not pattern.value:
+        raise ConfigError(pattern.where, f"`{label}.match`: expected a regular expression like \"H100|H200\", "
+                                         f"found {pattern.value!r}")
+    try:
+        re.compile(pattern.value)
+    except re.error as error:
+        raise ConfigError(pattern.where, f"`{label}.match`: invalid regular expression {pattern.value!r} ({error}): "
+                                         f"quote it and escape special characters") from None
+    severity = _severity(body["severity"]) if "severity" in body else default_severity
+    return Threshold(metric.name, None, None, severity, node.key_location, match=pattern.value)
+
+
 def _bound(metric: Metric, node: Located) -> float | str:
     if metric.is_text:
-        raise ConfigError(node.where, f"`{metric.name}` is text and takes no min/max")
+        raise ConfigError(node.where, f"`{metric.name}` is text and takes no min/max: use `{{match: REGEX}}`")
     if metric.is_version:
         text = str(node.raw if node.raw is not None else node.value).strip().strip("'\"")
         if not _VERSION.match(text):

@@ -61,6 +61,9 @@ class Measurement:
         stopped: why sampling stopped ("spread below 5%", "time budget spent").
         stats: statistics of ``samples``, computed when the record is built.
         warnings: noise and plausibility warnings found while measuring.
+        applicable: False when the metric does not exist on this target (NVML answers
+            NOT_SUPPORTED: no ECC on a consumer GPU, no remapped rows before Ampere, no
+            NVML on ROCm); such a measurement has no value and is judged ``skip``.
     """
 
     metric: str
@@ -72,6 +75,7 @@ class Measurement:
     reason: str = ""
     stopped: str = ""
     warnings: tuple[str, ...] = ()
+    applicable: bool = True
     stats: Stats | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
@@ -107,3 +111,8 @@ class Measurement:
 def unmeasurable(metric: str, reason: str, unit: str = "", device: str | None = None) -> Measurement:
     """A measurement of ``metric`` that could not be taken, with the one-line ``reason``."""
     return Measurement(metric=metric, value=None, unit=unit, device=device, reason=reason)
+
+
+def not_applicable(metric: str, reason: str, unit: str = "", device: str | None = None) -> Measurement:
+    """``metric`` does not exist on this target (the hardware lacks it); judged ``skip``, never pass or fail."""
+    return Measurement(metric=metric, value=None, unit=unit, device=device, reason=reason, applicable=False)

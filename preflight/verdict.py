@@ -2,6 +2,8 @@
 
 Rules (DESIGN.md "Measuring honestly"):
 - a metric with a threshold that could not be measured fails (``required: false``: skip);
+- a metric the target does not have (``Measurement.applicable`` false: no ECC on this GPU)
+  is skipped with its reason, whatever ``required`` says: it neither passes nor fails;
 - a miss is ``fail``, or ``warn`` where the threshold says ``severity: warn``;
 - a check that crashed or timed out is an ``error`` for each of its thresholds;
 - a measured metric without a threshold is reported as ``info`` and never gates.
@@ -10,6 +12,7 @@ The gate's exit code is computed here, in ``exit_code``, and nowhere else.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Sequence
 
@@ -89,7 +92,9 @@ def exit_code(results: Sequence[Result]) -> int:
 
 
 def requirement(threshold: Threshold, unit: str) -> str:
-    """The threshold in words: ``>= 1000 MB/s``, ``<= 85 C``, ``between 1 and 2 GiB``."""
+    """The threshold in words: ``>= 1000 MB/s``, ``<= 85 C``, ``between 1 and 2 GiB``, ``matches /H100/``."""
+    if threshold.match is not None:
+        return f"matches /{threshold.match}/"
     low, high = (format_value(b, unit) if isinstance(b, float) else b for b in (threshold.min, threshold.max))
     if threshold.min is not None and threshold.max is not None:
         return f"between {low} and {high}"
@@ -105,6 +110,8 @@ def _judge_one(instance: Instance, metric: Metric, threshold: Threshold, m: Meas
         samples=m.samples, duration_s=duration_s, method=m.method, where=threshold.where, warnings=m.warnings,
         required=required,
     )
+    if not m.measured and not m.applicable:
+        return Result(verdict="skip", message=f"not applicable: {m.reason}", **common)
     if not m.measured:
         verdict: Verdict = "fail" if instance.required else "skip"
         message = f"could not measure: {m.reason}; required {required}"
@@ -123,6 +130,8 @@ def _within(value: float | str | None, threshold: Threshold, metric: Metric) -> 
     def key(v: float | str) -> Any:
         return tuple(int(p) for p in str(v).split(".") if p.isdigit()) if metric.is_version else float(v)
 
+    if threshold.match is not None:
+        return re.search(threshold.match, str(value)) is not None
     if threshold.min is not None and key(value) < key(threshold.min):  # type: ignore[arg-type]
         return False
     return not (threshold.max is not None and key(value) > key(threshold.max))  # type: ignore[arg-type]
@@ -155,4 +164,5 @@ def _errors(instance: Instance, outcome: Outcome, thresholds: Mapping[str, Thres
 
 
 def _bounds(threshold: Threshold) -> dict[str, float | str]:
-    return {key: value for key, value in (("min", threshold.min), ("max", threshold.max)) if value is not None}
+    bounds = (("min", threshold.min), ("max", threshold.max), ("match", threshold.match))
+    return {key: value for key, value in bounds if value is not None}

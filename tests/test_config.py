@@ -3,6 +3,7 @@ import pytest
 from preflight import config
 from preflight.errors import ConfigError, UsageError
 from tests.helpers import REPO, write_config
+from tests.judging import instance as configured
 
 VALID = """
 version: 1
@@ -119,3 +120,29 @@ def test_resolve_prefers_explicit_then_local_then_bundled(tmp_path, monkeypatch)
     assert config.resolve_path(None) == str(config.bundled_path())
     (tmp_path / "thresholds.yaml").write_text("version: 1\n")
     assert config.resolve_path(None) == "thresholds.yaml"
+
+
+def test_a_text_metric_takes_a_regex_match(tmp_path):
+    (threshold,) = configured(tmp_path, "cuda", 'name: {match: "H100|H200", severity: warn}').thresholds
+    assert (threshold.match, threshold.min, threshold.max, threshold.severity) == ("H100|H200", None, None, "warn")
+    assert threshold.where.endswith("thresholds.yaml:4:5")
+
+
+@pytest.mark.parametrize("body, message", [
+    ('device_count: {match: "1"}', "thresholds.yaml:4:27: `device_count`: `match` is for text metrics; use `min`/`max` here"),
+    ('name: {match: "H100(", severity: fail}', "thresholds.yaml:4:19: `name.match`: invalid regular expression 'H100(' "
+                                               "(missing ), unterminated subpattern at position 4): quote it and escape "
+                                               "special characters"),
+    ("name: {match: 100}", "thresholds.yaml:4:19: `name.match`: expected a regular expression like \"H100|H200\", "
+                           "found 100"),
+    ("ecc_mode: {match: on}", 'thresholds.yaml:4:23: `ecc_mode.match`: YAML reads on as a boolean: quote it ("on")'),
+    ('name: {match: "H100", min: 1}', "thresholds.yaml:4:11: `name`: give either `match` or `min`/`max`, not both"),
+    ("name: {min: 1}", "thresholds.yaml:4:17: `name` is text and takes no min/max: use `{match: REGEX}`"),
+    ("allocate: 150 %", "thresholds.yaml:4:15: `cuda.allocate` must be at most 100, found '150 %'"),
+    ("allocate: 0 %", "thresholds.yaml:4:15: `cuda.allocate` must be at least 1, found '0 %'"),
+])
+def test_wrong_gpu_thresholds_and_options_name_the_place_and_fix(tmp_path, body, message):
+    with pytest.raises(ConfigError) as raised:
+        configured(tmp_path, "cuda", body)
+    assert str(raised.value).endswith(message)
+    assert str(raised.value).startswith(str(tmp_path))

@@ -25,6 +25,7 @@ class Option(NamedTuple):
     help: str
     choices: tuple[str, ...] = ()
     minimum: float | None = None
+    maximum: float | None = None
 
 
 class Metric(NamedTuple):
