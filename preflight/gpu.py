@@ -1,13 +1,17 @@
-"""The seam between checks and the GPU: every torch.cuda and NVML call lives here.
+"""The torch half of the GPU seam: every torch.cuda call the GPU checks make is here.
 
-``cuda`` and ``transfer`` turn the plain records below into measurements with pure
-functions, which CPU tests drive with fake records. The functions marked ``gpu-only``
-need a CUDA device and are exercised by ``scripts/gpu-smoke.sh``, not by the CPU tests.
+``TorchCuda`` is the one small interface the ``cuda``, ``transfer`` and ``p2p`` checks talk
+to (NVML is the other half, in ``preflight.nvml``). CPU tests pass a fake with the same
+methods; the methods marked ``gpu-only`` need a device and are run for real by
+``scripts/gpu-smoke.sh``. On ROCm builds torch.cuda drives HIP devices, so the same
+methods work there (``torch.version.hip`` is set and NVML readings are skipped).
 """
 
 from __future__ import annotations
 
-import resource
+import ast
+import importlib.util
+from pathlib import Path
 from typing import Callable, NamedTuple
 
 
@@ -16,6 +20,7 @@ class Device(NamedTuple):
     name: str
     compute_capability: str  # "9.0"
     memory_total_bytes: int
+    bus_id: str  # "0000:3b:00.0", as sysfs writes it; "" when torch does not say
 
 
 class TorchView(NamedTuple):
@@ -28,94 +33,162 @@ class TorchView(NamedTuple):
     reason: str  # why there is no device, "" when there is one
 
 
-class NvmlView(NamedTuple):
-    """What the driver reports through NVML."""
+def torch_build() -> dict[str, object] | None:
+    """The constants of torch/version.py (``__version__``, ``cuda``, ``hip``), read without importing torch.
 
-    driver_version: str | None  # "550.54.15"
-    cuda_driver_version: str | None  # highest CUDA the driver supports, "12.4"
-    reason: str  # why NVML could not answer, "" when it did
-
-
-def torch_view() -> TorchView:
-    """Ask torch for its build and devices; never raises for a missing GPU."""
-    import torch
-
-    version = torch.__version__
-    cuda, hip = torch.version.cuda, getattr(torch.version, "hip", None)
-    if not torch.cuda.is_available():
-        if cuda is None and hip is None:
-            reason = f"no CUDA device: torch {version} is a CPU build"
-        else:
-            reason = f"no CUDA device: torch {version} (CUDA {cuda or hip}) found none (driver, container runtime, CUDA_VISIBLE_DEVICES?)"
-        return TorchView(version, cuda, hip, (), reason)
-    devices = tuple(_device(index) for index in range(torch.cuda.device_count()))  # gpu-only
-    return TorchView(version, cuda, hip, devices, "")
-
-
-def _device(index: int) -> Device:  # gpu-only
-    import torch
-
-    props = torch.cuda.get_device_properties(index)
-    return Device(index, props.name, f"{props.major}.{props.minor}", int(props.total_memory))
-
-
-def nvml_view() -> NvmlView:
-    """Ask NVML for the driver version and the highest CUDA version it supports."""
-    try:
-        import pynvml
-    except ImportError:
-        return NvmlView(None, None, "nvidia-ml-py is not installed: pip install nvidia-ml-py")
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError_LibraryNotFound:
-        return NvmlView(None, None, "NVML library not found (libnvidia-ml.so.1): no NVIDIA driver on this machine")
-    except pynvml.NVMLError_DriverNotLoaded:
-        return NvmlView(None, None, "NVIDIA driver not loaded: is the kernel module installed and the GPU passed in?")
-    except pynvml.NVMLError as error:
-        return NvmlView(None, None, f"NVML failed to initialise: {error}")
-    try:  # gpu-only from here: a driver is present
-        driver = pynvml.nvmlSystemGetDriverVersion()
-        cuda = pynvml.nvmlSystemGetCudaDriverVersion()
-        driver = driver.decode() if isinstance(driver, bytes) else driver
-        return NvmlView(driver, f"{cuda // 1000}.{cuda % 1000 // 10}", "")
-    except pynvml.NVMLError as error:
-        return NvmlView(None, None, f"NVML query failed: {error}")
-    finally:
-        pynvml.nvmlShutdown()
-
-
-def memlock_limit() -> str:
-    """RLIMIT_MEMLOCK (soft) for reports: pinned allocations beyond it fail or fall back."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
-    return "unlimited" if soft == resource.RLIM_INFINITY else f"{soft / 2**20:g} MiB"
-
-
-def copy_timer(index: int, direction: str, pinned: bool, size: int) -> Callable[[], float]:  # gpu-only
-    """A function that times one batch of copies and returns GB/s (10^9 bytes/s).
-
-    nvbandwidth's method: ``copies`` back-to-back copies of ``size`` bytes on a dedicated
-    stream, bracketed by CUDA events, so the host clock and launch gaps stay out of it.
-
-    Raises:
-        RuntimeError: the pinned buffer could not be page-locked (RLIMIT_MEMLOCK, host RAM).
+    None when torch is not installed; ``{"cuda": "unknown"}`` when the file cannot be read (then
+    callers import torch to find out).
     """
-    import torch
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    try:
+        tree = ast.parse(Path(spec.submodule_search_locations[0], "version.py").read_text())
+    except (OSError, SyntaxError):
+        return {"cuda": "unknown"}
+    constants: dict[str, object] = {}
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+        value = getattr(node, "value", None)
+        if isinstance(target, ast.Name) and isinstance(value, ast.Constant):
+            constants[target.id] = value.value
+    return constants
 
-    device = torch.device("cuda", index)
-    device_buffer = torch.empty(size, dtype=torch.uint8, device=device)
-    host_buffer = torch.empty(size, dtype=torch.uint8, pin_memory=pinned)
-    if pinned and not host_buffer.is_pinned():
-        raise RuntimeError(f"host buffer of {size} bytes is not pinned (RLIMIT_MEMLOCK {memlock_limit()})")
-    source, target = (host_buffer, device_buffer) if direction == "h2d" else (device_buffer, host_buffer)
-    stream = torch.cuda.Stream(device=device)
-    copies = 4
+
+class TorchCuda:
+    """The real seam, backed by torch.cuda."""
+
+    def view(self) -> TorchView:
+        """Ask torch for its build and devices; never raises for a missing GPU.
+
+        A CPU build of torch can never see a GPU, so it is recognised from torch's own
+        ``version.py`` without importing torch (seconds on a busy node).
+        """
+        build = torch_build()
+        if build is None:
+            return TorchView("not installed", None, None, (), "torch is not installed: install the job's torch")
+        if build.get("cuda") is None and build.get("hip") is None:
+            version = str(build.get("__version__"))
+            return TorchView(version, None, None, (),
+                             f"no CUDA device: torch {version} is a CPU build; install a CUDA build of torch")
+        import torch
+
+        version = torch.__version__
+        cuda, hip = torch.version.cuda, getattr(torch.version, "hip", None)
+        if not torch.cuda.is_available():
+            if cuda is None and hip is None:
+                reason = f"no CUDA device: torch {version} is a CPU build; install a CUDA build of torch"
+            else:
+                reason = (f"no GPU visible to torch {version} ({'HIP' if hip else 'CUDA'} {hip or cuda}): check the "
+                          f"driver, the container's GPU runtime (--gpus all) and CUDA_VISIBLE_DEVICES")
+            return TorchView(version, cuda, hip, (), reason)
+        devices = tuple(self._device(index) for index in range(torch.cuda.device_count()))  # gpu-only
+        return TorchView(version, cuda, hip, devices, "")
+
+    def _device(self, index: int) -> Device:  # gpu-only
+        import torch
+
+        props = torch.cuda.get_device_properties(index)
+        ids = [getattr(props, f"pci_{part}_id", None) for part in ("domain", "bus", "device")]
+        bus_id = f"{ids[0]:04x}:{ids[1]:02x}:{ids[2]:02x}.0" if all(isinstance(i, int) for i in ids) else ""
+        return Device(index, props.name, f"{props.major}.{props.minor}", int(props.total_memory), bus_id)
+
+    def matmul_error(self, index: int, size: int) -> float:  # gpu-only
+        """Max |GPU - CPU| / max |CPU| of a ``size`` x ``size`` float32 matmul (TF32 off).
+
+        Raises:
+            RuntimeError: the device cannot run the kernel (CUDA error, Xid, ECC fault).
+        """
+        import torch
+
+        generator = torch.Generator().manual_seed(index)
+        a, b = (torch.randn(size, size, generator=generator) for _ in range(2))
+        expected = a @ b
+        allow_tf32 = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False
+        try:
+            device = torch.device("cuda", index)
+            got = (a.to(device) @ b.to(device)).cpu()
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = allow_tf32
+        return float((got - expected).abs().max() / expected.abs().max())
+
+    def allocate_share(self, index: int, share: float) -> tuple[int, int]:  # gpu-only
+        """Allocate and write ``share`` (0..1) of the free memory; return (bytes, free bytes).
+
+        Raises:
+            RuntimeError: the allocation or the write failed (torch.OutOfMemoryError included).
+        """
+        import torch
+
+        free, _ = torch.cuda.mem_get_info(index)
+        size = int(free * share)
+        block = torch.empty(size, dtype=torch.uint8, device=torch.device("cuda", index))
+        block.fill_(0xA5)  # touch every page: an allocation alone may not reach a faulty region
+        torch.cuda.synchronize(index)
+        del block
+        torch.cuda.empty_cache()
+        return size, free
+
+    def pin(self, size: int) -> None:  # gpu-only
+        """Allocate ``size`` bytes of pinned host memory and release it.
+
+        Raises:
+            RuntimeError: cudaHostAlloc failed or the buffer came back unpinned.
+        """
+        import torch
+
+        buffer = torch.empty(size, dtype=torch.uint8, pin_memory=True)
+        if not buffer.is_pinned():
+            raise RuntimeError("torch returned an unpinned buffer")
+        del buffer
+
+    def copy_timer(self, index: int, direction: str, pinned: bool, size: int,
+                   copies: int = 4) -> Callable[[], float]:  # gpu-only
+        """A function that times ``copies`` back-to-back copies and returns GB/s (10^9 B/s).
+
+        nvbandwidth's method (NVIDIA/nvbandwidth, host_to_device_memcpy_ce): copies of
+        ``size`` bytes on a dedicated stream bracketed by CUDA events, so the host clock
+        and launch gaps stay out of the timing.
+
+        Raises:
+            RuntimeError: the pinned host buffer could not be allocated or is not pinned.
+        """
+        import torch
+
+        device = torch.device("cuda", index)
+        device_buffer = torch.empty(size, dtype=torch.uint8, device=device)
+        host_buffer = torch.empty(size, dtype=torch.uint8, pin_memory=pinned)
+        if pinned and not host_buffer.is_pinned():
+            raise RuntimeError(f"host buffer of {size} bytes came back unpinned")
+        source, target = (host_buffer, device_buffer) if direction == "h2d" else (device_buffer, host_buffer)
+        return _event_timer(torch.cuda.Stream(device=device), lambda: target.copy_(source, non_blocking=pinned),
+                            size, copies)
+
+    def can_access_peer(self, source: int, target: int) -> bool:  # gpu-only
+        import torch
+
+        return bool(torch.cuda.can_device_access_peer(source, target))
+
+    def peer_timer(self, source: int, target: int, size: int, copies: int = 4) -> Callable[[], float]:  # gpu-only
+        """Like ``copy_timer`` for a device-to-device copy (nvbandwidth device_to_device_memcpy_read_ce)."""
+        import torch
+
+        src = torch.empty(size, dtype=torch.uint8, device=torch.device("cuda", source))
+        dst = torch.empty(size, dtype=torch.uint8, device=torch.device("cuda", target))
+        stream = torch.cuda.Stream(device=torch.device("cuda", source))
+        return _event_timer(stream, lambda: dst.copy_(src, non_blocking=True), size, copies)
+
+
+def _event_timer(stream: object, copy: Callable[[], object], size: int, copies: int) -> Callable[[], float]:  # gpu-only
+    import torch
 
     def once() -> float:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         with torch.cuda.stream(stream):
             start.record(stream)
             for _ in range(copies):
-                target.copy_(source, non_blocking=pinned)
+                copy()
             end.record(stream)
         end.synchronize()
         return size * copies / (start.elapsed_time(end) / 1e3) / 1e9

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from preflight.checks import cuda, dataloader, shm, storage, transfer
+from preflight.checks import cuda, dataloader, p2p, shm, storage, transfer
 from preflight.checks.base import Check
 
 CHECKS: dict[str, Check] = {
@@ -11,4 +11,5 @@ CHECKS: dict[str, Check] = {
     "storage": storage,
     "dataloader": dataloader,
     "transfer": transfer,
+    "p2p": p2p,
 }

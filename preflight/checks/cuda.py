@@ -1,78 +1,183 @@
-"""CUDA availability as the job's torch and the driver (NVML) see it.
+"""CUDA as the job's torch and the driver (NVML) see it, each GPU's health, and a smoke kernel.
 
-Method: ``torch.cuda`` for devices, compute capability and memory (PyTorch CUDA
-semantics docs); NVML's ``nvmlSystemGetDriverVersion`` and
-``nvmlSystemGetCudaDriverVersion`` for the driver (NVML API reference). The driver's
-CUDA version must be at least torch's CUDA runtime (CUDA compatibility guide, "minor
-version compatibility").
+Method: ``torch.cuda`` for devices, compute capability and memory (PyTorch CUDA semantics);
+NVML for the driver and each GPU's health (NVML API reference, the readings DCGM's
+diagnostics and NVIDIA's GPU debug guidelines check); CUDA compatibility guide for whether
+the driver runs torch's CUDA runtime (newer driver, minor-version or forward compatibility).
+The smoke kernel compares a float32 matmul on the GPU with the CPU's and writes a share of
+free memory, catching a device that enumerates but cannot compute.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-from preflight import gpu
-from preflight.checks.base import Budget, Metric
-from preflight.measurement import Measurement, unmeasurable
-from preflight.units import to_unit
+from preflight import gpu, nvml
+from preflight.checks.base import Budget, Metric, Option
+from preflight.measurement import Measurement, not_applicable, unmeasurable
+from preflight.units import Dimension, to_unit
 
 NAME = "cuda"
-HELP = "CUDA devices, compute capability and memory (torch), driver and its CUDA version (NVML)"
-OPTIONS = ()
+HELP = "CUDA devices and driver (torch, NVML), per-GPU health (ECC, PCIe link, clocks) and a smoke kernel"
+OPTIONS = (
+    Option("matmul_size", "int", 1024, "rows of the square float32 smoke matmul", minimum=16),
+    Option("allocate", Dimension.PERCENT, "90 %", "share of each GPU's free memory to allocate and write",
+           minimum=1, maximum=100),
+)
+_RESET = "drain the node and reset or replace the GPU"
 METRICS = (
-    Metric("device_count", "", True, "CUDA devices torch can use (torch.cuda.device_count)"),
+    Metric("device_count", "", True, "CUDA devices torch can use (torch.cuda.device_count)",
+           hint="torch sees {measured} GPUs: check the driver, --gpus all / the device plugin, CUDA_VISIBLE_DEVICES"),
     Metric("driver_version", "version", True, "NVIDIA driver version (NVML nvmlSystemGetDriverVersion)"),
     Metric("cuda_driver_version", "version", True, "highest CUDA version the driver supports (NVML)"),
-    Metric("runtime_supported", "", True, "1 when the driver's CUDA version >= torch's CUDA runtime, else 0"),
-    Metric("name", "text", None, "device name (torch.cuda.get_device_properties)", per_device=True),
+    Metric("runtime_supported", "", True, "1 when the driver runs torch's CUDA runtime: newer driver, same major "
+           "(minor-version compatibility) or a working forward-compatibility package (CUDA compatibility guide)"),
+    Metric("name", "text", None, "device name (torch.cuda.get_device_properties); match it with a regex", per_device=True),
     Metric("compute_capability", "version", True, "compute capability major.minor", per_device=True),
     Metric("memory_total", "GiB", True, "device memory (torch.cuda.get_device_properties.total_memory)",
            per_device=True),
+    Metric("memory_free", "GiB", True, "free device memory before the smoke test (cudaMemGetInfo)", per_device=True,
+           hint="another process holds GPU memory: find it with nvidia-smi"),
+    Metric("matmul_error", "", False, "max |GPU - CPU| / max |CPU| of the float32 smoke matmul, TF32 off",
+           per_device=True, hint=f"the GPU computes wrong results: {_RESET}"),
+    Metric("memory_allocatable", "%", True, "share of free memory allocated and written (0 when it failed)",
+           per_device=True, hint="the GPU cannot hand out its free memory: check other processes and ECC errors"),
+    Metric("mig_mode", "text", None, "MIG mode on/off (nvmlDeviceGetMigMode)", per_device=True),
+    Metric("persistence_mode", "text", None, "persistence mode on/off (nvmlDeviceGetPersistenceMode)", per_device=True,
+           hint="enable it: nvidia-smi -pm 1, or run nvidia-persistenced"),
+    Metric("ecc_mode", "text", None, "ECC on/off (nvmlDeviceGetEccMode)", per_device=True),
+    Metric("ecc_uncorrectable_volatile", "", False, "uncorrectable ECC errors since the last driver load (NVML)",
+           per_device=True, hint=f"uncorrectable memory errors: {_RESET}"),
+    Metric("ecc_uncorrectable_aggregate", "", False, "uncorrectable ECC errors over the GPU's life (NVML)",
+           per_device=True, hint=f"uncorrectable memory errors: {_RESET}"),
+    Metric("retired_pages", "", False, "pages retired for ECC errors, pre-Ampere GPUs (nvmlDeviceGetRetiredPages)",
+           per_device=True, hint="many retired pages: plan an RMA (NVIDIA dynamic page retirement guide)"),
+    Metric("retired_pages_pending", "", False, "1 when a page retirement awaits a reset (NVML)", per_device=True,
+           hint="reset the GPU (nvidia-smi -r) to retire the pending pages"),
+    Metric("remapped_rows_pending", "", False, "1 when a row remap awaits a reset, Ampere+ (nvmlDeviceGetRemappedRows)",
+           per_device=True, hint="reset the GPU (nvidia-smi -r) to apply the row remapping"),
+    Metric("remapped_rows_failed", "", False, "1 when a row remap failed, Ampere+ (NVML)", per_device=True,
+           hint=f"row remapping failed: {_RESET} (NVIDIA row remapping guide)"),
+    Metric("pcie_link_gen", "", True, "current PCIe generation (idle GPUs may step down; compare under load)",
+           per_device=True),
+    Metric("pcie_link_gen_max", "", True, "highest PCIe generation GPU and slot support (NVML)", per_device=True),
+    Metric("pcie_link_width", "", True, "current PCIe lanes (NVML)", per_device=True,
+           hint="the link trained to x{measured}: reseat the GPU or check the riser/slot"),
+    Metric("pcie_link_width_max", "", True, "most PCIe lanes GPU and slot support (NVML)", per_device=True),
+    Metric("clock_throttle", "", False, "active clock-throttle reasons: power cap, thermal or HW slowdown (NVML)",
+           per_device=True, hint="the GPU is throttled: check cooling, power cables and power limits"),
+    Metric("temperature", "C", False, "GPU core temperature (NVML)", per_device=True, hint="check cooling"),
+    Metric("power_limit", "W", True, "enforced power limit (nvmlDeviceGetEnforcedPowerLimit)", per_device=True,
+           hint="restore the default limit: nvidia-smi -pl"),
 )
+_TORCH_DEVICE_METRICS = ("name", "compute_capability", "memory_total", "memory_free", "matmul_error",
+                         "memory_allocatable")
+NVML_DEVICE_METRICS = tuple(m.name for m in METRICS if m.per_device and m.name not in _TORCH_DEVICE_METRICS)
 
 
 def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
-    """Ask torch and NVML, then turn their answers into measurements."""
-    return measurements(gpu.torch_view(), gpu.nvml_view())
+    """Ask torch and NVML, run the smoke kernel, and return every metric's measurement."""
+    return measurements(options, gpu.TorchCuda(), nvml.library())
 
 
-def measurements(torch_view: gpu.TorchView, nvml: gpu.NvmlView) -> list[Measurement]:
-    """Measurements from the two views; a pure function, so fakes test every branch."""
-    method = f"torch {torch_view.torch_version}, CUDA runtime {torch_view.cuda_runtime or 'none'}"
-    results = [Measurement("device_count", float(len(torch_view.devices)), "", method=method,
-                           reason=torch_view.reason)]
-    if nvml.driver_version is None:
-        results += [unmeasurable("driver_version", nvml.reason, "version"),
-                    unmeasurable("cuda_driver_version", nvml.reason, "version")]
+def measurements(options: Mapping[str, Any], cuda: gpu.TorchCuda, lib: Any) -> list[Measurement]:
+    """Measurements through the seam: ``cuda`` (torch) and ``lib`` (pynvml or a fake)."""
+    view = cuda.view()
+    if view.hip_runtime is not None:
+        rocm = f"ROCm build of torch (HIP {view.hip_runtime}): NVIDIA-only NVML reading; use amd-smi on AMD GPUs"
+        return _measure(options, cuda, view, nvml.Session(None, rocm), rocm)
+    session = nvml.open_session(lib)
+    try:
+        return _measure(options, cuda, view, session, "")
+    finally:
+        nvml.close(session)
+
+
+def _measure(options: Mapping[str, Any], cuda: gpu.TorchCuda, view: gpu.TorchView, session: nvml.Session,
+             rocm: str) -> list[Measurement]:
+    method = f"torch {view.torch_version}, CUDA runtime {view.cuda_runtime or view.hip_runtime or 'none'}"
+    results = [Measurement("device_count", float(len(view.devices)), "", method=method, reason=view.reason)]
+    system = nvml.system(session)
+    if rocm:
+        results += [not_applicable(name, rocm, unit) for name, unit in (
+            ("driver_version", "version"), ("cuda_driver_version", "version"), ("runtime_supported", ""))]
+    elif system.driver_version is None:
+        results += [unmeasurable("driver_version", system.reason, "version"),
+                    unmeasurable("cuda_driver_version", system.reason, "version"), _runtime_supported(view, system)]
     else:
-        results += [Measurement("driver_version", nvml.driver_version, "version", method="NVML"),
-                    Measurement("cuda_driver_version", nvml.cuda_driver_version, "version", method="NVML")]
-    results.append(_runtime_supported(torch_view, nvml))
-    for device in torch_view.devices:
+        results += [Measurement("driver_version", system.driver_version, "version", method="NVML"),
+                    Measurement("cuda_driver_version", system.cuda_driver_version, "version", method="NVML"),
+                    _runtime_supported(view, system)]
+    if not view.devices:
+        return results + [unmeasurable(m.name, view.reason, m.unit) for m in METRICS if m.per_device]
+    handles, missing = nvml.handles_by_bus(session)
+    for device in view.devices:
         where = f"cuda:{device.index}"
         results += [
             Measurement("name", device.name, "text", device=where, method=method),
             Measurement("compute_capability", device.compute_capability, "version", device=where, method=method),
-            Measurement("memory_total", to_unit(device.memory_total_bytes, "GiB"), "GiB", device=where,
-                        method=method),
+            Measurement("memory_total", to_unit(device.memory_total_bytes, "GiB"), "GiB", device=where, method=method),
+            *_smoke(cuda, device.index, options, where),
         ]
+        if rocm:
+            results += [not_applicable(name, rocm, _unit(name), where) for name in NVML_DEVICE_METRICS]
+        elif device.bus_id in handles:
+            results += nvml.health(session.lib, handles[device.bus_id], where)
+        else:
+            reason = missing or f"NVML lists no GPU at PCI {device.bus_id or '(unknown: torch gave no PCI id)'}"
+            results += [unmeasurable(name, reason, _unit(name), where) for name in NVML_DEVICE_METRICS]
     return results
 
 
-def _runtime_supported(torch_view: gpu.TorchView, nvml: gpu.NvmlView) -> Measurement:
-    if torch_view.cuda_runtime is None:
-        return unmeasurable("runtime_supported", torch_view.reason or "torch has no CUDA runtime (ROCm build?)")
-    if nvml.cuda_driver_version is None:
-        return unmeasurable("runtime_supported", nvml.reason)
-    runtime, driver = torch_view.cuda_runtime, nvml.cuda_driver_version
-    supported = _version(driver) >= _version(runtime)
-    reason = "" if supported else (
-        f"driver {nvml.driver_version} supports CUDA {driver}, torch needs CUDA {runtime}: upgrade the driver "
-        f"or use an image built for CUDA {driver}"
-    )
-    return Measurement("runtime_supported", 1.0 if supported else 0.0, "",
-                       method=f"driver CUDA {driver} vs torch CUDA {runtime}", reason=reason)
+def _smoke(cuda: gpu.TorchCuda, index: int, options: Mapping[str, Any], where: str) -> list[Measurement]:
+    size, share = int(options["matmul_size"]), float(options["allocate"]) / 100
+    try:
+        error = cuda.matmul_error(index, size)
+        matmul = Measurement("matmul_error", error, "", device=where,
+                             method=f"{size}x{size} float32 matmul, GPU vs CPU, TF32 off")
+    except RuntimeError as failure:
+        matmul = unmeasurable("matmul_error", f"the GPU failed a {size}x{size} matmul ({_first_line(failure)}); "
+                                              f"check dmesg for Xid errors", "", where)
+    try:
+        allocated, free = cuda.allocate_share(index, share)
+        return [matmul, Measurement("memory_free", to_unit(free, "GiB"), "GiB", device=where, method="cudaMemGetInfo"),
+                Measurement("memory_allocatable", round(100 * allocated / free, 1) if free else 0.0, "%", device=where,
+                            method=f"allocate and write {share:.0%} of free memory")]
+    except RuntimeError as failure:
+        reason = f"allocating {share:.0%} of free memory failed ({_first_line(failure)})"
+        return [matmul, unmeasurable("memory_free", reason, "GiB", where),
+                Measurement("memory_allocatable", 0.0, "%", device=where, reason=reason)]
+
+
+def _runtime_supported(view: gpu.TorchView, system: nvml.System) -> Measurement:
+    if view.cuda_runtime is None:
+        return unmeasurable("runtime_supported", view.reason or "torch has no CUDA runtime")
+    if system.cuda_driver_version is None:
+        return unmeasurable("runtime_supported", system.reason)
+    runtime, driver = view.cuda_runtime, system.cuda_driver_version
+    method = f"driver {system.driver_version} (CUDA {driver}) vs torch CUDA {runtime}"
+    if _version(driver) >= _version(runtime):
+        return Measurement("runtime_supported", 1.0, "", method=method)
+    if _version(driver)[0] == _version(runtime)[0]:
+        return Measurement("runtime_supported", 1.0, "", method=method, reason=(
+            f"minor-version compatibility: CUDA {runtime} code runs on a CUDA {driver} driver, but kernels that "
+            f"need PTX JIT from CUDA {runtime} do not; upgrading the driver removes the caveat"))
+    if view.devices:
+        return Measurement("runtime_supported", 1.0, "", method=method, reason=(
+            f"forward compatibility: CUDA initialised although the driver supports only CUDA {driver} "
+            f"(a cuda-compat package is in use; data-center GPUs only)"))
+    return Measurement("runtime_supported", 0.0, "", method=method, reason=(
+        f"driver {system.driver_version} supports CUDA {driver}, torch needs CUDA {runtime}: upgrade the driver, "
+        f"add the cuda-compat package (data-center GPUs), or use a torch built for CUDA {driver}"))
+
+
+def _unit(metric: str) -> str:
+    return next(m.unit for m in METRICS if m.name == metric)
 
 
 def _version(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(".") if part.isdigit())
+
+
+def _first_line(error: Exception) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]

@@ -1,54 +1,163 @@
-"""Host<->device copy bandwidth per GPU: H2D and D2H, pinned and pageable memory.
+"""Host<->device copy bandwidth per GPU, judged also against the PCIe link NVML reports.
 
-Method: nvbandwidth's (NVIDIA/nvbandwidth, "host_to_device_memcpy_ce"): back-to-back
-copies of ``size`` bytes on a dedicated stream timed with CUDA events, warm-up first,
-median of repeats. 1 GB/s = 10^9 bytes/s, as nvbandwidth and the PCIe figures use.
-RLIMIT_MEMLOCK is reported, since pinned buffers beyond it fail.
+Method: nvbandwidth's (NVIDIA/nvbandwidth, host_to_device_memcpy_ce and
+device_to_host_memcpy_ce): back-to-back copies of ``size`` bytes on a dedicated stream
+timed with CUDA events, warm-up first, median of repeats; 1 GB/s = 10^9 B/s. The link's
+theoretical rate per direction is lanes x the PCI-SIG per-lane rate after line coding;
+nvbandwidth measures about 80-90% of it for pinned H2D on a healthy link, less on a
+downtrained link or from the far NUMA node. The GPU's NUMA node comes from sysfs, the
+process's from its CPU affinity. A pinned buffer of the trainer's size is allocated on
+its own, so a host memory limit is reported as one, not as a slow or broken GPU.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-from preflight import gpu
+from preflight import gpu, hostmem, nvml
 from preflight.checks.base import Budget, Metric, Option
-from preflight.measurement import Measurement, unmeasurable
+from preflight.measurement import Measurement, not_applicable, unmeasurable
 from preflight.sampling import sample
 from preflight.units import Dimension, format_value, to_unit
 
 NAME = "transfer"
-HELP = "pinned and pageable H2D/D2H copy bandwidth per GPU (CUDA events, nvbandwidth method)"
-OPTIONS = (Option("size", Dimension.SIZE, "256 MiB", "bytes per copy", minimum=1 << 20),)
-METRICS = tuple(
+HELP = "pinned and pageable H2D/D2H bandwidth per GPU (nvbandwidth method), vs the PCIe link, NUMA placement"
+OPTIONS = (
+    Option("size", Dimension.SIZE, "256 MiB", "bytes per copy", minimum=1 << 20),
+    Option("pinned_size", Dimension.SIZE, "1 GiB", "pinned host memory the trainer will use (pin_memory buffers)",
+           minimum=1 << 20),
+)
+COPY_METRICS = tuple(
     Metric(f"{direction}_{memory}", "GB/s", True,
-           f"{'host-to-device' if direction == 'h2d' else 'device-to-host'} copy bandwidth from "
-           f"{memory} host memory, CUDA events on a dedicated stream (nvbandwidth method)", per_device=True)
+           f"{'host-to-device' if direction == 'h2d' else 'device-to-host'} copy bandwidth from {memory} host "
+           f"memory, CUDA events on a dedicated stream, median (nvbandwidth method)", per_device=True,
+           hint="compare with h2d_link_efficiency and numa_local: a slow link or the far NUMA node")
     for direction in ("h2d", "d2h") for memory in ("pinned", "pageable")
 )
+METRICS = (
+    *COPY_METRICS,
+    Metric("pinned_speedup", "", True, "h2d_pinned / h2d_pageable: what pin_memory=True buys", per_device=True),
+    Metric("link_rate", "GB/s", True, "theoretical per-direction rate of the widest, fastest link NVML reports "
+           "(PCI-SIG rate per lane after 8b/10b or 128b/130b coding x lanes)", per_device=True),
+    Metric("h2d_link_efficiency", "%", True, "h2d_pinned as a share of link_rate; healthy links measure 80-90%",
+           per_device=True, hint="the link is downtrained or the GPU sits on the far NUMA node: compare "
+           "pcie_link_gen/width with their max and run the job on the GPU's NUMA node (numactl)"),
+    Metric("numa_node", "", None, "the GPU's NUMA node (sysfs numa_node; -1: none)", per_device=True),
+    Metric("numa_local", "", True, "1 when every CPU this process may use is on the GPU's NUMA node", per_device=True,
+           hint="bind the job to the GPU's NUMA node (numactl --cpunodebind, or the kubelet's topology manager)"),
+    Metric("pinned_alloc", "GiB", True, "pinned host memory allocated at pinned_size (0 when it failed)",
+           hint="pinned memory is host RAM: raise the container memory limit and memlock ulimit, or lower it"),
+)
+# GB/s per lane per direction: transfer rate x line-coding efficiency / 8 (PCI-SIG base specs 1.0-6.0).
+LANE_GBPS = {1: 2.5 * 8 / 10 / 8, 2: 5 * 8 / 10 / 8, 3: 8 * 128 / 130 / 8, 4: 16 * 128 / 130 / 8,
+             5: 32 * 128 / 130 / 8, 6: 64 * 242 / 256 / 8}
 
 
 def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
-    """Measure every transfer metric on every visible CUDA device."""
-    view = gpu.torch_view()
+    """Measure every transfer metric on every visible GPU."""
+    return measurements(options, budget, gpu.TorchCuda(), nvml.library())
+
+
+def measurements(options: Mapping[str, Any], budget: Budget, cuda: gpu.TorchCuda, lib: Any,
+                 root: str = "/") -> list[Measurement]:
+    """Measurements through the seam (``cuda``: torch, ``lib``: pynvml or a fake, ``root``: sysfs)."""
+    view = cuda.view()
     if not view.devices:
         return [unmeasurable(metric.name, view.reason, metric.unit) for metric in METRICS]
-    size = int(options["size"])  # gpu-only from here
-    results = []
-    for device in view.devices:
-        for metric in METRICS:
-            direction, memory = metric.name.split("_")
-            results.append(_measure_one(device.index, direction, memory == "pinned", size, budget, metric.name))
+    rocm = view.hip_runtime is not None
+    session = nvml.Session(None, f"ROCm build (HIP {view.hip_runtime}): the link rate needs NVML") if rocm \
+        else nvml.open_session(lib)
+    try:
+        handles, reason = nvml.handles_by_bus(session)
+        results = [_pinned_alloc(cuda, int(options["pinned_size"]), root)]
+        for device in view.devices:
+            results += _device(cuda, device, int(options["size"]), budget, (session.lib, handles, reason, rocm), root)
+        return results
+    finally:
+        nvml.close(session)
+
+
+def _device(cuda: gpu.TorchCuda, device: gpu.Device, size: int, budget: Budget, link: tuple[Any, ...],
+            root: str) -> list[Measurement]:
+    where = f"cuda:{device.index}"
+    per_metric_s = budget.duration_s / len(COPY_METRICS)
+    copies = {m.name: _copy(cuda, device.index, m.name, size, per_metric_s, where, root) for m in COPY_METRICS}
+    results = list(copies.values())
+    pinned, pageable = copies["h2d_pinned"].value, copies["h2d_pageable"].value
+    if isinstance(pinned, float) and isinstance(pageable, float) and pageable > 0:
+        results.append(Measurement("pinned_speedup", pinned / pageable, "", device=where, method="h2d medians"))
+    else:
+        results.append(unmeasurable("pinned_speedup", "needs both h2d_pinned and h2d_pageable", "", where))
+    results += _link(device, pinned, link, where)
+    return results + _numa(device, where, root)
+
+
+def _copy(cuda: gpu.TorchCuda, index: int, metric: str, size: int, budget_s: float, where: str,
+          root: str) -> Measurement:
+    direction, memory = metric.split("_")
+    try:
+        samples = sample(cuda.copy_timer(index, direction, memory == "pinned", size), budget_s)
+    except RuntimeError as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if memory == "pinned":
+            reason = hostmem.pinned_failure(size, reason, root)
+        return unmeasurable(metric, reason, "GB/s", where)
+    method = f"{format_value(to_unit(size, 'MiB'), 'MiB')} copies, CUDA events, dedicated stream"
+    return Measurement(metric, samples=samples.values, unit="GB/s", device=where, method=method,
+                       stopped=samples.stopped)
+
+
+def _link(device: gpu.Device, pinned: Any, link: tuple[Any, ...], where: str) -> list[Measurement]:
+    lib, handles, reason, rocm = link
+    if rocm:
+        return [not_applicable(name, reason, unit, where) for name, unit in (("link_rate", "GB/s"),
+                                                                             ("h2d_link_efficiency", "%"))]
+    handle = handles.get(device.bus_id)
+    if handle is None:
+        reason = reason or f"NVML lists no GPU at PCI {device.bus_id or '(unknown)'}"
+        return [unmeasurable("link_rate", reason, "GB/s", where), unmeasurable("h2d_link_efficiency", reason, "%", where)]
+    try:
+        generation, width = nvml.max_link(lib, handle)
+        now_generation, now_width = nvml.current_link(lib, handle)  # read right after the copies, under load
+    except lib.NVMLError as error:
+        text = nvml.describe(lib, error)
+        return [unmeasurable("link_rate", text, "GB/s", where), unmeasurable("h2d_link_efficiency", text, "%", where)]
+    if generation not in LANE_GBPS:
+        text = f"unknown PCIe generation {generation}"
+        return [unmeasurable("link_rate", text, "GB/s", where), unmeasurable("h2d_link_efficiency", text, "%", where)]
+    rate = LANE_GBPS[generation] * width
+    method = f"max Gen{generation} x{width}; Gen{now_generation} x{now_width} after the copies"
+    results = [Measurement("link_rate", rate, "GB/s", device=where, method=method)]
+    if isinstance(pinned, float):
+        results.append(Measurement("h2d_link_efficiency", 100 * pinned / rate, "%", device=where, method=method))
+    else:
+        results.append(unmeasurable("h2d_link_efficiency", "h2d_pinned was not measured", "%", where))
     return results
 
 
-def _measure_one(index: int, direction: str, pinned: bool, size: int, budget: Budget,
-                 metric: str) -> Measurement:  # gpu-only
-    where = f"cuda:{index}"
+def _numa(device: gpu.Device, where: str, root: str) -> list[Measurement]:
+    node = hostmem.numa_node_of_pci(device.bus_id, root) if device.bus_id else None
+    process = hostmem.process_numa_nodes(root=root)
+    if node is None:
+        reason = f"sysfs has no NUMA node for PCI {device.bus_id or '(unknown)'}"
+        return [unmeasurable("numa_node", reason, "", where), unmeasurable("numa_local", reason, "", where)]
+    nodes = ",".join(map(str, process)) or "unknown"
+    method = f"process CPUs on NUMA nodes {nodes}"
+    if node < 0:
+        return [Measurement("numa_node", float(node), "", device=where, method=method),
+                not_applicable("numa_local", "the platform reports no NUMA placement for this GPU", "", where)]
+    local = 1.0 if process == (node,) else 0.0
+    reason = "" if local else f"the process may run on NUMA nodes {nodes}, the GPU is on node {node}"
+    return [Measurement("numa_node", float(node), "", device=where, method=method),
+            Measurement("numa_local", local, "", device=where, method=method, reason=reason)]
+
+
+def _pinned_alloc(cuda: gpu.TorchCuda, size: int, root: str) -> Measurement:
     try:
-        samples = sample(gpu.copy_timer(index, direction, pinned, size), budget.duration_s / len(METRICS))
+        cuda.pin(size)
     except RuntimeError as error:
-        return unmeasurable(metric, f"{error}", "GB/s", device=where)
-    method = (f"{format_value(to_unit(size, 'MiB'), 'MiB')} copies, CUDA events, "
-              f"RLIMIT_MEMLOCK {gpu.memlock_limit()}")
-    return Measurement(metric, samples=samples.values, unit="GB/s", device=where, method=method,
-                       stopped=samples.stopped)
+        reason = hostmem.pinned_failure(size, str(error).strip().splitlines()[0] if str(error).strip() else "failed",
+                                        root)
+        return Measurement("pinned_alloc", 0.0, "GiB", reason=reason, method="torch.empty(pin_memory=True)")
+    return Measurement("pinned_alloc", to_unit(size, "GiB"), "GiB",
+                       method=f"torch.empty(pin_memory=True), RLIMIT_MEMLOCK {hostmem.memlock_limit()}")

@@ -72,7 +72,9 @@ def _unit(metric: Metric) -> str:
 
 
 def _direction(metric: Metric) -> str:
-    return _DIRECTION[metric.higher_is_better] + (", per device" if metric.per_device else "")
+    direction = "not ordered" if metric.higher_is_better is None and not metric.is_text else \
+        _DIRECTION[metric.higher_is_better]
+    return direction + (", per device" if metric.per_device else "")
 
 
 def _escape(text: str) -> str:

@@ -1,0 +1,111 @@
+"""Host facts that decide pinned-memory and copy behaviour: memory limits and NUMA placement.
+
+Read from the kernel's own interfaces (proc(5), sysfs-devices-node, cgroup v2 and v1
+``memory.max``/``memory.limit_in_bytes``, getrlimit(2)); every function takes its root
+directory so tests can point it at a fake tree. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+from pathlib import Path
+
+
+def memlock_limit() -> str:
+    """RLIMIT_MEMLOCK (soft), for people: ``"unlimited"`` or ``"64 MiB"``."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    return "unlimited" if soft == resource.RLIM_INFINITY else f"{soft / 2**20:g} MiB"
+
+
+def mem_available(root: str = "/") -> int | None:
+    """MemAvailable from /proc/meminfo in bytes, None when unreadable."""
+    try:
+        for line in Path(root, "proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def cgroup_memory_limit(root: str = "/") -> int | None:
+    """The container's memory limit in bytes (cgroup v2, else v1), None when unlimited or unknown."""
+    for relative in ("sys/fs/cgroup/memory.max", "sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(root, relative).read_text().strip()
+        except OSError:
+            continue
+        if text == "max" or not text.isdigit() or int(text) >= 2**60:  # v1 writes ~2^63 for "unlimited"
+            return None
+        return int(text)
+    return None
+
+
+def container_runtime(root: str = "/", environ: dict[str, str] | None = None) -> str:
+    """``"kubernetes"``, ``"docker"``, ``"podman"`` or ``""`` (not in a container, as far as we can tell)."""
+    environ = dict(os.environ) if environ is None else environ
+    if "KUBERNETES_SERVICE_HOST" in environ:
+        return "kubernetes"
+    if Path(root, ".dockerenv").exists():
+        return "docker"
+    if Path(root, "run/.containerenv").exists():
+        return "podman"
+    return ""
+
+
+def pinned_failure(size: int, error: str, root: str = "/", environ: dict[str, str] | None = None) -> str:
+    """Why a pinned allocation of ``size`` bytes failed, with the numbers that decide it and the fix.
+
+    Pinned (page-locked) memory comes from host RAM and counts against the container's
+    memory limit; RLIMIT_MEMLOCK bounds it where the driver locks pages on the process's
+    behalf. None of this is a GPU fault (CUDA C++ Best Practices Guide, "Pinned Memory").
+    """
+    gib = 2**30
+    facts = [f"RLIMIT_MEMLOCK {memlock_limit()}"]
+    available, limit = mem_available(root), cgroup_memory_limit(root)
+    facts.append(f"MemAvailable {available / gib:.1f} GiB" if available is not None else "MemAvailable unknown")
+    facts.append(f"cgroup memory limit {limit / gib:.1f} GiB" if limit is not None else "no cgroup memory limit")
+    runtime = container_runtime(root, environ)
+    fix = {
+        "docker": "raise --memory and run with --ulimit memlock=-1",
+        "podman": "raise --memory and run with --ulimit memlock=-1",
+        "kubernetes": "raise the pod's memory limit (pinned pages count against it) and the node's memlock ulimit",
+    }.get(runtime, "free host memory or raise `ulimit -l`")
+    where = f" in a {runtime} container" if runtime else ""
+    return (f"could not pin {size / gib:.2f} GiB of host memory{where} ({error}); {', '.join(facts)}: {fix}; "
+            f"this is a host memory limit, not a GPU fault")
+
+
+def numa_node_of_pci(bus_id: str, root: str = "/") -> int | None:
+    """The NUMA node sysfs gives for a PCI device (``0000:3b:00.0``); None when unknown, -1 when none."""
+    try:
+        return int(Path(root, "sys/bus/pci/devices", bus_id, "numa_node").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def process_numa_nodes(cpus: set[int] | None = None, root: str = "/") -> tuple[int, ...]:
+    """NUMA nodes holding the CPUs this process may run on (``os.sched_getaffinity``)."""
+    cpus = set(os.sched_getaffinity(0)) if cpus is None else cpus
+    nodes = []
+    for node_dir in sorted(Path(root, "sys/devices/system/node").glob("node[0-9]*")):
+        try:
+            listed = _cpu_list(Path(node_dir, "cpulist").read_text())
+        except OSError:
+            continue
+        if listed & cpus:
+            nodes.append(int(node_dir.name[4:]))
+    return tuple(nodes)
+
+
+def _cpu_list(text: str) -> set[int]:
+    """``"0-3,8,10-11"`` -> {0, 1, 2, 3, 8, 10, 11} (the kernel's cpulist format)."""
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        if "-" in part:
+            low, high = part.split("-")
+            cpus.update(range(int(low), int(high) + 1))
+        elif part:
+            cpus.add(int(part))
+    return cpus

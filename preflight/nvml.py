@@ -1,0 +1,200 @@
+"""The NVML half of the GPU seam: every pynvml call preflight makes is in this module.
+
+Functions take the NVML library as an argument: the real ``pynvml`` module (from
+nvidia-ml-py) in production, and in CPU tests a fake with the same function names that
+raises the real ``pynvml.NVMLError`` codes. ``CALLS`` names every function used here, so a
+test can check each against the installed nvidia-ml-py's signatures.
+
+Method and meanings: NVML API reference (docs.nvidia.com/deploy/nvml-api), "Device
+Queries"; the health readings are the ones NVIDIA's GPU debug guidelines and DCGM's
+diagnostics check before a job (ECC, retired pages / row remapping, PCIe link, clocks).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+from preflight.measurement import Measurement, not_applicable, unmeasurable
+
+CALLS = (
+    "nvmlInit", "nvmlShutdown", "nvmlSystemGetDriverVersion", "nvmlSystemGetCudaDriverVersion",
+    "nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetPciInfo", "nvmlDeviceGetMigMode",
+    "nvmlDeviceGetPersistenceMode", "nvmlDeviceGetEccMode", "nvmlDeviceGetTotalEccErrors",
+    "nvmlDeviceGetRetiredPages", "nvmlDeviceGetRetiredPagesPendingStatus", "nvmlDeviceGetRemappedRows",
+    "nvmlDeviceGetCurrPcieLinkGeneration", "nvmlDeviceGetMaxPcieLinkGeneration",
+    "nvmlDeviceGetCurrPcieLinkWidth", "nvmlDeviceGetMaxPcieLinkWidth",
+    "nvmlDeviceGetCurrentClocksThrottleReasons", "nvmlDeviceGetTemperature", "nvmlDeviceGetEnforcedPowerLimit",
+    "nvmlDeviceGetPowerManagementDefaultLimit",
+)
+
+# Clock-throttle bits that mean the GPU is held back by heat, power or a hardware fault.
+# GpuIdle, ApplicationsClocksSetting and SyncBoost are normal states and not counted.
+ADVERSE_THROTTLE = {
+    0x4: "SW power cap", 0x8: "HW slowdown", 0x20: "SW thermal slowdown", 0x40: "HW thermal slowdown",
+    0x80: "HW power brake slowdown",
+}
+
+
+class Session(NamedTuple):
+    """An initialised NVML, or why there is none (``lib`` is None then)."""
+
+    lib: Any
+    reason: str
+
+
+class System(NamedTuple):
+    driver_version: str | None  # "550.54.15"
+    cuda_driver_version: str | None  # highest CUDA the driver supports, "12.4"
+    reason: str  # why NVML could not answer, "" when it did
+
+
+def open_session(lib: Any) -> Session:
+    """``nvmlInit`` with each failure explained; call ``close`` when done if ``lib`` is set."""
+    if lib is None:
+        return Session(None, "nvidia-ml-py is not installed: pip install nvidia-ml-py")
+    try:
+        lib.nvmlInit()
+    except lib.NVMLError_LibraryNotFound:
+        return Session(None, "NVML library not found (libnvidia-ml.so.1): no NVIDIA driver here, or the container "
+                             "was started without the NVIDIA runtime (--gpus all / runtimeClassName: nvidia)")
+    except lib.NVMLError_DriverNotLoaded:
+        return Session(None, "NVIDIA driver not loaded: load the kernel module (modprobe nvidia) or fix the driver "
+                             "install; see dmesg")
+    except lib.NVMLError as error:
+        return Session(None, f"NVML failed to initialise ({describe(lib, error)})")
+    return Session(lib, "")
+
+
+def close(session: Session) -> None:
+    if session.lib is not None:
+        session.lib.nvmlShutdown()
+
+
+def library() -> Any:
+    """The real pynvml module, or None when nvidia-ml-py is not installed."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    return pynvml
+
+
+def system(session: Session) -> System:
+    """The driver version and the highest CUDA version it supports (``12040`` -> ``"12.4"``)."""
+    if session.lib is None:
+        return System(None, None, session.reason)
+    lib = session.lib
+    try:
+        driver = _text(lib.nvmlSystemGetDriverVersion())
+        cuda = lib.nvmlSystemGetCudaDriverVersion()
+    except lib.NVMLError as error:
+        return System(None, None, f"NVML driver query failed ({describe(lib, error)})")
+    return System(driver, f"{cuda // 1000}.{cuda % 1000 // 10}", "")
+
+
+def handles_by_bus(session: Session) -> tuple[dict[str, Any], str]:
+    """NVML device handles keyed by normalised PCI bus id (``0000:3b:00.0``), or why none."""
+    lib = session.lib
+    if lib is None:
+        return {}, session.reason
+    try:
+        handles = [lib.nvmlDeviceGetHandleByIndex(i) for i in range(lib.nvmlDeviceGetCount())]
+        return {normalise_bus_id(_text(lib.nvmlDeviceGetPciInfo(h).busId)): h for h in handles}, ""
+    except lib.NVMLError as error:
+        return {}, f"NVML could not list devices ({describe(lib, error)})"
+
+
+def normalise_bus_id(bus_id: str) -> str:
+    """``00000000:3B:00.0`` (NVML) or ``0000:3b:00.0`` (sysfs) -> ``0000:3b:00.0``."""
+    domain, rest = bus_id.strip().lower().split(":", 1)
+    return f"{int(domain, 16):04x}:{rest}"
+
+
+def describe(lib: Any, error: Exception) -> str:
+    """One line for an NVML error: its message, code and, for the fatal ones, the fix."""
+    code = getattr(error, "value", None)
+    text = f"{error} (NVML error {code})"
+    if code == lib.NVML_ERROR_GPU_IS_LOST:
+        return text + ": the GPU fell off the bus; drain the node and reset or replace the GPU (see dmesg Xid 79)"
+    if code == lib.NVML_ERROR_NO_PERMISSION:
+        return text + ": run with access to /dev/nvidiactl or as a user allowed to query the GPU"
+    return text
+
+
+def health(lib: Any, handle: Any, device: str) -> list[Measurement]:
+    """The NVML health readings of one device, one measurement per metric of ``cuda``.
+
+    A reading NVML reports as NOT_SUPPORTED becomes ``not_applicable`` (judged skip);
+    any other NVML error (GPU lost, no permission) an unmeasurable reading with the fix.
+    """
+
+    def read(metric: str, unit: str, query: Callable[[], Any]) -> Measurement:
+        try:
+            value, reason = query()
+        except lib.NVMLError_NotSupported:
+            return not_applicable(metric, "this GPU does not have it (NVML: Not Supported)", unit, device)
+        except lib.NVMLError as error:
+            return unmeasurable(metric, describe(lib, error), unit, device)
+        return Measurement(metric, value, unit, device=device, method="NVML", reason=reason)
+
+    def mode(get: Callable[[Any], Any]) -> tuple[str, str]:
+        current, pending = get(handle)
+        word = "on" if current else "off"
+        return word, "" if current == pending else f"changes to {'on' if pending else 'off'} after a GPU reset"
+
+    def ecc(counter: int) -> tuple[float, str]:
+        return float(lib.nvmlDeviceGetTotalEccErrors(handle, lib.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, counter)), ""
+
+    def retired_pages() -> tuple[float, str]:
+        causes = (lib.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR,
+                  lib.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
+        return float(sum(len(lib.nvmlDeviceGetRetiredPages(handle, cause)) for cause in causes)), ""
+
+    def remapped(field: int) -> tuple[float, str]:
+        return float(bool(lib.nvmlDeviceGetRemappedRows(handle)[field])), ""
+
+    def link(get: Callable[[Any], int]) -> tuple[float, str]:
+        return float(get(handle)), ""
+
+    def throttle() -> tuple[float, str]:
+        mask = lib.nvmlDeviceGetCurrentClocksThrottleReasons(handle)
+        active = [name for bit, name in ADVERSE_THROTTLE.items() if mask & bit]
+        return float(len(active)), ", ".join(active)
+
+    def power_limit() -> tuple[float, str]:
+        enforced = lib.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000
+        default = lib.nvmlDeviceGetPowerManagementDefaultLimit(handle) / 1000
+        return enforced, "" if enforced >= default else f"capped below the default limit of {default:g} W"
+
+    return [
+        read("mig_mode", "text", lambda: mode(lib.nvmlDeviceGetMigMode)),
+        read("persistence_mode", "text", lambda: mode(lambda h: (lib.nvmlDeviceGetPersistenceMode(h),) * 2)),
+        read("ecc_mode", "text", lambda: mode(lib.nvmlDeviceGetEccMode)),
+        read("ecc_uncorrectable_volatile", "", lambda: ecc(lib.NVML_VOLATILE_ECC)),
+        read("ecc_uncorrectable_aggregate", "", lambda: ecc(lib.NVML_AGGREGATE_ECC)),
+        read("retired_pages", "", retired_pages),
+        read("retired_pages_pending", "", lambda: (float(lib.nvmlDeviceGetRetiredPagesPendingStatus(handle)), "")),
+        read("remapped_rows_pending", "", lambda: remapped(2)),
+        read("remapped_rows_failed", "", lambda: remapped(3)),
+        read("pcie_link_gen", "", lambda: link(lib.nvmlDeviceGetCurrPcieLinkGeneration)),
+        read("pcie_link_gen_max", "", lambda: link(lib.nvmlDeviceGetMaxPcieLinkGeneration)),
+        read("pcie_link_width", "", lambda: link(lib.nvmlDeviceGetCurrPcieLinkWidth)),
+        read("pcie_link_width_max", "", lambda: link(lib.nvmlDeviceGetMaxPcieLinkWidth)),
+        read("clock_throttle", "", throttle),
+        read("temperature", "C", lambda: (float(lib.nvmlDeviceGetTemperature(handle, lib.NVML_TEMPERATURE_GPU)), "")),
+        read("power_limit", "W", power_limit),
+    ]
+
+
+def max_link(lib: Any, handle: Any) -> tuple[int, int]:
+    """The (generation, width) the GPU and its slot can train to; raises ``lib.NVMLError``."""
+    return lib.nvmlDeviceGetMaxPcieLinkGeneration(handle), lib.nvmlDeviceGetMaxPcieLinkWidth(handle)
+
+
+def current_link(lib: Any, handle: Any) -> tuple[int, int]:
+    """The (generation, width) the link runs at now (an idle GPU may drop its generation)."""
+    return lib.nvmlDeviceGetCurrPcieLinkGeneration(handle), lib.nvmlDeviceGetCurrPcieLinkWidth(handle)
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value

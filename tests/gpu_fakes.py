@@ -1,0 +1,207 @@
+"""Fakes for the two halves of the GPU seam: ``FakeNvml`` (pynvml) and ``FakeCuda`` (torch.cuda).
+
+``FakeNvml`` has pynvml's function names and raises pynvml's own ``NVMLError`` classes, built
+from real NVML error codes; its constants are copied from the installed pynvml, so a name
+the real module lacks fails here too. Every call is recorded, so tests can bind each one to
+the real function's signature. Default values are those of a healthy H200 on PCIe Gen5 x16.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pynvml
+
+from preflight import gpu
+
+_CONSTANTS = (
+    "NVML_ERROR_GPU_IS_LOST", "NVML_ERROR_NO_PERMISSION", "NVML_MEMORY_ERROR_TYPE_UNCORRECTED",
+    "NVML_VOLATILE_ECC", "NVML_AGGREGATE_ECC", "NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR",
+    "NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS", "NVML_TEMPERATURE_GPU",
+)
+
+H200_BUS = "0000:3b:00.0"
+
+
+@dataclass
+class FakeGpu:
+    """One GPU as NVML reports it; ``errors`` maps a pynvml function name to an NVML error code."""
+
+    bus_id: str = "00000000:3B:00.0"
+    mig: tuple[int, int] = (0, 0)
+    persistence: int = 1
+    ecc: tuple[int, int] = (1, 1)
+    ecc_volatile: int = 0
+    ecc_aggregate: int = 0
+    retired: dict[int, list[int]] = field(default_factory=dict)
+    retired_pending: int = 0
+    remapped: tuple[int, int, int, int] = (0, 0, 0, 0)  # corrected, uncorrected, pending, failed
+    link: tuple[int, int] = (5, 16)  # current generation, width
+    link_max: tuple[int, int] = (5, 16)
+    throttle: int = 0
+    temperature: int = 34
+    power_limit_mw: int = 700000
+    default_power_limit_mw: int = 700000
+    errors: dict[str, int] = field(default_factory=dict)
+
+
+class FakeNvml:
+    """Stands in for the ``pynvml`` module; ``init_error`` is an NVML code for nvmlInit to fail with."""
+
+    NVMLError = pynvml.NVMLError
+    NVMLError_NotSupported = pynvml.NVMLError_NotSupported
+    NVMLError_LibraryNotFound = pynvml.NVMLError_LibraryNotFound
+    NVMLError_DriverNotLoaded = pynvml.NVMLError_DriverNotLoaded
+
+    def __init__(self, gpus: list[FakeGpu] | None = None, init_error: int | None = None,
+                 driver: str | bytes = "550.54.15", cuda: int = 12040, system_error: int | None = None) -> None:
+        for name in _CONSTANTS:
+            setattr(self, name, getattr(pynvml, name))
+        self.gpus = [FakeGpu()] if gpus is None else gpus
+        self.init_error, self.system_error = init_error, system_error
+        self.driver, self.cuda = driver, cuda
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+        self.open = 0
+
+    def _call(self, name: str, args: tuple[Any, ...], answer: Callable[[], Any]) -> Any:
+        self.calls.append((name, args))
+        handle = args[0] if args and isinstance(args[0], FakeGpu) else None
+        if handle is not None and name in handle.errors:
+            raise pynvml.NVMLError(handle.errors[name])
+        return answer()
+
+    def nvmlInit(self) -> None:
+        self.calls.append(("nvmlInit", ()))
+        if self.init_error is not None:
+            raise pynvml.NVMLError(self.init_error)
+        self.open += 1
+
+    def nvmlShutdown(self) -> None:
+        self.calls.append(("nvmlShutdown", ()))
+        self.open -= 1
+
+    def nvmlSystemGetDriverVersion(self) -> str | bytes:
+        if self.system_error is not None:
+            raise pynvml.NVMLError(self.system_error)
+        return self._call("nvmlSystemGetDriverVersion", (), lambda: self.driver)
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        return self._call("nvmlSystemGetCudaDriverVersion", (), lambda: self.cuda)
+
+    def nvmlDeviceGetCount(self) -> int:
+        return self._call("nvmlDeviceGetCount", (), lambda: len(self.gpus))
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeGpu:
+        return self._call("nvmlDeviceGetHandleByIndex", (index,), lambda: self.gpus[index])
+
+    def nvmlDeviceGetPciInfo(self, handle: FakeGpu) -> Any:
+        return self._call("nvmlDeviceGetPciInfo", (handle,), lambda: _PciInfo(handle.bus_id.encode()))
+
+    def nvmlDeviceGetMigMode(self, device: FakeGpu) -> list[int]:
+        return self._call("nvmlDeviceGetMigMode", (device,), lambda: list(device.mig))
+
+    def nvmlDeviceGetPersistenceMode(self, handle: FakeGpu) -> int:
+        return self._call("nvmlDeviceGetPersistenceMode", (handle,), lambda: handle.persistence)
+
+    def nvmlDeviceGetEccMode(self, handle: FakeGpu) -> list[int]:
+        return self._call("nvmlDeviceGetEccMode", (handle,), lambda: list(handle.ecc))
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: FakeGpu, errorType: int, counterType: int) -> int:
+        assert errorType == pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+        volatile = counterType == pynvml.NVML_VOLATILE_ECC
+        return self._call("nvmlDeviceGetTotalEccErrors", (handle, errorType, counterType),
+                          lambda: handle.ecc_volatile if volatile else handle.ecc_aggregate)
+
+    def nvmlDeviceGetRetiredPages(self, device: FakeGpu, sourceFilter: int) -> list[int]:
+        return self._call("nvmlDeviceGetRetiredPages", (device, sourceFilter),
+                          lambda: list(device.retired.get(sourceFilter, [])))
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, device: FakeGpu) -> int:
+        return self._call("nvmlDeviceGetRetiredPagesPendingStatus", (device,), lambda: device.retired_pending)
+
+    def nvmlDeviceGetRemappedRows(self, device: FakeGpu) -> tuple[int, int, int, int]:
+        return self._call("nvmlDeviceGetRemappedRows", (device,), lambda: device.remapped)
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: FakeGpu) -> int:
+        return self._call("nvmlDeviceGetCurrPcieLinkGeneration", (handle,), lambda: handle.link[0])
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: FakeGpu) -> int:
+        return self._call("nvmlDeviceGetMaxPcieLinkGeneration", (handle,), lambda: handle.link_max[0])
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: FakeGpu) -> int:
+        return self._call("nvmlDeviceGetCurrPcieLinkWidth", (handle,), lambda: handle.link[1])
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: FakeGpu) -> int:
+        return self._call("nvmlDeviceGetMaxPcieLinkWidth", (handle,), lambda: handle.link_max[1])
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: FakeGpu) -> int:
+        return self._call("nvmlDeviceGetCurrentClocksThrottleReasons", (handle,), lambda: handle.throttle)
+
+    def nvmlDeviceGetTemperature(self, handle: FakeGpu, sensor: int) -> int:
+        return self._call("nvmlDeviceGetTemperature", (handle, sensor), lambda: handle.temperature)
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: FakeGpu) -> int:
+        return self._call("nvmlDeviceGetEnforcedPowerLimit", (handle,), lambda: handle.power_limit_mw)
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, handle: FakeGpu) -> int:
+        return self._call("nvmlDeviceGetPowerManagementDefaultLimit", (handle,),
+                          lambda: handle.default_power_limit_mw)
+
+
+@dataclass
+class _PciInfo:
+    busId: bytes
+
+
+def h200(index: int = 0, bus: str = H200_BUS) -> gpu.Device:
+    return gpu.Device(index, "NVIDIA H200", "9.0", 150_110_011_392, bus)
+
+
+@dataclass
+class FakeCuda:
+    """Stands in for ``gpu.TorchCuda``; a value that is an Exception is raised instead of returned."""
+
+    devices: tuple[gpu.Device, ...] = (h200(),)
+    cuda_runtime: str | None = "12.4"
+    hip_runtime: str | None = None
+    reason: str = ""
+    matmul: float | Exception = 2.4e-7
+    allocation: tuple[int, int] | Exception = (128_849_018_880, 143_165_576_396)
+    pin_error: Exception | None = None
+    # GB/s per (direction, pinned), as nvbandwidth measures on an H200 in a Gen5 x16 slot
+    rates: dict[tuple[str, bool], float | Exception] = field(default_factory=lambda: {
+        ("h2d", True): 55.1, ("h2d", False): 19.8, ("d2h", True): 55.6, ("d2h", False): 17.2})
+    peer_rate: float | Exception = 372.5
+    peer_access: bool = True
+
+    def view(self) -> gpu.TorchView:
+        return gpu.TorchView("2.5.1", self.cuda_runtime, self.hip_runtime, self.devices, self.reason)
+
+    def matmul_error(self, index: int, size: int) -> float:
+        return _answer(self.matmul)
+
+    def allocate_share(self, index: int, share: float) -> tuple[int, int]:
+        used, free = _answer(self.allocation)
+        return int(free * share), free
+
+    def pin(self, size: int) -> None:
+        if self.pin_error is not None:
+            raise self.pin_error
+
+    def copy_timer(self, index: int, direction: str, pinned: bool, size: int) -> Callable[[], float]:
+        rate = _answer(self.rates[(direction, pinned)])
+        return lambda: rate
+
+    def can_access_peer(self, source: int, target: int) -> bool:
+        return self.peer_access
+
+    def peer_timer(self, source: int, target: int, size: int) -> Callable[[], float]:
+        rate = _answer(self.peer_rate)
+        return lambda: rate
+
+
+def _answer(value: Any) -> Any:
+    if isinstance(value, Exception):
+        raise value
+    return value
