@@ -1,0 +1,153 @@
+"""The transfer check through the GPU seam's fakes: bandwidths, link share, NUMA, pinned allocation."""
+
+from __future__ import annotations
+
+import os
+
+import pynvml
+import pytest
+
+from preflight.checks import transfer
+from preflight.checks.base import Budget
+from tests.gpu_fakes import FakeCuda, FakeGpu, FakeNvml, h200
+from tests.judging import by_id, verdicts
+
+OPTIONS = {"size": 64 << 20, "pinned_size": 8 << 30}
+GATE = """
+h2d_pinned: {min: 40 GB/s}
+d2h_pinned: {min: 40 GB/s}
+h2d_pageable: {min: 10 GB/s}
+d2h_pageable: {min: 10 GB/s}
+pinned_speedup: {min: 1.5}
+h2d_link_efficiency: {min: 75 %}
+numa_local: {min: 1}
+pinned_alloc: {min: 8 GiB}
+"""
+
+
+@pytest.fixture
+def sysfs(tmp_path):
+    """A two-socket host: the H200 at 0000:3b:00.0 on node 0, this process's CPUs all on node 0."""
+    cpus = sorted(os.sched_getaffinity(0))
+    (tmp_path / "sys/bus/pci/devices/0000:3b:00.0").mkdir(parents=True)
+    (tmp_path / "sys/bus/pci/devices/0000:3b:00.0/numa_node").write_text("0\n")
+    for node, cpulist in (("node0", f"{cpus[0]}-{cpus[-1]}"), ("node1", "512-1023")):
+        (tmp_path / "sys/devices/system/node" / node).mkdir(parents=True)
+        (tmp_path / "sys/devices/system/node" / node / "cpulist").write_text(cpulist + "\n")
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc/meminfo").write_text("MemTotal: 2113929216 kB\nMemAvailable: 4194304 kB\n")
+    (tmp_path / "sys/fs/cgroup").mkdir(parents=True)
+    (tmp_path / "sys/fs/cgroup/memory.max").write_text(f"{16 << 30}\n")
+    (tmp_path / ".dockerenv").write_text("")
+    return tmp_path
+
+
+def run(sysfs, fake_cuda=None, fake_nvml=None, options=OPTIONS):
+    fake_nvml = FakeNvml() if fake_nvml is None else fake_nvml
+    measured = transfer.measurements(options, Budget(0.4, 60), fake_cuda or FakeCuda(), fake_nvml, root=str(sysfs))
+    assert fake_nvml.open == 0
+    return measured
+
+
+def test_a_healthy_gen5_h200_passes_with_its_link_share(tmp_path, sysfs):
+    measured = by_id(run(sysfs))
+    assert measured["h2d_pinned[cuda:0]"].value == 55.1
+    assert len(measured["h2d_pinned[cuda:0]"].samples) >= 3
+    assert measured["pinned_speedup[cuda:0]"].value == pytest.approx(55.1 / 19.8)
+    assert measured["link_rate[cuda:0]"].value == pytest.approx(63.015, abs=0.001)  # Gen5 x16, 128b/130b
+    assert measured["h2d_link_efficiency[cuda:0]"].value == pytest.approx(87.44, abs=0.01)
+    assert measured["link_rate[cuda:0]"].method == "max Gen5 x16; Gen5 x16 after the copies"
+    assert (measured["numa_node[cuda:0]"].value, measured["numa_local[cuda:0]"].value) == (0.0, 1.0)
+    assert measured["pinned_alloc"].value == 8.0
+    results = verdicts(tmp_path, "transfer", GATE, list(measured.values()))
+    judged = [r for r in results.values() if r.threshold]
+    assert len(judged) == 8 and {r.verdict for r in judged} == {"pass"}
+    assert results["transfer.link_rate[cuda:0]"].verdict == "info"
+
+
+def test_a_downtrained_link_fails_the_link_share_not_just_the_rate(tmp_path, sysfs):
+    # the slot trained to Gen5 x8: copies run at ~26 GB/s, which still clears a naive 20 GB/s floor
+    slow = FakeCuda(rates={("h2d", True): 26.3, ("h2d", False): 12.0, ("d2h", True): 26.5, ("d2h", False): 11.0})
+    gate = "h2d_pinned: {min: 20 GB/s}\nh2d_link_efficiency: {min: 75 %}"
+    results = verdicts(tmp_path, "transfer", gate, run(sysfs, slow))
+    assert results["transfer.h2d_pinned[cuda:0]"].verdict == "pass"
+    efficiency = results["transfer.h2d_link_efficiency[cuda:0]"]
+    assert efficiency.message == "measured 41.74%, required >= 75%"
+    assert "downtrained" in efficiency.hint
+
+
+def test_the_far_numa_node_is_reported(tmp_path, sysfs):
+    (sysfs / "sys/bus/pci/devices/0000:3b:00.0/numa_node").write_text("1\n")
+    results = verdicts(tmp_path, "transfer", "numa_local: {min: 1}", run(sysfs))
+    assert results["transfer.numa_local[cuda:0]"].message == (
+        "measured 0, required >= 1 (the process may run on NUMA nodes 0, the GPU is on node 1)")
+
+
+def test_a_pinned_allocation_failure_is_explained_as_a_host_limit(tmp_path, sysfs):
+    refused = FakeCuda(pin_error=RuntimeError("CUDA error: out of memory"))
+    result = verdicts(tmp_path, "transfer", GATE, run(sysfs, refused))["transfer.pinned_alloc"]
+    assert result.verdict == "fail"
+    assert result.message.startswith(
+        "measured 0 GiB, required >= 8 GiB (could not pin 8.00 GiB of host memory in a docker container "
+        "(CUDA error: out of memory); RLIMIT_MEMLOCK ")
+    assert result.message.endswith("MemAvailable 4.0 GiB, cgroup memory limit 16.0 GiB: raise --memory and run with "
+                                   "--ulimit memlock=-1; this is a host memory limit, not a GPU fault)")
+
+
+def test_a_pinned_copy_that_cannot_pin_fails_with_the_same_explanation(tmp_path, sysfs):
+    unpinned = FakeCuda(rates={("h2d", True): RuntimeError("host buffer of 67108864 bytes came back unpinned"),
+                               ("h2d", False): 19.8, ("d2h", True): 55.6, ("d2h", False): 17.2})
+    results = verdicts(tmp_path, "transfer", GATE, run(sysfs, unpinned))
+    assert "could not pin 0.06 GiB of host memory in a docker container (host buffer of 67108864 bytes came back " \
+           "unpinned)" in results["transfer.h2d_pinned[cuda:0]"].message
+    assert results["transfer.pinned_speedup[cuda:0]"].message.startswith(
+        "could not measure: needs both h2d_pinned and h2d_pageable")
+    assert results["transfer.h2d_link_efficiency[cuda:0]"].message.startswith(
+        "could not measure: h2d_pinned was not measured")
+
+
+@pytest.mark.parametrize("code, reason", [
+    (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, "NVML library not found"),
+    (pynvml.NVML_ERROR_DRIVER_NOT_LOADED, "NVIDIA driver not loaded"),
+])
+def test_without_nvml_the_link_share_fails_but_copies_are_measured(tmp_path, sysfs, code, reason):
+    results = verdicts(tmp_path, "transfer", GATE, run(sysfs, fake_nvml=FakeNvml(init_error=code)))
+    assert results["transfer.h2d_link_efficiency[cuda:0]"].message.startswith(f"could not measure: {reason}")
+    assert results["transfer.h2d_pinned[cuda:0]"].verdict == "pass"
+
+
+def test_a_gpu_lost_while_reading_the_link_fails_with_the_fix(tmp_path, sysfs):
+    lost = FakeGpu(errors={"nvmlDeviceGetMaxPcieLinkGeneration": pynvml.NVML_ERROR_GPU_IS_LOST})
+    results = verdicts(tmp_path, "transfer", GATE, run(sysfs, fake_nvml=FakeNvml([lost])))
+    assert "the GPU fell off the bus" in results["transfer.h2d_link_efficiency[cuda:0]"].message
+
+
+def test_rocm_skips_the_nvml_link_rate_and_measures_the_rest(tmp_path, sysfs):
+    rocm = FakeCuda(cuda_runtime=None, hip_runtime="6.2.41133")
+    fake_nvml = FakeNvml()
+    results = verdicts(tmp_path, "transfer", GATE, run(sysfs, rocm, fake_nvml))
+    assert fake_nvml.calls == []
+    assert results["transfer.h2d_link_efficiency[cuda:0]"].message == (
+        "not applicable: ROCm build (HIP 6.2.41133): the link rate needs NVML")
+    assert results["transfer.h2d_pinned[cuda:0]"].verdict == "pass"
+
+
+def test_without_a_gpu_every_metric_fails_with_one_line(tmp_path, sysfs):
+    cpu = FakeCuda(devices=(), cuda_runtime=None, reason="no CUDA device: torch 2.5.1+cpu is a CPU build")
+    results = verdicts(tmp_path, "transfer", GATE, run(sysfs, cpu))
+    assert {r.verdict for r in results.values()} == {"fail"}
+    assert {r.message.split(";")[0] for r in results.values()} == {
+        "could not measure: no CUDA device: torch 2.5.1+cpu is a CPU build"}
+
+
+def test_each_gpu_is_measured_and_named(sysfs):
+    two = FakeCuda(devices=(h200(0), h200(1, "0000:86:00.0")))
+    measured = by_id(run(sysfs, two, FakeNvml([FakeGpu(), FakeGpu(bus_id="00000000:86:00.0", link_max=(4, 16))])))
+    assert measured["link_rate[cuda:1]"].value == pytest.approx(31.508, abs=0.001)
+    assert measured["numa_node[cuda:1]"].reason == "sysfs has no NUMA node for PCI 0000:86:00.0"
+
+
+def test_lane_rates_follow_the_pci_sig_line_coding():
+    assert transfer.LANE_GBPS[3] * 16 == pytest.approx(15.754, abs=0.001)  # 8 GT/s, 128b/130b
+    assert transfer.LANE_GBPS[2] * 16 == pytest.approx(8.0)  # 5 GT/s, 8b/10b
+    assert transfer.LANE_GBPS[6] * 16 == pytest.approx(121.0)  # 64 GT/s PAM4, 242B/256B FLIT

@@ -1,0 +1,65 @@
+"""The real torch half of the seam on this CPU-only machine, and the GPU checks end to end on it."""
+
+from __future__ import annotations
+
+import pytest
+
+from preflight import config, gpu, runner
+
+CPU_BUILD = (gpu.torch_build() or {}).get("cuda") is None and (gpu.torch_build() or {}).get("hip") is None
+cpu_only = pytest.mark.skipif(not CPU_BUILD, reason="asserts what a CPU build of torch reports; this torch has CUDA")
+
+
+def test_torch_build_is_read_without_importing_torch_and_agrees_with_torch():
+    import torch
+
+    build = gpu.torch_build()
+    assert build is not None
+    assert (build["__version__"], build["cuda"], build["hip"]) == (torch.__version__, torch.version.cuda,
+                                                                    torch.version.hip)
+
+
+@cpu_only
+def test_a_cpu_build_reports_no_device_and_says_why():
+    view = gpu.TorchCuda().view()
+    assert view.devices == () and view.cuda_runtime is None
+    assert view.reason == f"no CUDA device: torch {view.torch_version} is a CPU build; install a CUDA build of torch"
+
+
+@cpu_only
+def test_the_gpu_checks_fail_or_skip_with_one_line_reasons_on_this_cpu_only_machine(tmp_path):
+    path = tmp_path / "thresholds.yaml"
+    path.write_text(
+        "version: 1\nchecks:\n"
+        "  cuda: {device_count: {min: 1}, driver_version: {min: \"535.104\"}, name: {match: H100},"
+        " ecc_uncorrectable_volatile: {max: 0}, matmul_error: {max: 1e-3}}\n"
+        "  transfer: {h2d_pinned: {min: 20 GB/s}, h2d_link_efficiency: {min: 75 %}, pinned_alloc: {min: 1 GiB}}\n"
+        "  p2p: {required: false, p2p_bandwidth: {min: 100 GB/s}}\n")
+    results = runner.run(config.load(str(path), environ={}))
+    verdicts = {result.id: result.verdict for result in results}
+    assert verdicts == {
+        "cuda.device_count": "fail", "cuda.driver_version": "fail", "cuda.name": "fail",
+        "cuda.ecc_uncorrectable_volatile": "fail", "cuda.matmul_error": "fail", "transfer.h2d_pinned": "fail",
+        "transfer.h2d_link_efficiency": "fail", "transfer.pinned_alloc": "fail", "p2p.p2p_bandwidth": "skip"}
+    for result in results:
+        assert "\n" not in result.message
+    by_id = {result.id: result.message for result in results}
+    assert by_id["cuda.driver_version"].startswith("could not measure: NVML library not found (libnvidia-ml.so.1)")
+    assert "is a CPU build; install a CUDA build of torch" in by_id["transfer.h2d_pinned"]
+
+
+def test_every_torch_api_the_gpu_only_paths_call_exists_in_this_torch():
+    import inspect
+
+    import torch
+
+    for dotted in ("cuda.is_available", "cuda.device_count", "cuda.get_device_properties", "cuda.mem_get_info",
+                   "cuda.synchronize", "cuda.empty_cache", "cuda.Stream", "cuda.Event", "cuda.stream",
+                   "cuda.can_device_access_peer", "backends.cuda.matmul", "Generator", "randn", "empty"):
+        target = torch
+        for part in dotted.split("."):
+            target = getattr(target, part)
+    inspect.signature(torch.cuda.Event).bind(enable_timing=True)
+    inspect.signature(torch.cuda.Stream).bind(device=torch.device("cuda", 0))
+    inspect.signature(torch.cuda.mem_get_info).bind(0)
+    assert isinstance(torch.backends.cuda.matmul.allow_tf32, bool)
