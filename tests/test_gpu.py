@@ -63,3 +63,29 @@ def test_every_torch_api_the_gpu_only_paths_call_exists_in_this_torch():
     inspect.signature(torch.cuda.Stream).bind(device=torch.device("cuda", 0))
     inspect.signature(torch.cuda.mem_get_info).bind(0)
     assert isinstance(torch.backends.cuda.matmul.allow_tf32, bool)
+
+
+def test_a_cuda_build_without_a_visible_gpu_names_the_usual_causes(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(gpu, "torch_build", lambda: {"__version__": "2.5.1+cu124", "cuda": "12.4", "hip": None})
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    view = gpu.TorchCuda().view()
+    assert (view.devices, view.cuda_runtime) == ((), "12.4")
+    assert view.reason == (f"no GPU visible to torch {torch.__version__} (CUDA 12.4): check the driver, the "
+                           f"container's GPU runtime (--gpus all) and CUDA_VISIBLE_DEVICES")
+
+
+def test_torch_missing_or_its_version_file_unreadable(monkeypatch, tmp_path):
+    monkeypatch.setattr(gpu, "torch_build", lambda: None)
+    assert gpu.TorchCuda().view().reason == "torch is not installed: install the job's torch"
+    monkeypatch.undo()
+
+    class Spec:
+        submodule_search_locations = [str(tmp_path)]
+
+    monkeypatch.setattr(gpu.importlib.util, "find_spec", lambda name: Spec())
+    assert gpu.torch_build() == {"cuda": "unknown"}  # unreadable: callers import torch to find out
+    (tmp_path / "version.py").write_text("from typing import Optional\n__version__ = '2.5.1+rocm6.2'\n"
+                                         "cuda: Optional[str] = None\nhip: Optional[str] = '6.2.41133'\n")
+    assert gpu.torch_build() == {"__version__": "2.5.1+rocm6.2", "cuda": None, "hip": "6.2.41133"}

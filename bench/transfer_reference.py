@@ -1,0 +1,73 @@
+"""Pinned H2D/D2H: preflight's transfer check next to a plain torch copy loop, in one run, on each GPU.
+
+Needs a CUDA (or ROCm) build of torch and a GPU; run by scripts/gpu-smoke.sh. The
+reference is deliberately independent of preflight's code: one ``copy_`` per event pair on
+the default stream, pinned host memory, 5 warm-up copies, median of ``--repeats`` (the loop
+people write by hand, and nvbandwidth's measurement in its simplest form). Prints one
+line per GPU and direction: preflight GB/s, reference GB/s and their ratio; the target is
+a ratio within 0.90-1.10. Exit status 1 when a ratio is outside it.
+
+    python3 bench/transfer_reference.py [--size-mib 256] [--repeats 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+
+from preflight.checks import transfer
+from preflight.checks.base import Budget
+
+
+def reference(index: int, direction: str, size: int, repeats: int) -> float:
+    """Median GB/s (10^9 B/s) of single pinned copies timed with CUDA events on the default stream."""
+    import torch
+
+    host = torch.empty(size, dtype=torch.uint8, pin_memory=True)
+    device = torch.empty(size, dtype=torch.uint8, device=torch.device("cuda", index))
+    source, target = (host, device) if direction == "h2d" else (device, host)
+    with torch.cuda.device(index):
+        for _ in range(5):
+            target.copy_(source, non_blocking=True)
+        torch.cuda.synchronize()
+        rates = []
+        for _ in range(repeats):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            target.copy_(source, non_blocking=True)
+            end.record()
+            end.synchronize()
+            rates.append(size / (start.elapsed_time(end) / 1e3) / 1e9)
+    return statistics.median(rates)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-mib", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=20)
+    args = parser.parse_args()
+    size = args.size_mib << 20
+    measured = transfer.measure({"size": size, "pinned_size": size}, Budget(duration_s=8.0, timeout_s=120.0))
+    ours = {(m.device, m.metric): m for m in measured if m.metric in ("h2d_pinned", "d2h_pinned")}
+    if not any(m.value is not None for m in ours.values()):
+        print(f"no GPU measurement: {next(iter(measured)).reason}")
+        return 1
+    worst_ok = True
+    print(f"{'device':<8} {'copy':<11} {'preflight GB/s':>15} {'reference GB/s':>15} {'ratio':>7}")
+    for (device, metric), m in sorted(ours.items()):
+        index = int(device.split(":")[1])
+        ref = reference(index, metric.split("_")[0], size, args.repeats)
+        ratio = m.value / ref if isinstance(m.value, float) else float("nan")
+        ok = 0.90 <= ratio <= 1.10
+        worst_ok &= ok
+        print(f"{device:<8} {metric:<11} {m.value:>15.2f} {ref:>15.2f} {ratio:>7.3f}{'' if ok else '  OUTSIDE 10%'}")
+    for m in measured:
+        if m.metric in ("link_rate", "h2d_link_efficiency", "numa_node", "numa_local", "pinned_speedup"):
+            print(f"{m.device or '':<8} {m.metric:<20} {m.value if m.value is not None else m.reason} "
+                  f"{m.unit} {m.method}")
+    return 0 if worst_ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
