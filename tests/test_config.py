@@ -129,10 +129,11 @@ def test_a_text_metric_takes_a_regex_match(tmp_path):
 
 
 @pytest.mark.parametrize("body, message", [
-    ('device_count: {match: "1"}', "thresholds.yaml:4:27: `device_count`: `match` is for text metrics; use `min`/`max` here"),
-    ('name: {match: "H100(", severity: fail}', "thresholds.yaml:4:19: `name.match`: invalid regular expression 'H100(' "
-                                               "(missing ), unterminated subpattern at position 4): quote it and escape "
-                                               "special characters"),
+    ('device_count: {match: "1"}',
+     "thresholds.yaml:4:27: `device_count`: `match` is for text metrics; use `min`/`max` here"),
+    ('name: {match: "H100(", severity: fail}',
+     "thresholds.yaml:4:19: `name.match`: invalid regular expression 'H100(' (missing ), unterminated subpattern at "
+     "position 4): quote it and escape special characters"),
     ("name: {match: 100}", "thresholds.yaml:4:19: `name.match`: expected a regular expression like \"H100|H200\", "
                            "found 100"),
     ("ecc_mode: {match: on}", 'thresholds.yaml:4:23: `ecc_mode.match`: YAML reads on as a boolean: quote it ("on")'),

@@ -32,7 +32,8 @@ METRICS = (
     Metric("cuda_driver_version", "version", True, "highest CUDA version the driver supports (NVML)"),
     Metric("runtime_supported", "", True, "1 when the driver runs torch's CUDA runtime: newer driver, same major "
            "(minor-version compatibility) or a working forward-compatibility package (CUDA compatibility guide)"),
-    Metric("name", "text", None, "device name (torch.cuda.get_device_properties); match it with a regex", per_device=True),
+    Metric("name", "text", None, "device name (torch.cuda.get_device_properties); match it with a regex",
+           per_device=True),
     Metric("compute_capability", "version", True, "compute capability major.minor", per_device=True),
     Metric("memory_total", "GiB", True, "device memory (torch.cuda.get_device_properties.total_memory)",
            per_device=True),

@@ -114,17 +114,14 @@ def _link(device: gpu.Device, pinned: Any, link: tuple[Any, ...], where: str) ->
                                                                              ("h2d_link_efficiency", "%"))]
     handle = handles.get(device.bus_id)
     if handle is None:
-        reason = reason or f"NVML lists no GPU at PCI {device.bus_id or '(unknown)'}"
-        return [unmeasurable("link_rate", reason, "GB/s", where), unmeasurable("h2d_link_efficiency", reason, "%", where)]
+        return _no_link(reason or f"NVML lists no GPU at PCI {device.bus_id or '(unknown)'}", where)
     try:
         generation, width = nvml.max_link(lib, handle)
         now_generation, now_width = nvml.current_link(lib, handle)  # read right after the copies, under load
     except lib.NVMLError as error:
-        text = nvml.describe(lib, error)
-        return [unmeasurable("link_rate", text, "GB/s", where), unmeasurable("h2d_link_efficiency", text, "%", where)]
+        return _no_link(nvml.describe(lib, error), where)
     if generation not in LANE_GBPS:
-        text = f"unknown PCIe generation {generation}"
-        return [unmeasurable("link_rate", text, "GB/s", where), unmeasurable("h2d_link_efficiency", text, "%", where)]
+        return _no_link(f"NVML reports PCIe generation {generation}, which preflight has no rate for", where)
     rate = LANE_GBPS[generation] * width
     method = f"max Gen{generation} x{width}; Gen{now_generation} x{now_width} after the copies"
     results = [Measurement("link_rate", rate, "GB/s", device=where, method=method)]
@@ -133,6 +130,10 @@ def _link(device: gpu.Device, pinned: Any, link: tuple[Any, ...], where: str) ->
     else:
         results.append(unmeasurable("h2d_link_efficiency", "h2d_pinned was not measured", "%", where))
     return results
+
+
+def _no_link(reason: str, where: str) -> list[Measurement]:
+    return [unmeasurable("link_rate", reason, "GB/s", where), unmeasurable("h2d_link_efficiency", reason, "%", where)]
 
 
 def _numa(device: gpu.Device, where: str, root: str) -> list[Measurement]:

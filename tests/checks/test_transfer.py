@@ -151,3 +151,18 @@ def test_lane_rates_follow_the_pci_sig_line_coding():
     assert transfer.LANE_GBPS[3] * 16 == pytest.approx(15.754, abs=0.001)  # 8 GT/s, 128b/130b
     assert transfer.LANE_GBPS[2] * 16 == pytest.approx(8.0)  # 5 GT/s, 8b/10b
     assert transfer.LANE_GBPS[6] * 16 == pytest.approx(121.0)  # 64 GT/s PAM4, 242B/256B FLIT
+
+
+def test_a_link_generation_without_a_known_rate_fails_instead_of_guessing(sysfs):
+    future = FakeNvml([FakeGpu(link=(7, 16), link_max=(7, 16))])
+    measured = by_id(run(sysfs, fake_nvml=future))
+    assert measured["h2d_link_efficiency[cuda:0]"].reason == (
+        "NVML reports PCIe generation 7, which preflight has no rate for")
+
+
+def test_a_platform_without_numa_reports_node_minus_one_and_skips_locality(tmp_path, sysfs):
+    (sysfs / "sys/bus/pci/devices/0000:3b:00.0/numa_node").write_text("-1\n")
+    results = verdicts(tmp_path, "transfer", "numa_node: {min: 0}\nnuma_local: {min: 1}", run(sysfs))
+    assert results["transfer.numa_node[cuda:0]"].message.startswith("measured -1, required >= 0")
+    assert results["transfer.numa_local[cuda:0]"].message == (
+        "not applicable: the platform reports no NUMA placement for this GPU")
