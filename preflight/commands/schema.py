@@ -87,7 +87,7 @@ def _instance(name: str, check: Any) -> dict[str, Any]:
         if key != "check":
             properties[key] = _setting(key)
     properties.update({option.name: _option(option) for option in check.OPTIONS})
-    properties.update({metric.name: _threshold(metric) for metric in check.METRICS if not metric.is_text})
+    properties.update({metric.name: _threshold(metric) for metric in check.METRICS})
     return {"type": "object", "description": check.HELP, "additionalProperties": False, "properties": properties}
 
 
@@ -101,6 +101,8 @@ def _option(option: Option) -> dict[str, Any]:
         whole: dict[str, Any] = {"type": "integer"}
         if option.minimum is not None:
             whole["minimum"] = option.minimum
+        if option.maximum is not None:
+            whole["maximum"] = option.maximum
         forms = [whole, {"type": "string", "pattern": r"^\s*\d+\s*$"}, ENV_REFERENCE]
         schema = {"anyOf": forms + ([{"const": "auto"}] if kind == "int_or_auto" else [])}
     elif kind == "choice":
@@ -111,15 +113,22 @@ def _option(option: Option) -> dict[str, Any]:
 
 
 def _threshold(metric: Metric) -> dict[str, Any]:
+    description = f"{metric.help} [{metric.unit or 'count'}]"
+    severity = _setting("severity")
+    if metric.is_text:
+        match = {"type": "string", "minLength": 1, "format": "regex",
+                 "description": "a regular expression searched in the text (re.search)"}
+        return {"type": "object", "description": description, "additionalProperties": False,
+                "properties": {"match": match, "severity": severity}, "required": ["match"]}
     if metric.is_version:
         bound: dict[str, Any] = {"anyOf": [{"type": "string", "pattern": _VERSION}, {"type": "number", "minimum": 0}]}
     else:
         bound = quantity(UNITS[metric.unit].dimension)
-    properties = {"min": bound, "max": bound, "severity": _setting("severity")}
-    assert tuple(properties) == config.THRESHOLD_KEYS, "config's threshold keys changed: update the schema"
+    properties = {"min": bound, "max": bound, "severity": severity}
+    assert set(properties) | {"match"} == set(config.THRESHOLD_KEYS), "config's threshold keys changed: update the schema"
     return {
         "type": "object",
-        "description": f"{metric.help} [{metric.unit or 'count'}]",
+        "description": description,
         "additionalProperties": False,
         "properties": properties,
         "anyOf": [{"required": ["min"]}, {"required": ["max"]}],

@@ -45,7 +45,7 @@ def test_every_check_option_and_metric_is_in_the_schema():
     for name, check in CHECKS.items():
         keys = set(definitions[name]["properties"])
         assert {o.name for o in check.OPTIONS} <= keys
-        assert {m.name for m in check.METRICS if not m.is_text} <= keys
+        assert {m.name for m in check.METRICS} <= keys
 
 
 @pytest.mark.parametrize("text, accepted", [
@@ -62,6 +62,10 @@ def test_every_check_option_and_metric_is_in_the_schema():
     ("version: 1\nchecks:\n  dataloader:\n    num_workers: auto\n    batch_size: 0\n", False),
     ("version: 1\nchecks:\n  dataloader:\n    num_workers: 4\n    pin_memory: false\n", True),
     ("version: 1\nchecks:\n  shm:\n    allocate: 512 MiB\n    size: {min: 8 GiB, max: 1 TiB}\n", True),
+    ("version: 1\nchecks:\n  cuda:\n    name: {match: \"H100|H200\", severity: warn}\n", True),
+    ("version: 1\nchecks:\n  cuda:\n    name: {min: 1}\n", False),  # text takes a regex, not a bound
+    ("version: 1\nchecks:\n  cuda:\n    device_count: {match: \"1\"}\n", False),  # match is for text
+    ("version: 1\nchecks:\n  cuda:\n    matmul_size: 64\n    memory_allocatable: {min: 90 %}\n", True),
 ])
 def test_schema_and_config_agree(tmp_path, text, accepted):
     assert _both(tmp_path, text) == (accepted, accepted)
