@@ -7,12 +7,14 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
+from preflight import config
 from preflight.checks import CHECKS
 from preflight.checks.base import Budget
 from preflight.config import coerce_option
 from preflight.measurement import Measurement
+from preflight.verdict import Outcome, Result, judge
 from preflight.yaml_source import Located
 
 REPO = Path(__file__).resolve().parent.parent
@@ -32,8 +34,25 @@ def run_check(name: str, duration_s: float = 1.0, **options: Any) -> dict[str, M
         )
         for option in check.OPTIONS
     }
-    measurements = check.measure(parsed, Budget(duration_s, 60.0))
+    return keyed(check.measure(parsed, Budget(duration_s, 60.0)))
+
+
+def keyed(measurements: Sequence[Measurement]) -> dict[str, Measurement]:
+    """Measurements keyed by metric, ``metric[device]`` for per-device ones."""
     return {m.metric + (f"[{m.device}]" if m.device else ""): m for m in measurements}
+
+
+def configured(directory: Path, check: str, body: str) -> config.Instance:
+    """The one instance of ``check`` configured by the YAML ``body`` (its lines, unindented)."""
+    indented = "".join(f"    {line}\n" for line in body.strip().splitlines())
+    path = write_config(directory, f"version: 1\nchecks:\n  {check}:\n{indented}")
+    return config.load(str(path), environ={}).instances[0]
+
+
+def judged(directory: Path, check: str, body: str, measurements: Sequence[Measurement]) -> dict[str, Result]:
+    """``measurements`` judged against the thresholds in ``body``, keyed by result id (``cuda.name[cuda:0]``)."""
+    results = judge(configured(directory, check, body), Outcome(tuple(measurements)))
+    return {result.id: result for result in results}
 
 
 def write_config(directory: Path, text: str, name: str = "thresholds.yaml") -> Path:

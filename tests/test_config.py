@@ -3,7 +3,7 @@ import pytest
 from preflight import config
 from preflight.errors import ConfigError, UsageError
 from tests.helpers import REPO, write_config
-from tests.judging import instance as configured
+from tests.helpers import configured
 
 VALID = """
 version: 1

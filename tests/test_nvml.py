@@ -13,7 +13,7 @@ import pynvml
 import pytest
 
 from preflight import nvml
-from tests.gpu_fakes import FakeNvml
+from tests.fakes.gpu import FakeNvml
 
 DUMMY_ARGUMENTS = {"nvmlDeviceGetHandleByIndex": (0,), "nvmlDeviceGetTotalEccErrors": (None, 1, 0),
                    "nvmlDeviceGetRetiredPages": (None, 0), "nvmlDeviceGetTemperature": (None, 0)}

@@ -3,7 +3,7 @@ import pytest
 from preflight.config import Instance, Threshold
 from preflight.measurement import Measurement, not_applicable, unmeasurable
 from preflight.verdict import Outcome, exit_code, judge
-from tests.judging import verdicts
+from tests.helpers import judged
 
 
 def instance(check="storage", thresholds=(), required=True, **options):
@@ -90,22 +90,22 @@ def test_shm_hint_names_the_fix_with_the_numbers():
 
 
 def test_a_metric_the_hardware_lacks_is_skipped_even_when_required(tmp_path):
-    results = verdicts(tmp_path, "cuda", 'ecc_mode: {match: "on"}',
+    results = judged(tmp_path, "cuda", 'ecc_mode: {match: "on"}',
                        [not_applicable("ecc_mode", "this GPU does not have it", "text", "cuda:0")])
     result = results["cuda.ecc_mode[cuda:0]"]
     assert (result.verdict, result.message, result.value) == ("skip", "not applicable: this GPU does not have it", None)
 
 
 def test_an_unmeasurable_metric_still_fails_when_required(tmp_path):
-    results = verdicts(tmp_path, "cuda", 'ecc_mode: {match: "on"}',
+    results = judged(tmp_path, "cuda", 'ecc_mode: {match: "on"}',
                        [unmeasurable("ecc_mode", "GPU is lost", "text", "cuda:0")])
     assert results["cuda.ecc_mode[cuda:0]"].verdict == "fail"
 
 
 def test_match_searches_the_text_and_reports_the_pattern(tmp_path):
     gate = 'name: {match: "H100|H200"}'
-    passed = verdicts(tmp_path, "cuda", gate, [Measurement("name", "NVIDIA H100 80GB HBM3", "text", "cuda:0")])
-    failed = verdicts(tmp_path, "cuda", gate, [Measurement("name", "NVIDIA A100-SXM4-80GB", "text", "cuda:1")])
+    passed = judged(tmp_path, "cuda", gate, [Measurement("name", "NVIDIA H100 80GB HBM3", "text", "cuda:0")])
+    failed = judged(tmp_path, "cuda", gate, [Measurement("name", "NVIDIA A100-SXM4-80GB", "text", "cuda:1")])
     assert passed["cuda.name[cuda:0]"].verdict == "pass"
     assert failed["cuda.name[cuda:1]"].message == "measured NVIDIA A100-SXM4-80GB, required matches /H100|H200/"
     assert failed["cuda.name[cuda:1]"].threshold == {"match": "H100|H200"}

@@ -9,8 +9,8 @@ import pytest
 
 from preflight import nvml
 from preflight.checks import cuda
-from tests.gpu_fakes import FakeCuda, FakeGpu, FakeNvml, h200
-from tests.judging import by_id, verdicts
+from tests.fakes.gpu import FakeCuda, FakeGpu, FakeNvml, h200
+from tests.helpers import judged, keyed
 
 OPTIONS = {"matmul_size": 256, "allocate": 90.0}
 
@@ -52,7 +52,7 @@ def run(fake_cuda: FakeCuda | None = None, fake_nvml: FakeNvml | None = None):
 
 
 def test_a_healthy_h200_passes_every_metric_with_real_values(tmp_path):
-    measured = by_id(run())
+    measured = keyed(run())
     assert measured["name[cuda:0]"].value == "NVIDIA H200"
     assert measured["memory_total[cuda:0]"].value == pytest.approx(139.80, abs=0.01)
     assert measured["memory_allocatable[cuda:0]"].value == pytest.approx(90.0, abs=0.01)
@@ -60,7 +60,7 @@ def test_a_healthy_h200_passes_every_metric_with_real_values(tmp_path):
     assert measured["cuda_driver_version"].value == "12.4"
     assert (measured["mig_mode[cuda:0]"].value, measured["ecc_mode[cuda:0]"].value) == ("off", "on")
     assert measured["power_limit[cuda:0]"].value == 700.0
-    results = verdicts(tmp_path, "cuda", HEALTHY_GATE, list(measured.values()))
+    results = judged(tmp_path, "cuda", HEALTHY_GATE, list(measured.values()))
     assert {r.verdict for r in results.values()} == {"pass"}
     assert len(results) == 26
     assert results["cuda.name[cuda:0]"].message == "measured NVIDIA H200, required matches /H100|H200/"
@@ -78,7 +78,7 @@ def test_metrics_nvml_does_not_support_are_skipped_never_passed(tmp_path):
     consumer = FakeGpu(errors={name: pynvml.NVML_ERROR_NOT_SUPPORTED for name in (
         "nvmlDeviceGetEccMode", "nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetRetiredPages",
         "nvmlDeviceGetRetiredPagesPendingStatus", "nvmlDeviceGetRemappedRows", "nvmlDeviceGetMigMode")})
-    results = verdicts(tmp_path, "cuda", HEALTHY_GATE, run(fake_nvml=FakeNvml([consumer])))
+    results = judged(tmp_path, "cuda", HEALTHY_GATE, run(fake_nvml=FakeNvml([consumer])))
     skipped = {k for k, r in results.items() if r.verdict == "skip"}
     assert skipped == {f"cuda.{m}[cuda:0]" for m in (
         "ecc_mode", "ecc_uncorrectable_volatile", "ecc_uncorrectable_aggregate", "retired_pages",
@@ -94,7 +94,7 @@ def test_metrics_nvml_does_not_support_are_skipped_never_passed(tmp_path):
     (pynvml.NVML_ERROR_NO_PERMISSION, "NVML failed to initialise (Insufficient Permissions (NVML error 4): run with"),
 ])
 def test_nvml_that_cannot_start_fails_every_nvml_metric_with_its_reason(tmp_path, code, expected):
-    results = verdicts(tmp_path, "cuda", HEALTHY_GATE, run(fake_nvml=FakeNvml(init_error=code)))
+    results = judged(tmp_path, "cuda", HEALTHY_GATE, run(fake_nvml=FakeNvml(init_error=code)))
     nvml_ids = [f"cuda.{m}[cuda:0]" for m in cuda.NVML_DEVICE_METRICS] + ["cuda.driver_version"]
     for result_id in nvml_ids:
         assert results[result_id].verdict == "fail"
@@ -105,7 +105,7 @@ def test_nvml_that_cannot_start_fails_every_nvml_metric_with_its_reason(tmp_path
 def test_a_lost_gpu_fails_with_the_fix():
     lost = FakeGpu(errors={name: pynvml.NVML_ERROR_GPU_IS_LOST for name in nvml.CALLS if "Device" in name and
                            name not in ("nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetPciInfo")})
-    measured = by_id(run(fake_nvml=FakeNvml([lost])))
+    measured = keyed(run(fake_nvml=FakeNvml([lost])))
     reason = measured["ecc_uncorrectable_volatile[cuda:0]"].reason
     assert reason.startswith("GPU is lost (NVML error 15): the GPU fell off the bus; drain the node")
     assert all(measured[f"{m}[cuda:0]"].value is None and measured[f"{m}[cuda:0]"].applicable
@@ -114,7 +114,7 @@ def test_a_lost_gpu_fails_with_the_fix():
 
 def test_a_lost_gpu_while_listing_devices_fails_every_nvml_metric():
     lost = FakeGpu(errors={"nvmlDeviceGetPciInfo": pynvml.NVML_ERROR_GPU_IS_LOST})
-    measured = by_id(run(fake_nvml=FakeNvml([lost])))
+    measured = keyed(run(fake_nvml=FakeNvml([lost])))
     assert measured["temperature[cuda:0]"].reason.startswith("NVML could not list devices (GPU is lost")
 
 
@@ -140,7 +140,7 @@ def test_a_lost_gpu_while_listing_devices_fails_every_nvml_metric():
     (FakeGpu(ecc=(0, 1)), "ecc_mode", "measured off, required matches /^on$/ (changes to on after a GPU reset)"),
 ])
 def test_each_unhealthy_reading_fails_its_threshold(tmp_path, gpu, metric, message):
-    results = verdicts(tmp_path, "cuda", HEALTHY_GATE, run(fake_nvml=FakeNvml([gpu])))
+    results = judged(tmp_path, "cuda", HEALTHY_GATE, run(fake_nvml=FakeNvml([gpu])))
     failed = {k: r for k, r in results.items() if r.verdict != "pass"}
     narrow_link = ["cuda.pcie_link_width[cuda:0]"] if metric == "pcie_link_width_max" else []  # current <= max
     assert list(failed) == narrow_link + [f"cuda.{metric}[cuda:0]"]
@@ -149,12 +149,12 @@ def test_each_unhealthy_reading_fails_its_threshold(tmp_path, gpu, metric, messa
 
 def test_idle_throttle_reasons_do_not_count():
     idle_and_sync_boost = FakeGpu(throttle=0x1 | 0x2 | 0x10)
-    assert by_id(run(fake_nvml=FakeNvml([idle_and_sync_boost])))["clock_throttle[cuda:0]"].value == 0.0
+    assert keyed(run(fake_nvml=FakeNvml([idle_and_sync_boost])))["clock_throttle[cuda:0]"].value == 0.0
 
 
 def test_a_wrong_gpu_model_fails_the_name_match(tmp_path):
     a10g = FakeCuda(devices=(h200()._replace(name="NVIDIA A10G", compute_capability="8.6"),))
-    results = verdicts(tmp_path, "cuda", 'name: {match: "H100|H200"}\ncompute_capability: {min: "9.0"}', run(a10g))
+    results = judged(tmp_path, "cuda", 'name: {match: "H100|H200"}\ncompute_capability: {min: "9.0"}', run(a10g))
     assert results["cuda.name[cuda:0]"].message == "measured NVIDIA A10G, required matches /H100|H200/"
     assert results["cuda.compute_capability[cuda:0]"].verdict == "fail"
 
@@ -170,7 +170,7 @@ def test_runtime_support_knows_minor_version_and_forward_compatibility(driver_cu
                                                                        reason_starts):
     fake_cuda = FakeCuda(cuda_runtime=runtime, devices=(h200(),) if devices else (),
                          reason="" if devices else "no GPU visible to torch")
-    measured = by_id(run(fake_cuda, FakeNvml(cuda=driver_cuda)))["runtime_supported"]
+    measured = keyed(run(fake_cuda, FakeNvml(cuda=driver_cuda)))["runtime_supported"]
     assert measured.value == value
     assert measured.reason.startswith(reason_starts) and (reason_starts or not measured.reason)
 
@@ -178,7 +178,7 @@ def test_runtime_support_knows_minor_version_and_forward_compatibility(driver_cu
 def test_the_smoke_kernel_fails_a_gpu_that_enumerates_but_cannot_compute(tmp_path):
     broken = FakeCuda(matmul=RuntimeError("CUDA error: uncorrectable ECC error encountered\nCUDA kernel errors..."),
                       allocation=RuntimeError("CUDA out of memory. Tried to allocate 120.00 GiB"))
-    results = verdicts(tmp_path, "cuda", HEALTHY_GATE, run(broken))
+    results = judged(tmp_path, "cuda", HEALTHY_GATE, run(broken))
     assert results["cuda.matmul_error[cuda:0]"].message.startswith(
         "could not measure: the GPU failed a 256x256 matmul (CUDA error: uncorrectable ECC error encountered); "
         "check dmesg for Xid errors")
@@ -189,7 +189,7 @@ def test_the_smoke_kernel_fails_a_gpu_that_enumerates_but_cannot_compute(tmp_pat
 
 
 def test_a_wrong_matmul_result_fails(tmp_path):
-    results = verdicts(tmp_path, "cuda", "matmul_error: {max: 1e-3}", run(FakeCuda(matmul=0.37)))
+    results = judged(tmp_path, "cuda", "matmul_error: {max: 1e-3}", run(FakeCuda(matmul=0.37)))
     assert results["cuda.matmul_error[cuda:0]"].message == "measured 0.37, required <= 0.001"
     assert "drain the node" in results["cuda.matmul_error[cuda:0]"].hint
 
@@ -198,7 +198,7 @@ def test_rocm_skips_nvml_metrics_and_still_runs_the_smoke_kernel(tmp_path):
     rocm = FakeCuda(cuda_runtime=None, hip_runtime="6.2.41133",
                     devices=(h200()._replace(name="AMD Instinct MI300X", compute_capability="9.4"),))
     fake_nvml = FakeNvml()
-    results = verdicts(tmp_path, "cuda", HEALTHY_GATE.replace("H100|H200", "MI300X"), run(rocm, fake_nvml))
+    results = judged(tmp_path, "cuda", HEALTHY_GATE.replace("H100|H200", "MI300X"), run(rocm, fake_nvml))
     assert fake_nvml.calls == []  # NVML is never touched on ROCm
     assert results["cuda.ecc_mode[cuda:0]"].verdict == "skip"
     assert results["cuda.ecc_mode[cuda:0]"].message == (
@@ -211,12 +211,12 @@ def test_rocm_skips_nvml_metrics_and_still_runs_the_smoke_kernel(tmp_path):
 def test_without_a_gpu_every_threshold_fails_with_one_line_and_optional_ones_skip(tmp_path):
     cpu = FakeCuda(devices=(), cuda_runtime=None, reason="no CUDA device: torch 2.5.1+cpu is a CPU build")
     measured = run(cpu, FakeNvml(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND))
-    results = verdicts(tmp_path, "cuda", HEALTHY_GATE, measured)
+    results = judged(tmp_path, "cuda", HEALTHY_GATE, measured)
     assert {r.verdict for r in results.values()} == {"fail"}
     assert all("\n" not in r.message for r in results.values())
     assert results["cuda.device_count"].message == "measured 0, required >= 1 (no CUDA device: torch 2.5.1+cpu is a " \
                                                    "CPU build)"
-    optional = verdicts(tmp_path, "cuda", "required: false\n" + HEALTHY_GATE, measured)
+    optional = judged(tmp_path, "cuda", "required: false\n" + HEALTHY_GATE, measured)
     assert {r.verdict for k, r in optional.items() if k != "cuda.device_count"} == {"skip"}
 
 
@@ -225,7 +225,7 @@ def test_nvml_devices_are_matched_to_torch_devices_by_pci_bus_id():
                                                                                 temperature=70)
     # CUDA_VISIBLE_DEVICES=1: torch's cuda:0 is NVML's second GPU
     visible = FakeCuda(devices=(h200(0, "0000:86:00.0"),))
-    measured = by_id(run(visible, FakeNvml([first, second])))
+    measured = keyed(run(visible, FakeNvml([first, second])))
     assert measured["temperature[cuda:0]"].value == 70.0
-    unknown = by_id(run(FakeCuda(devices=(h200(0, "0000:aa:00.0"),)), FakeNvml([first])))
+    unknown = keyed(run(FakeCuda(devices=(h200(0, "0000:aa:00.0"),)), FakeNvml([first])))
     assert unknown["temperature[cuda:0]"].reason == "NVML lists no GPU at PCI 0000:aa:00.0"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from preflight.checks import p2p
 from preflight.checks.base import Budget
-from tests.gpu_fakes import FakeCuda, h200
-from tests.judging import by_id, verdicts
+from tests.fakes.gpu import FakeCuda, h200
+from tests.helpers import judged, keyed
 
 GATE = "p2p_access: {min: 1}\np2p_bandwidth: {min: 100 GB/s}"
 TWO = (h200(0), h200(1, "0000:86:00.0"))
@@ -16,16 +16,16 @@ def run(fake_cuda):
 
 
 def test_every_ordered_pair_is_measured_over_nvlink(tmp_path):
-    measured = by_id(run(FakeCuda(devices=TWO)))
+    measured = keyed(run(FakeCuda(devices=TWO)))
     assert measured["p2p_bandwidth[cuda:0->cuda:1]"].value == 372.5
     assert measured["p2p_access[cuda:1->cuda:0]"].value == 1.0
-    results = verdicts(tmp_path, "p2p", GATE, list(measured.values()))
+    results = judged(tmp_path, "p2p", GATE, list(measured.values()))
     assert len(results) == 4 and {r.verdict for r in results.values()} == {"pass"}
 
 
 def test_pairs_without_peer_access_fail_and_say_the_copy_was_staged(tmp_path):
     staged = FakeCuda(devices=TWO, peer_access=False, peer_rate=9.8)
-    results = verdicts(tmp_path, "p2p", GATE, run(staged))
+    results = judged(tmp_path, "p2p", GATE, run(staged))
     assert results["p2p.p2p_access[cuda:0->cuda:1]"].message == "measured 0, required >= 1"
     bandwidth = results["p2p.p2p_bandwidth[cuda:0->cuda:1]"]
     assert bandwidth.message == "measured 9.8 GB/s, required >= 100 GB/s"
@@ -34,17 +34,17 @@ def test_pairs_without_peer_access_fail_and_say_the_copy_was_staged(tmp_path):
 
 def test_a_failing_copy_fails_its_pair(tmp_path):
     broken = FakeCuda(devices=TWO, peer_rate=RuntimeError("CUDA error: an illegal memory access was encountered"))
-    results = verdicts(tmp_path, "p2p", GATE, run(broken))
+    results = judged(tmp_path, "p2p", GATE, run(broken))
     assert results["p2p.p2p_bandwidth[cuda:1->cuda:0]"].message.startswith(
         "could not measure: copy failed: CUDA error: an illegal memory access was encountered")
 
 
 def test_one_gpu_has_no_pairs_and_skips(tmp_path):
-    results = verdicts(tmp_path, "p2p", GATE, run(FakeCuda()))
+    results = judged(tmp_path, "p2p", GATE, run(FakeCuda()))
     assert {r.verdict for r in results.values()} == {"skip"}
     assert results["p2p.p2p_bandwidth"].message == "not applicable: one GPU: there is no pair to measure"
 
 
 def test_no_gpu_fails(tmp_path):
-    results = verdicts(tmp_path, "p2p", GATE, run(FakeCuda(devices=(), reason="no CUDA device: CPU build")))
+    results = judged(tmp_path, "p2p", GATE, run(FakeCuda(devices=(), reason="no CUDA device: CPU build")))
     assert {r.verdict for r in results.values()} == {"fail"}

@@ -9,8 +9,8 @@ import pytest
 
 from preflight.checks import transfer
 from preflight.checks.base import Budget
-from tests.gpu_fakes import FakeCuda, FakeGpu, FakeNvml, h200
-from tests.judging import by_id, verdicts
+from tests.fakes.gpu import FakeCuda, FakeGpu, FakeNvml, h200
+from tests.helpers import judged, keyed
 
 OPTIONS = {"size": 64 << 20, "pinned_size": 8 << 30}
 GATE = """
@@ -50,7 +50,7 @@ def run(sysfs, fake_cuda=None, fake_nvml=None, options=OPTIONS):
 
 
 def test_a_healthy_gen5_h200_passes_with_its_link_share(tmp_path, sysfs):
-    measured = by_id(run(sysfs))
+    measured = keyed(run(sysfs))
     assert measured["h2d_pinned[cuda:0]"].value == 55.1
     assert len(measured["h2d_pinned[cuda:0]"].samples) >= 3
     assert measured["pinned_speedup[cuda:0]"].value == pytest.approx(55.1 / 19.8)
@@ -59,9 +59,9 @@ def test_a_healthy_gen5_h200_passes_with_its_link_share(tmp_path, sysfs):
     assert measured["link_rate[cuda:0]"].method == "max Gen5 x16; Gen5 x16 after the copies"
     assert (measured["numa_node[cuda:0]"].value, measured["numa_local[cuda:0]"].value) == (0.0, 1.0)
     assert measured["pinned_alloc"].value == 8.0
-    results = verdicts(tmp_path, "transfer", GATE, list(measured.values()))
-    judged = [r for r in results.values() if r.threshold]
-    assert len(judged) == 8 and {r.verdict for r in judged} == {"pass"}
+    results = judged(tmp_path, "transfer", GATE, list(measured.values()))
+    gated = [r for r in results.values() if r.threshold]
+    assert len(gated) == 8 and {r.verdict for r in gated} == {"pass"}
     assert results["transfer.link_rate[cuda:0]"].verdict == "info"
 
 
@@ -69,7 +69,7 @@ def test_a_downtrained_link_fails_the_link_share_not_just_the_rate(tmp_path, sys
     # the slot trained to Gen5 x8: copies run at ~26 GB/s, which still clears a naive 20 GB/s floor
     slow = FakeCuda(rates={("h2d", True): 26.3, ("h2d", False): 12.0, ("d2h", True): 26.5, ("d2h", False): 11.0})
     gate = "h2d_pinned: {min: 20 GB/s}\nh2d_link_efficiency: {min: 75 %}"
-    results = verdicts(tmp_path, "transfer", gate, run(sysfs, slow))
+    results = judged(tmp_path, "transfer", gate, run(sysfs, slow))
     assert results["transfer.h2d_pinned[cuda:0]"].verdict == "pass"
     efficiency = results["transfer.h2d_link_efficiency[cuda:0]"]
     assert efficiency.message == "measured 41.74%, required >= 75%"
@@ -78,14 +78,14 @@ def test_a_downtrained_link_fails_the_link_share_not_just_the_rate(tmp_path, sys
 
 def test_the_far_numa_node_is_reported(tmp_path, sysfs):
     (sysfs / "sys/bus/pci/devices/0000:3b:00.0/numa_node").write_text("1\n")
-    results = verdicts(tmp_path, "transfer", "numa_local: {min: 1}", run(sysfs))
+    results = judged(tmp_path, "transfer", "numa_local: {min: 1}", run(sysfs))
     assert results["transfer.numa_local[cuda:0]"].message == (
         "measured 0, required >= 1 (the process may run on NUMA nodes 0, the GPU is on node 1)")
 
 
 def test_a_pinned_allocation_failure_is_explained_as_a_host_limit(tmp_path, sysfs):
     refused = FakeCuda(pin_error=RuntimeError("CUDA error: out of memory"))
-    result = verdicts(tmp_path, "transfer", GATE, run(sysfs, refused))["transfer.pinned_alloc"]
+    result = judged(tmp_path, "transfer", GATE, run(sysfs, refused))["transfer.pinned_alloc"]
     assert result.verdict == "fail"
     assert result.message.startswith(
         "measured 0 GiB, required >= 8 GiB (could not pin 8.00 GiB of host memory in a docker container "
@@ -97,7 +97,7 @@ def test_a_pinned_allocation_failure_is_explained_as_a_host_limit(tmp_path, sysf
 def test_a_pinned_copy_that_cannot_pin_fails_with_the_same_explanation(tmp_path, sysfs):
     unpinned = FakeCuda(rates={("h2d", True): RuntimeError("host buffer of 67108864 bytes came back unpinned"),
                                ("h2d", False): 19.8, ("d2h", True): 55.6, ("d2h", False): 17.2})
-    results = verdicts(tmp_path, "transfer", GATE, run(sysfs, unpinned))
+    results = judged(tmp_path, "transfer", GATE, run(sysfs, unpinned))
     assert "could not pin 0.06 GiB of host memory in a docker container (host buffer of 67108864 bytes came back " \
            "unpinned)" in results["transfer.h2d_pinned[cuda:0]"].message
     assert results["transfer.pinned_speedup[cuda:0]"].message.startswith(
@@ -111,21 +111,21 @@ def test_a_pinned_copy_that_cannot_pin_fails_with_the_same_explanation(tmp_path,
     (pynvml.NVML_ERROR_DRIVER_NOT_LOADED, "NVIDIA driver not loaded"),
 ])
 def test_without_nvml_the_link_share_fails_but_copies_are_measured(tmp_path, sysfs, code, reason):
-    results = verdicts(tmp_path, "transfer", GATE, run(sysfs, fake_nvml=FakeNvml(init_error=code)))
+    results = judged(tmp_path, "transfer", GATE, run(sysfs, fake_nvml=FakeNvml(init_error=code)))
     assert results["transfer.h2d_link_efficiency[cuda:0]"].message.startswith(f"could not measure: {reason}")
     assert results["transfer.h2d_pinned[cuda:0]"].verdict == "pass"
 
 
 def test_a_gpu_lost_while_reading_the_link_fails_with_the_fix(tmp_path, sysfs):
     lost = FakeGpu(errors={"nvmlDeviceGetMaxPcieLinkGeneration": pynvml.NVML_ERROR_GPU_IS_LOST})
-    results = verdicts(tmp_path, "transfer", GATE, run(sysfs, fake_nvml=FakeNvml([lost])))
+    results = judged(tmp_path, "transfer", GATE, run(sysfs, fake_nvml=FakeNvml([lost])))
     assert "the GPU fell off the bus" in results["transfer.h2d_link_efficiency[cuda:0]"].message
 
 
 def test_rocm_skips_the_nvml_link_rate_and_measures_the_rest(tmp_path, sysfs):
     rocm = FakeCuda(cuda_runtime=None, hip_runtime="6.2.41133")
     fake_nvml = FakeNvml()
-    results = verdicts(tmp_path, "transfer", GATE, run(sysfs, rocm, fake_nvml))
+    results = judged(tmp_path, "transfer", GATE, run(sysfs, rocm, fake_nvml))
     assert fake_nvml.calls == []
     assert results["transfer.h2d_link_efficiency[cuda:0]"].message == (
         "not applicable: ROCm build (HIP 6.2.41133): the link rate needs NVML")
@@ -134,7 +134,7 @@ def test_rocm_skips_the_nvml_link_rate_and_measures_the_rest(tmp_path, sysfs):
 
 def test_without_a_gpu_every_metric_fails_with_one_line(tmp_path, sysfs):
     cpu = FakeCuda(devices=(), cuda_runtime=None, reason="no CUDA device: torch 2.5.1+cpu is a CPU build")
-    results = verdicts(tmp_path, "transfer", GATE, run(sysfs, cpu))
+    results = judged(tmp_path, "transfer", GATE, run(sysfs, cpu))
     assert {r.verdict for r in results.values()} == {"fail"}
     assert {r.message.split(";")[0] for r in results.values()} == {
         "could not measure: no CUDA device: torch 2.5.1+cpu is a CPU build"}
@@ -142,7 +142,7 @@ def test_without_a_gpu_every_metric_fails_with_one_line(tmp_path, sysfs):
 
 def test_each_gpu_is_measured_and_named(sysfs):
     two = FakeCuda(devices=(h200(0), h200(1, "0000:86:00.0")))
-    measured = by_id(run(sysfs, two, FakeNvml([FakeGpu(), FakeGpu(bus_id="00000000:86:00.0", link_max=(4, 16))])))
+    measured = keyed(run(sysfs, two, FakeNvml([FakeGpu(), FakeGpu(bus_id="00000000:86:00.0", link_max=(4, 16))])))
     assert measured["link_rate[cuda:1]"].value == pytest.approx(31.508, abs=0.001)
     assert measured["numa_node[cuda:1]"].reason == "sysfs has no NUMA node for PCI 0000:86:00.0"
 
@@ -155,14 +155,14 @@ def test_lane_rates_follow_the_pci_sig_line_coding():
 
 def test_a_link_generation_without_a_known_rate_fails_instead_of_guessing(sysfs):
     future = FakeNvml([FakeGpu(link=(7, 16), link_max=(7, 16))])
-    measured = by_id(run(sysfs, fake_nvml=future))
+    measured = keyed(run(sysfs, fake_nvml=future))
     assert measured["h2d_link_efficiency[cuda:0]"].reason == (
         "NVML reports PCIe generation 7, which preflight has no rate for")
 
 
 def test_a_platform_without_numa_reports_node_minus_one_and_skips_locality(tmp_path, sysfs):
     (sysfs / "sys/bus/pci/devices/0000:3b:00.0/numa_node").write_text("-1\n")
-    results = verdicts(tmp_path, "transfer", "numa_node: {min: 0}\nnuma_local: {min: 1}", run(sysfs))
+    results = judged(tmp_path, "transfer", "numa_node: {min: 0}\nnuma_local: {min: 1}", run(sysfs))
     assert results["transfer.numa_node[cuda:0]"].message.startswith("measured -1, required >= 0")
     assert results["transfer.numa_local[cuda:0]"].message == (
         "not applicable: the platform reports no NUMA placement for this GPU")
