@@ -166,6 +166,7 @@ class TorchCuda:
                             size, copies)
 
     def can_access_peer(self, source: int, target: int) -> bool:  # gpu-only
+        """Whether ``source`` can read ``target``'s memory directly (cudaDeviceCanAccessPeer)."""
         import torch
 
         return bool(torch.cuda.can_device_access_peer(source, target))

@@ -66,6 +66,7 @@ def open_session(lib: Any) -> Session:
 
 
 def close(session: Session) -> None:
+    """``nvmlShutdown`` for a session ``open_session`` started (nothing when it failed)."""
     if session.lib is not None:
         session.lib.nvmlShutdown()
 
@@ -166,7 +167,7 @@ def health(lib: Any, handle: Any, device: str) -> list[Measurement]:
         default = lib.nvmlDeviceGetPowerManagementDefaultLimit(handle) / 1000
         return enforced, "" if enforced >= default else f"capped below the default limit of {default:g} W"
 
-    return [
+    readings = [
         read("mig_mode", "text", lambda: mode(lib.nvmlDeviceGetMigMode)),
         read("persistence_mode", "text", lambda: mode(lambda h: (lib.nvmlDeviceGetPersistenceMode(h),) * 2)),
         read("ecc_mode", "text", lambda: mode(lib.nvmlDeviceGetEccMode)),
@@ -184,6 +185,10 @@ def health(lib: Any, handle: Any, device: str) -> list[Measurement]:
         read("temperature", "C", lambda: (float(lib.nvmlDeviceGetTemperature(handle, lib.NVML_TEMPERATURE_GPU)), "")),
         read("power_limit", "W", power_limit),
     ]
+    ecc_off = any(m.metric == "ecc_mode" and m.value == "off" for m in readings)
+    return [not_applicable(m.metric, "ECC is off on this GPU, so it counts no errors: turn it on with "
+                                     "nvidia-smi -e 1 and reset the GPU", m.unit, device)
+            if ecc_off and m.metric.startswith("ecc_uncorrectable") and not m.applicable else m for m in readings]
 
 
 def max_link(lib: Any, handle: Any) -> tuple[int, int]:

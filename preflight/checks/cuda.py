@@ -30,6 +30,7 @@ METRICS = (
            hint="torch sees {measured} GPUs: check the driver, --gpus all / the device plugin, CUDA_VISIBLE_DEVICES"),
     Metric("driver_version", "version", True, "NVIDIA driver version (NVML nvmlSystemGetDriverVersion)"),
     Metric("cuda_driver_version", "version", True, "highest CUDA version the driver supports (NVML)"),
+    Metric("cuda_runtime", "version", True, "the CUDA runtime torch was built with (torch.version.cuda)"),
     Metric("runtime_supported", "", True, "1 when the driver runs torch's CUDA runtime: newer driver, same major "
            "(minor-version compatibility) or a working forward-compatibility package (CUDA compatibility guide)"),
     Metric("name", "text", None, "device name (torch.cuda.get_device_properties); match it with a regex",
@@ -98,10 +99,15 @@ def _measure(options: Mapping[str, Any], cuda: gpu.TorchCuda, view: gpu.TorchVie
              rocm: str) -> list[Measurement]:
     method = f"torch {view.torch_version}, CUDA runtime {view.cuda_runtime or view.hip_runtime or 'none'}"
     results = [Measurement("device_count", float(len(view.devices)), "", method=method, reason=view.reason)]
+    if view.cuda_runtime is not None:
+        results.append(Measurement("cuda_runtime", view.cuda_runtime, "version", method=method))
+    elif not rocm:
+        results.append(unmeasurable("cuda_runtime", view.reason or "torch has no CUDA runtime", "version"))
     system = nvml.system(session)
     if rocm:
         results += [not_applicable(name, rocm, unit) for name, unit in (
-            ("driver_version", "version"), ("cuda_driver_version", "version"), ("runtime_supported", ""))]
+            ("cuda_runtime", "version"), ("driver_version", "version"), ("cuda_driver_version", "version"),
+            ("runtime_supported", ""))]
     elif system.driver_version is None:
         results += [unmeasurable("driver_version", system.reason, "version"),
                     unmeasurable("cuda_driver_version", system.reason, "version"), _runtime_supported(view, system)]

@@ -18,6 +18,7 @@ HEALTHY_GATE = """
 device_count: {min: 1}
 driver_version: {min: "535.104"}
 cuda_driver_version: {min: "12.2"}
+cuda_runtime: {min: "12.1"}
 runtime_supported: {min: 1}
 name: {match: "H100|H200"}
 compute_capability: {min: "9.0"}
@@ -62,7 +63,7 @@ def test_a_healthy_h200_passes_every_metric_with_real_values(tmp_path):
     assert measured["power_limit[cuda:0]"].value == 700.0
     results = judged(tmp_path, "cuda", HEALTHY_GATE, list(measured.values()))
     assert {r.verdict for r in results.values()} == {"pass"}
-    assert len(results) == 26
+    assert len(results) == 27
     assert results["cuda.name[cuda:0]"].message == "measured NVIDIA H200, required matches /H100|H200/"
 
 
@@ -229,3 +230,19 @@ def test_nvml_devices_are_matched_to_torch_devices_by_pci_bus_id():
     assert measured["temperature[cuda:0]"].value == 70.0
     unknown = keyed(run(FakeCuda(devices=(h200(0, "0000:aa:00.0"),)), FakeNvml([first])))
     assert unknown["temperature[cuda:0]"].reason == "NVML lists no GPU at PCI 0000:aa:00.0"
+
+
+def test_with_ecc_turned_off_the_error_counters_say_so(tmp_path):
+    ecc_off = FakeGpu(ecc=(0, 0), errors={"nvmlDeviceGetTotalEccErrors": pynvml.NVML_ERROR_NOT_SUPPORTED})
+    results = judged(tmp_path, "cuda", HEALTHY_GATE, run(fake_nvml=FakeNvml([ecc_off])))
+    assert results["cuda.ecc_mode[cuda:0]"].verdict == "fail"
+    assert results["cuda.ecc_uncorrectable_volatile[cuda:0]"].message == (
+        "not applicable: ECC is off on this GPU, so it counts no errors: turn it on with nvidia-smi -e 1 and reset "
+        "the GPU")
+
+
+def test_torch_cuda_runtime_is_reported_next_to_the_driver(tmp_path):
+    measured = keyed(run(FakeCuda(cuda_runtime="12.8"), FakeNvml(cuda=12080)))
+    assert (measured["cuda_runtime"].value, measured["cuda_driver_version"].value) == ("12.8", "12.8")
+    results = judged(tmp_path, "cuda", 'cuda_runtime: {min: "12.4"}', list(measured.values()))
+    assert results["cuda.cuda_runtime"].message == "measured 12.8, required >= 12.4"
