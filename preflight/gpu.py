@@ -111,7 +111,7 @@ class TorchCuda:
             got = (a.to(device) @ b.to(device)).cpu()
         finally:
             torch.backends.cuda.matmul.allow_tf32 = allow_tf32
-        return float((got - expected).abs().max() / expected.abs().max())
+        return relative_error(got, expected)
 
     def allocate_share(self, index: int, share: float) -> tuple[int, int]:  # gpu-only
         """Allocate and write ``share`` (0..1) of the free memory; return (bytes, free bytes).
@@ -179,6 +179,17 @@ class TorchCuda:
         dst = torch.empty(size, dtype=torch.uint8, device=torch.device("cuda", target))
         stream = torch.cuda.Stream(device=torch.device("cuda", source))
         return _event_timer(stream, lambda: dst.copy_(src, non_blocking=True), size, copies)
+
+
+def relative_error(got: object, expected: object) -> float:
+    """max |got - expected| / max |expected| of two same-shape tensors (inf when they disagree on NaNs)."""
+    import torch
+
+    assert isinstance(got, torch.Tensor) and isinstance(expected, torch.Tensor)
+    difference = (got - expected).abs().max()
+    if torch.isnan(difference):
+        return float("inf")
+    return float(difference / expected.abs().max())
 
 
 def _event_timer(stream: object, copy: Callable[[], object], size: int, copies: int) -> Callable[[], float]:  # gpu-only

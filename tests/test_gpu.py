@@ -89,3 +89,16 @@ def test_torch_missing_or_its_version_file_unreadable(monkeypatch, tmp_path):
     (tmp_path / "version.py").write_text("from typing import Optional\n__version__ = '2.5.1+rocm6.2'\n"
                                          "cuda: Optional[str] = None\nhip: Optional[str] = '6.2.41133'\n")
     assert gpu.torch_build() == {"__version__": "2.5.1+rocm6.2", "cuda": None, "hip": "6.2.41133"}
+
+
+def test_the_smoke_kernel_comparison_scales_by_the_largest_expected_value():
+    import torch
+
+    expected = torch.tensor([[100.0, -50.0], [25.0, 0.0]])
+    assert gpu.relative_error(expected.clone(), expected) == 0.0
+    off_by_one = expected.clone()
+    off_by_one[1, 1] = 1.0
+    assert gpu.relative_error(off_by_one, expected) == pytest.approx(0.01)  # float32
+    garbage = expected.clone()
+    garbage[0, 0] = float("nan")
+    assert gpu.relative_error(garbage, expected) == float("inf")
