@@ -29,12 +29,19 @@ fi
 
 echo "== preflight: cuda, transfer, p2p (thresholds in scripts/gpu-smoke.yaml)"
 "$py" -m preflight run -c scripts/gpu-smoke.yaml --json "$out/report.json" --junit-xml "$out/report.xml"
-echo "preflight exit status: $? (1 = a threshold missed; see the table above)"
+gate=$?
+echo "preflight exit status: $gate (1 = a threshold missed; see the table above)"
+if [ "$gate" -gt 1 ]; then status=1; echo "preflight itself failed (usage or internal error)"; fi
 
 echo "== reference for cuda: nvidia-smi's view of the same GPUs"
 if command -v nvidia-smi >/dev/null; then
-    nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version,persistence_mode,mig.mode.current,ecc.mode.current,ecc.errors.uncorrected.volatile.total,retired_pages.pending,pcie.link.gen.max,pcie.link.width.max,temperature.gpu,enforced.power.limit,clocks_throttle_reasons.active \
-        --format=csv | tee "$out/nvidia-smi.csv"
+    fields=index,name,pci.bus_id,driver_version,persistence_mode,mig.mode.current,ecc.mode.current
+    fields=$fields,ecc.errors.uncorrected.volatile.total,retired_pages.pending,pcie.link.gen.max,pcie.link.width.max
+    fields=$fields,temperature.gpu,enforced.power.limit,clocks_throttle_reasons.active
+    # an older nvidia-smi rejects the whole query for one unknown field: fall back to the basic ones
+    nvidia-smi --query-gpu="$fields" --format=csv > "$out/nvidia-smi.csv" 2>&1 \
+        || nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version,temperature.gpu --format=csv > "$out/nvidia-smi.csv"
+    cat "$out/nvidia-smi.csv"
     nvidia-smi -q -d ROW_REMAPPER | grep -E "Pending|Remapping Failure" | tee -a "$out/nvidia-smi.csv"
     nvidia-smi topo -m | tee "$out/topology.txt"
 else
