@@ -115,7 +115,9 @@ def _judge_one(instance: Instance, metric: Metric, threshold: Threshold, m: Meas
     if not m.measured:
         verdict: Verdict = "fail" if instance.required else "skip"
         message = f"could not measure: {m.reason}; required {required}"
-        return Result(verdict=verdict, message=message, hint=_hint(metric, instance, "-", required), **common)
+        # No metric hint here: it names the fix for a bad value ("replace the GPU"), and nothing was
+        # measured; the reason says what stopped the measurement and how to fix that.
+        return Result(verdict=verdict, message=message, **common)
     measured = format_value(m.value, "" if metric.is_version else metric.unit)
     ok = _within(m.value, threshold, metric)
     verdict = "pass" if ok else threshold.severity
