@@ -4,6 +4,7 @@ The file's shape (see DESIGN.md and the README reference)::
 
     version: 1
     defaults: {timeout: 120s, duration: 5s, severity: fail}
+    fleet: {timeout: 300s, backend: auto, median_ratio: 0.5, severity: fail}   # torchrun runs only
     checks:
       <instance>:                 # the instance name is the check name...
         check: <check>            # ...unless `check:` names another
@@ -34,8 +35,10 @@ Severity = Literal["fail", "warn"]
 SEVERITIES: tuple[Severity, ...] = ("fail", "warn")
 INSTANCE_KEYS = ("check", "timeout", "duration", "severity", "required")
 THRESHOLD_KEYS = ("min", "max", "match", "severity")
-TOP_LEVEL_KEYS = ("version", "defaults", "checks")
+TOP_LEVEL_KEYS = ("version", "defaults", "fleet", "checks")
 DEFAULTS = {"timeout": "120s", "duration": "5s", "severity": "fail"}
+FLEET_DEFAULTS = {"timeout": "300s", "backend": "auto", "median_ratio": 0.5, "severity": "fail"}
+BACKENDS = ("auto", "nccl", "gloo")
 _VERSION = re.compile(r"^\d+(\.\d+)*$")
 
 
@@ -66,10 +69,27 @@ class Instance:
 
 
 @dataclass(frozen=True)
+class FleetSettings:
+    """The ``fleet:`` section: how a ``torchrun`` run joins, waits and compares nodes.
+
+    ``timeout_s`` bounds joining the process group and every collective or barrier, so a
+    rank that never joins or dies cannot hang the others; ``median_ratio`` flags a node
+    whose metric is below that fraction of the fleet median (above its inverse for
+    lower-is-better metrics), with ``severity``.
+    """
+
+    timeout_s: float = 300.0
+    backend: str = "auto"  # auto: nccl when every local rank has a GPU, else gloo
+    median_ratio: float = 0.5
+    severity: Severity = "fail"
+
+
+@dataclass(frozen=True)
 class Config:
     path: str
     instances: tuple[Instance, ...]
     digest: str  # sha256 of the file's bytes and the overrides, for reports
+    fleet: FleetSettings = FleetSettings()
 
     def select(self, ids: Iterable[str]) -> Config:
         """Keep only the named instances (``--only storage,shm``).
@@ -83,7 +103,7 @@ class Config:
             if name not in names:
                 raise UsageError(f"--only {name}: no such check instance in {self.path}{_suggest(name, names)}")
         kept = tuple(i for i in self.instances if i.name in wanted)
-        return Config(self.path, kept, self.digest)
+        return Config(self.path, kept, self.digest, self.fleet)
 
 
 def bundled_path() -> Path:
@@ -120,7 +140,7 @@ def load(path: str, overrides: Iterable[str] = (), environ: Mapping[str, str] | 
     for assignment in overrides:
         root = yaml_source.apply_override(root, assignment, environ)
     digest = hashlib.sha256(data + "\0".join(overrides).encode()).hexdigest()
-    return Config(path, _instances(root), digest)
+    return Config(path, _instances(root), digest, _fleet(root))
 
 
 def _instances(root: Located) -> tuple[Instance, ...]:
@@ -141,6 +161,27 @@ def _instances(root: Located) -> tuple[Instance, ...]:
     if not checks:
         raise ConfigError(top["checks"].where, "`checks:` is empty: add at least one check (see `preflight list`)")
     return tuple(_instance(name, node, defaults) for name, node in checks.items())
+
+
+def _fleet(root: Located) -> FleetSettings:
+    top = _mapping(root, "the top level")
+    if "fleet" not in top:
+        return FleetSettings()
+    given = _mapping(top["fleet"], "fleet")
+    _reject_unknown(given, tuple(FLEET_DEFAULTS))
+    timeout_s = _quantity(given.get("timeout", FLEET_DEFAULTS["timeout"]), Dimension.DURATION, "fleet.timeout")
+    if timeout_s <= 0:
+        raise ConfigError(given["timeout"].where, "`fleet.timeout` must be positive, like `300s`")
+    backend = given["backend"].value if "backend" in given else "auto"
+    if backend not in BACKENDS:
+        raise ConfigError(given["backend"].where, f"`fleet.backend` must be one of {', '.join(BACKENDS)}, "
+                          f"found {backend!r}{_suggest(str(backend), BACKENDS)}")
+    ratio = given["median_ratio"].value if "median_ratio" in given else FLEET_DEFAULTS["median_ratio"]
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio < 1:
+        raise ConfigError(given["median_ratio"].where, "`fleet.median_ratio` must be a number between 0 and 1, "
+                          f"like 0.5 (flag nodes below half the fleet median), found {ratio!r}")
+    severity = _severity(given.get("severity", FLEET_DEFAULTS["severity"]))
+    return FleetSettings(timeout_s, backend, float(ratio), severity)
 
 
 def _instance(name: str, node: Located, defaults: Mapping[str, Any]) -> Instance:

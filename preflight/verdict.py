@@ -168,3 +168,26 @@ def _errors(instance: Instance, outcome: Outcome, thresholds: Mapping[str, Thres
 def _bounds(threshold: Threshold) -> dict[str, float | str]:
     bounds = (("min", threshold.min), ("max", threshold.max), ("match", threshold.match))
     return {key: value for key, value in bounds if value is not None}
+
+
+def judge_against_fleet(result: Result, median: float, nodes: int, ratio: float, severity: str) -> Result:
+    """Compare one node's measured ``result`` with the fleet ``median`` of the same metric.
+
+    The value is ``result.value / median``; it passes while at least ``ratio`` (at most
+    ``1 / ratio`` for a lower-is-better metric), else gets ``severity``, even when the
+    node meets the absolute threshold: a straggler drags every rank of a synchronous job.
+    """
+    higher = next(m.higher_is_better for m in CHECKS[result.check].METRICS if m.name == result.metric)
+    relative = float(result.value) / median if median else 0.0  # type: ignore[arg-type]
+    ok = relative >= ratio if higher else relative <= 1 / ratio
+    bound = ratio if higher else 1 / ratio
+    required = f"{'>=' if higher else '<='} {bound:g}x the fleet median"
+    measured = format_value(result.value, result.unit)
+    message = (f"{result.metric} {measured} is {relative:.2f}x the fleet median {format_value(median, result.unit)} "
+               f"over {nodes} nodes, required {required}")
+    hint = "" if ok else ("this node is the straggler: drain it from the job and check its "
+                          f"{result.instance} (compare `preflight run --only {result.instance}` with a healthy node)")
+    return Result(result.instance, result.check, f"{result.metric}.vs_fleet_median", "pass" if ok else severity,  # type: ignore[arg-type]
+                  message + ("" if ok else ": flagged as a straggler"), device=result.device, value=relative,
+                  threshold={"min": bound} if higher else {"max": bound}, hint=hint, duration_s=0.0,
+                  required=required)

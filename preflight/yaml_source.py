@@ -123,8 +123,8 @@ def expand_environment(text: str, environ: Mapping[str, str], where: str) -> str
 def apply_override(root: Located, assignment: str, environ: Mapping[str, str]) -> Located:
     """Return ``root`` with one ``--set KEY.PATH=VALUE`` applied (VALUE is read as YAML).
 
-    ``storage.path=/mnt/x`` sets ``checks.storage.path``; a first key of ``defaults`` or
-    ``version`` addresses the top level instead.
+    ``storage.path=/mnt/x`` sets ``checks.storage.path``; a first key of ``defaults``,
+    ``fleet`` or ``version`` addresses the top level instead.
 
     Raises:
         ConfigError: no ``=``, an empty key, or a path through a non-mapping.
@@ -134,7 +134,7 @@ def apply_override(root: Located, assignment: str, environ: Mapping[str, str]) -
     keys = key_text.strip().split(".")
     if not sep or not all(keys):
         raise ConfigError(where, "expected KEY=VALUE with a dotted key, like `storage.path=/mnt/data`")
-    if keys[0] not in ("defaults", "version", "checks"):
+    if keys[0] not in ("defaults", "version", "fleet", "checks"):
         keys = ["checks", *keys]
     try:
         parsed = yaml.safe_load(value_text) if value_text.strip() else ""

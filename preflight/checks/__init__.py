@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from preflight.checks import cuda, dataloader, p2p, shm, storage, transfer
+from preflight.checks import collective, cuda, dataloader, p2p, shm, storage, transfer
 from preflight.checks.base import Check
 
 CHECKS: dict[str, Check] = {
@@ -12,4 +12,5 @@ CHECKS: dict[str, Check] = {
     "dataloader": dataloader,
     "transfer": transfer,
     "p2p": p2p,
+    "collective": collective,
 }

@@ -8,11 +8,12 @@ from the same tables. A check measures; it never sees a threshold.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Mapping, NamedTuple, Protocol, Union
+from typing import Any, Literal, Mapping, NamedTuple, Protocol, Union, cast
 
 from preflight.measurement import Measurement
 from preflight.units import Dimension
 
+Scope = Literal["node", "fleet"]
 OptionKind = Union[Literal["path", "text", "int", "int_or_auto", "bool", "choice"], Dimension]
 
 
@@ -59,7 +60,14 @@ class Check(Protocol):
     HELP: str  # one line for `preflight list`
     OPTIONS: tuple[Option, ...]  # parameters, each with its default
     METRICS: tuple[Metric, ...]  # what measure() may return
+    # SCOPE (optional, default "node"): "node" checks run once per node in a worker process;
+    # "fleet" checks run in every torchrun rank at once, inside its process group.
 
     def measure(self, options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
         """Measure every metric this check can on this machine; never judge them."""
         ...
+
+
+def scope(check: Check) -> Scope:
+    """Where ``check`` runs: ``node`` (the default) or ``fleet`` (every rank, in the process group)."""
+    return cast(Scope, getattr(check, "SCOPE", "node"))

@@ -34,6 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--only", metavar="ID,...", help="run only these check instances (comma-separated)")
     parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
                         help="override a config value, e.g. --set storage.path=/mnt/data (repeatable)")
+    parser.add_argument("--distributed", action="store_true",
+                        help="run as one rank of a torchrun fleet: each node measures once, rank 0 writes one "
+                             "merged report (automatic under torchrun)")
     parser.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                         help="colour the table: auto = only on a terminal without NO_COLOR")
 
@@ -45,8 +48,10 @@ def main(args: argparse.Namespace, environ: Mapping[str, str] = os.environ, stdo
 
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     path = config.resolve_path(args.config)
-    for destination in (args.junit_xml, args.json, args.prometheus):
-        _check_writable(destination)
+    launch = _launch(args.distributed, environ)
+    if launch is None or launch.rank == 0:  # in a fleet, only rank 0 writes reports
+        for destination in (args.junit_xml, args.json, args.prometheus):
+            _check_writable(destination)
     try:
         loaded = config.load(path, args.overrides, environ)
         if args.only:
@@ -55,6 +60,10 @@ def main(args: argparse.Namespace, environ: Mapping[str, str] = os.environ, stdo
         _config_error(path, error, args, environ, stderr)
         raise
     print(f"preflight {__version__}: {len(loaded.instances)} checks from {path}", file=stderr)
+    if launch is not None:
+        from preflight import fleet
+
+        return fleet.run(loaded, launch, lambda reports: _write_fleet(reports, args, launch.world_size, stdout))
     started, clock = report.now(), time.monotonic()
     progress = Progress(stderr)
     try:
@@ -73,6 +82,30 @@ def main(args: argparse.Namespace, environ: Mapping[str, str] = os.environ, stdo
         junit.write(args.junit_xml, [run_report])
     _integrations(run_report, args, environ, stderr)
     return run_report.exit_code
+
+
+def _launch(requested: bool, environ: Mapping[str, str]):  # type: ignore[no-untyped-def]
+    """torchrun's place for this process with ``--distributed`` or under torchrun, else None."""
+    from preflight import distributed
+
+    if requested or distributed.launched_by_torchrun(environ):
+        return distributed.launch_from(environ)
+    return None
+
+
+def _write_fleet(reports, args: argparse.Namespace, world_size: int, stdout: TextIO) -> None:  # type: ignore[no-untyped-def]
+    """Rank 0's output of a fleet run: every node's table (or the JSON), one JSON and one JUnit file."""
+    from preflight.report import console, json_report, junit, write_atomic
+
+    if args.format == "json" or args.json == "-":
+        stdout.write(json_report.render_fleet(reports, world_size))
+    else:
+        stdout.write("\n".join(console.render(report, console.use_colour(stdout, args.color)) for report in reports))
+    stdout.flush()
+    if args.json and args.json != "-":
+        write_atomic(args.json, json_report.render_fleet(reports, world_size).encode())
+    if args.junit_xml:
+        junit.write(args.junit_xml, reports)
 
 
 def _integrations(run_report, args: argparse.Namespace, environ: Mapping[str, str], stderr: TextIO) -> None:  # type: ignore[no-untyped-def]

@@ -43,6 +43,7 @@ def build() -> dict[str, Any]:
     top = {"version": {"const": 1, "description": "format of this file"},
            "defaults": {"type": "object", "additionalProperties": False,
                         "properties": {key: _setting(key) for key in config.DEFAULTS}},
+           "fleet": _fleet(),
            "checks": checks}
     assert tuple(top) == config.TOP_LEVEL_KEYS, "config's top-level keys changed: update the schema"
     return {
@@ -69,6 +70,20 @@ def quantity(dimension: Dimension) -> dict[str, Any]:
     if dimension is Dimension.COUNT:
         forms.insert(0, {"type": "number", "minimum": 0})
     return {"anyOf": forms, "examples": [example(dimension)]}
+
+
+def _fleet() -> dict[str, Any]:
+    """The ``fleet:`` section (config.FleetSettings): used only by a torchrun fleet run."""
+    properties = {
+        "timeout": {**quantity(Dimension.DURATION), "description": "joining, each collective and each barrier"},
+        "backend": {"enum": list(config.BACKENDS), "description": "auto: nccl when every local rank has a GPU"},
+        "median_ratio": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1,
+                         "description": "flag a node below this fraction of the fleet median"},
+        "severity": _setting("severity"),
+    }
+    assert tuple(properties) == tuple(config.FLEET_DEFAULTS), "config's fleet keys changed: update the schema"
+    return {"type": "object", "additionalProperties": False, "properties": properties,
+            "description": "how a torchrun fleet run joins, waits and compares nodes"}
 
 
 def _setting(key: str) -> dict[str, Any]:

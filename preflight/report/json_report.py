@@ -10,7 +10,7 @@ the threshold was written in; a change that removes or renames a key bumps ``sch
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Sequence
 
 from preflight.report import RunReport
 
@@ -52,3 +52,20 @@ def to_dict(report: RunReport) -> dict[str, Any]:
 
 def render(report: RunReport) -> str:
     return json.dumps(to_dict(report), indent=2, ensure_ascii=False) + "\n"
+
+
+def render_fleet(reports: Sequence[RunReport], world_size: int) -> str:
+    """A fleet run's report: ``{"schema": 1, "kind": "fleet", "world_size", "exit_code", "hosts": [...]}``.
+
+    Each entry of ``hosts`` is one node's single-host report (the shape above), its
+    ``facts`` carrying ``node_rank``, ``ranks`` and ``world_size``.
+    """
+    codes = [report.exit_code for report in reports]
+    document = {
+        "schema": SCHEMA,
+        "kind": "fleet",
+        "world_size": world_size,
+        "exit_code": max(codes) if codes else 1,
+        "hosts": [to_dict(report) for report in reports],
+    }
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"

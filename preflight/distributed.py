@@ -1,0 +1,193 @@
+"""Joining the job's own process group under ``torchrun``, with timeouts that name missing ranks.
+
+No protocol of our own: ``torchrun`` (or a PyTorchJob running it) starts the ranks and
+sets their environment; ``torch.distributed.init_process_group`` joins them with the
+fleet timeout, and a separate gloo *control* group carries barriers and result gathers.
+Barriers are ``monitored_barrier(wait_all_ranks=True)``: rank 0 learns which ranks failed
+to arrive in time, and tells the survivors over a third gloo group, so every live rank
+fails with the same one-line error naming the missing ranks instead of hanging. The
+control groups are separate because gloo closes every connection of a group after a
+timeout in it, and a lost rank must not take the barrier that names it down with it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+import socket
+from typing import Any, Mapping, NamedTuple
+
+from preflight.errors import UsageError
+
+_MISSING_IN_BARRIER = re.compile(r"Ranks? ([\d, ]+) failed to pass monitoredBarrier")
+_MISSING_AT_JOIN = re.compile(r"keys: \[?([^\]]*)")
+
+
+class Launch(NamedTuple):
+    """Where this process sits in the fleet, as torchrun's environment says."""
+
+    rank: int  # RANK: 0 .. world_size-1
+    world_size: int  # WORLD_SIZE
+    local_rank: int  # LOCAL_RANK: 0 .. local_world_size-1 on this node
+    local_world_size: int  # LOCAL_WORLD_SIZE
+    node_rank: int  # GROUP_RANK: this node's index among the nodes
+
+
+class FleetError(Exception):
+    """The fleet cannot go on: a rank never joined, died or hung. The message names the ranks."""
+
+
+def launched_by_torchrun(environ: Mapping[str, str]) -> bool:
+    """True inside a torchrun (torch.distributed.elastic) worker: it sets TORCHELASTIC_RUN_ID."""
+    return "TORCHELASTIC_RUN_ID" in environ and "RANK" in environ
+
+
+def launch_from(environ: Mapping[str, str]) -> Launch:
+    """Read torchrun's variables (torch.distributed.run docs, "Environment Variables").
+
+    Raises:
+        UsageError: a variable is missing or not a number; the message says how to launch.
+    """
+    names = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
+    missing = [name for name in names if name not in environ]
+    if missing:
+        raise UsageError(f"--distributed: {', '.join(missing)} not set: launch under torchrun, e.g. "
+                         f"`torchrun --nproc-per-node 8 -m preflight run --distributed`")
+    try:
+        values = [int(environ[name]) for name in names[:5]]
+    except ValueError:
+        raise UsageError("--distributed: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE and GROUP_RANK must be "
+                         "whole numbers: launch under torchrun instead of setting them by hand") from None
+    launch = Launch(*values)
+    if not 0 <= launch.rank < launch.world_size or not 0 <= launch.local_rank < launch.local_world_size:
+        raise UsageError(f"--distributed: RANK={launch.rank} of WORLD_SIZE={launch.world_size} (LOCAL_RANK="
+                         f"{launch.local_rank} of {launch.local_world_size}) is inconsistent: launch under torchrun")
+    return launch
+
+
+class Fleet:
+    """This rank's membership of the process group; every method must be called by every rank."""
+
+    def __init__(self, launch: Launch, timeout_s: float, backend: str = "auto") -> None:
+        self.launch = launch
+        self.timeout = datetime.timedelta(seconds=timeout_s)
+        self.backend = backend
+        self.where = {launch.rank: f"rank {launch.rank}"}  # rank -> "rank 2 (node-b, node 1)"
+        self.control: Any = None
+        self.notice: Any = None
+
+    def join(self) -> None:
+        """Join the process group (init method env://), then learn where every rank runs.
+
+        Raises:
+            FleetError: not every rank joined within the timeout (the missing ranks named).
+        """
+        import torch
+        import torch.distributed as dist
+
+        backend = self.backend
+        if backend == "auto":
+            usable = torch.cuda.is_available() and torch.cuda.device_count() >= self.launch.local_world_size
+            backend = "nccl" if usable else "gloo"
+        if backend == "nccl":  # GPU-only path: each rank drives its own GPU
+            torch.cuda.set_device(self.launch.local_rank)
+        try:
+            dist.init_process_group(backend, timeout=self.timeout)
+            self.control = dist.new_group(backend="gloo", timeout=self.timeout)
+            self.notice = dist.new_group(backend="gloo", timeout=self.timeout)
+        except Exception as error:  # noqa: BLE001  torch raises DistStoreError/RuntimeError/ValueError here
+            missing = _ranks_in_keys(str(error))
+            who = f"rank(s) {_list(missing)}" if missing else "some ranks"
+            raise FleetError(f"rank {self.launch.rank}: {who} did not join the process group of "
+                             f"{self.launch.world_size} within {self._seconds()}s ({_first_line(error)}): check "
+                             f"that every node started and can reach MASTER_ADDR, or raise fleet.timeout") from None
+        self.barrier("joining")
+        here = (self.launch.rank, socket.gethostname(), self.launch.node_rank)
+        everyone: list[Any] = [None] * self.launch.world_size
+        dist.all_gather_object(everyone, here, group=self.control)
+        self.where = {rank: f"rank {rank} ({host}, node {node})" for rank, host, node in everyone}
+
+    def barrier(self, what: str, timeout_s: float | None = None) -> None:
+        """Wait for every rank, at most ``timeout_s`` (default: the fleet timeout).
+
+        Raises:
+            FleetError: ranks did not arrive in time; on every live rank, naming them.
+        """
+        import torch.distributed as dist
+
+        timeout = datetime.timedelta(seconds=timeout_s) if timeout_s else self.timeout
+        try:
+            dist.monitored_barrier(group=self.control, timeout=timeout, wait_all_ranks=True)
+        except Exception as error:  # noqa: BLE001  gloo raises RuntimeError with the ranks in the text
+            missing = self._agree_on_missing(error)
+            names = ", ".join(self.where.get(rank, f"rank {rank}") for rank in missing)
+            names = names or f"a rank ({_first_line(error)})"
+            raise FleetError(f"rank {self.launch.rank}: {names} did not reach {what} within "
+                             f"{timeout.total_seconds():g}s (died or hung): check that node's logs "
+                             f"(dmesg, kubectl describe pod), or raise fleet.timeout") from None
+
+    def gather(self, payload: Any) -> list[Any] | None:
+        """Every rank's ``payload`` (picklable) on rank 0, in rank order; None elsewhere."""
+        import torch.distributed as dist
+
+        received: list[Any] | None = [None] * self.launch.world_size if self.launch.rank == 0 else None
+        dist.gather_object(payload, received, dst=0, group=self.control)
+        return received
+
+    def broadcast(self, value: Any) -> Any:
+        """Rank 0's ``value`` on every rank."""
+        import torch.distributed as dist
+
+        box = [value]
+        dist.broadcast_object_list(box, src=0, group=self.control)
+        return box[0]
+
+    def leave(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    def _agree_on_missing(self, error: Exception) -> list[int]:
+        """Rank 0 read the missing ranks from monitored_barrier; it sends them to the others."""
+        import torch
+        import torch.distributed as dist
+
+        size = self.launch.world_size
+        if self.launch.rank == 0:
+            match = _MISSING_IN_BARRIER.search(str(error))
+            missing = [int(r) for r in match.group(1).replace(" ", "").split(",") if r] if match else []
+            mask = torch.tensor([rank in missing for rank in range(size)], dtype=torch.uint8)
+            for rank in range(1, size):
+                if rank not in missing:
+                    try:
+                        dist.send(mask, dst=rank, group=self.notice)
+                    except Exception:  # noqa: BLE001  that rank gave up already; it names rank 0's silence
+                        pass
+            return missing
+        mask = torch.zeros(size, dtype=torch.uint8)
+        try:
+            dist.recv(mask, src=0, group=self.notice)
+        except Exception:  # noqa: BLE001  rank 0 itself is gone
+            return [0]
+        return [rank for rank in range(size) if mask[rank]]
+
+    def _seconds(self) -> str:
+        return f"{self.timeout.total_seconds():g}"
+
+
+def _ranks_in_keys(text: str) -> list[int]:
+    """The ranks whose keys a store wait timed out on: gloo's ``keys: /default_pg/0//cpu//0/2``."""
+    match = _MISSING_AT_JOIN.search(text)
+    if not match:
+        return []
+    return sorted({int(key) for key in re.findall(r"/(\d+)(?=[,\s\]]|$)", match.group(1))})
+
+
+def _list(ranks: list[int]) -> str:
+    return ", ".join(str(rank) for rank in ranks)
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0][:200]}" if text else type(error).__name__
