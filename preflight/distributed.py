@@ -122,8 +122,8 @@ class Fleet:
             missing = self._agree_on_missing(error)
             names = ", ".join(self.where.get(rank, f"rank {rank}") for rank in missing)
             names = names or f"a rank ({_first_line(error)})"
-            raise FleetError(f"rank {self.launch.rank}: {names} did not reach {what} within "
-                             f"{timeout.total_seconds():g}s (died or hung): check that node's logs "
+            raise FleetError(f"rank {self.launch.rank}: {names} did not reach {what} (fleet.timeout "
+                             f"{timeout.total_seconds():g}s; died or hung): check that node's logs "
                              f"(dmesg, kubectl describe pod), or raise fleet.timeout") from None
 
     def gather(self, payload: Any) -> list[Any] | None:
@@ -149,28 +149,68 @@ class Fleet:
             dist.destroy_process_group()
 
     def _agree_on_missing(self, error: Exception) -> list[int]:
-        """Rank 0 read the missing ranks from monitored_barrier; it sends them to the others."""
+        """Every live rank's list of the ranks that are gone, decided by rank 0.
+
+        monitored_barrier names ranks that hang, but not ranks whose connection closed (a
+        crash): it raises "Connection closed by peer" instead. So rank 0 pings every rank it
+        has not already named over the ``notice`` group, waiting at most twice the timeout;
+        who does not answer is missing too. Then it sends the verdict to those who answered.
+        """
         import torch
         import torch.distributed as dist
 
         size = self.launch.world_size
-        if self.launch.rank == 0:
-            match = _MISSING_IN_BARRIER.search(str(error))
-            missing = [int(r) for r in match.group(1).replace(" ", "").split(",") if r] if match else []
-            mask = torch.tensor([rank in missing for rank in range(size)], dtype=torch.uint8)
-            for rank in range(1, size):
-                if rank not in missing:
-                    try:
-                        dist.send(mask, dst=rank, group=self.notice)
-                    except Exception:  # noqa: BLE001  that rank gave up already; it names rank 0's silence
-                        pass
-            return missing
-        mask = torch.zeros(size, dtype=torch.uint8)
-        try:
-            dist.recv(mask, src=0, group=self.notice)
-        except Exception:  # noqa: BLE001  rank 0 itself is gone
-            return [0]
-        return [rank for rank in range(size) if mask[rank]]
+        if self.launch.rank != 0:
+            token = torch.zeros(size, dtype=torch.uint8)
+            patience = datetime.timedelta(seconds=3 * self.timeout.total_seconds())
+            try:
+                dist.irecv(token, src=0, group=self.notice).wait(patience)  # the ping
+                dist.send(token, dst=0, group=self.notice)  # the answer
+                dist.irecv(token, src=0, group=self.notice).wait(patience)  # the verdict
+            except Exception:  # noqa: BLE001  rank 0 itself is gone
+                return [0]
+            return [rank for rank in range(size) if token[rank]]
+        # Closing the control group releases the ranks still waiting in the barrier at once.
+        dist.destroy_process_group(self.control)
+        match = _MISSING_IN_BARRIER.search(str(error))
+        missing = {int(r) for r in match.group(1).replace(" ", "").split(",") if r} if match else set()
+        answered = self._ping([rank for rank in range(1, size) if rank not in missing])
+        missing |= set(range(1, size)) - set(answered)
+        verdict = torch.tensor([rank in missing for rank in range(size)], dtype=torch.uint8)
+        for rank in answered:
+            try:
+                dist.send(verdict, dst=rank, group=self.notice)
+            except Exception:  # noqa: BLE001  it died since answering; the others still get the verdict
+                pass
+        return sorted(missing)
+
+    def _ping(self, ranks: list[int]) -> list[int]:
+        """The ranks among ``ranks`` that answer a ping within twice the fleet timeout."""
+        import time
+
+        import torch
+        import torch.distributed as dist
+
+        # A live rank may still be inside a collective that waits on the lost one (up to the
+        # timeout) before it reaches its barrier and answers: wait twice the timeout for it.
+        deadline = time.monotonic() + 2 * self.timeout.total_seconds()
+        token = torch.zeros(self.launch.world_size, dtype=torch.uint8)
+        pending, sends = {}, []  # a send's Work must outlive its transfer
+        for rank in ranks:
+            try:
+                sends.append(dist.isend(token, dst=rank, group=self.notice))
+                pending[rank] = dist.irecv(torch.zeros_like(token), src=rank, group=self.notice)
+            except Exception:  # noqa: BLE001  its connection is closed: it crashed
+                continue
+        answered = []
+        for rank, work in pending.items():
+            remaining = max(0.001, deadline - time.monotonic())
+            try:
+                work.wait(datetime.timedelta(seconds=remaining))
+                answered.append(rank)
+            except Exception:  # noqa: BLE001  closed (crashed) or silent until the deadline (hung)
+                continue
+        return answered
 
     def _seconds(self) -> str:
         return f"{self.timeout.total_seconds():g}"
