@@ -122,7 +122,7 @@ class Fleet:
             missing = self._agree_on_missing(error)
             names = ", ".join(self.where.get(rank, f"rank {rank}") for rank in missing)
             names = names or f"a rank ({_first_line(error)})"
-            raise FleetError(f"rank {self.launch.rank}: {names} did not reach {what} (fleet.timeout "
+            raise FleetError(f"rank {self.launch.rank}: {names} did not reach {what} (waited "
                              f"{timeout.total_seconds():g}s; died or hung): check that node's logs "
                              f"(dmesg, kubectl describe pod), or raise fleet.timeout") from None
 
