@@ -6,6 +6,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from preflight import cli
 from tests.helpers import REPO, run_cli, write_config
 from tests.report_helpers import read_junit
 
@@ -162,3 +163,13 @@ def test_readme_check_reference_is_generated_from_the_tables():
     readme = (REPO / "README.md").read_text()
     section = readme.split("<!-- check-reference", 1)[1].split("-->", 1)[1].split("<!-- /check-reference -->")[0]
     assert section.strip() == run_cli("list", "--markdown").stdout.strip()
+
+
+def test_distributed_outside_torchrun_is_a_usage_error(monkeypatch, capsys, tmp_path) -> None:
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(name, raising=False)
+    config = tmp_path / "t.yaml"
+    config.write_text("version: 1\nchecks:\n  shm: {}\n")
+    assert cli.main(["run", "-c", str(config), "--distributed"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "RANK, WORLD_SIZE" in error and "torchrun --nproc-per-node" in error

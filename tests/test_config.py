@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from preflight import config
@@ -147,3 +149,38 @@ def test_wrong_gpu_thresholds_and_options_name_the_place_and_fix(tmp_path, body,
         configured(tmp_path, "cuda", body)
     assert str(raised.value).endswith(message)
     assert str(raised.value).startswith(str(tmp_path))
+
+
+FLEET_BASE = "version: 1\n{fleet}checks:\n  shm: {{}}\n"
+
+
+def load_fleet(tmp_path: Path, fleet: str = "", overrides: tuple[str, ...] = ()) -> config.Config:
+    path = tmp_path / "thresholds.yaml"
+    path.write_text(FLEET_BASE.format(fleet=fleet))
+    return config.load(str(path), overrides)
+
+
+def test_fleet_settings_default_when_absent(tmp_path: Path) -> None:
+    assert load_fleet(tmp_path).fleet == config.FleetSettings(300.0, "auto", 0.5, "fail")
+
+
+def test_fleet_section_is_parsed_with_units(tmp_path: Path) -> None:
+    settings = load_fleet(tmp_path, "fleet: {timeout: 2min, backend: gloo, median_ratio: 0.7, severity: warn}\n").fleet
+    assert settings == config.FleetSettings(120.0, "gloo", 0.7, "warn")
+
+
+def test_fleet_values_can_be_overridden_from_the_command_line(tmp_path: Path) -> None:
+    assert load_fleet(tmp_path, "fleet: {timeout: 60s}\n", ("fleet.timeout=10s",)).fleet.timeout_s == 10.0
+
+
+@pytest.mark.parametrize("fleet, message", [
+    ("fleet: {timout: 60s}\n", "unknown key `timout`: did you mean `timeout`?"),
+    ("fleet: {timeout: 60}\n", "`fleet.timeout`"),
+    ("fleet: {backend: mpi}\n", "`fleet.backend` must be one of auto, nccl, gloo"),
+    ("fleet: {median_ratio: 2}\n", "`fleet.median_ratio` must be a number between 0 and 1"),
+    ("fleet: {severity: block}\n", "severity must be `fail` or `warn`"),
+])
+def test_fleet_mistakes_are_located_config_errors(tmp_path: Path, fleet: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=r"thresholds.yaml:2:\d+") as raised:
+        load_fleet(tmp_path, fleet)
+    assert message in str(raised.value)

@@ -159,3 +159,19 @@ def test_a_node_with_a_throttled_reader_is_flagged_as_the_straggler(fleet_config
     assert flags["0"]["verdict"] == flags["2"]["verdict"] == "pass"
     absolute = next(r for r in hosts[1]["results"] if r["id"] == "storage.seq_read")
     assert absolute["verdict"] == "pass"  # it meets the 1 MB/s minimum: only the fleet comparison flags it
+
+
+def test_a_rank_that_never_joins_is_named_within_the_timeout(fleet_config: Path, tmp_path: Path) -> None:
+    port, logs = free_port(), [tmp_path / f"node{n}.log" for n in range(3)]
+    # Node 2's config is broken: its rank exits 2 before joining, as a node with a bad mount or env would.
+    broken = {2: ["--set", "storage.data_size=lots"]}
+    launchers = [torchrun(*node(n, port), args=["-c", str(fleet_config), "--only", "collective",
+                                                *broken.get(n, [])], log=logs[n]) for n in range(3)]
+    started = time.monotonic()
+    codes = [wait(launcher) for launcher in launchers]
+
+    assert all(code != 0 for code in codes)
+    assert "storage.data_size" in logs[2].read_text()
+    assert time.monotonic() - started < 8 + 40  # the 8s join timeout, plus three launchers starting torch
+    for survivor in (0, 1):
+        assert f"rank {survivor}: rank(s) 2 did not join the process group of 3 within 8s" in logs[survivor].read_text()

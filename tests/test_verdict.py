@@ -2,7 +2,7 @@ import pytest
 
 from preflight.config import Instance, Threshold
 from preflight.measurement import Measurement, not_applicable, unmeasurable
-from preflight.verdict import Outcome, exit_code, judge
+from preflight.verdict import Outcome, Result, exit_code, judge, judge_against_fleet
 from tests.helpers import judged
 
 
@@ -114,3 +114,19 @@ def test_match_searches_the_text_and_reports_the_pattern(tmp_path):
 def test_applicable_survives_the_worker_round_trip():
     original = not_applicable("remapped_rows_failed", "pre-Ampere GPU", "", "cuda:0")
     assert Measurement.from_dict(original.to_dict()) == original
+
+
+def test_lower_is_better_metrics_are_flagged_above_the_inverse_ratio() -> None:
+    # collective.straggler is lower-is-better: 2.5x the median is over 1/0.5 = 2
+    slow = Result("collective", "collective", "straggler", "pass", "m", device="rank3", value=2.5)
+    judged = judge_against_fleet(slow, median=1.0, nodes=4, ratio=0.5, severity="fail")
+    assert judged.verdict == "fail" and judged.threshold == {"max": 2.0} and judged.device == "rank3"
+    fine = judge_against_fleet(slow, median=2.0, nodes=4, ratio=0.5, severity="fail")
+    assert fine.verdict == "pass" and fine.value == 1.25 and fine.hint == ""
+
+
+def test_higher_is_better_metrics_are_flagged_below_the_ratio() -> None:
+    result = Result("storage", "storage", "seq_read", "pass", "m", value=100.0, unit="MB/s")
+    judged = judge_against_fleet(result, median=400.0, nodes=3, ratio=0.5, severity="warn")
+    assert judged.verdict == "warn" and judged.value == 0.25 and judged.metric == "seq_read.vs_fleet_median"
+    assert judged.required == ">= 0.5x the fleet median"

@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+import torch.distributed as dist
+
+from preflight.checks import collective
+from preflight.checks.base import Budget, scope
+
+
+def test_runs_in_every_rank_not_in_a_node_worker() -> None:
+    assert scope(collective) == "fleet"
+
+
+def test_outside_a_fleet_run_every_metric_is_unmeasurable_with_the_launch_command() -> None:
+    assert not dist.is_initialized()
+    measured = collective.measure({"min_size": 4096, "max_size": 8192, "iterations": 1, "repeats": 1},
+                                  Budget(0.1, 10))
+    assert [m.metric for m in measured] == ["allreduce_busbw", "allgather_busbw", "straggler"]
+    assert all(not m.measured and "torchrun --nproc-per-node N -m preflight run --distributed" in m.reason
+               for m in measured)
+
+
+def test_a_fleet_of_one_has_no_bus_to_measure(tmp_path) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        measured = collective.measure({"min_size": 4096, "max_size": 8192, "iterations": 1, "repeats": 1},
+                                      Budget(0.1, 10))
+    finally:
+        dist.destroy_process_group()
+    assert all(not m.measured and "at least 2 ranks" in m.reason for m in measured)
+
+
+def test_the_sweep_doubles_from_min_to_max_in_whole_float32_per_rank() -> None:
+    assert collective._sweep(1 << 20, 8 << 20, ranks=4) == [1 << 20, 2 << 20, 4 << 20, 8 << 20]
+    assert all(size % (4 * 3) == 0 for size in collective._sweep(1 << 20, 5 << 20, ranks=3))
+    assert collective._sweep(1 << 20, 1 << 20, ranks=2) == [1 << 20]

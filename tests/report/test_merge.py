@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from preflight.config import FleetSettings
+from preflight.report import RunReport
+from preflight.report.merge import Contribution, merge, partial
+from preflight.verdict import Result
+
+
+def node_report(host: str, seq_read: float, free_gib: float = 8.0) -> RunReport:
+    results = (
+        Result("storage", "storage", "seq_read", "pass", "measured", value=seq_read, unit="MB/s"),
+        Result("shm", "shm", "free", "info", "measured", value=free_gib, unit="GiB"),
+        Result("cuda", "cuda", "name", "info", "measured", device="cuda:0", value="NVIDIA H100", unit="text"),
+    )
+    return RunReport(host, datetime(2026, 11, 29, tzinfo=timezone.utc), 1.0, "f.yaml", "abc", results,
+                     {"hostname": host})
+
+
+def fleet_of(speeds: list[float]) -> list[Contribution]:
+    """Two ranks per node; the node's local rank 0 (even rank) brings its report."""
+    out = []
+    for node, speed in enumerate(speeds):
+        out.append(Contribution(2 * node, node, f"node-{node}", node_report(f"node-{node}", speed)))
+        out.append(Contribution(2 * node + 1, node, f"node-{node}", None))
+    return out
+
+
+def by_id(report: RunReport) -> dict[str, Result]:
+    return {result.id: result for result in report.results}
+
+
+def test_one_report_per_node_with_its_ranks_as_facts() -> None:
+    reports = merge(fleet_of([900.0, 1000.0]), [], FleetSettings(), world_size=4)
+    assert [r.host for r in reports] == ["node-0", "node-1"]
+    assert [(r.facts["node_rank"], r.facts["ranks"], r.facts["world_size"]) for r in reports] == [
+        ("0", "0,1", "4"), ("1", "2,3", "4")]
+
+
+def test_per_rank_fleet_results_go_to_their_node_and_fleet_wide_ones_to_rank_zeros() -> None:
+    fleet_results = [
+        Result("collective", "collective", "allreduce_busbw", "pass", "measured", value=90.0, unit="GB/s"),
+        *(Result("collective", "collective", "straggler", "pass", "m", device=f"rank{r}", value=1.0) for r in range(4)),
+    ]
+    first, second = merge(fleet_of([900.0, 1000.0]), fleet_results, FleetSettings(), world_size=4)
+    assert "collective.allreduce_busbw" in by_id(first) and "collective.allreduce_busbw" not in by_id(second)
+    assert {"collective.straggler[rank2]", "collective.straggler[rank3]"} <= set(by_id(second))
+    assert "collective.straggler[rank2]" not in by_id(first)
+
+
+def test_a_node_far_below_the_fleet_median_is_flagged_though_it_meets_its_minimum() -> None:
+    reports = merge(fleet_of([1000.0, 950.0, 300.0]), [], FleetSettings(median_ratio=0.5), world_size=6)
+    flags = [by_id(r)["storage.seq_read.vs_fleet_median"] for r in reports]
+    assert [f.verdict for f in flags] == ["pass", "pass", "fail"]
+    assert abs(flags[2].value - 300 / 950) < 1e-9
+    assert "0.32x the fleet median 950 MB/s over 3 nodes" in flags[2].message
+    assert "straggler" in flags[2].hint
+    assert by_id(reports[2])["storage.seq_read"].verdict == "pass"
+    assert reports[2].exit_code == 1 and reports[0].exit_code == 0
+
+
+def test_ratio_and_severity_are_configurable() -> None:
+    reports = merge(fleet_of([1000.0, 950.0, 300.0]), [], FleetSettings(median_ratio=0.25, severity="warn"), 6)
+    assert by_id(reports[2])["storage.seq_read.vs_fleet_median"].verdict == "pass"
+    reports = merge(fleet_of([1000.0, 950.0, 300.0]), [], FleetSettings(median_ratio=0.5, severity="warn"), 6)
+    assert by_id(reports[2])["storage.seq_read.vs_fleet_median"].verdict == "warn"
+    assert reports[2].exit_code == 0
+
+
+def test_texts_single_nodes_and_fleet_checks_are_not_compared() -> None:
+    (only,) = merge(fleet_of([500.0]), [], FleetSettings(), world_size=2)
+    assert not [r for r in only.results if r.metric.endswith("vs_fleet_median")]
+    reports = merge(fleet_of([500.0, 520.0]), [], FleetSettings(), world_size=4)
+    compared = {r.id for r in reports[0].results if r.metric.endswith("vs_fleet_median")}
+    assert compared == {"storage.seq_read.vs_fleet_median", "shm.free.vs_fleet_median"}
+
+
+def test_partial_report_keeps_rank_zeros_node_and_the_fleet_error() -> None:
+    error = Result("fleet", "fleet", "", "error", "rank 2 (node-1, node 1) did not reach the gather")
+    (report,) = partial(node_report("node-0", 900.0), error, world_size=4, node_rank=0)
+    assert report.results[-1] is error and report.exit_code == 1 and report.facts["world_size"] == "4"
