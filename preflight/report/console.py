@@ -28,7 +28,10 @@ def use_colour(stream: TextIO, choice: str = "auto") -> bool:
 def render(report: RunReport, colour: bool = False) -> str:
     """The whole table as text, ending with the ``== 1 failed, 12 passed in 41.2s ==`` line."""
     paint = _painter(colour)
-    lines = [f"preflight on {report.host} · {report.config_path}"]
+    where = report.host
+    if "node_rank" in report.facts:  # a fleet run: which node and ranks this table is
+        where += f" (node {report.facts['node_rank']}, ranks {report.facts.get('ranks', '?')})"
+    lines = [f"preflight on {where} · {report.config_path}"]
     for result in report.results:
         lines.append(_row(result, paint))
     misses = [r for r in report.results if r.verdict in ("fail", "error", "warn")]
