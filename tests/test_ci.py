@@ -46,7 +46,7 @@ def _assert_cli_accepts(command: str) -> None:
 
 
 def test_there_are_manifests():
-    assert {path.name for path in MANIFESTS} == {"training-job.yaml", "node-sweep-job.yaml"}
+    assert {path.name for path in MANIFESTS} == {"training-job.yaml", "node-sweep-job.yaml", "fleet-job.yaml"}
 
 
 @pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.name)
@@ -83,6 +83,37 @@ def test_configmap_thresholds_load_and_match_the_schema(tmp_path):
     loaded = config.load(str(path), environ={"DATA_DIR": "/data"})
     assert [i.name for i in loaded.instances] == ["cuda", "shm", "storage", "dataloader", "transfer"]
     jsonschema.validate(yaml.safe_load(path.read_text()), schema.build())
+
+
+def test_fleet_job_runs_one_torchrun_per_node_with_matching_node_count():
+    documents = {d["kind"]: d for d in _documents(REPO / "ci/kubernetes/fleet-job.yaml")}
+    spec = documents["Job"]["spec"]
+    command = spec["template"]["spec"]["containers"][0]["command"]
+    assert command[0] == "torchrun" and "--distributed" in command
+    assert f"--nnodes={spec['completions']}" in command and spec["parallelism"] == spec["completions"]
+    assert "--node-rank=$(JOB_COMPLETION_INDEX)" in command
+    name, service = documents["Job"]["metadata"]["name"], documents["Service"]["metadata"]["name"]
+    assert f"--master-addr={name}-0.{service}" in command and documents["Service"]["spec"]["clusterIP"] == "None"
+    _assert_cli_accepts(shlex.join(command[command.index("-m") + 1:]))
+
+
+def test_fleet_thresholds_load_and_match_the_schema(tmp_path):
+    documents = {d["kind"]: d for d in _documents(REPO / "ci/kubernetes/fleet-job.yaml")}
+    path = tmp_path / "thresholds.yaml"
+    path.write_text(documents["ConfigMap"]["data"]["thresholds.yaml"])
+    loaded = config.load(str(path))
+    assert [i.name for i in loaded.instances] == ["cuda", "storage", "collective"]
+    assert loaded.fleet == config.FleetSettings(300.0, "auto", 0.5, "fail")
+    jsonschema.validate(yaml.safe_load(path.read_text()), schema.build())
+
+
+def test_pytorchjob_runs_the_same_fleet_command_on_master_and_workers():
+    (job,) = _documents(REPO / "ci/kubernetes/kubeflow/fleet-pytorchjob.yaml")
+    replicas = job["spec"]["pytorchReplicaSpecs"]
+    command = replicas["Master"]["template"]["spec"]["containers"][0]["command"]
+    assert command[:5] == ["torchrun", "-m", "preflight", "run", "--distributed"]
+    assert replicas["Worker"]["template"] == replicas["Master"]["template"]
+    _assert_cli_accepts(shlex.join(command[2:]))
 
 
 def test_action_names_only_inputs_and_outputs_that_exist():
