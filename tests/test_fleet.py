@@ -175,3 +175,25 @@ def test_a_rank_that_never_joins_is_named_within_the_timeout(fleet_config: Path,
     assert time.monotonic() - started < 8 + 40  # the 8s join timeout, plus three launchers starting torch
     for survivor in (0, 1):
         assert f"rank {survivor}: rank(s) 2 did not join the process group of 3 within 8s" in logs[survivor].read_text()
+
+
+def test_a_hung_rank_is_named_by_every_survivor_within_twice_the_timeout(fleet_config: Path, tmp_path: Path) -> None:
+    log, junit = tmp_path / "torchrun.log", tmp_path / "fleet.xml"
+    slow = ["--only", "collective", "--set", "collective.duration=30s", "--set", "collective.iterations=100000"]
+    launcher = torchrun("--standalone", "--nproc-per-node", "4",
+                        args=["-c", str(fleet_config), "--junit-xml", str(junit), *slow], log=log)
+    wait_for(log, "[rank 2, node 0] running collective")
+    time.sleep(1)
+    hung = rank_pid(launcher, 2)
+    os.kill(hung, signal.SIGSTOP)  # alive to the launcher, silent to its peers: a frozen node
+    stopped = time.monotonic()
+    try:
+        for survivor in (0, 1, 3):
+            wait_for(log, f"preflight: error: rank {survivor}: rank 2 (", timeout=2 * 8 + 10)
+        took = time.monotonic() - stopped
+    finally:
+        os.kill(hung, signal.SIGKILL)
+    assert wait(launcher) != 0
+    assert took < 2 * 8 + 10
+    case = next(iter(next(iter(junitparser.JUnitXml.fromfile(str(junit))))))
+    assert "rank 2 (" in case.result[0].message
