@@ -63,7 +63,8 @@ def main(args: argparse.Namespace, environ: Mapping[str, str] = os.environ, stdo
     if launch is not None:
         from preflight import fleet
 
-        return fleet.run(loaded, launch, lambda reports: _write_fleet(reports, args, launch.world_size, stdout))
+        write = lambda reports: _write_fleet(reports, args, launch.world_size, environ, stdout, stderr)  # noqa: E731
+        return fleet.run(loaded, launch, write)
     started, clock = report.now(), time.monotonic()
     progress = Progress(stderr)
     try:
@@ -93,9 +94,12 @@ def _launch(requested: bool, environ: Mapping[str, str]):  # type: ignore[no-unt
     return None
 
 
-def _write_fleet(reports, args: argparse.Namespace, world_size: int, stdout: TextIO) -> None:  # type: ignore[no-untyped-def]
-    """Rank 0's output of a fleet run: every node's table (or the JSON), one JSON and one JUnit file."""
+def _write_fleet(reports, args: argparse.Namespace, world_size: int, environ: Mapping[str, str],  # type: ignore[no-untyped-def]
+                 stdout: TextIO, stderr: TextIO) -> None:
+    """Rank 0's output of a fleet run: every node's table (or the JSON), one JSON and one JUnit file;
+    the one-report integrations (GitHub, termination message, Prometheus) get the fleet flattened."""
     from preflight.report import console, json_report, junit, write_atomic
+    from preflight.report.merge import flatten
 
     if args.format == "json" or args.json == "-":
         stdout.write(json_report.render_fleet(reports, world_size))
@@ -106,6 +110,8 @@ def _write_fleet(reports, args: argparse.Namespace, world_size: int, stdout: Tex
         write_atomic(args.json, json_report.render_fleet(reports, world_size).encode())
     if args.junit_xml:
         junit.write(args.junit_xml, reports)
+    if reports:
+        _integrations(flatten(reports), args, environ, stderr)
 
 
 def _integrations(run_report, args: argparse.Namespace, environ: Mapping[str, str], stderr: TextIO) -> None:  # type: ignore[no-untyped-def]

@@ -83,3 +83,18 @@ def partial(own: RunReport | None, error: Result, world_size: int, node_rank: in
         return []
     facts = {**own.facts, "node_rank": str(node_rank), "world_size": str(world_size)}
     return [dataclasses.replace(own, results=(*own.results, error), facts=facts)]
+
+
+def flatten(reports: Sequence[RunReport]) -> RunReport:
+    """The whole fleet as one report, for the one-report integrations (CI summary, termination message).
+
+    Each result's device is prefixed with its node (``storage.seq_read[node1]``,
+    ``cuda.temperature[node1/cuda:0]``), so ids stay unique and name the node to drain.
+    """
+    results = []
+    for report in reports:
+        node = f"node{report.facts.get('node_rank', '?')}"
+        results += [dataclasses.replace(r, device=f"{node}/{r.device}" if r.device else node) for r in report.results]
+    first = reports[0]
+    hosts = ", ".join(dict.fromkeys(report.host for report in reports))
+    return dataclasses.replace(first, host=f"{len(reports)} nodes ({hosts})", results=tuple(results))

@@ -4,7 +4,7 @@ from datetime import datetime, timezone
 
 from preflight.config import FleetSettings
 from preflight.report import RunReport
-from preflight.report.merge import Contribution, merge, partial
+from preflight.report.merge import Contribution, flatten, merge, partial
 from preflight.verdict import Result
 
 
@@ -80,3 +80,12 @@ def test_partial_report_keeps_rank_zeros_node_and_the_fleet_error() -> None:
     error = Result("fleet", "fleet", "", "error", "rank 2 (node-1, node 1) did not reach the gather")
     (report,) = partial(node_report("node-0", 900.0), error, world_size=4, node_rank=0)
     assert report.results[-1] is error and report.exit_code == 1 and report.facts["world_size"] == "4"
+
+
+def test_flattened_fleet_names_each_node_in_its_results() -> None:
+    reports = merge(fleet_of([1000.0, 300.0]), [], FleetSettings(), world_size=4)
+    flat = flatten(reports)
+    ids = [r.id for r in flat.results]
+    assert "storage.seq_read[node0]" in ids and "storage.seq_read.vs_fleet_median[node1]" in ids
+    assert "cuda.name[node1/cuda:0]" in ids
+    assert flat.host == "2 nodes (node-0, node-1)" and flat.exit_code == 1
