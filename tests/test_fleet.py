@@ -19,6 +19,8 @@ from pathlib import Path
 import junitparser
 import pytest
 
+from tests.report_helpers import read_junit
+
 ROOT = Path(__file__).resolve().parents[1]
 FLEET_YAML = """\
 version: 1
@@ -106,7 +108,7 @@ def test_four_ranks_write_one_merged_junit_and_json(fleet_config: Path, tmp_path
     assert wait(launcher) == 0, log.read_text()[-3000:]
     assert f"preflight: PASSED on 1 nodes ({socket.gethostname()})" in log.read_text()  # the fleet's verdict line
 
-    suites = list(junitparser.JUnitXml.fromfile(str(junit)))
+    suites = list(read_junit(junit))  # validated against junit-10.xsd first
     assert len(suites) == 1  # four ranks on one host: one node, one <testsuite>
     properties = {p.name: p.value for p in suites[0].properties()}
     assert properties["node_rank"] == "0" and properties["ranks"] == "0,1,2,3"
