@@ -106,7 +106,7 @@ def test_four_ranks_write_one_merged_junit_and_json(fleet_config: Path, tmp_path
                         args=["-c", str(fleet_config), "--junit-xml", str(junit), "--json", str(report),
                               *PATIENT], log=log)
     assert wait(launcher) == 0, log.read_text()[-3000:]
-    assert f"preflight: PASSED on 1 nodes ({socket.gethostname()})" in log.read_text()  # the fleet's verdict line
+    assert f"preflight: PASSED on 1 node ({socket.gethostname()})" in log.read_text()  # the fleet's verdict line
 
     suites = list(read_junit(junit))  # validated against junit-10.xsd first
     assert len(suites) == 1  # four ranks on one host: one node, one <testsuite>

@@ -97,4 +97,4 @@ def flatten(reports: Sequence[RunReport]) -> RunReport:
         results += [dataclasses.replace(r, device=f"{node}/{r.device}" if r.device else node) for r in report.results]
     first = reports[0]
     hosts = ", ".join(dict.fromkeys(report.host for report in reports))
-    return dataclasses.replace(first, host=f"{len(reports)} nodes ({hosts})", results=tuple(results))
+    return dataclasses.replace(first, host=f"{len(reports)} node{'s' if len(reports) != 1 else ''} ({hosts})", results=tuple(results))
