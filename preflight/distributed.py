@@ -1,13 +1,15 @@
 """Joining the job's own process group under ``torchrun``, with timeouts that name missing ranks.
 
-No protocol of our own: ``torchrun`` (or a PyTorchJob running it) starts the ranks and
-sets their environment; ``torch.distributed.init_process_group`` joins them with the
-fleet timeout, and a separate gloo *control* group carries barriers and result gathers.
-Barriers are ``monitored_barrier(wait_all_ranks=True)``: rank 0 learns which ranks failed
-to arrive in time, and tells the survivors over a third gloo group, so every live rank
-fails with the same one-line error naming the missing ranks instead of hanging. The
-control groups are separate because gloo closes every connection of a group after a
-timeout in it, and a lost rank must not take the barrier that names it down with it.
+Nothing but torch.distributed: ``torchrun`` (or a PyTorchJob running it) starts the ranks
+and sets their environment; ``init_process_group`` joins them; a separate gloo *control*
+group carries barriers and result gathers. Barriers are ``monitored_barrier(
+wait_all_ranks=True)``, which names ranks that hang but not ranks that crashed, so after a
+failed barrier rank 0 also pings the others (gloo point-to-point on a third group) and sends
+every survivor the list: every live rank fails with the same one-line error naming the
+missing ranks. The control groups are separate because gloo closes every connection of a
+group after a timeout in it, and a lost rank must not take the barrier that names it down
+with it. Every wait gets a third of ``fleet.timeout``, so a stuck collective, the barrier
+after it and rank 0's ping together stay within it.
 """
 
 from __future__ import annotations
@@ -70,7 +72,10 @@ class Fleet:
 
     def __init__(self, launch: Launch, timeout_s: float, backend: str = "auto") -> None:
         self.launch = launch
-        self.timeout = datetime.timedelta(seconds=timeout_s)
+        self.total_s = timeout_s
+        # Each wait gets a third: a collective stuck on a lost rank times out, then the barrier
+        # that names it does (or rank 0's ping, two thirds), all within the fleet timeout.
+        self.timeout = datetime.timedelta(seconds=timeout_s / 3)
         self.backend = backend
         self.where = {launch.rank: f"rank {launch.rank}"}  # rank -> "rank 2 (node-b, node 1)"
         self.control: Any = None
@@ -99,7 +104,7 @@ class Fleet:
             missing = _ranks_in_keys(str(error))
             who = f"rank(s) {_list(missing)}" if missing else "some ranks"
             raise FleetError(f"rank {self.launch.rank}: {who} did not join the process group of "
-                             f"{self.launch.world_size} within {self._seconds()}s ({_first_line(error)}): check "
+                             f"{self.launch.world_size} within fleet.timeout {self.total_s:g}s ({_first_line(error)}): check "
                              f"that every node started and can reach MASTER_ADDR, or raise fleet.timeout") from None
         self.barrier("joining")
         here = (self.launch.rank, socket.gethostname(), self.launch.node_rank)
@@ -108,7 +113,7 @@ class Fleet:
         self.where = {rank: f"rank {rank} ({host}, node {node})" for rank, host, node in everyone}
 
     def barrier(self, what: str, timeout_s: float | None = None) -> None:
-        """Wait for every rank, at most ``timeout_s`` (default: the fleet timeout).
+        """Wait for every rank, at most ``timeout_s`` (default: a third of the fleet timeout).
 
         Raises:
             FleetError: ranks did not arrive in time; on every live rank, naming them.
@@ -122,9 +127,9 @@ class Fleet:
             missing = self._agree_on_missing(error)
             names = ", ".join(self.where.get(rank, f"rank {rank}") for rank in missing)
             names = names or f"a rank ({_first_line(error)})"
-            raise FleetError(f"rank {self.launch.rank}: {names} did not reach {what} (waited "
-                             f"{timeout.total_seconds():g}s; died or hung): check that node's logs "
-                             f"(dmesg, kubectl describe pod), or raise fleet.timeout") from None
+            limit = f"{timeout_s:g}s" if timeout_s else f"fleet.timeout {self.total_s:g}s"
+            raise FleetError(f"rank {self.launch.rank}: {names} did not reach {what} within {limit} (died or "
+                             f"hung): check that node's logs (dmesg, kubectl describe pod), or raise fleet.timeout") from None
 
     def gather(self, payload: Any) -> list[Any] | None:
         """Every rank's ``payload`` (picklable) on rank 0, in rank order; None elsewhere."""
@@ -153,7 +158,7 @@ class Fleet:
 
         monitored_barrier names ranks that hang, but not ranks whose connection closed (a
         crash): it raises "Connection closed by peer" instead. So rank 0 pings every rank it
-        has not already named over the ``notice`` group, waiting at most twice the timeout;
+        has not already named over the ``notice`` group, waiting two thirds of the fleet timeout;
         who does not answer is missing too. Then it sends the verdict to those who answered.
         """
         import torch
@@ -162,7 +167,7 @@ class Fleet:
         size = self.launch.world_size
         if self.launch.rank != 0:
             token = torch.zeros(size, dtype=torch.uint8)
-            patience = datetime.timedelta(seconds=3 * self.timeout.total_seconds())
+            patience = datetime.timedelta(seconds=self.total_s)
             try:
                 dist.irecv(token, src=0, group=self.notice).wait(patience)  # the ping
                 dist.send(token, dst=0, group=self.notice)  # the answer
@@ -185,14 +190,14 @@ class Fleet:
         return sorted(missing)
 
     def _ping(self, ranks: list[int]) -> list[int]:
-        """The ranks among ``ranks`` that answer a ping within twice the fleet timeout."""
+        """The ranks among ``ranks`` that answer a ping within two thirds of the fleet timeout."""
         import time
 
         import torch
         import torch.distributed as dist
 
-        # A live rank may still be inside a collective that waits on the lost one (up to the
-        # timeout) before it reaches its barrier and answers: wait twice the timeout for it.
+        # A live rank may still be inside a collective that waits on the lost one (up to a
+        # third of the fleet timeout) before it reaches its barrier and answers: wait for it.
         deadline = time.monotonic() + 2 * self.timeout.total_seconds()
         token = torch.zeros(self.launch.world_size, dtype=torch.uint8)
         pending, sends = {}, []  # a send's Work must outlive its transfer
@@ -211,9 +216,6 @@ class Fleet:
             except Exception:  # noqa: BLE001  closed (crashed) or silent until the deadline (hung)
                 continue
         return answered
-
-    def _seconds(self) -> str:
-        return f"{self.timeout.total_seconds():g}"
 
 
 def _ranks_in_keys(text: str) -> list[int]:

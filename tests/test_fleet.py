@@ -141,7 +141,7 @@ def test_a_rank_killed_mid_collective_is_named_by_every_survivor(fleet_config: P
     took = time.monotonic() - killed
 
     assert all(code != 0 for code in codes)
-    assert took < 2 * 8 + 10  # fleet.timeout is 8s: named within twice that, plus exit
+    assert took < 8 + 10  # fleet.timeout is 8s: named within it, plus the launchers exiting
     for survivor in (0, 1):
         assert f"preflight: error: rank {survivor}: rank 2 (" in logs[survivor].read_text()
     case = next(iter(next(iter(junitparser.JUnitXml.fromfile(str(junit))))))
@@ -183,10 +183,10 @@ def test_a_rank_that_never_joins_is_named_within_the_timeout(fleet_config: Path,
     assert "storage.data_size" in logs[2].read_text()
     assert time.monotonic() - started < 8 + 40  # the 8s join timeout, plus three launchers starting torch
     for survivor in (0, 1):
-        assert f"rank {survivor}: rank(s) 2 did not join the process group of 3 within 8s" in logs[survivor].read_text()
+        assert f"rank {survivor}: rank(s) 2 did not join the process group of 3 within fleet.timeout 8s" in logs[survivor].read_text()
 
 
-def test_a_hung_rank_is_named_by_every_survivor_within_twice_the_timeout(fleet_config: Path, tmp_path: Path) -> None:
+def test_a_hung_rank_is_named_by_every_survivor_within_the_timeout(fleet_config: Path, tmp_path: Path) -> None:
     log, junit = tmp_path / "torchrun.log", tmp_path / "fleet.xml"
     slow = ["--only", "collective", "--set", "collective.duration=30s", "--set", "collective.iterations=100000"]
     launcher = torchrun("--standalone", "--nproc-per-node", "4",
@@ -198,11 +198,11 @@ def test_a_hung_rank_is_named_by_every_survivor_within_twice_the_timeout(fleet_c
     stopped = time.monotonic()
     try:
         for survivor in (0, 1, 3):
-            wait_for(log, f"preflight: error: rank {survivor}: rank 2 (", timeout=2 * 8 + 10)
+            wait_for(log, f"preflight: error: rank {survivor}: rank 2 (", timeout=8 + 5)
         took = time.monotonic() - stopped
     finally:
         os.kill(hung, signal.SIGKILL)
     assert wait(launcher) != 0
-    assert took < 2 * 8 + 10
+    assert took < 8 + 5
     case = next(iter(next(iter(junitparser.JUnitXml.fromfile(str(junit))))))
     assert "rank 2 (" in case.result[0].message
