@@ -15,6 +15,7 @@ after it and rank 0's ping together stay within it.
 from __future__ import annotations
 
 import datetime
+import os
 import re
 import socket
 from typing import Any, Mapping, NamedTuple
@@ -96,6 +97,10 @@ class Fleet:
             backend = "nccl" if usable else "gloo"
         if backend == "nccl":  # GPU-only path: each rank drives its own GPU
             torch.cuda.set_device(self.launch.local_rank)
+            # On a collective timeout, abort the communicator and raise (2) instead of the default
+            # (3) of killing this process: the barrier must still name the lost rank and rank 0
+            # write its report (docs.pytorch.org, "PYTORCH ProcessGroupNCCL Environment Variables").
+            os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2")
         try:
             dist.init_process_group(backend, timeout=self.timeout)
             self.control = dist.new_group(backend="gloo", timeout=self.timeout)
