@@ -96,6 +96,26 @@ class Worker:
         line, self.buffer = self.buffer.split(b"\n", 1)
         return json.loads(line)
 
+    def drain_scratch(self, scratch_dirs: list[str]) -> None:
+        """Collect scratch announcements already sent but not yet read (before a kill), without blocking."""
+        assert self.process.stdout is not None
+        fd = self.process.stdout.fileno()
+        try:
+            while select.select([fd], [], [], 0)[0]:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    break
+                self.buffer += chunk
+        except OSError:
+            pass
+        for line in self.buffer.split(b"\n"):
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(message, dict) and "scratch" in message:
+                scratch_dirs.append(message["scratch"])
+
     def _death(self) -> str:
         code = self.process.wait()
         if code < 0:
@@ -214,6 +234,7 @@ def _run_instance(worker: Worker, instance: Instance) -> tuple[Outcome, Worker |
         measurements = worker.run(job, instance.timeout_s, scratch_dirs)
         outcome = Outcome(tuple(measurements), duration_s=time.monotonic() - start)
     except TimeoutError:
+        worker.drain_scratch(scratch_dirs)
         worker.kill()
         alive = None
         outcome = Outcome(error=f"timed out after {instance.timeout_s:g}s and was killed; raise `timeout` in "
@@ -224,7 +245,8 @@ def _run_instance(worker: Worker, instance: Instance) -> tuple[Outcome, Worker |
         outcome = Outcome(error=str(death), duration_s=time.monotonic() - start)
     except RuntimeError as error:
         outcome = Outcome(error=str(error), duration_s=time.monotonic() - start)
-    except BaseException:
+    except BaseException:  # Interrupted (SIGTERM/SIGINT): clean up, then let run() report it
+        worker.drain_scratch(scratch_dirs)
         worker.kill()
         raise
     finally:

@@ -23,6 +23,8 @@ from typing import Any, TextIO
 from preflight import scratch
 from preflight.checks.base import Budget
 
+MAX_ERROR = 2000  # characters of an exception's message kept in the report; the log has all of it
+
 
 def main(log_path: str) -> int:
     channel = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
@@ -45,7 +47,21 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         return {"measurements": [m.to_dict() for m in measurements]}
     except Exception as error:  # noqa: BLE001  any failure of a check is its result, fail closed
         print(traceback.format_exc(), file=sys.stderr)
-        return {"error": f"{type(error).__name__}: {error}"}
+        return {"error": describe(error)}
+
+
+def describe(error: Exception) -> str:
+    """One line for the report: the exception's type and message, capped at ``MAX_ERROR`` characters.
+
+    A ``MemoryError`` (an allocation refused under a memory limit such as RLIMIT_AS or a
+    container's) says so and names the fix.
+    """
+    text = " ".join(f"{type(error).__name__}: {error}".split())
+    if len(text) > MAX_ERROR:
+        text = text[: MAX_ERROR - 30] + f"... [{len(text) - MAX_ERROR + 30} more characters]"
+    if isinstance(error, MemoryError):
+        text += " (out of memory: raise the memory limit of the container or pod, or lower the check's sizes)"
+    return text
 
 
 def _send(channel: TextIO, message: dict[str, Any]) -> None:

@@ -68,3 +68,43 @@ def test_scratch_of_a_killed_check_is_removed(tmp_path):
     assert results["bad"].verdict == "error"  # no thresholds: one error result for the instance
     assert results["good.rate"].verdict == "info"
     assert os.listdir(parent) == []
+
+
+def test_out_of_memory_under_a_real_memory_limit_is_an_error_and_the_worker_is_replaced(tmp_path):
+    results = run(tmp_path, """
+        version: 1
+        checks:
+          bad: {check: faulty, mode: oom, timeout: 20s, rate: {min: 1 samples/s}}
+          after: {check: steady, value: 50 samples/s, rate: {min: 10 samples/s}}
+        """)
+    assert results["bad.rate"].verdict == "error"
+    assert "MemoryError: Unable to allocate 2.00 GiB" in results["bad.rate"].message
+    assert "out of memory: raise the memory limit" in results["bad.rate"].message
+    assert results["after.rate"].verdict == "pass"  # the limit died with nothing: `after` had memory to run
+
+
+def test_a_kill_like_the_oom_killer_names_the_likely_cause(tmp_path):
+    results = run(tmp_path, """
+        version: 1
+        checks:
+          bad: {check: faulty, mode: sigkill, rate: {min: 1 samples/s}}
+          after: {check: steady, value: 50 samples/s, rate: {min: 10 samples/s}}
+        """)
+    assert "killed by SIGKILL (out of memory? see `dmesg`" in results["bad.rate"].message
+    assert results["after.rate"].verdict == "pass"
+
+
+def test_megabytes_of_output_neither_block_the_worker_nor_flood_the_report(tmp_path):
+    start = time.monotonic()
+    results = run(tmp_path, """
+        version: 1
+        checks:
+          bad: {check: faulty, mode: spew, timeout: 30s, rate: {min: 1 samples/s}}
+          after: {check: steady, value: 50 samples/s, rate: {min: 10 samples/s}}
+        """)
+    message = results["bad.rate"].message
+    assert results["bad.rate"].verdict == "error"
+    assert "RuntimeError: mmmm" in message and "more characters]" in message
+    assert len(message) < 2200
+    assert results["after.rate"].verdict == "pass"
+    assert time.monotonic() - start < 30

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 from typing import Mapping, TextIO
 
@@ -149,7 +150,13 @@ def _check_writable(destination: str | None) -> None:
     directory = os.path.dirname(os.path.abspath(destination))
     if not os.path.isdir(directory):
         raise UsageError(f"{destination}: directory {directory} does not exist: create it or choose another path")
-    if not os.access(directory, os.W_OK):
-        raise UsageError(f"{destination}: directory {directory} is not writable: choose a writable path")
+    try:  # a real probe: access() says yes to root on a directory where writes then fail
+        handle, probe = tempfile.mkstemp(prefix=".preflight-probe-", dir=directory)
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as error:
+        reason = (error.strerror or "").lower()
+        raise UsageError(f"{destination}: directory {directory} is not writable ({reason}): "
+                         f"choose a writable path") from None
     if os.path.isdir(destination):
         raise UsageError(f"{destination} is a directory: give a file path, like {destination.rstrip('/')}/report")

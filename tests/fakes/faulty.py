@@ -1,7 +1,15 @@
-"""A check that fails in the way `mode` names: hang, segfault, exit, raise, or hang after making scratch."""
+"""A check that fails in the way `mode` names, for real: nothing here is simulated by the runner.
+
+Modes: hang, segfault, exit (os._exit), raise, scratch_hang (hang after making scratch),
+oom (allocate past a real RLIMIT_AS memory limit), sigkill (what the kernel OOM killer
+sends), spew (print megabytes on stdout, stderr and raw fds, then raise a megabyte message).
+"""
 
 import ctypes
 import os
+import resource
+import signal
+import sys
 import time
 
 from preflight.checks.base import Metric, Option
@@ -9,9 +17,13 @@ from preflight.scratch import scratch_dir
 
 NAME = "faulty"
 HELP = "misbehaves as `mode` says"
-OPTIONS = (Option("mode", "choice", "hang", "how to fail", choices=("hang", "segfault", "exit", "raise", "scratch_hang")),
+MODES = ("hang", "segfault", "exit", "raise", "scratch_hang", "oom", "sigkill", "spew")
+OPTIONS = (Option("mode", "choice", "hang", "how to fail", choices=MODES),
            Option("scratch", "text", "", "parent of the scratch directory for scratch_hang"))
 METRICS = (Metric("rate", "samples/s", True, "never measured"),)
+
+OOM_LIMIT = 1 << 30  # address space the worker may use in `oom` mode
+SPEW_BYTES = 8 << 20  # per stream in `spew` mode
 
 
 def measure(options, budget):
@@ -29,4 +41,18 @@ def measure(options, budget):
         with scratch_dir(options["scratch"]) as path:
             open(os.path.join(path, "partial.dat"), "wb").write(b"x" * 4096)
             time.sleep(3600)
+    elif mode == "oom":
+        import numpy
+
+        resource.setrlimit(resource.RLIMIT_AS, (OOM_LIMIT, resource.getrlimit(resource.RLIMIT_AS)[1]))
+        numpy.ones(2 * OOM_LIMIT, dtype=numpy.uint8)  # touched pages, as a real batch buffer would be
+    elif mode == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif mode == "spew":
+        line = "spew " * 200 + "\n"
+        for _ in range(SPEW_BYTES // len(line)):
+            sys.stdout.write(line)
+            sys.stderr.write(line)
+        os.write(1, b"\x1b[31m\xff\xfe raw bytes ]]> \x00\n" * 1000)
+        raise RuntimeError("m" * (1 << 20))
     return []

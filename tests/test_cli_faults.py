@@ -1,0 +1,126 @@
+"""The CLI under faults it cannot prevent: signals mid-check, and report destinations that refuse writes."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from tests.helpers import REPO, write_config
+
+LONG_STORAGE = """
+version: 1
+checks:
+  storage:
+    path: {data}
+    data_size: 32 MiB
+    duration: 60s
+    timeout: 90s
+    seq_read: {{min: 1 MB/s}}
+  shm:
+    size: {{min: 1 MiB}}
+"""
+
+
+def start_cli(*args, cwd):
+    environment = dict(os.environ, PYTHONPATH=str(REPO), NO_COLOR="1")
+    return subprocess.Popen([sys.executable, "-m", "preflight", *args], cwd=cwd, env=environment,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_scratch_file(data, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for directory in data.iterdir():
+            target = directory / "seq_read.dat"
+            if target.exists() and target.stat().st_size > 0:
+                return directory
+        time.sleep(0.05)
+    raise AssertionError("the storage check never wrote its scratch file")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_mid_check_removes_scratch_and_writes_a_partial_report(tmp_path, signum):
+    data = tmp_path / "data"
+    data.mkdir()
+    config = write_config(tmp_path, LONG_STORAGE.format(data=data))
+    junit, report = tmp_path / "out.xml", tmp_path / "out.json"
+    process = start_cli("run", "-c", str(config), "--json", str(report), "--junit-xml", str(junit), cwd=tmp_path)
+    scratch = wait_for_scratch_file(data)
+    started = time.monotonic()
+    process.send_signal(signum)
+    stdout, stderr = process.communicate(timeout=30)
+    assert time.monotonic() - started < 10
+    assert process.returncode == 1, stderr  # documented: the interrupted check is an error, the gate fails
+    assert not scratch.exists() and os.listdir(data) == []
+    assert "Traceback" not in stderr
+    results = {r["id"]: r for r in json.loads(report.read_text())["results"]}
+    name = signal.Signals(signum).name
+    assert results["storage.seq_read"]["verdict"] == "error"
+    assert results["storage.seq_read"]["message"].endswith(f"interrupted by {name}")
+    assert results["shm.size"]["verdict"] == "error"
+    assert results["shm.size"]["message"].endswith(f"not run: interrupted by {name}")
+    errors = ET.parse(junit).getroot().iter("error")
+    assert {e.get("message").rsplit(": ", 1)[-1] for e in errors} == {f"interrupted by {name}"}
+    assert "ERROR" in stdout and "storage.seq_read" in stdout  # the console table too
+
+
+def unshare_prefix():
+    """A command prefix giving a private mount namespace, or None where this machine allows none."""
+    for prefix in (["unshare", "-m"], ["unshare", "-rm"]):
+        if shutil.which("unshare") and subprocess.run([*prefix, "true"], capture_output=True).returncode == 0:
+            return prefix
+    return None
+
+
+def run_with_tiny_mount(tmp_path, setup, *args):
+    """Run the CLI with a 64 KiB tmpfs mounted at tmp_path/mnt in a private mount namespace."""
+    prefix = unshare_prefix()
+    if prefix is None:
+        pytest.skip("needs a private mount namespace (unshare -m as root, or -rm with user namespaces)")
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    command = " ".join(["mount -t tmpfs -o size=64k tmpfs", str(mount), "&&", setup, "&&",
+                        sys.executable, "-m preflight", *args])
+    environment = dict(os.environ, PYTHONPATH=str(REPO), NO_COLOR="1")
+    return subprocess.run([*prefix, "sh", "-c", command], cwd=tmp_path, env=environment, capture_output=True,
+                          text=True, timeout=120), mount
+
+
+SHM_ONLY = """
+version: 1
+checks:
+  shm:
+    allocate: 1 MiB
+    size: {min: 1 MiB}
+"""
+
+
+def test_a_full_report_destination_is_a_one_line_error_after_the_table(tmp_path):
+    config = write_config(tmp_path, SHM_ONLY)
+    fill = f"(dd if=/dev/zero of={tmp_path}/mnt/fill bs=4k 2>/dev/null; true)"
+    result, mount = run_with_tiny_mount(tmp_path, fill, "run", "-c", str(config), "--json",
+                                        str(tmp_path / "report.json"), "--junit-xml", f"{tmp_path}/mnt/report.xml")
+    assert result.returncode == 2, result.stderr
+    assert "shm.size" in result.stdout and "PASS" in result.stdout  # the table was printed before the write
+    last = result.stderr.strip().splitlines()[-1]
+    assert last == f"preflight: error: {tmp_path}/mnt/report.xml: cannot write the report (No space left on " \
+                   f"device): choose a writable path"
+    assert "Traceback" not in result.stderr
+    assert json.loads((tmp_path / "report.json").read_text())["exit_code"] == 0  # the other report is whole
+
+
+def test_a_read_only_report_destination_is_refused_before_measuring(tmp_path):
+    config = write_config(tmp_path, SHM_ONLY)
+    result, mount = run_with_tiny_mount(tmp_path, f"mount -o remount,ro {tmp_path}/mnt", "run", "-c", str(config),
+                                        "--junit-xml", f"{tmp_path}/mnt/report.xml")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"preflight: error: {tmp_path}/mnt/report.xml: directory {tmp_path}/mnt is not writable "
+        f"(read-only file system): choose a writable path")
+    assert result.stdout == ""  # nothing was measured, so there is no table
