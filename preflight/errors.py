@@ -11,6 +11,7 @@ class ConfigError(UsageError):
     """A mistake in a config file or an override, located as ``FILE:LINE:COL``."""
 
     def __init__(self, where: str, message: str) -> None:
+        message = " ".join(message.split())  # one line, whatever a YAML library's message held
         super().__init__(f"{where}: {message}")
         self.where = where
         self.message = message

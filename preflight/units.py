@@ -117,7 +117,10 @@ def parse_quantity(text: object, dimension: Dimension) -> float:
             raise UnitError(
                 f"expected a {dimension.value} with its unit like `{example(dimension)}`, found bare number {text}"
             )
-        return _finite(float(text), text)
+        try:
+            return _finite(float(text), text)
+        except OverflowError:
+            raise UnitError(f"{text!r:.40} is too large to be a {dimension.value}") from None
     if not isinstance(text, str):
         raise UnitError(f"expected a {dimension.value} like `{example(dimension)}`, found {type(text).__name__}")
     match = _QUANTITY.match(text)

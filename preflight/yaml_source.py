@@ -20,6 +20,7 @@ from preflight.errors import ConfigError
 # A safe bound on nodes visited: a real thresholds.yaml has a few hundred; an alias bomb
 # ("billion laughs") has billions.
 MAX_NODES = 20_000
+MAX_DEPTH = 50
 _ENV_REFERENCE = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
 
 
@@ -43,12 +44,18 @@ def load(path: str, text: str, environ: Mapping[str, str]) -> Located:
         ConfigError: invalid YAML, duplicate keys, tags or aliases that expand too far,
             or a ``${VAR}`` reference to an unset variable without a default.
     """
+    _refuse_deep_flow(path, text)
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         where = _where(path, mark) if mark else f"{path}:1:1"
         raise ConfigError(where, f"invalid YAML: {error.problem or error.context}") from None
+    except yaml.reader.ReaderError as error:
+        line = text.count("\n", 0, error.position) + 1
+        column = error.position - (text.rfind("\n", 0, error.position) + 1) + 1
+        raise ConfigError(f"{path}:{line}:{column}", f"invalid YAML: character {error.character!r} is not allowed "
+                          f"in YAML: remove it (is this a text file?)") from None
     except yaml.YAMLError as error:
         raise ConfigError(f"{path}:1:1", f"invalid YAML: {error}") from None
     except RecursionError:
@@ -56,6 +63,24 @@ def load(path: str, text: str, environ: Mapping[str, str]) -> Located:
     if root is None:
         raise ConfigError(f"{path}:1:1", "the file is empty: it needs `version: 1` and a `checks:` mapping")
     return _Walker(path, environ).walk(root, depth=0)
+
+
+def _refuse_deep_flow(path: str, text: str) -> None:
+    """Refuse ``[[[[...`` nesting before PyYAML recurses through it (seconds per thousand levels).
+
+    Brackets inside quotes count too: no real thresholds file comes near the bound.
+    """
+    depth = 0
+    for position, character in enumerate(text):
+        if character in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                line = text.count("\n", 0, position) + 1
+                column = position - (text.rfind("\n", 0, position) + 1) + 1
+                raise ConfigError(f"{path}:{line}:{column}", f"nested deeper than {MAX_DEPTH} levels: "
+                                  f"a thresholds file needs three or four")
+        elif character in "]}":
+            depth = max(0, depth - 1)
 
 
 class _Walker:
@@ -68,7 +93,7 @@ class _Walker:
     def walk(self, node: yaml.Node, depth: int) -> Located:
         self.visited += 1
         where = _where(self.path, node.start_mark)
-        if self.visited > MAX_NODES or depth > 50:
+        if self.visited > MAX_NODES or depth > MAX_DEPTH:
             raise ConfigError(where, "the document is too large or nested too deeply (an alias bomb?)")
         if isinstance(node, yaml.MappingNode):
             return Located(self._mapping(node, depth), where)
