@@ -33,10 +33,12 @@ from preflight.yaml_source import Located
 
 Severity = Literal["fail", "warn"]
 SEVERITIES: tuple[Severity, ...] = ("fail", "warn")
-INSTANCE_KEYS = ("check", "timeout", "duration", "severity", "required")
+INSTANCE_KEYS = ("check", "timeout", "duration", "severity", "required", "repeats", "retries", "retry_margin")
 THRESHOLD_KEYS = ("min", "max", "match", "severity")
 TOP_LEVEL_KEYS = ("version", "defaults", "fleet", "checks")
-DEFAULTS = {"timeout": "120s", "duration": "5s", "severity": "fail"}
+DEFAULTS = {"timeout": "120s", "duration": "5s", "severity": "fail", "repeats": 1, "retries": 0,
+            "retry_margin": "10%"}
+MAX_REPEATS, MAX_RETRIES = 20, 5
 FLEET_DEFAULTS = {"timeout": "300s", "backend": "auto", "median_ratio": 0.5, "severity": "fail"}
 BACKENDS = ("auto", "nccl", "gloo")
 _VERSION = re.compile(r"^\d+(\.\d+)*$")
@@ -66,6 +68,9 @@ class Instance:
     duration_s: float
     required: bool
     where: str
+    repeats: int = 1  # runs of the check; the median of their values is judged
+    retries: int = 0  # re-measurements allowed when a miss is within retry_margin of its bound
+    retry_margin: float = 0.10  # as a fraction of the bound
 
 
 @dataclass(frozen=True)
@@ -214,7 +219,14 @@ def _instance(name: str, node: Located, defaults: Mapping[str, Any]) -> Instance
     duration_s = setting("duration", Dimension.DURATION)
     if timeout_s <= 0 or duration_s <= 0:
         raise ConfigError(node.where, f"`{name}`: timeout and duration must be positive")
-    return Instance(name, check_name, parsed_options, thresholds, timeout_s, duration_s, required, node.where)
+    repeats = _whole(body.get("repeats", defaults["repeats"]), f"{name}.repeats", 1, MAX_REPEATS)
+    retries = _whole(body.get("retries", defaults["retries"]), f"{name}.retries", 0, MAX_RETRIES)
+    margin = setting("retry_margin", Dimension.PERCENT)
+    if margin > 100:
+        raise ConfigError(_node(body.get("retry_margin", defaults["retry_margin"])).where,
+                          f"`{name}.retry_margin` must be at most 100%, found {margin:g}%")
+    return Instance(name, check_name, parsed_options, thresholds, timeout_s, duration_s, required, node.where,
+                    repeats, retries, margin / 100)
 
 
 def coerce_option(option: Option, node: Located | None, label: str) -> Any:
@@ -332,6 +344,19 @@ def _quantity(node: Located | str, dimension: Dimension, label: str) -> float:
     if value < 0:
         raise ConfigError(node.where, f"`{label}`: must not be negative, found {node.value!r}")
     return value
+
+
+def _node(value: Located | object) -> Located:
+    return value if isinstance(value, Located) else Located(value, "defaults")
+
+
+def _whole(value: Located | object, label: str, low: int, high: int) -> int:
+    """A whole number between ``low`` and ``high`` (``repeats``, ``retries``)."""
+    node = _node(value)
+    number = node.value
+    if isinstance(number, bool) or not isinstance(number, int) or not low <= number <= high:
+        raise ConfigError(node.where, f"`{label}` must be a whole number from {low} to {high}, found {number!r}")
+    return number
 
 
 def _severity(node: Located | str) -> Severity:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 # Relative interquartile range above which a measurement is flagged as noisy. fio and
 # torch.utils.benchmark use the same idea (IQR over median) to warn about unstable runs.
@@ -64,6 +64,8 @@ class Measurement:
         applicable: False when the metric does not exist on this target (NVML answers
             NOT_SUPPORTED: no ECC on a consumer GPU, no remapped rows before Ampere, no
             NVML on ROCm); such a measurement has no value and is judged ``skip``.
+        runs: with ``repeats``, the value of each run of the check (``samples`` then holds
+            every run's samples); empty for a single run.
     """
 
     metric: str
@@ -76,6 +78,7 @@ class Measurement:
     stopped: str = ""
     warnings: tuple[str, ...] = ()
     applicable: bool = True
+    runs: tuple[float, ...] = ()
     stats: Stats | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
@@ -101,11 +104,51 @@ class Measurement:
         data.pop("stats")
         data["samples"] = list(self.samples)
         data["warnings"] = list(self.warnings)
+        data["runs"] = list(self.runs)
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Measurement:
-        return cls(**{**data, "samples": tuple(data["samples"]), "warnings": tuple(data["warnings"])})
+        return cls(**{**data, "samples": tuple(data["samples"]), "warnings": tuple(data["warnings"]),
+                      "runs": tuple(data.get("runs", ()))})
+
+
+def combine(repeats: Sequence[Measurement]) -> Measurement:
+    """One measurement from the same metric measured in several runs of its check (``repeats: N``).
+
+    The value is the median of the runs' values (each run's value is already the median of
+    its own samples), so one disturbed run cannot move it: the median-of-runs estimator
+    fio's and MLPerf Storage's run rules use for repeated runs. ``samples`` keeps every
+    run's samples in order and ``runs`` each run's value, so reports show the spread.
+    A run that could not measure makes the whole unmeasured (fail closed); a text value
+    (a name, a version) is taken from the last run.
+
+    Raises:
+        ValueError: ``repeats`` is empty or mixes metrics or devices.
+    """
+    if not repeats:
+        raise ValueError("combine() needs at least one measurement")
+    first, last = repeats[0], repeats[-1]
+    if any((m.metric, m.device) != (first.metric, first.device) for m in repeats):
+        raise ValueError(f"combine() got several metrics: {sorted({m.metric for m in repeats})}")
+    if len(repeats) == 1:
+        return first
+    for number, m in enumerate(repeats, 1):
+        if not m.measured:
+            return dataclasses.replace(m, reason=f"run {number} of {len(repeats)}: {m.reason}")
+    if not all(isinstance(m.value, (int, float)) for m in repeats):
+        return last
+    values = tuple(float(m.value) for m in repeats)  # type: ignore[arg-type]
+    warnings = tuple(dict.fromkeys(w for m in repeats for w in m.warnings if not w.startswith("noisy:")))
+    spread = Stats.of(values).spread
+    if spread > NOISY_SPREAD:
+        warnings += (f"noisy: interquartile range of the {len(values)} runs is {spread:.0%} of their median",)
+    return Measurement(
+        first.metric, statistics.median(values), first.unit, first.device,
+        samples=tuple(s for m in repeats for s in m.samples), method=first.method,
+        reason=next((m.reason for m in repeats if m.reason), ""),
+        stopped=f"median of {len(values)} runs", warnings=warnings, runs=values,
+    )
 
 
 def unmeasurable(metric: str, reason: str, unit: str = "", device: str | None = None) -> Measurement:

@@ -5,6 +5,11 @@ result for that check: the runner kills the worker's whole process group (DataLo
 workers included), removes the scratch directories it announced, starts a fresh worker
 for the next check and goes on. SIGTERM and SIGINT end the run the same way, with the
 interrupted check and those not yet run reported as errors, so a report is always written.
+
+Noise: an instance with ``repeats: N`` runs N times and each metric's runs are combined
+(``measurement.combine``: the median of their values is judged); with ``retries: K``, a
+miss within ``retry_margin`` of its bound (``verdict.near_miss``) is re-measured up to K
+times, the last attempt is judged and the earlier ones are recorded in the result.
 """
 
 from __future__ import annotations
@@ -22,8 +27,8 @@ from typing import Any, Callable
 from preflight import scratch
 from preflight.checks import CHECKS
 from preflight.config import Config, Instance
-from preflight.measurement import Measurement
-from preflight.verdict import Outcome, Result, judge
+from preflight.measurement import Measurement, combine
+from preflight.verdict import Outcome, Result, judge, near_miss, record_attempts
 
 LOG_TAIL_BYTES = 2000  # of a dead worker's output, quoted in its error
 
@@ -196,10 +201,15 @@ def run(config: Config, progress: ProgressCallback = lambda instance, results: N
         while pending:
             current = instance = pending.pop(0)
             progress(instance, None)
-            if worker is None or worker.process.poll() is not None:
-                worker = Worker()
-            outcome, worker = _run_instance(worker, instance)
-            judged = judge(instance, outcome)
+            earlier: list[list[Result]] = []
+            while True:
+                outcome, worker = _measure(worker, instance)
+                judged = judge(instance, outcome)
+                if len(earlier) < instance.retries and near_miss(judged, instance.retry_margin):
+                    earlier.append(judged)
+                    continue
+                break
+            judged = record_attempts(judged, earlier)
             results += judged
             current = None
             progress(instance, judged)
@@ -217,6 +227,29 @@ def run(config: Config, progress: ProgressCallback = lambda instance, results: N
         if worker is not None:
             worker.stop()
     return results
+
+
+def _measure(worker: Worker | None, instance: Instance) -> tuple[Outcome, Worker | None]:
+    """Run ``instance`` ``repeats`` times and combine each metric's runs (median of their values).
+
+    Any run's error is the outcome (fail closed); returns the worker to reuse, if any.
+    """
+    runs: list[Outcome] = []
+    for _ in range(instance.repeats):
+        if worker is None or worker.process.poll() is not None:
+            worker = Worker()
+        outcome, worker = _run_instance(worker, instance)
+        if outcome.error:
+            return outcome, worker
+        runs.append(outcome)
+    if len(runs) == 1:
+        return runs[0], worker
+    by_target: dict[tuple[str, str | None], list[Measurement]] = {}
+    for outcome in runs:
+        for m in outcome.measurements:
+            by_target.setdefault((m.metric, m.device), []).append(m)
+    combined = tuple(combine(repeats) for repeats in by_target.values())
+    return Outcome(combined, duration_s=sum(outcome.duration_s for outcome in runs)), worker
 
 
 def _run_instance(worker: Worker, instance: Instance) -> tuple[Outcome, Worker | None]:

@@ -13,7 +13,7 @@ The gate's exit code is computed here, in ``exit_code``, and nowhere else.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Mapping, Sequence
 
 from preflight.checks import CHECKS
@@ -38,6 +38,15 @@ class Outcome:
 
 
 @dataclass(frozen=True)
+class Attempt:
+    """An earlier measurement of a result that missed within ``retry_margin`` and was re-measured."""
+
+    value: float | str | None
+    verdict: Verdict
+    samples: tuple[float, ...]
+
+
+@dataclass(frozen=True)
 class Result:
     """One judged (or reported) metric on one target; the unit every report renders."""
 
@@ -57,6 +66,8 @@ class Result:
     where: str = ""  # FILE:LINE:COL of the threshold, for CI annotations
     required: str = ""  # the threshold in words (">= 1000 MB/s")
     warnings: tuple[str, ...] = field(default=())
+    runs: tuple[float, ...] = ()  # with `repeats`: each run's value (the median of these is `value`)
+    attempts: tuple[Attempt, ...] = ()  # with `retries`: the earlier measurements that missed narrowly
 
     @property
     def id(self) -> str:
@@ -86,6 +97,45 @@ def judge(instance: Instance, outcome: Outcome) -> list[Result]:
     return results
 
 
+def near_miss(results: Sequence[Result], margin: float) -> bool:
+    """True when some result missed its threshold and every miss is within ``margin`` of its bound.
+
+    ``margin`` is a fraction: 0.1 re-measures 95 MB/s against ``min: 100 MB/s`` but not 80.
+    A crash, a timeout or an unmeasurable metric is never retried (it is not noise), nor is
+    a version or a clear miss: retries absorb measurement noise, never a broken node.
+    """
+    misses = [r for r in results if r.verdict in ("fail", "warn")]
+    return bool(misses) and all(_within_margin(r, margin) for r in misses)
+
+
+def record_attempts(final: Sequence[Result], earlier: Sequence[Sequence[Result]]) -> list[Result]:
+    """``final`` with each result's earlier attempts (same id) attached, oldest first."""
+    by_id: dict[str, list[Attempt]] = {}
+    for attempt in earlier:
+        for r in attempt:
+            by_id.setdefault(r.id, []).append(Attempt(r.value, r.verdict, r.samples))
+    out = []
+    for r in final:
+        attempts = tuple(by_id.get(r.id, ()))
+        if attempts:
+            shown = ", ".join(format_value(a.value, r.unit) + f" ({a.verdict})" for a in attempts)
+            r = replace(r, attempts=attempts, message=f"{r.message}; after {len(attempts)} retry: earlier {shown}"
+                        if len(attempts) == 1 else f"{r.message}; after {len(attempts)} retries: earlier {shown}")
+        out.append(r)
+    return out
+
+
+def _within_margin(result: Result, margin: float) -> bool:
+    if not isinstance(result.value, (int, float)) or not result.threshold:
+        return False
+    low, high = result.threshold.get("min"), result.threshold.get("max")
+    if isinstance(low, (int, float)) and result.value < low:
+        return result.value >= low * (1 - margin)
+    if isinstance(high, (int, float)) and result.value > high:
+        return result.value <= high * (1 + margin)
+    return False
+
+
 def exit_code(results: Sequence[Result]) -> int:
     """0 when nothing failed or errored (warnings allowed), 1 when the gate failed."""
     return EXIT_GATE_FAILED if any(result.verdict in GATING for result in results) else EXIT_OK
@@ -108,7 +158,7 @@ def _judge_one(instance: Instance, metric: Metric, threshold: Threshold, m: Meas
         instance=instance.name, check=instance.check, metric=metric.name, device=m.device, unit=metric.unit,
         threshold=_bounds(threshold),
         samples=m.samples, duration_s=duration_s, method=m.method, where=threshold.where, warnings=m.warnings,
-        required=required,
+        required=required, runs=m.runs,
     )
     if not m.measured and not m.applicable:
         return Result(verdict="skip", message=f"not applicable: {m.reason}", **common)
@@ -149,7 +199,7 @@ def _info(instance: Instance, m: Measurement, duration_s: float) -> Result:
     text = format_value(m.value, "" if m.unit in ("version", "text") else m.unit)
     return Result(instance.name, instance.check, m.metric, "info", f"measured {text} (no threshold)",
                   device=m.device, value=m.value, unit=m.unit, samples=m.samples, duration_s=duration_s,
-                  method=m.method, warnings=m.warnings)
+                  method=m.method, warnings=m.warnings, runs=m.runs)
 
 
 def _errors(instance: Instance, outcome: Outcome, thresholds: Mapping[str, Threshold]) -> list[Result]:

@@ -5,7 +5,8 @@ import pytest
 
 from preflight import config, runner
 from preflight.checks import CHECKS
-from tests.fakes import faulty, steady
+from preflight.report import build, json_report, junit, now
+from tests.fakes import faulty, sequence, steady
 from tests.helpers import write_config
 
 
@@ -13,6 +14,7 @@ from tests.helpers import write_config
 def fake_checks(monkeypatch):
     monkeypatch.setitem(CHECKS, "steady", steady)
     monkeypatch.setitem(CHECKS, "faulty", faulty)
+    monkeypatch.setitem(CHECKS, "sequence", sequence)
 
 
 def run(tmp_path, text):
@@ -108,3 +110,60 @@ def test_megabytes_of_output_neither_block_the_worker_nor_flood_the_report(tmp_p
     assert len(message) < 2200
     assert results["after.rate"].verdict == "pass"
     assert time.monotonic() - start < 30
+
+
+def noisy(tmp_path, values, settings, threshold="{min: 100 samples/s}"):
+    state = tmp_path / "runs"
+    results = run(tmp_path, f"""
+        version: 1
+        checks:
+          noisy: {{check: sequence, values: "{values}", state: {state}, {settings}, rate: {threshold}}}
+        """)
+    return results["noisy.rate"], int(state.read_text())
+
+
+def test_repeats_judge_the_median_of_the_runs_and_keep_every_sample(tmp_path):
+    result, runs = noisy(tmp_path, "120,10,110", "repeats: 3")
+    assert runs == 3
+    assert result.verdict == "pass" and result.value == 110  # one disturbed run cannot fail the gate
+    assert result.runs == (120, 10, 110)
+    assert len(result.samples) == 9 and min(result.samples) == 10 * 0.99
+    assert any("interquartile range of the 3 runs" in w for w in result.warnings)
+
+
+def test_a_narrow_miss_is_re_measured_and_the_earlier_attempt_is_recorded(tmp_path):
+    result, runs = noisy(tmp_path, "95,105", "retries: 2, retry_margin: 10%")
+    assert runs == 2
+    assert result.verdict == "pass" and result.value == 105
+    assert [(a.value, a.verdict) for a in result.attempts] == [(95, "fail")]
+    assert result.message.endswith("after 1 retry: earlier 95 samples/s (fail)")
+
+
+def test_a_clear_miss_is_not_retried(tmp_path):
+    result, runs = noisy(tmp_path, "80,105", "retries: 2, retry_margin: 10%")
+    assert runs == 1 and result.verdict == "fail" and result.attempts == ()
+
+
+def test_retries_run_out_and_the_last_miss_fails(tmp_path):
+    result, runs = noisy(tmp_path, "95,96,97,150", "retries: 2, repeats: 1")
+    assert runs == 3
+    assert result.verdict == "fail" and result.value == 97
+    assert [a.value for a in result.attempts] == [95, 96]
+
+
+def test_a_max_threshold_retries_above_its_bound(tmp_path):
+    result, runs = noisy(tmp_path, "105,90", "retries: 1", threshold="{max: 100 samples/s}")
+    assert runs == 2 and result.verdict == "pass"
+
+
+def test_json_and_junit_record_every_run_attempt_and_sample(tmp_path):
+    result, _ = noisy(tmp_path, "95,95,95,101,120,110", "repeats: 3, retries: 1")
+    assert result.verdict == "pass" and result.value == 110
+    report = build("t.yaml", "0", [result], now(), 1.0)
+    [entry] = json_report.to_dict(report)["results"]
+    assert entry["runs"] == [101, 120, 110]
+    assert len(entry["samples"]) == 9
+    assert entry["attempts"] == [{"value": 95, "verdict": "fail", "samples": [94.05, 95, 95.95] * 3}]
+    xml = junit.render([report]).decode()
+    assert "runs (samples/s, median judged): 101, 120, 110" in xml
+    assert "attempt 1 (fail, re-measured): 95.0 samples/s; samples: 94.05, 95, 95.95, 94.05" in xml

@@ -2,8 +2,11 @@
 
 Shape: ``{"schema": 1, "host", "started", "duration_s", "exit_code", "config",
 "facts": {...}, "results": [{"id", "check", "instance", "metric", "device", "value",
-"unit", "verdict", "threshold", "message", "hint", "samples", "method", "warnings",
-"where", "duration_s"}]}``. ``value`` is in the metric's canonical ``unit``, whatever unit
+"unit", "verdict", "threshold", "message", "hint", "samples", "runs", "attempts",
+"method", "warnings", "where", "duration_s"}]}``. ``samples`` holds every sample of the
+judged measurement (of every run with ``repeats``), ``runs`` each run's value, and
+``attempts`` the earlier measurements a ``retries`` re-measurement replaced, each with
+its value, verdict and samples. ``value`` is in the metric's canonical ``unit``, whatever unit
 the threshold was written in; a change that removes or renames a key bumps ``schema``.
 """
 
@@ -40,6 +43,9 @@ def to_dict(report: RunReport) -> dict[str, Any]:
                 "message": r.message,
                 "hint": r.hint,
                 "samples": list(r.samples),
+                "runs": list(r.runs),
+                "attempts": [{"value": a.value, "verdict": a.verdict, "samples": list(a.samples)}
+                             for a in r.attempts],
                 "method": r.method,
                 "warnings": list(r.warnings),
                 "where": r.where,

@@ -168,6 +168,12 @@ def _details(result: Result) -> str:
         lines.append(f"method: {result.method}")
     if result.samples:
         lines.append(f"samples ({result.unit}): " + ", ".join(f"{s:.4g}" for s in result.samples))
+    if result.runs:
+        lines.append(f"runs ({result.unit}, median judged): " + ", ".join(f"{v:.4g}" for v in result.runs))
+    for number, attempt in enumerate(result.attempts, 1):
+        samples = ", ".join(f"{s:.4g}" for s in attempt.samples)
+        lines.append(f"attempt {number} ({attempt.verdict}, re-measured): {attempt.value} {result.unit}; "
+                     f"samples: {samples}")
     lines += [f"warning: {w}" for w in result.warnings]
     return "\n".join(lines)
 
