@@ -78,6 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     validate = commands.add_parser("validate", help="check a thresholds file without measuring anything")
     validate.add_argument("-c", "--config", metavar="FILE",
                           help="thresholds file (default: ./thresholds.yaml, else the bundled default)")
+    validate.add_argument("--baseline", metavar="FILE", help="baseline for `N%% of baseline` thresholds")
     validate.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
                           help="apply an override as `run --set` would (repeatable)")
     commands.add_parser("schema", help="print the JSON Schema (draft-07) of thresholds.yaml")

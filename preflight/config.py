@@ -20,22 +20,23 @@ import difflib
 import hashlib
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Literal, Mapping
 
+from preflight import baseline as baselines
 from preflight import yaml_source
 from preflight.checks import CHECKS
 from preflight.checks.base import Metric, Option
 from preflight.errors import ConfigError, UsageError
-from preflight.units import UNITS, Dimension, UnitError, parse_quantity, to_unit
+from preflight.units import UNITS, Dimension, UnitError, convert, parse_quantity, to_unit
 from preflight.yaml_source import Located
 
 Severity = Literal["fail", "warn"]
 SEVERITIES: tuple[Severity, ...] = ("fail", "warn")
 INSTANCE_KEYS = ("check", "timeout", "duration", "severity", "required", "repeats", "retries", "retry_margin")
 THRESHOLD_KEYS = ("min", "max", "match", "severity")
-TOP_LEVEL_KEYS = ("version", "defaults", "fleet", "checks")
+TOP_LEVEL_KEYS = ("version", "defaults", "fleet", "checks", "baseline")
 DEFAULTS = {"timeout": "120s", "duration": "5s", "severity": "fail", "repeats": 1, "retries": 0,
             "retry_margin": "10%"}
 MAX_REPEATS, MAX_RETRIES = 20, 5
@@ -54,6 +55,8 @@ class Threshold:
     severity: Severity
     where: str  # FILE:LINE:COL of the metric's key, for annotations
     match: str | None = None  # a regular expression a text metric must contain (re.search)
+    relative: Mapping[str, float] = field(default_factory=dict)  # {"min": 0.9} for `min: 90% of baseline`
+    baseline: Mapping[str, float] = field(default_factory=dict)  # result id -> baseline value, metric's unit
 
 
 @dataclass(frozen=True)
@@ -124,8 +127,12 @@ def resolve_path(explicit: str | None) -> str:
     return str(local) if local.is_file() else str(bundled_path())
 
 
-def load(path: str, overrides: Iterable[str] = (), environ: Mapping[str, str] | None = None) -> Config:
+def load(path: str, overrides: Iterable[str] = (), environ: Mapping[str, str] | None = None, *,
+         baseline: str | None = None) -> Config:
     """Read, expand, override and validate the config at ``path``.
+
+    ``baseline`` (``--baseline FILE``) names the file that ``N% of baseline`` thresholds
+    refer to; without it, the top-level ``baseline:`` key does (relative to ``path``).
 
     Raises:
         UsageError: the file cannot be read.
@@ -145,10 +152,31 @@ def load(path: str, overrides: Iterable[str] = (), environ: Mapping[str, str] | 
     for assignment in overrides:
         root = yaml_source.apply_override(root, assignment, environ)
     digest = hashlib.sha256(data + "\0".join(overrides).encode()).hexdigest()
-    return Config(path, _instances(root), digest, _fleet(root))
+    return Config(path, _instances(root, _BaselineSource(path, baseline, root)), digest, _fleet(root))
 
 
-def _instances(root: Located) -> tuple[Instance, ...]:
+class _BaselineSource:
+    """The baseline file, read only when a threshold refers to it (so a first run can create it)."""
+
+    def __init__(self, config_path: str, flag: str | None, root: Located) -> None:
+        self.path, self.where = flag, "--baseline"
+        key = root.value.get("baseline") if isinstance(root.value, dict) else None
+        if flag is None and key is not None:
+            text = _text(key)
+            self.path, self.where = os.path.join(os.path.dirname(config_path), text), key.where
+        self.loaded: baselines.Baseline | None = None
+
+    def get(self, where: str, label: str) -> baselines.Baseline:
+        if self.path is None:
+            raise ConfigError(where, f"`{label}` is relative to a baseline, but none is given: pass --baseline FILE "
+                              f"or add `baseline: FILE` at the top level (save one with "
+                              f"`preflight run --save-baseline FILE`)")
+        if self.loaded is None:
+            self.loaded = baselines.load(self.path)
+        return self.loaded
+
+
+def _instances(root: Located, baseline: _BaselineSource) -> tuple[Instance, ...]:
     top = _mapping(root, "the top level")
     _reject_unknown(top, TOP_LEVEL_KEYS)
     version = top.get("version")
@@ -165,7 +193,7 @@ def _instances(root: Located) -> tuple[Instance, ...]:
     checks = _mapping(top["checks"], "checks")
     if not checks:
         raise ConfigError(top["checks"].where, "`checks:` is empty: add at least one check (see `preflight list`)")
-    return tuple(_instance(name, node, defaults) for name, node in checks.items())
+    return tuple(_instance(name, node, defaults, baseline) for name, node in checks.items())
 
 
 def _fleet(root: Located) -> FleetSettings:
@@ -189,7 +217,7 @@ def _fleet(root: Located) -> FleetSettings:
     return FleetSettings(timeout_s, backend, float(ratio), severity)
 
 
-def _instance(name: str, node: Located, defaults: Mapping[str, Any]) -> Instance:
+def _instance(name: str, node: Located, defaults: Mapping[str, Any], baseline: _BaselineSource) -> Instance:
     body = _mapping(node, f"check `{name}`") if node.value is not None else {}
     check_name = _text(body["check"]) if "check" in body else name
     if check_name not in CHECKS:
@@ -210,7 +238,7 @@ def _instance(name: str, node: Located, defaults: Mapping[str, Any]) -> Instance
         option.name: coerce_option(option, body.get(option.name), f"{name}.{option.name}") for option in check.OPTIONS
     }
     thresholds = tuple(
-        _threshold(metrics[key], value, severity) for key, value in body.items() if key in metrics
+        _threshold(metrics[key], value, severity, name, baseline) for key, value in body.items() if key in metrics
     )
     required = body["required"].value if "required" in body else True
     if not isinstance(required, bool):
@@ -274,7 +302,8 @@ def coerce_option(option: Option, node: Located | None, label: str) -> Any:
     return result
 
 
-def _threshold(metric: Metric, node: Located, default_severity: Severity) -> Threshold:
+def _threshold(metric: Metric, node: Located, default_severity: Severity, instance: str,
+               baseline: _BaselineSource) -> Threshold:
     label = metric.name
     if not isinstance(node.value, dict):
         hint = "{min: 535.104}" if metric.is_version else "{min: " + _example(metric) + "}"
@@ -285,12 +314,47 @@ def _threshold(metric: Metric, node: Located, default_severity: Severity) -> Thr
         return _match_threshold(metric, node, default_severity)
     if "min" not in body and "max" not in body:
         raise ConfigError(node.where, f"`{label}`: a threshold needs `min` or `max`")
-    bounds = {key: _bound(metric, body[key]) if key in body else None for key in ("min", "max")}
+    relative = {key: _relative(metric, body[key]) for key in ("min", "max") if key in body}
+    relative = {key: fraction for key, fraction in relative.items() if fraction is not None}
+    bounds = {key: _bound(metric, body[key]) if key in body and key not in relative else None
+              for key in ("min", "max")}
     low, high = bounds["min"], bounds["max"]
     if isinstance(low, float) and isinstance(high, float) and low > high:
         raise ConfigError(node.where, f"`{label}`: min is above max")
+    if "min" in relative and "max" in relative and relative["min"] > relative["max"]:
+        raise ConfigError(node.where, f"`{label}`: min is above max")
     severity = _severity(body["severity"]) if "severity" in body else default_severity
-    return Threshold(metric.name, low, high, severity, node.key_location)
+    values = _baseline_values(metric, instance, baseline, node) if relative else {}
+    return Threshold(metric.name, low, high, severity, node.key_location, relative=relative, baseline=values)
+
+
+def _relative(metric: Metric, node: Located) -> float | None:
+    """The fraction of ``N% of baseline``, None for an absolute bound."""
+    fraction = baselines.relative_fraction(node.value)
+    if fraction is None and baselines.mentions_baseline(node.value):
+        raise ConfigError(node.where, f"`{metric.name}`: write a baseline bound like `90% of baseline`, "
+                          f"found {node.value!r}")
+    if fraction is not None and (metric.is_version or metric.is_text):
+        raise ConfigError(node.where, f"`{metric.name}` is a {metric.unit}: it takes no baseline bound")
+    return fraction
+
+
+def _baseline_values(metric: Metric, instance: str, source: _BaselineSource, node: Located) -> dict[str, float]:
+    """This metric's baseline values by result id, converted to the metric's unit."""
+    prefix = f"{instance}.{metric.name}"
+    found = source.get(node.where, prefix)
+    values = {}
+    for key, (value, unit) in found.values.items():
+        if key != prefix and not key.startswith(prefix + "["):
+            continue
+        if UNITS[unit].dimension is not UNITS[metric.unit].dimension:
+            raise ConfigError(node.where, f"`{prefix}`: baseline {found.path} holds {unit}, not a "
+                              f"{UNITS[metric.unit].dimension.value}: save the baseline again")
+        values[key] = convert(value, unit, metric.unit)
+    if not values:
+        raise ConfigError(node.where, f"`{prefix}`: baseline {found.path} has no value for it: save a baseline "
+                          f"from a run that measures `{prefix}`")
+    return values
 
 
 def _match_threshold(metric: Metric, node: Located, default_severity: Severity) -> Threshold:

@@ -142,18 +142,47 @@ def exit_code(results: Sequence[Result]) -> int:
 
 
 def requirement(threshold: Threshold, unit: str) -> str:
-    """The threshold in words: ``>= 1000 MB/s``, ``<= 85 C``, ``between 1 and 2 GiB``, ``matches /H100/``."""
+    """The threshold in words: ``>= 1000 MB/s``, ``<= 85 C``, ``between 1 and 2 GiB``, ``matches /H100/``,
+    ``>= 90% of baseline``."""
     if threshold.match is not None:
         return f"matches /{threshold.match}/"
+    if threshold.relative and threshold.min is None and threshold.max is None:
+        words = {key: f"{fraction:.0%} of baseline" for key, fraction in threshold.relative.items()}
+        threshold = replace(threshold, min=words.get("min"), max=words.get("max"))
     low, high = (format_value(b, unit) if isinstance(b, float) else b for b in (threshold.min, threshold.max))
     if threshold.min is not None and threshold.max is not None:
         return f"between {low} and {high}"
     return f">= {low}" if threshold.min is not None else f"<= {high}"
 
 
+def against_baseline(threshold: Threshold, result_id: str) -> Threshold | None:
+    """``threshold`` with its ``N% of baseline`` bounds made absolute for ``result_id``.
+
+    Unchanged when it has no relative bound; None when the baseline has no value for
+    ``result_id`` (a device that was not there when the baseline was saved).
+    """
+    if not threshold.relative:
+        return threshold
+    base = threshold.baseline.get(result_id)
+    if base is None:
+        return None
+    return replace(threshold, **{key: fraction * base for key, fraction in threshold.relative.items()})
+
+
 def _judge_one(instance: Instance, metric: Metric, threshold: Threshold, m: Measurement,
                duration_s: float) -> Result:
-    required = requirement(threshold, metric.unit if not metric.is_version else "")
+    result_id = f"{instance.name}.{metric.name}" + (f"[{m.device}]" if m.device else "")
+    absolute = against_baseline(threshold, result_id)
+    if absolute is None:
+        return Result(instance.name, instance.check, metric.name, "error",
+                      f"the baseline has no value for {result_id}: save a baseline on a run that measured it",
+                      device=m.device, value=m.value, unit=metric.unit, samples=m.samples, duration_s=duration_s,
+                      method=m.method, where=threshold.where, required=requirement(threshold, metric.unit))
+    required = requirement(absolute, metric.unit if not metric.is_version else "")
+    if threshold.relative:
+        shown = " and ".join(f"{fraction:.0%}" for fraction in threshold.relative.values())
+        required += f" ({shown} of baseline {format_value(threshold.baseline[result_id], metric.unit)})"
+    threshold = absolute
     common: dict[str, Any] = dict(
         instance=instance.name, check=instance.check, metric=metric.name, device=m.device, unit=metric.unit,
         threshold=_bounds(threshold),

@@ -38,6 +38,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--distributed", action="store_true",
                         help="run as one rank of a torchrun fleet: each node measures once, rank 0 writes one "
                              "merged report (automatic under torchrun)")
+    parser.add_argument("--baseline", metavar="FILE",
+                        help="baseline that `min: 90%% of baseline` thresholds refer to (default: the config's "
+                             "`baseline:` key)")
+    parser.add_argument("--save-baseline", metavar="FILE",
+                        help="save every measured value to FILE, for later runs' `N%% of baseline` thresholds")
     parser.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                         help="colour the table: auto = only on a terminal without NO_COLOR")
 
@@ -51,10 +56,10 @@ def main(args: argparse.Namespace, environ: Mapping[str, str] = os.environ, stdo
     path = config.resolve_path(args.config)
     launch = _launch(args.distributed, environ)
     if launch is None or launch.rank == 0:  # in a fleet, only rank 0 writes reports
-        for destination in (args.junit_xml, args.json, args.prometheus):
+        for destination in (args.junit_xml, args.json, args.prometheus, args.save_baseline):
             _check_writable(destination)
     try:
-        loaded = config.load(path, args.overrides, environ)
+        loaded = config.load(path, args.overrides, environ, baseline=args.baseline)
         if args.only:
             loaded = loaded.select(args.only.split(","))
     except UsageError as error:
@@ -82,6 +87,12 @@ def main(args: argparse.Namespace, environ: Mapping[str, str] = os.environ, stdo
         report.write_atomic(args.json, json_report.render(run_report).encode())
     if args.junit_xml:
         junit.write(args.junit_xml, [run_report])
+    if args.save_baseline:
+        from preflight import baseline
+
+        document = baseline.render(run_report.results, run_report.host, json_report.timestamp(run_report),
+                                   run_report.config_digest)
+        report.write_atomic(args.save_baseline, document.encode())
     _integrations(run_report, args, environ, stderr)
     return run_report.exit_code
 

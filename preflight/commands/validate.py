@@ -16,7 +16,7 @@ from preflight import config
 def main(args: argparse.Namespace, stdout: TextIO | None = None) -> int:
     stdout = stdout or sys.stdout
     path = config.resolve_path(args.config)
-    loaded = config.load(path, args.overrides)
+    loaded = config.load(path, args.overrides, baseline=getattr(args, "baseline", None))
     count = sum(len(instance.thresholds) for instance in loaded.instances)
     stdout.write(f"{path}: valid, {len(loaded.instances)} checks, {count} thresholds\n")
     for instance in loaded.instances:

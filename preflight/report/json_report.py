@@ -24,7 +24,7 @@ def to_dict(report: RunReport) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
         "host": report.host,
-        "started": report.started.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "started": timestamp(report),
         "duration_s": round(report.duration_s, 3),
         "exit_code": report.exit_code,
         "config": {"path": report.config_path, "sha256": report.config_digest},
@@ -54,6 +54,11 @@ def to_dict(report: RunReport) -> dict[str, Any]:
             for r in report.results
         ],
     }
+
+
+def timestamp(report: RunReport) -> str:
+    """When the run started, as UTC ISO 8601 (``2026-11-29T15:00:00Z``)."""
+    return report.started.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def render(report: RunReport) -> str:
