@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable, Literal, Mapping
 
 from preflight import baseline as baselines
+from preflight import scratch
 from preflight import yaml_source
 from preflight.checks import CHECKS
 from preflight.checks.base import Metric, Option
@@ -237,6 +238,9 @@ def _instance(name: str, node: Located, defaults: Mapping[str, Any], baseline: _
     parsed_options = {
         option.name: coerce_option(option, body.get(option.name), f"{name}.{option.name}") for option in check.OPTIONS
     }
+    for option in check.OPTIONS:
+        if option.outside:
+            _refuse_inside(name, option, parsed_options, body.get(option.name))
     thresholds = tuple(
         _threshold(metrics[key], value, severity, name, baseline) for key, value in body.items() if key in metrics
     )
@@ -255,6 +259,15 @@ def _instance(name: str, node: Located, defaults: Mapping[str, Any], baseline: _
                           f"`{name}.retry_margin` must be at most 100%, found {margin:g}%")
     return Instance(name, check_name, parsed_options, thresholds, timeout_s, duration_s, required, node.where,
                     repeats, retries, margin / 100)
+
+
+def _refuse_inside(name: str, option: Option, options: Mapping[str, Any], node: Located | None) -> None:
+    """The read-only guarantee: a directory we write (``scratch_dir``) never lies inside the dataset."""
+    value, protected = options[option.name], options[option.outside]
+    if node is not None and value and scratch.is_inside(value, protected):
+        raise ConfigError(node.where, f"`{name}.{option.name}` ({value}) is inside `{name}.{option.outside}` "
+                          f"({protected}), which preflight never writes: choose a directory outside it on the "
+                          f"same filesystem, or leave it out to use the one above it")
 
 
 def coerce_option(option: Option, node: Located | None, label: str) -> Any:

@@ -27,6 +27,7 @@ class Option(NamedTuple):
     choices: tuple[str, ...] = ()
     minimum: float | None = None
     maximum: float | None = None
+    outside: str = ""  # a directory that must not lie inside the (read-only) directory this option names
 
 
 class Metric(NamedTuple):

@@ -9,8 +9,9 @@ method used. On a memory-backed filesystem neither can reach a device, and the n
 marked cache-bound.
 
 The dataset path is opened read-only and never written. When it holds too little data to
-read, a scratch file is written in ``scratch_dir`` (default: the path's own filesystem,
-in a hidden directory removed afterwards).
+read, a scratch file is written in ``scratch_dir`` (default: the nearest writable directory
+above the path on the same filesystem, in a hidden directory removed afterwards); a
+``scratch_dir`` inside the path is refused when the config is loaded.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from preflight.checks.base import Budget, Metric, Option
 from preflight.fsinfo import filesystem_of
 from preflight.measurement import Measurement, unmeasurable
 from preflight.sampling import sample
-from preflight.scratch import PREFIX, scratch_dir
+from preflight.scratch import PREFIX, parent_outside, scratch_dir
 from preflight.units import Dimension, format_value, to_unit
 
 NAME = "storage"
@@ -34,7 +35,8 @@ OPTIONS = (
     Option("path", "path", ".", "directory (or file) whose filesystem to measure; read-only"),
     Option("block_size", Dimension.SIZE, "1 MiB", "bytes per read request, as fio --bs", minimum=4096),
     Option("data_size", Dimension.SIZE, "256 MiB", "bytes per pass; existing files are read first, else a scratch file"),
-    Option("scratch_dir", "text", "", "where a scratch file may be written (default: under path, removed after)"),
+    Option("scratch_dir", "text", "", "where a scratch file may be written, outside path (default: the nearest "
+           "writable directory above path on its filesystem; removed after)", outside="path"),
     Option("max_files", "int", 10000, "files under path to consider when looking for data to read", minimum=1),
 )
 METRICS = (
@@ -58,9 +60,13 @@ def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
     files = _existing_files(path, int(options["data_size"]), int(options["max_files"]))
     if sum(size for _, size in files) >= min(int(options["data_size"]), MIN_PASS_BYTES):
         return [_measure_files(path, files, options, budget, source=f"{len(files)} existing files")]
-    parent = options["scratch_dir"] or (path if os.path.isdir(path) else os.path.dirname(path))
+    parent = options["scratch_dir"] or parent_outside(path)
+    if parent is None:
+        reason = (f"{path} holds too little data to read and is its own filesystem's top, where preflight will "
+                  f"not write: set storage.scratch_dir to a writable directory on that filesystem, outside {path}")
+        return [unmeasurable("seq_read", reason, "MB/s")]
     try:
-        with scratch_dir(parent) as directory:
+        with scratch_dir(parent, protect=path) as directory:
             scratch = _write_scratch(directory, int(options["data_size"]))
             return [_measure_files(path, [(scratch, int(options["data_size"]))], options, budget, "a scratch file")]
     except OSError as error:
