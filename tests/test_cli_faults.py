@@ -33,10 +33,10 @@ def start_cli(*args, cwd):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def wait_for_scratch_file(data, timeout=60):
+def wait_for_scratch_file(parent, timeout=60):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for directory in data.iterdir():
+        for directory in parent.glob(".preflight-scratch-*"):
             target = directory / "seq_read.dat"
             if target.exists() and target.stat().st_size > 0:
                 return directory
@@ -51,13 +51,13 @@ def test_a_signal_mid_check_removes_scratch_and_writes_a_partial_report(tmp_path
     config = write_config(tmp_path, LONG_STORAGE.format(data=data))
     junit, report = tmp_path / "out.xml", tmp_path / "out.json"
     process = start_cli("run", "-c", str(config), "--json", str(report), "--junit-xml", str(junit), cwd=tmp_path)
-    scratch = wait_for_scratch_file(data)
+    scratch = wait_for_scratch_file(tmp_path)  # beside the dataset, never inside it
     started = time.monotonic()
     process.send_signal(signum)
     stdout, stderr = process.communicate(timeout=30)
     assert time.monotonic() - started < 10
     assert process.returncode == 1, stderr  # documented: the interrupted check is an error, the gate fails
-    assert not scratch.exists() and os.listdir(data) == []
+    assert not scratch.exists() and not list(tmp_path.glob(".preflight-scratch-*")) and os.listdir(data) == []
     assert "Traceback" not in stderr
     results = {r["id"]: r for r in json.loads(report.read_text())["results"]}
     name = signal.Signals(signum).name
