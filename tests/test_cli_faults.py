@@ -12,6 +12,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from tests.helpers import REPO, write_config
+from tests.report_helpers import read_junit
 
 LONG_STORAGE = """
 version: 1
@@ -65,6 +66,7 @@ def test_a_signal_mid_check_removes_scratch_and_writes_a_partial_report(tmp_path
     assert results["storage.seq_read"]["message"].endswith(f"interrupted by {name}")
     assert results["shm.size"]["verdict"] == "error"
     assert results["shm.size"]["message"].endswith(f"not run: interrupted by {name}")
+    read_junit(junit)  # valid against junit-10.xsd, interrupted or not
     errors = ET.parse(junit).getroot().iter("error")
     assert {e.get("message").rsplit(": ", 1)[-1] for e in errors} == {f"interrupted by {name}"}
     assert "ERROR" in stdout and "storage.seq_read" in stdout  # the console table too

@@ -24,7 +24,12 @@ ENV_REFERENCE = {"type": "string", "pattern": r"\$\{[A-Za-z_][A-Za-z0-9_]*(:-[^}
                  "description": "expanded from the environment before validation"}
 _NUMBER = r"[+]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?"
 _VERSION = r"^\d+(\.\d+)*$"
-_SETTING_DIMENSIONS = {"timeout": Dimension.DURATION, "duration": Dimension.DURATION}
+_SETTING_DIMENSIONS = {"timeout": Dimension.DURATION, "duration": Dimension.DURATION,
+                       "retry_margin": Dimension.PERCENT}
+_WHOLE_SETTINGS = {"repeats": (1, config.MAX_REPEATS, "runs of the check; the median of their values is judged"),
+                   "retries": (0, config.MAX_RETRIES, "re-measurements of a miss within retry_margin of its bound")}
+_RELATIVE = {"type": "string", "pattern": r"^\s*(\d+(\.\d*)?|\.\d+)\s*%\s*of\s+baseline\s*$",
+             "description": "relative to the baseline file (--baseline or `baseline:`)", "examples": ["90% of baseline"]}
 
 
 def build() -> dict[str, Any]:
@@ -44,7 +49,9 @@ def build() -> dict[str, Any]:
            "defaults": {"type": "object", "additionalProperties": False,
                         "properties": {key: _setting(key) for key in config.DEFAULTS}},
            "fleet": _fleet(),
-           "checks": checks}
+           "checks": checks,
+           "baseline": {"type": "string", "minLength": 1,
+                        "description": "baseline file for `N% of baseline` bounds, relative to this file"}}
     assert tuple(top) == config.TOP_LEVEL_KEYS, "config's top-level keys changed: update the schema"
     return {
         "$schema": DRAFT_07,
@@ -93,6 +100,9 @@ def _setting(key: str) -> dict[str, Any]:
         return {"type": "boolean", "description": "false: an unmeasurable metric is skipped, not failed"}
     if key == "check":
         raise KeyError(key)
+    if key in _WHOLE_SETTINGS:
+        low, high, help = _WHOLE_SETTINGS[key]
+        return {"type": "integer", "minimum": low, "maximum": high, "description": help}
     return {**quantity(_SETTING_DIMENSIONS[key]), "description": f"{key} of each check"}
 
 
@@ -139,6 +149,7 @@ def _threshold(metric: Metric) -> dict[str, Any]:
         bound: dict[str, Any] = {"anyOf": [{"type": "string", "pattern": _VERSION}, {"type": "number", "minimum": 0}]}
     else:
         bound = quantity(UNITS[metric.unit].dimension)
+        bound = {**bound, "anyOf": [*bound["anyOf"], _RELATIVE]}
     properties = {"min": bound, "max": bound, "severity": severity}
     assert set(properties) | {"match"} == set(config.THRESHOLD_KEYS), "config's threshold keys changed: update the schema"
     return {
