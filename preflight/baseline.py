@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from typing import Mapping, NamedTuple, Sequence
 
-from preflight.errors import UsageError
-from preflight.units import UNITS
+from preflight.checks.base import Metric
+from preflight.errors import ConfigError, UsageError
+from preflight.units import UNITS, convert
+from preflight.yaml_source import Located
 
 SCHEMA = 1
 KIND = "preflight-baseline"
@@ -40,8 +43,64 @@ def relative_fraction(text: object) -> float | None:
     return float(match["percent"]) / 100 if match else None
 
 
-def mentions_baseline(text: object) -> bool:
-    return isinstance(text, str) and "baseline" in text
+def relative_bound(metric: Metric, node: Located) -> float | None:
+    """The fraction of a ``N% of baseline`` bound (0.9), None for an absolute bound.
+
+    Raises:
+        ConfigError: the bound mentions the baseline but is not written that way, or the
+            metric is a version or a text, which have no proportion.
+    """
+    fraction = relative_fraction(node.value)
+    if fraction is None and isinstance(node.value, str) and "baseline" in node.value:
+        raise ConfigError(node.where, f"`{metric.name}`: write a baseline bound like `90% of baseline`, "
+                          f"found {node.value!r}")
+    if fraction is not None and (metric.is_version or metric.is_text):
+        raise ConfigError(node.where, f"`{metric.name}` is a {metric.unit}: it takes no baseline bound")
+    return fraction
+
+
+class Source:
+    """Where ``N% of baseline`` bounds look: ``--baseline FILE``, else the config's ``baseline:`` key.
+
+    The file is read only when a threshold refers to it, so a config naming a baseline
+    that does not exist yet can still run with ``--save-baseline`` to create it.
+    """
+
+    def __init__(self, config_path: str, flag: str | None, root: Located) -> None:
+        self.path = flag
+        key = root.value.get("baseline") if isinstance(root.value, dict) else None
+        if flag is None and key is not None:
+            if not isinstance(key.value, str) or not key.value:
+                raise ConfigError(key.where, f"`baseline` must be a file path, found {key.value!r}")
+            self.path = os.path.join(os.path.dirname(config_path), key.value)
+        self.loaded: Baseline | None = None
+
+    def values_for(self, metric: Metric, instance: str, node: Located) -> dict[str, float]:
+        """The baseline values of ``instance.metric`` by result id, in the metric's unit.
+
+        Raises:
+            ConfigError: no baseline given, none of its values is for this metric, or
+                they are of another dimension. UsageError: the file cannot be read.
+        """
+        prefix = f"{instance}.{metric.name}"
+        if self.path is None:
+            raise ConfigError(node.where, f"`{prefix}` is relative to a baseline, but none is given: pass "
+                              f"--baseline FILE or add `baseline: FILE` at the top level (save one with "
+                              f"`preflight run --save-baseline FILE`)")
+        if self.loaded is None:
+            self.loaded = load(self.path)
+        values = {}
+        for key, (value, unit) in self.loaded.values.items():
+            if key != prefix and not key.startswith(prefix + "["):
+                continue
+            if UNITS[unit].dimension is not UNITS[metric.unit].dimension:
+                raise ConfigError(node.where, f"`{prefix}`: baseline {self.path} holds {unit}, not a "
+                                  f"{UNITS[metric.unit].dimension.value}: save the baseline again")
+            values[key] = convert(value, unit, metric.unit)
+        if not values:
+            raise ConfigError(node.where, f"`{prefix}`: baseline {self.path} has no value for it: save a "
+                              f"baseline from a run that measures `{prefix}`")
+        return values
 
 
 def to_dict(results: Sequence[object], host: str, created: str, config_sha256: str) -> dict[str, object]:

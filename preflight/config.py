@@ -30,7 +30,7 @@ from preflight import yaml_source
 from preflight.checks import CHECKS
 from preflight.checks.base import Metric, Option
 from preflight.errors import ConfigError, UsageError
-from preflight.units import UNITS, Dimension, UnitError, convert, parse_quantity, to_unit
+from preflight.units import UNITS, Dimension, UnitError, parse_quantity, to_unit
 from preflight.yaml_source import Located
 
 Severity = Literal["fail", "warn"]
@@ -153,31 +153,10 @@ def load(path: str, overrides: Iterable[str] = (), environ: Mapping[str, str] | 
     for assignment in overrides:
         root = yaml_source.apply_override(root, assignment, environ)
     digest = hashlib.sha256(data + "\0".join(overrides).encode()).hexdigest()
-    return Config(path, _instances(root, _BaselineSource(path, baseline, root)), digest, _fleet(root))
+    return Config(path, _instances(root, baselines.Source(path, baseline, root)), digest, _fleet(root))
 
 
-class _BaselineSource:
-    """The baseline file, read only when a threshold refers to it (so a first run can create it)."""
-
-    def __init__(self, config_path: str, flag: str | None, root: Located) -> None:
-        self.path, self.where = flag, "--baseline"
-        key = root.value.get("baseline") if isinstance(root.value, dict) else None
-        if flag is None and key is not None:
-            text = _text(key)
-            self.path, self.where = os.path.join(os.path.dirname(config_path), text), key.where
-        self.loaded: baselines.Baseline | None = None
-
-    def get(self, where: str, label: str) -> baselines.Baseline:
-        if self.path is None:
-            raise ConfigError(where, f"`{label}` is relative to a baseline, but none is given: pass --baseline FILE "
-                              f"or add `baseline: FILE` at the top level (save one with "
-                              f"`preflight run --save-baseline FILE`)")
-        if self.loaded is None:
-            self.loaded = baselines.load(self.path)
-        return self.loaded
-
-
-def _instances(root: Located, baseline: _BaselineSource) -> tuple[Instance, ...]:
+def _instances(root: Located, baseline: baselines.Source) -> tuple[Instance, ...]:
     top = _mapping(root, "the top level")
     _reject_unknown(top, TOP_LEVEL_KEYS)
     version = top.get("version")
@@ -218,7 +197,7 @@ def _fleet(root: Located) -> FleetSettings:
     return FleetSettings(timeout_s, backend, float(ratio), severity)
 
 
-def _instance(name: str, node: Located, defaults: Mapping[str, Any], baseline: _BaselineSource) -> Instance:
+def _instance(name: str, node: Located, defaults: Mapping[str, Any], baseline: baselines.Source) -> Instance:
     body = _mapping(node, f"check `{name}`") if node.value is not None else {}
     check_name = _text(body["check"]) if "check" in body else name
     if check_name not in CHECKS:
@@ -316,7 +295,7 @@ def coerce_option(option: Option, node: Located | None, label: str) -> Any:
 
 
 def _threshold(metric: Metric, node: Located, default_severity: Severity, instance: str,
-               baseline: _BaselineSource) -> Threshold:
+               baseline: baselines.Source) -> Threshold:
     label = metric.name
     if not isinstance(node.value, dict):
         hint = "{min: 535.104}" if metric.is_version else "{min: " + _example(metric) + "}"
@@ -327,7 +306,7 @@ def _threshold(metric: Metric, node: Located, default_severity: Severity, instan
         return _match_threshold(metric, node, default_severity)
     if "min" not in body and "max" not in body:
         raise ConfigError(node.where, f"`{label}`: a threshold needs `min` or `max`")
-    relative = {key: _relative(metric, body[key]) for key in ("min", "max") if key in body}
+    relative = {key: baselines.relative_bound(metric, body[key]) for key in ("min", "max") if key in body}
     relative = {key: fraction for key, fraction in relative.items() if fraction is not None}
     bounds = {key: _bound(metric, body[key]) if key in body and key not in relative else None
               for key in ("min", "max")}
@@ -337,37 +316,8 @@ def _threshold(metric: Metric, node: Located, default_severity: Severity, instan
     if "min" in relative and "max" in relative and relative["min"] > relative["max"]:
         raise ConfigError(node.where, f"`{label}`: min is above max")
     severity = _severity(body["severity"]) if "severity" in body else default_severity
-    values = _baseline_values(metric, instance, baseline, node) if relative else {}
+    values = baseline.values_for(metric, instance, node) if relative else {}
     return Threshold(metric.name, low, high, severity, node.key_location, relative=relative, baseline=values)
-
-
-def _relative(metric: Metric, node: Located) -> float | None:
-    """The fraction of ``N% of baseline``, None for an absolute bound."""
-    fraction = baselines.relative_fraction(node.value)
-    if fraction is None and baselines.mentions_baseline(node.value):
-        raise ConfigError(node.where, f"`{metric.name}`: write a baseline bound like `90% of baseline`, "
-                          f"found {node.value!r}")
-    if fraction is not None and (metric.is_version or metric.is_text):
-        raise ConfigError(node.where, f"`{metric.name}` is a {metric.unit}: it takes no baseline bound")
-    return fraction
-
-
-def _baseline_values(metric: Metric, instance: str, source: _BaselineSource, node: Located) -> dict[str, float]:
-    """This metric's baseline values by result id, converted to the metric's unit."""
-    prefix = f"{instance}.{metric.name}"
-    found = source.get(node.where, prefix)
-    values = {}
-    for key, (value, unit) in found.values.items():
-        if key != prefix and not key.startswith(prefix + "["):
-            continue
-        if UNITS[unit].dimension is not UNITS[metric.unit].dimension:
-            raise ConfigError(node.where, f"`{prefix}`: baseline {found.path} holds {unit}, not a "
-                              f"{UNITS[metric.unit].dimension.value}: save the baseline again")
-        values[key] = convert(value, unit, metric.unit)
-    if not values:
-        raise ConfigError(node.where, f"`{prefix}`: baseline {found.path} has no value for it: save a baseline "
-                          f"from a run that measures `{prefix}`")
-    return values
 
 
 def _match_threshold(metric: Metric, node: Located, default_severity: Severity) -> Threshold:
