@@ -47,10 +47,10 @@ def sample(
 
     ``min_time_s`` (default: half of ``budget_s``) keeps a fast target from stopping on
     its first few samples: on a shared machine a tenth of a second can fall wholly in a
-    lull or a burst of other tenants' load, and ten runs of the storage and DataLoader
-    checks then spread 27-30% (CV) where sampling at least half the budget gave 12-18%
-    (bench/noise.py, same machine and load). It is fio's ``time_based`` idea: a
-    throughput is measured over a stated time, not over as few operations as possible.
+    lull or a burst of other tenants' load (in one back-to-back comparison on a shared
+    2-CPU machine, bench/noise.py's CV over ten runs went from 27-30% to 12-18%). It is
+    fio's ``time_based`` idea: a throughput is measured over a stated time, not over as
+    few operations as possible.
     """
     min_time_s = budget_s / 2 if min_time_s is None else min_time_s
     start = clock()
