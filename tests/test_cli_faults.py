@@ -88,7 +88,8 @@ def run_with_tiny_mount(tmp_path, setup, *args):
     mount = tmp_path / "mnt"
     mount.mkdir()
     command = " ".join(["mount -t tmpfs -o size=64k tmpfs", str(mount), "&&", setup, "&&",
-                        sys.executable, "-m preflight", *args])
+                        sys.executable, "-m preflight", *args,
+                        f"; code=$?; ls -A {mount} > {tmp_path}/listing; exit $code"])  # seen before unmount
     environment = dict(os.environ, PYTHONPATH=str(REPO), NO_COLOR="1")
     return subprocess.run([*prefix, "sh", "-c", command], cwd=tmp_path, env=environment, capture_output=True,
                           text=True, timeout=120), mount
@@ -103,18 +104,19 @@ checks:
 """
 
 
-def test_a_full_report_destination_is_a_one_line_error_after_the_table(tmp_path):
+def test_a_full_report_destination_is_a_one_line_error_after_the_table_and_costs_no_other_report(tmp_path):
     config = write_config(tmp_path, SHM_ONLY)
     fill = f"(dd if=/dev/zero of={tmp_path}/mnt/fill bs=4k 2>/dev/null; true)"
     result, mount = run_with_tiny_mount(tmp_path, fill, "run", "-c", str(config), "--json",
-                                        str(tmp_path / "report.json"), "--junit-xml", f"{tmp_path}/mnt/report.xml")
+                                        f"{tmp_path}/mnt/report.json", "--junit-xml", str(tmp_path / "report.xml"))
     assert result.returncode == 2, result.stderr
     assert "shm.size" in result.stdout and "PASS" in result.stdout  # the table was printed before the write
     last = result.stderr.strip().splitlines()[-1]
-    assert last == f"preflight: error: {tmp_path}/mnt/report.xml: cannot write the report (No space left on " \
+    assert last == f"preflight: error: {tmp_path}/mnt/report.json: cannot write the report (No space left on " \
                    f"device): choose a writable path"
     assert "Traceback" not in result.stderr
-    assert json.loads((tmp_path / "report.json").read_text())["exit_code"] == 0  # the other report is whole
+    assert (tmp_path / "listing").read_text().split() == ["fill"]  # no partial report, no temp file
+    read_junit(tmp_path / "report.xml")  # the JUnit report on another disk was still written, whole
 
 
 def test_a_read_only_report_destination_is_refused_before_measuring(tmp_path):

@@ -13,7 +13,7 @@ import os
 import sys
 import tempfile
 import time
-from typing import Mapping, TextIO
+from typing import Callable, Mapping, TextIO
 
 from preflight import __version__
 from preflight.errors import ConfigError, UsageError
@@ -83,18 +83,32 @@ def main(args: argparse.Namespace, environ: Mapping[str, str] = os.environ, stdo
     else:
         stdout.write(console.render(run_report, console.use_colour(stdout, args.color)))
     stdout.flush()
-    if args.json and args.json != "-":
-        report.write_atomic(args.json, json_report.render(run_report).encode())
-    if args.junit_xml:
-        junit.write(args.junit_xml, [run_report])
-    if args.save_baseline:
-        from preflight import baseline
-
-        document = baseline.render(run_report.results, run_report.host, json_report.timestamp(run_report),
-                                   run_report.config_digest)
-        report.write_atomic(args.save_baseline, document.encode())
+    writes: list[tuple[str | None, Callable[[str], None]]] = [
+        (args.json if args.json != "-" else None,
+         lambda to: report.write_atomic(to, json_report.render(run_report).encode())),
+        (args.junit_xml, lambda to: junit.write(to, [run_report])),
+        (args.save_baseline, lambda to: _save_baseline(to, run_report)),
+    ]
+    failed = []
+    for destination, deliver in writes:
+        if destination:
+            try:  # each report on its own: a full disk under one must not cost the others
+                deliver(destination)
+            except UsageError as error:
+                failed.append(str(error))
     _integrations(run_report, args, environ, stderr)
+    if failed:
+        raise UsageError("; ".join(failed))
     return run_report.exit_code
+
+
+def _save_baseline(path: str, run_report) -> None:  # type: ignore[no-untyped-def]
+    from preflight import baseline
+    from preflight.report import json_report, write_atomic
+
+    document = baseline.render(run_report.results, run_report.host, json_report.timestamp(run_report),
+                               run_report.config_digest)
+    write_atomic(path, document.encode())
 
 
 def _launch(requested: bool, environ: Mapping[str, str]):  # type: ignore[no-untyped-def]
