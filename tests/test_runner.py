@@ -86,6 +86,40 @@ def test_out_of_memory_under_a_real_memory_limit_is_an_error_and_the_worker_is_r
     assert results["after.rate"].verdict == "pass"  # the limit died with nothing: `after` had memory to run
 
 
+@pytest.fixture
+def memory_cgroup():
+    """A child memory cgroup limited to 256 MiB (v1 or v2), or a skip where this user may not make one."""
+    for line in open("/proc/self/cgroup").read().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            base, limit_file = f"/sys/fs/cgroup/memory{path}", "memory.limit_in_bytes"
+            break
+    else:
+        path = open("/proc/self/cgroup").read().split("0::", 1)[-1].split("\n")[0]
+        base, limit_file = f"/sys/fs/cgroup{path}", "memory.max"
+    directory = os.path.join(base, f"preflight-test-{os.getpid()}")
+    try:
+        os.mkdir(directory)
+        with open(os.path.join(directory, limit_file), "w") as limit:
+            limit.write(str(256 << 20))
+    except OSError as error:
+        pytest.skip(f"cannot create a memory cgroup here ({error.strerror}): needs root and a memory controller")
+    yield directory
+    os.rmdir(directory)
+
+
+def test_a_real_kernel_oom_kill_in_a_memory_cgroup_is_an_error_and_the_worker_is_replaced(tmp_path, memory_cgroup):
+    results = run(tmp_path, f"""
+        version: 1
+        checks:
+          bad: {{check: faulty, mode: cgroup_oom, cgroup: {memory_cgroup}, timeout: 30s, rate: {{min: 1 samples/s}}}}
+          after: {{check: steady, value: 50 samples/s, rate: {{min: 10 samples/s}}}}
+        """)
+    assert results["bad.rate"].verdict == "error"
+    assert "killed by SIGKILL (out of memory? see `dmesg` or the pod's OOMKilled status)" in results["bad.rate"].message
+    assert results["after.rate"].verdict == "pass"
+
+
 def test_a_kill_like_the_oom_killer_names_the_likely_cause(tmp_path):
     results = run(tmp_path, """
         version: 1

@@ -1,8 +1,9 @@
 """A check that fails in the way `mode` names, for real: nothing here is simulated by the runner.
 
 Modes: hang, segfault, exit (os._exit), raise, scratch_hang (hang after making scratch),
-oom (allocate past a real RLIMIT_AS memory limit), sigkill (what the kernel OOM killer
-sends), spew (print megabytes on stdout, stderr and raw fds, then raise a megabyte message).
+oom (allocate past a real RLIMIT_AS memory limit), cgroup_oom (join the memory cgroup
+`cgroup` and allocate past its limit: the kernel's OOM killer ends it), sigkill (what that
+killer sends, sent by hand), spew (print megabytes on stdout, stderr and raw fds, then raise a megabyte message).
 """
 
 import ctypes
@@ -17,9 +18,10 @@ from preflight.scratch import scratch_dir
 
 NAME = "faulty"
 HELP = "misbehaves as `mode` says"
-MODES = ("hang", "segfault", "exit", "raise", "scratch_hang", "oom", "sigkill", "spew")
+MODES = ("hang", "segfault", "exit", "raise", "scratch_hang", "oom", "cgroup_oom", "sigkill", "spew")
 OPTIONS = (Option("mode", "choice", "hang", "how to fail", choices=MODES),
-           Option("scratch", "text", "", "parent of the scratch directory for scratch_hang"))
+           Option("scratch", "text", "", "parent of the scratch directory for scratch_hang"),
+           Option("cgroup", "text", "", "memory cgroup directory to join in cgroup_oom mode"))
 METRICS = (Metric("rate", "samples/s", True, "never measured"),)
 
 OOM_LIMIT = 1 << 30  # address space the worker may use in `oom` mode
@@ -46,6 +48,12 @@ def measure(options, budget):
 
         resource.setrlimit(resource.RLIMIT_AS, (OOM_LIMIT, resource.getrlimit(resource.RLIMIT_AS)[1]))
         numpy.ones(2 * OOM_LIMIT, dtype=numpy.uint8)  # touched pages, as a real batch buffer would be
+    elif mode == "cgroup_oom":
+        import numpy
+
+        with open(os.path.join(options["cgroup"], "cgroup.procs"), "w") as procs:
+            procs.write(str(os.getpid()))
+        numpy.ones(2 * OOM_LIMIT, dtype=numpy.uint8)
     elif mode == "sigkill":
         os.kill(os.getpid(), signal.SIGKILL)
     elif mode == "spew":
