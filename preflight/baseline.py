@@ -67,12 +67,12 @@ class Source:
     """
 
     def __init__(self, config_path: str, flag: str | None, root: Located) -> None:
-        self.path = flag
+        self.path, self.where = flag, "--baseline"
         key = root.value.get("baseline") if isinstance(root.value, dict) else None
         if flag is None and key is not None:
             if not isinstance(key.value, str) or not key.value:
                 raise ConfigError(key.where, f"`baseline` must be a file path, found {key.value!r}")
-            self.path = os.path.join(os.path.dirname(config_path), key.value)
+            self.path, self.where = os.path.join(os.path.dirname(config_path), key.value), key.where
         self.loaded: Baseline | None = None
 
     def values_for(self, metric: Metric, instance: str, node: Located) -> dict[str, float]:
@@ -88,7 +88,10 @@ class Source:
                               f"--baseline FILE or add `baseline: FILE` at the top level (save one with "
                               f"`preflight run --save-baseline FILE`)")
         if self.loaded is None:
-            self.loaded = load(self.path)
+            try:
+                self.loaded = load(self.path)
+            except UsageError as error:  # said where the baseline was named: the flag or the key's line
+                raise ConfigError(self.where, str(error)) from None
         values = {}
         for key, (value, unit) in self.loaded.values.items():
             if key != prefix and not key.startswith(prefix + "["):

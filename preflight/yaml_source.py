@@ -103,6 +103,10 @@ class _Walker:
             value = self.constructor.construct_object(node, deep=True)
         except yaml.YAMLError as error:
             raise ConfigError(where, f"invalid value {node.value!r}: {error}") from None
+        except Exception:  # noqa: BLE001  PyYAML's constructors on malformed tagged scalars raise anything:
+            # AttributeError for `!!timestamp 2001-12-141`, IndexError for an empty `!!float`
+            raise ConfigError(where, f"invalid {node.tag.rsplit(':', 1)[-1]} value {node.value!r}: "
+                              f"quote it if it is text") from None
         if isinstance(value, str):
             value = expand_environment(value, self.environ, where)
         elif not isinstance(value, (int, float, bool, type(None))):

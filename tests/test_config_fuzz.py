@@ -69,6 +69,9 @@ EDGE_CASES = [
     "version: 1\nchecks:\n  storage: {required: maybe}\n",
     "version: 1\n---\nversion: 1\n",
     "version: 1\nchecks:\n  storage: {seq_read: {min: \"\u00a0200 MB/s\"}}\n",
+    "version: 1\nbaseline: missing.json\nchecks:\n  storage: {seq_read: {min: 90% of baseline}}\n",
+    "version: 1\nbaseline: [1]\nchecks:\n  storage: {seq_read: {min: 90% of baseline}}\n",
+    "version: 1\nchecks:\n  storage: {seq_read: {min: 90% of baseline}, repeats: 0, retries: -1}\n",
     "version: 1\nchecks:\n  storage: {seq_read: {min: \"" + "9" * 5000 + " MB/s\"}}\n",
 ]
 
@@ -78,6 +81,8 @@ NASTY_TOKENS = [
     "- x", "&anchor", "*anchor", "!!str", "!!float", "!!binary aGk=", "!!set {a}", "!!timestamp 2001-12-14",
     "\t", "#", "|", ">", "%YAML 1.1", "---", "...", "\u2028", "\ufeff", "\x85", "${HOME}", "${X:-}", "\\",
     "1000 samples/s", "1 GB/s", "30s", "8 GiB", "warn", "fail", "storage", "check", "min", "max",
+    "90% of baseline", "110 % of baseline", "baseline", "baseline: nowhere.json", "repeats", "retries: 9",
+    "retry_margin: 200%",
 ]
 
 
