@@ -59,6 +59,31 @@ def test_a_hang_is_killed_at_its_timeout(tmp_path):
     assert time.monotonic() - start < 1 + 5
 
 
+def test_a_hung_child_of_a_check_dies_with_it_at_the_timeout(tmp_path):
+    start = time.monotonic()
+    results = run(tmp_path, f"""
+        version: 1
+        checks:
+          bad: {{check: faulty, mode: hang_child, scratch: {tmp_path}, timeout: 2s, rate: {{min: 1 samples/s}}}}
+        """)
+    assert results["bad.rate"].verdict == "error" and "timed out after 2s" in results["bad.rate"].message
+    assert time.monotonic() - start < 2 + 5
+    child = int((tmp_path / "child.pid").read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return  # gone: killed with the worker's process group, and reaped
+        try:
+            if open(f"/proc/{child}/stat").read().split(") ")[1].startswith("Z"):
+                return  # killed; a zombie until init reaps it
+        except FileNotFoundError:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"the hung child {child} outlived the killed check")
+
+
 def test_scratch_of_a_killed_check_is_removed(tmp_path):
     parent = tmp_path / "scratch"
     parent.mkdir()

@@ -3,7 +3,8 @@
 Modes: hang, segfault, exit (os._exit), raise, scratch_hang (hang after making scratch),
 oom (allocate past a real RLIMIT_AS memory limit), cgroup_oom (join the memory cgroup
 `cgroup` and allocate past its limit: the kernel's OOM killer ends it), sigkill (what that
-killer sends, sent by hand), spew (print megabytes on stdout, stderr and raw fds, then raise a megabyte message).
+killer sends, sent by hand), hang_child (a child that ignores SIGTERM, as a stuck DataLoader
+worker, writes its pid to `scratch`/child.pid, then the check waits on it forever), spew (print megabytes on stdout, stderr and raw fds, then raise a megabyte message).
 """
 
 import ctypes
@@ -18,7 +19,7 @@ from preflight.scratch import scratch_dir
 
 NAME = "faulty"
 HELP = "misbehaves as `mode` says"
-MODES = ("hang", "segfault", "exit", "raise", "scratch_hang", "oom", "cgroup_oom", "sigkill", "spew")
+MODES = ("hang", "segfault", "exit", "raise", "scratch_hang", "oom", "cgroup_oom", "sigkill", "spew", "hang_child")
 OPTIONS = (Option("mode", "choice", "hang", "how to fail", choices=MODES),
            Option("scratch", "text", "", "parent of the scratch directory for scratch_hang"),
            Option("cgroup", "text", "", "memory cgroup directory to join in cgroup_oom mode"))
@@ -54,6 +55,15 @@ def measure(options, budget):
         with open(os.path.join(options["cgroup"], "cgroup.procs"), "w") as procs:
             procs.write(str(os.getpid()))
         numpy.ones(2 * OOM_LIMIT, dtype=numpy.uint8)
+    elif mode == "hang_child":
+        child = os.fork()
+        if child == 0:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            while True:
+                time.sleep(1)
+        with open(os.path.join(options["scratch"], "child.pid"), "w") as handle:
+            handle.write(str(child))
+        os.waitpid(child, 0)
     elif mode == "sigkill":
         os.kill(os.getpid(), signal.SIGKILL)
     elif mode == "spew":
