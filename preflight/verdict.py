@@ -119,8 +119,8 @@ def record_attempts(final: Sequence[Result], earlier: Sequence[Sequence[Result]]
         attempts = tuple(by_id.get(r.id, ()))
         if attempts:
             shown = ", ".join(format_value(a.value, r.unit) + f" ({a.verdict})" for a in attempts)
-            r = replace(r, attempts=attempts, message=f"{r.message}; after {len(attempts)} retry: earlier {shown}"
-                        if len(attempts) == 1 else f"{r.message}; after {len(attempts)} retries: earlier {shown}")
+            retries = f"{len(attempts)} {'retry' if len(attempts) == 1 else 'retries'}"
+            r = replace(r, attempts=attempts, message=f"{r.message}; after {retries}: earlier {shown}")
         out.append(r)
     return out
 
