@@ -10,6 +10,7 @@ import os
 from typing import NamedTuple
 
 MEMORY_BACKED = ("tmpfs", "ramfs")
+NETWORK = ("nfs", "nfs4", "cifs", "smb3", "lustre", "gpfs", "beegfs", "ceph", "glusterfs", "9p", "virtiofs")
 MOUNTINFO = "/proc/self/mountinfo"
 
 
@@ -29,8 +30,28 @@ class Filesystem(NamedTuple):
     def read_only(self) -> bool:
         return "ro" in self.options.split(",")
 
+    @property
+    def kind(self) -> str:
+        """``memory``, ``overlay``, ``fuse``, ``network`` or ``block``: what a number on it means."""
+        if self.memory_backed:
+            return "memory"
+        if self.fstype == "overlay":
+            return "overlay"
+        if self.fstype == "fuse" or self.fstype.startswith("fuse."):
+            return "fuse"
+        return "network" if self.fstype.split(".")[0] in NETWORK else "block"
+
+    def caveat(self) -> str:
+        """What this filesystem type does to a storage number, or "" for a plain block device."""
+        return {
+            "memory": f"{self.fstype} is RAM: reads are memory speed, cache-bound, not a storage device",
+            "overlay": "overlay is a container's writable layer: the image's disk, not a dataset volume",
+            "fuse": f"{self.fstype} goes through a FUSE daemon: its own caching and latency apply",
+            "network": f"{self.fstype} is a network filesystem: client caching and the network apply",
+        }.get(self.kind, "")
+
     def describe(self) -> str:
-        return f"{self.fstype} at {self.mount_point} ({self.source})"
+        return f"{self.fstype} at {self.mount_point} ({self.source}, {self.options})"
 
 
 def filesystem_of(path: str, mountinfo: str = MOUNTINFO) -> Filesystem:

@@ -66,6 +66,11 @@ class Measurement:
             NVML on ROCm); such a measurement has no value and is judged ``skip``.
         runs: with ``repeats``, the value of each run of the check (``samples`` then holds
             every run's samples); empty for a single run.
+        cache_bound: the value may come from memory, not the device (tmpfs, a page cache that
+            could not be bypassed, a rate above what the medium can do); ``verdict`` never
+            lets such a value pass silently.
+        hint: a fix that follows from what this check measured (it replaces the metric's
+            static hint when the threshold is missed).
     """
 
     metric: str
@@ -79,6 +84,8 @@ class Measurement:
     warnings: tuple[str, ...] = ()
     applicable: bool = True
     runs: tuple[float, ...] = ()
+    cache_bound: bool = False
+    hint: str = ""
     stats: Stats | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:

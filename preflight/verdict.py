@@ -6,7 +6,9 @@ Rules (DESIGN.md "Measuring honestly"):
   is skipped with its reason, whatever ``required`` says: it neither passes nor fails;
 - a miss is ``fail``, or ``warn`` where the threshold says ``severity: warn``;
 - a check that crashed or timed out is an ``error`` for each of its thresholds;
-- a measured metric without a threshold is reported as ``info`` and never gates.
+- a measured metric without a threshold is reported as ``info`` and never gates;
+- a cache-bound value (memory, not the device) that meets its threshold is a ``warn``,
+  never a silent pass.
 The gate's exit code is computed here, in ``exit_code``, and nowhere else.
 """
 
@@ -203,7 +205,11 @@ def _judge_one(instance: Instance, metric: Metric, threshold: Threshold, m: Meas
     message = f"measured {measured}, required {required}"
     if m.reason:
         message += f" ({m.reason})"
-    hint = "" if ok else _hint(metric, instance, measured, required)
+    hint = "" if ok else (m.hint or _hint(metric, instance, measured, required))
+    if ok and m.cache_bound:
+        verdict = "warn"
+        message += "; cache-bound: not a device figure, so it cannot pass"
+        hint = m.hint or f"measure a path on the real dataset volume, not {instance.options.get('path', 'this mount')}"
     return Result(verdict=verdict, message=message, value=m.value, hint=hint, **common)
 
 

@@ -1,0 +1,145 @@
+"""Storage I/O on the dataset path, measured as fio measures it, from the device and not the cache.
+
+Filesystem facts come first (``facts``): the type, device and mount options are named in
+every result, because tmpfs, overlay, FUSE and NFS each change what a number means. Then,
+each time-bounded with a warm-up window and repeated windows (median compared, spread
+reported; ``sampling.sample``): sequential and random reads (``reads``), open+read+close of
+many small files (``small_files``), and checkpoint writes with fsync (``writes``).
+
+Page-cache honesty: reads use O_DIRECT with aligned buffers, else drop the file's pages
+with posix_fadvise before reading (``io_uncached``); on a memory-backed filesystem, or when
+a rate reaches page-cache speed or exceeds the network link (``guard``), the value is
+marked cache-bound and ``verdict`` will not let it pass silently. ``path`` is never written:
+scratch data goes to ``scratch_dir`` on the same filesystem and is removed afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from typing import Any, Iterator, Mapping
+
+from preflight.checks.base import Budget, Metric, Option
+from preflight.checks.storage import measure_io
+from preflight.checks.storage.data import scratch_parent, survey
+from preflight.checks.storage.facts import facts
+from preflight.fsinfo import filesystem_of
+from preflight.measurement import Measurement, unmeasurable
+from preflight.scratch import scratch_dir
+from preflight.units import Dimension
+
+NAME = "storage"
+HELP = "filesystem facts, sequential/random reads, small files, writes and fsync on the dataset path, uncached"
+OPTIONS = (
+    Option("path", "path", ".", "dataset directory (or file) to measure; opened read-only, never written"),
+    Option("scratch_dir", "text", "", "writable directory on the same filesystem for scratch data (default: "
+           "the parent of path or the temp dir, if on the same filesystem); removed afterwards"),
+    Option("block_size", Dimension.SIZE, "1 MiB", "seq_read request size, as fio --bs (multiple of 4 KiB)",
+           minimum=4096),
+    Option("readers", "int", 4, "seq_read parallel readers, as fio --numjobs (one reader rarely saturates NVMe)",
+           minimum=1),
+    Option("data_size", Dimension.SIZE, "256 MiB", "bytes read by seq_read/rand_read; existing files first, "
+           "else a scratch file", minimum=16 << 20),
+    Option("rand_block", Dimension.SIZE, "4 KiB", "rand_read request size, as fio --bs (multiple of 4 KiB)",
+           minimum=4096),
+    Option("rand_depth", "int", 32, "rand_read requests in flight, as fio --iodepth", minimum=1),
+    Option("io_processes", "int_or_auto", "auto", "processes sharing rand_depth and file_readers (auto: up to 4; "
+           "threads of one Python process cannot keep small reads in flight)"),
+    Option("small_file_size", Dimension.SIZE, "128 KiB", "files up to this size count as small (ImageNet: ~110 kB)"),
+    Option("small_files", "int", 1000, "small files to read; written in scratch when path has fewer than 100",
+           minimum=10),
+    Option("file_readers", "int", 8, "small_files parallel readers, like DataLoader workers", minimum=1),
+    Option("write_size", Dimension.SIZE, "128 MiB", "bytes per seq_write sample, written then fsynced",
+           minimum=1 << 20),
+    Option("max_files", "int", 10000, "files under path to look at when choosing data", minimum=1),
+)
+
+SHARDS_HINT = ("small files read at {small:.0f} MB/s against {seq:.0f} MB/s sequential: pack them into shards "
+               "(WebDataset tar, LMDB, TFRecord) so each read is large")
+METRICS = (
+    Metric("filesystem", "text", None, "type, mount point, device and options of path's filesystem "
+           "(/proc/self/mountinfo, proc(5))"),
+    Metric("free_space", "GiB", True, "space available to the job on path's filesystem (statvfs f_bavail)",
+           hint="free space on {path}: delete old data or grow the volume"),
+    Metric("read_only", "", True, "1 when path's mount is read-only, else 0; `{min: 1}` requires it "
+           "(mount options in /proc/self/mountinfo)"),
+    Metric("open_files_limit", "", True, "soft RLIMIT_NOFILE of this process (getrlimit(2))"),
+    Metric("seq_read", "MB/s", True, "sequential read throughput, 1 MB = 10^6 B; `readers` threads of "
+           "`block_size` O_DIRECT reads over contiguous spans (fio --rw=read --direct=1 --bs=1M --numjobs)",
+           hint="{path} reads at {measured}: use a faster volume class or a local NVMe cache"),
+    Metric("rand_read", "IOPS", True, "random read operations per second of `rand_block` at `rand_depth` "
+           "in flight (fio --rw=randread --direct=1 --bs=4k --iodepth)",
+           hint="{path} serves {measured}: random access (shuffled small samples) needs a low-latency volume"),
+    Metric("rand_read_p50", "ms", False, "median latency of one rand_read request (fio clat 50th percentile)"),
+    Metric("rand_read_p99", "ms", False, "99th-percentile latency of one rand_read request (fio clat 99th "
+           "percentile): the tail a shuffled DataLoader waits on"),
+    Metric("small_files", "files/s", True, "open+read+close of whole small files per second, cold cache, "
+           "`file_readers` in parallel (DLIO/MLPerf Storage file-per-sample pattern)",
+           hint="pack small files into shards (WebDataset tar, LMDB, TFRecord) or cache them on local NVMe"),
+    Metric("small_files_bandwidth", "MB/s", True, "bytes of those small files per second, 1 MB = 10^6 B"),
+    Metric("seq_write", "MB/s", True, "checkpoint write throughput including the final fsync, in scratch_dir "
+           "(fio --rw=write --bs=1M --end_fsync=1)", hint="checkpoints to {path} write at {measured}: "
+           "use a faster volume or write checkpoints asynchronously"),
+    Metric("fsync_p99", "ms", False, "99th-percentile latency of fsync after a 4 KiB append, in scratch_dir "
+           "(fio --rw=write --bs=4k --fsync=1, sync percentiles)"),
+)
+
+
+def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
+    """Measure every metric on ``options["path"]``; unmeasurable ones say why in one line."""
+    path = options["path"]
+    if not os.path.exists(path):
+        reason = f"{path} does not exist: mount the dataset or set storage.path"
+        return [unmeasurable(m.name, reason, m.unit) for m in METRICS]
+    for option in ("block_size", "rand_block"):
+        if int(options[option]) % 4096:
+            reason = f"storage.{option} must be a multiple of 4 KiB for O_DIRECT, found {options[option]} B"
+            return [unmeasurable(m.name, reason, m.unit) for m in METRICS]
+    fs = filesystem_of(path)
+    results = facts(fs, path)
+    found = survey(path, int(options["data_size"]), int(options["small_file_size"]), int(options["max_files"]))
+    parent, no_scratch = scratch_parent(path, options["scratch_dir"])
+    with _scratch(parent) as (scratch, scratch_error):
+        why_not = no_scratch or scratch_error
+        io = measure_io.IO(options, budget, fs, scratch, why_not)
+        results += io.reads(found.large)
+        results += io.small(found.small)
+        results += io.writes()
+    caveat = fs.caveat()
+    if caveat and fs.kind != "memory":
+        results = [_with_hint(m, f"{path} is on {fs.fstype} ({caveat}): mount the dataset volume itself")
+                   for m in results]
+    return _shards_hint(results)
+
+
+@contextlib.contextmanager
+def _scratch(parent: str | None) -> Iterator[tuple[str | None, str]]:
+    if parent is None:
+        yield None, ""
+        return
+    try:
+        context = scratch_dir(parent)
+        directory = context.__enter__()
+    except OSError as error:
+        yield None, f"cannot create scratch space in {parent} ({error.strerror}): set storage.scratch_dir"
+        return
+    try:
+        yield directory, ""
+    finally:
+        context.__exit__(None, None, None)
+
+
+def _with_hint(m: Measurement, hint: str) -> Measurement:
+    if not m.measured or m.hint or m.unit == "text":
+        return m
+    return dataclasses.replace(m, hint=hint)
+
+
+def _shards_hint(results: list[Measurement]) -> list[Measurement]:
+    by_name = {m.metric: m for m in results}
+    seq, small = by_name.get("seq_read"), by_name.get("small_files_bandwidth")
+    if not (seq and small and seq.measured and small.measured) or small.value >= 0.25 * seq.value:  # type: ignore[operator]
+        return results
+    hint = SHARDS_HINT.format(small=small.value, seq=seq.value)
+    return [dataclasses.replace(m, hint=hint) if m.metric in ("small_files", "small_files_bandwidth") else m for m in results]

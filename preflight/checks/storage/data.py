@@ -1,0 +1,105 @@
+"""Where the storage check's bytes come from: files already under ``path``, else scratch files.
+
+``path`` is only ever read: files are opened read-only and nothing is created under it
+(its directory mtimes stay as they were). Scratch data goes to a directory on the same
+filesystem, outside ``path``: ``scratch_dir`` when given, else the parent of ``path`` or
+the system temporary directory, whichever is on the same filesystem and writable.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import NamedTuple
+
+from preflight.scratch import PREFIX
+
+
+class DataFile(NamedTuple):
+    name: str
+    size: int
+
+
+class Found(NamedTuple):
+    large: list[DataFile]  # the largest files, until the wanted bytes
+    small: list[DataFile]  # files no larger than the small-file size
+
+
+def survey(path: str, wanted_bytes: int, small_size: int, max_files: int) -> Found:
+    """Regular readable files under ``path`` (at most ``max_files`` looked at; scratch skipped)."""
+    if os.path.isfile(path):
+        one = DataFile(path, os.path.getsize(path))
+        return Found([one], [one] if 0 < one.size <= small_size else [])
+    seen: list[DataFile] = []
+    for root, directories, names in os.walk(path, onerror=lambda error: None):
+        directories[:] = sorted(d for d in directories if not d.startswith(PREFIX))
+        for name in sorted(names):
+            full = os.path.join(root, name)
+            try:
+                if os.path.isfile(full) and not os.path.islink(full) and os.access(full, os.R_OK):
+                    size = os.path.getsize(full)
+                    if size > 0:
+                        seen.append(DataFile(full, size))
+            except OSError:
+                continue
+        if len(seen) >= max_files:
+            break
+    small = [f for f in seen if f.size <= small_size]
+    large, total = [], 0
+    for found in sorted(seen, key=lambda f: -f.size):
+        if total >= wanted_bytes:
+            break
+        large.append(found)
+        total += found.size
+    return Found(large, small)
+
+
+def scratch_parent(path: str, chosen: str) -> tuple[str | None, str]:
+    """A writable directory on ``path``'s filesystem outside ``path``, and the reason when there is none."""
+    if chosen:
+        if not os.path.isdir(chosen) or not os.access(chosen, os.W_OK):
+            return None, f"scratch_dir {chosen} is not a writable directory: create it or set storage.scratch_dir"
+        return chosen, ""
+    device = os.stat(path).st_dev
+    here = os.path.abspath(path)
+    for candidate in (os.path.dirname(here.rstrip("/")) or "/", tempfile.gettempdir()):
+        try:
+            if os.stat(candidate).st_dev == device and os.access(candidate, os.W_OK) and candidate != here:
+                return candidate, ""
+        except OSError:
+            continue
+    return None, (f"no writable directory on {path}'s filesystem outside it: set storage.scratch_dir "
+                  f"(preflight never writes under path)")
+
+
+def write_file(name: str, size: int, chunk: bytes) -> DataFile:
+    """Write ``size`` incompressible bytes, fsync them, and drop them from the page cache."""
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        written = 0
+        while written < size:
+            written += os.write(fd, chunk[: min(len(chunk), size - written)])
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    return DataFile(name, size)
+
+
+def write_small_files(directory: str, count: int, size: int) -> list[DataFile]:
+    """``count`` files of ``size`` bytes in 100 subdirectories (as ImageNet's class folders)."""
+    chunk = os.urandom(size)
+    files = []
+    for index in range(count):
+        folder = os.path.join(directory, "small", f"{index % 100:03d}")
+        os.makedirs(folder, exist_ok=True)
+        name = os.path.join(folder, f"{index:06d}.bin")
+        with open(name, "wb") as handle:
+            handle.write(chunk[index % 64:] + chunk[: index % 64])  # distinct bytes per file
+        files.append(DataFile(name, size))
+    os.sync()  # DONTNEED drops clean pages only
+    for found in files:
+        fd = os.open(found.name, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+    return files

@@ -1,0 +1,29 @@
+"""Filesystem facts that need no timing: type, free space, read-only mount, open-file limit."""
+
+from __future__ import annotations
+
+import resource
+
+from preflight.fsinfo import Filesystem
+from preflight.measurement import Measurement
+from preflight.units import to_unit
+
+READ_ONLY_HINT = ("mount the dataset read-only: `readOnly: true` on the Kubernetes volumeMount, "
+                  "or `-v /data:/data:ro` with Docker")
+NOFILE_HINT = ("raise the open-file limit: `ulimit -n 65536`, Docker `--ulimit nofile=65536:65536`, "
+               "or LimitNOFILE= in the systemd unit (DataLoader workers exhaust 1024)")
+
+
+def facts(fs: Filesystem, path: str) -> list[Measurement]:
+    """``filesystem`` (text), ``free_space`` (GiB), ``read_only`` (1/0), ``open_files_limit`` (count)."""
+    method = f"/proc/self/mountinfo and statvfs({path})"
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    caveat = fs.caveat()
+    return [
+        Measurement("filesystem", fs.describe(), "text", method=method, reason=caveat),
+        Measurement("free_space", to_unit(fs.free_bytes, "GiB"), "GiB", method=method + ": f_bavail * f_frsize"),
+        Measurement("read_only", 1.0 if fs.read_only else 0.0, "", method=f"mount options of {fs.mount_point}: "
+                    f"{fs.options}", hint=READ_ONLY_HINT),
+        Measurement("open_files_limit", float(soft if soft != resource.RLIM_INFINITY else 2**31), "",
+                    method=f"getrlimit(RLIMIT_NOFILE): soft {soft}, hard {hard}", hint=NOFILE_HINT),
+    ]

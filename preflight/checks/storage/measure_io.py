@@ -1,0 +1,173 @@
+"""The timed part of the storage check: windows of reads, small files and writes, sampled.
+
+Every metric uses ``sampling.sample``: one warm-up window, then windows until the spread is
+low or the ``duration`` budget is spent (torch.utils.benchmark's adaptive loop; fio's
+``ramp_time`` is the same warm-up). A window is fio's ``--time_based`` run of
+``window`` seconds; its rate is one sample, and the median is what thresholds compare.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Mapping, Sequence
+
+from preflight.checks.base import Budget
+from preflight.checks.storage import guard, reads, small_files, writes
+from preflight.checks.storage.data import DataFile, write_file, write_small_files
+from preflight.fsinfo import Filesystem
+from preflight.io_parallel import run_loops
+from preflight.io_uncached import Bypass, bypass_for, describe
+from preflight.measurement import Measurement, unmeasurable
+from preflight.sampling import sample
+from preflight.units import format_value, to_unit
+
+MIN_READ_BYTES = 16 << 20  # less data than this cannot keep readers busy for a window
+MIN_SMALL_FILES = 100
+MAX_AUTO_PROCESSES = 4
+
+
+class IO:
+    """One storage measurement session on one filesystem, with an optional scratch directory."""
+
+    def __init__(self, options: Mapping[str, Any], budget: Budget, fs: Filesystem, scratch: str | None,
+                 why_no_scratch: str) -> None:
+        self.options, self.budget, self.fs = options, budget, fs
+        self.scratch, self.why_no_scratch = scratch, why_no_scratch
+        self.window = min(1.0, max(0.25, budget.duration_s / 6))
+        self.cache_note = ""  # set when seq_read proves the cache was not bypassed
+
+    def reads(self, existing: Sequence[DataFile]) -> list[Measurement]:
+        """``seq_read``, then ``rand_read`` with its latency percentiles, over the same bytes."""
+        names = ("seq_read", "rand_read", "rand_read_p50", "rand_read_p99")
+        units = ("MB/s", "IOPS", "ms", "ms")
+        wanted = int(self.options["data_size"])
+        files, source = list(existing), f"{len(existing)} existing files"
+        if sum(f.size for f in files) < min(wanted, MIN_READ_BYTES):
+            if self.scratch is None:
+                reason = f"{self.options['path']} holds under {MIN_READ_BYTES >> 20} MiB to read, and {self.why_no_scratch}"
+                return [unmeasurable(n, reason, u) for n, u in zip(names, units)]
+            files = [write_file(os.path.join(self.scratch, "read.dat"), wanted, os.urandom(1 << 20))]
+            source = "a scratch file"
+        bypass = bypass_for(files[0].name, self.fs.memory_backed)
+        size = format_value(to_unit(sum(f.size for f in files), "MiB"), "MiB")
+        where = f"{source} ({size}) on {self.fs.describe()}; {describe(bypass)}"
+        return [self._sequential(files, bypass, where), *self._random(files, bypass, where)]
+
+    def _sequential(self, files: list[DataFile], bypass: Bypass, where: str) -> Measurement:
+        block, readers = int(self.options["block_size"]), int(self.options["readers"])
+        runs = reads.spans(files, readers, block)
+
+        def window() -> float:
+            tally = run_loops(reads.sequential_loop(runs, bypass, block), 1, readers, self.window)
+            return tally.nbytes / tally.elapsed_s / 1e6
+
+        taken = sample(window, self.budget.duration_s)
+        method = f"{readers} readers x {format_value(to_unit(block, 'KiB'), 'KiB')} blocks, {where}"
+        m = Measurement("seq_read", samples=taken.values, unit="MB/s", method=method, stopped=taken.stopped)
+        return self._honest(m, bypass, guard.page_cache_rate(files, readers, block))
+
+    def _random(self, files: list[DataFile], bypass: Bypass, where: str) -> list[Measurement]:
+        block, depth = int(self.options["rand_block"]), int(self.options["rand_depth"])
+        processes, threads = self._split(depth)
+        p50s: list[float] = []
+        p99s: list[float] = []
+        windows = iter(range(1 << 30))
+
+        def window() -> float:
+            if bypass == "fadvise":
+                reads.drop_all(files)
+            tally = run_loops(reads.random_loop(files, bypass, block, next(windows)), processes, threads, self.window)
+            p50s.append(reads.percentile(tally.latencies, 50) * 1e3)
+            p99s.append(reads.percentile(tally.latencies, 99) * 1e3)
+            return tally.ops / tally.elapsed_s
+
+        taken = sample(window, self.budget.duration_s)
+        kept = len(taken.values)  # the warm-up window's percentiles are dropped with it
+        method = (f"{processes} processes x {threads} threads = {processes * threads} in flight, "
+                  f"{format_value(to_unit(block, 'KiB'), 'KiB')} random reads, {where}")
+        return [self._honest(Measurement(name, samples=tuple(values[-kept:]), unit=unit, method=method,
+                                         stopped=taken.stopped), bypass)
+                for name, values, unit in (("rand_read", taken.values, "IOPS"), ("rand_read_p50", p50s, "ms"),
+                                           ("rand_read_p99", p99s, "ms"))]
+
+    def small(self, existing: Sequence[DataFile]) -> list[Measurement]:
+        """``small_files`` (files/s) and ``small_files_bandwidth`` (MB/s), cold cache per file."""
+        count = int(self.options["small_files"])
+        files, source = list(existing[:count]), f"{min(len(existing), count)} existing small files"
+        if len(files) < MIN_SMALL_FILES:
+            if self.scratch is None:
+                reason = f"{self.options['path']} has under {MIN_SMALL_FILES} small files, and {self.why_no_scratch}"
+                return [unmeasurable("small_files", reason, "files/s"),
+                        unmeasurable("small_files_bandwidth", reason, "MB/s")]
+            size = int(self.options["small_file_size"]) * 7 // 8
+            files = write_small_files(self.scratch, count, size)
+            source = f"{count} scratch files of {format_value(to_unit(size, 'KiB'), 'KiB')}"
+        bypass = bypass_for(files[0].name, self.fs.memory_backed)
+        processes, threads = self._split(int(self.options["file_readers"]))
+        rates: list[float] = []
+
+        def window() -> float:
+            tally = run_loops(small_files.file_loop(files, processes * threads, bypass), processes, threads,
+                              self.window)
+            rates.append(tally.nbytes / tally.elapsed_s / 1e6)
+            return tally.ops / tally.elapsed_s
+
+        taken = sample(window, self.budget.duration_s)
+        method = (f"{processes} processes x {threads} threads, open+read+close of {source} on "
+                  f"{self.fs.describe()}; {describe(bypass)}")
+        return [self._honest(Measurement("small_files", samples=taken.values, unit="files/s", method=method,
+                                         stopped=taken.stopped), bypass),
+                self._honest(Measurement("small_files_bandwidth", samples=tuple(rates[-len(taken.values):]),
+                                         unit="MB/s", method=method, stopped=taken.stopped), bypass)]
+
+    def writes(self) -> list[Measurement]:
+        """``seq_write`` (MB/s, with the final fsync) and ``fsync_p99`` (ms) in the scratch directory."""
+        if self.scratch is None:
+            reason = f"nowhere to write scratch files: {self.why_no_scratch}"
+            return [unmeasurable("seq_write", reason, "MB/s"), unmeasurable("fsync_p99", reason, "ms")]
+        size, chunk = int(self.options["write_size"]), os.urandom(1 << 20)
+        name = os.path.join(self.scratch, "write.dat")
+        taken = sample(lambda: writes.write_once(name, size, chunk), self.budget.duration_s)
+        where = f"in {self.scratch} on {self.fs.describe()}"
+        method = f"{format_value(to_unit(size, 'MiB'), 'MiB')} in 1 MiB writes, then fsync, {where}"
+        p99s: list[float] = []
+
+        def fsync_window() -> float:
+            p99s.append(reads.percentile(writes.fsync_latencies(name, self.window / 2), 99) * 1e3)
+            return 1 / p99s[-1]  # sample() wants higher-is-better; its spread is the same
+
+        synced = sample(fsync_window, self.budget.duration_s / 2)
+        fsync_method = f"4 KiB append + fsync, 99th percentile per {self.window / 2:g}s window, {where}"
+        results = [Measurement("seq_write", samples=taken.values, unit="MB/s", method=method, stopped=taken.stopped),
+                   Measurement("fsync_p99", samples=tuple(p99s[-len(synced.values):]), unit="ms",
+                               method=fsync_method, stopped=synced.stopped)]
+        if self.fs.memory_backed:
+            results = [self._honest(m, "none") for m in results]
+        return results
+
+    def _split(self, loops: int) -> tuple[int, int]:
+        """(processes, threads per process) for ``loops`` concurrent loops."""
+        chosen = self.options["io_processes"]
+        processes = min(loops, MAX_AUTO_PROCESSES if chosen == "auto" else int(chosen))
+        return processes, max(1, round(loops / processes))
+
+    def _honest(self, m: Measurement, bypass: Bypass, cache_mb_s: float | None = None) -> Measurement:
+        """Mark ``m`` cache-bound when nothing bypassed the cache or its rate is implausible."""
+        if bypass == "none":
+            reason = self.fs.caveat() or "the page cache could not be bypassed"
+            return _replace(m, reason, f"cache-bound: {reason}")
+        if m.metric == "seq_read" and m.measured:
+            network = self.fs.kind in ("network", "fuse")
+            self.cache_note = guard.implausible(float(m.value), cache_mb_s, network,  # type: ignore[arg-type]
+                                                guard.link_rate() if network else None)
+        if self.cache_note and m.metric != "seq_write":
+            return _replace(m, f"cache-bound: {self.cache_note}", f"implausible: {self.cache_note}")
+        if bypass == "fadvise":
+            return _replace(m, "O_DIRECT refused; page cache dropped with fadvise before reading", "", cache=False)
+        return m
+
+
+def _replace(m: Measurement, reason: str, warning: str, cache: bool = True) -> Measurement:
+    warnings = (*m.warnings, warning) if warning else m.warnings
+    return dataclasses.replace(m, reason=reason, warnings=warnings, cache_bound=cache or m.cache_bound)
