@@ -1,0 +1,200 @@
+"""PyTorch DataLoader throughput over the real dataset files, and what it means for the GPUs.
+
+The loader is a real ``torch.utils.data.DataLoader`` built with the job's settings
+(``batch_size``, ``num_workers``, ``pin_memory``, ``prefetch_factor``) over files sampled
+under ``path`` (include/exclude globs), one file per sample, each read cold (``files``).
+``num_workers: auto`` sizes the pool from the CPUs the cgroup quota allows (``cpus``).
+With ``decode: image`` each sample is also decoded (Pillow) and the raw-bytes rate is
+measured beside it, so a decode-bound node is called decode-bound, not storage-bound.
+With ``synthetic: true`` samples are random 3x224x224 tensors: IPC and collation only.
+
+Method: warm-up batches are discarded, then samples/s over repeated time windows, median
+compared (as MLPerf Storage/DLIO report samples/s after the first steps). With
+``step_time``, a second phase emulates the GPU (``loop``) and reports accelerator
+utilization as MLPerf Storage defines it. With ``samples_per_gpu``, the throughput is also
+reported as a share of the required rate (``required``), with the arithmetic shown.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from preflight.checks.base import Budget, Metric, Option
+from preflight.checks.dataloader.files import FileSamples, collate_sizes, list_files
+from preflight.checks.dataloader.loop import BatchPuller
+from preflight.checks.dataloader.required import Required, visible_gpus
+from preflight.cpus import auto_workers
+from preflight.fsinfo import filesystem_of
+from preflight.io_uncached import bypass_for
+from preflight.measurement import Measurement, unmeasurable
+from preflight.sampling import sample
+from preflight.units import Dimension, format_value
+
+NAME = "dataloader"
+HELP = "samples/s of a real torch DataLoader over the dataset files, accelerator utilization, required rate"
+OPTIONS = (
+    Option("path", "path", ".", "dataset directory; every matching regular file under it is one sample"),
+    Option("include", "text", "*", "comma-separated globs of files to read (\"*.jpg,*.png\", \"train/*\")"),
+    Option("exclude", "text", "", "comma-separated globs of files to skip"),
+    Option("decode", "choice", "none", "`image`: decode each file with Pillow (extra `preflight[image]`) "
+           "and report the raw-bytes rate beside it", choices=("none", "image")),
+    Option("synthetic", "bool", False, "random 3x224x224 float32 samples instead of files (IPC/shm, not storage)"),
+    Option("batch_size", "int", 64, "samples per batch, as the job's DataLoader", minimum=1),
+    Option("num_workers", "int_or_auto", "auto", "worker processes; auto = 70% of the CPUs the cgroup allows"),
+    Option("pin_memory", "bool", True, "pin batches in page-locked memory (ignored without a CUDA device)"),
+    Option("prefetch_factor", "int", 2, "batches each worker loads ahead", minimum=1),
+    Option("max_files", "int", 100000, "files under path to sample from (a seeded random sample)", minimum=1),
+    Option("step_time", Dimension.DURATION, "0s", "emulated GPU compute per batch (DLIO computation_time); "
+           "> 0 measures accelerator_utilization"),
+    Option("samples_per_gpu", Dimension.SAMPLE_RATE, "0 samples/s", "what one GPU consumes; > 0 reports "
+           "throughput_vs_required"),
+    Option("gpus", "int_or_auto", "auto", "GPUs to feed; auto = the visible CUDA devices"),
+    Option("headroom", Dimension.PERCENT, "0 %", "margin on the required rate (20 % asks for 1.2x)"),
+    Option("sample_delay", Dimension.DURATION, "0s", "test hook: sleep this long per sample read, a deliberately "
+           "throttled reader (to rehearse a failing gate); 0 in real use"),
+)
+METRICS = (
+    Metric("throughput", "samples/s", True, "samples delivered per second after warm-up (median of windows); "
+           "decoded when decode: image", hint="the loader delivers {measured}: raise num_workers if CPUs are "
+           "idle, else use a faster volume or pack files into shards (WebDataset, LMDB)"),
+    Metric("bandwidth", "MB/s", True, "bytes of sample files delivered per second, 1 MB = 10^6 B (files only)"),
+    Metric("raw_throughput", "samples/s", True, "samples/s reading the same files without decoding "
+           "(decode: image only): what storage alone delivers"),
+    Metric("accelerator_utilization", "%", True, "emulated compute time / wall time with step_time per batch, "
+           "first steps excluded (MLPerf Storage AU; DLIO); MLPerf requires >= 90% (70% CosmoFlow)"),
+    Metric("throughput_vs_required", "%", True, "throughput as a share of samples_per_gpu x gpus x "
+           "(1 + headroom); `{min: 100 %}` means the node can feed its GPUs"),
+)
+
+WARMUP_BATCHES_PER_WORKER = 2
+SYNTHETIC_SHAPE = (3, 224, 224)
+
+
+def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
+    """Measure the loader built from ``options``; metrics that do not apply are left out."""
+    import torch
+
+    workers = auto_workers() if options["num_workers"] == "auto" else int(options["num_workers"])
+    pin = bool(options["pin_memory"]) and torch.cuda.is_available()
+    decode = options["decode"] if not options["synthetic"] else "none"
+    if options["synthetic"]:
+        dataset: Any = SyntheticImages()
+        source = "synthetic 3x224x224 float32 samples (measures IPC and collation, not storage)"
+    else:
+        files = list_files(options["path"], options["include"], options["exclude"], int(options["max_files"]))
+        if not files:
+            reason = (f"no readable files under {options['path']} match include={options['include']!r} "
+                      f"exclude={options['exclude']!r}: point dataloader.path at the dataset")
+            return [unmeasurable(m.name, reason, m.unit) for m in METRICS]
+        bypass = bypass_for(files[0], filesystem_of(options["path"]).memory_backed)
+        dataset = FileSamples(files, bypass, decode, float(options["sample_delay"]))
+        source = f"{len(files)} files under {options['path']}, cold cache per file ({bypass})"
+        if decode == "image":
+            try:
+                import PIL  # noqa: F401
+            except ImportError:
+                reason = "decode: image needs Pillow: pip install 'preflight[image]' (or pillow) in this image"
+                return [unmeasurable(m.name, reason, m.unit) for m in METRICS]
+
+    def make_loader(data: Any) -> Any:
+        return torch.utils.data.DataLoader(
+            data, batch_size=int(options["batch_size"]), shuffle=not options["synthetic"], num_workers=workers,
+            pin_memory=pin, prefetch_factor=int(options["prefetch_factor"]) if workers else None,
+            persistent_workers=workers > 0, collate_fn=None if options["synthetic"] else collate_sizes)
+
+    method = (f"DataLoader(batch_size={options['batch_size']}, num_workers={workers}, pin_memory={pin}, "
+              f"prefetch_factor={options['prefetch_factor'] if workers else None}) over {source}")
+    results: list[Measurement] = []
+    raw_rate = None
+    if decode == "image":
+        raw = BatchPuller(make_loader(FileSamples(files, bypass, "none", float(options["sample_delay"]))))
+        raw_windows = _windows(raw, max(1, workers), budget)
+        results.append(Measurement("raw_throughput", samples=tuple(w[0] for w in raw_windows), unit="samples/s",
+                                   method=method + ", raw bytes, not decoded", stopped=raw_windows.stopped))
+        raw_rate = results[-1].value
+    puller = BatchPuller(make_loader(dataset))
+    windows = _windows(puller, max(1, workers), budget)
+    what = ", decoded with Pillow" if decode == "image" else ""
+    throughput = Measurement("throughput", samples=tuple(w[0] for w in windows), unit="samples/s",
+                             method=method + what, stopped=windows.stopped,
+                             hint=_decode_hint(raw_rate, windows) if raw_rate else "")
+    results.append(throughput)
+    if not options["synthetic"]:
+        results.append(Measurement("bandwidth", samples=tuple(w[1] for w in windows), unit="MB/s", method=method,
+                                   stopped=windows.stopped))
+    if float(options["step_time"]) > 0:
+        results.append(_utilization(puller, float(options["step_time"]), int(options["batch_size"]), workers,
+                                    budget, method, throughput))
+    if float(options["samples_per_gpu"]) > 0:
+        results.append(_versus_required(options, throughput))
+    return results
+
+
+class _Taken(list):  # the windows, and why sampling stopped
+    stopped = ""
+
+
+def _windows(puller: BatchPuller, workers: int, budget: Budget) -> _Taken:
+    puller.skip(workers * WARMUP_BATCHES_PER_WORKER)
+    seconds = max(0.3, budget.duration_s / 8)
+    taken = _Taken()
+
+    def one() -> float:
+        taken.append(puller.window(seconds))
+        return taken[-1][0]
+
+    taken.stopped = sample(one, budget.duration_s, warmup=0, min_samples=5, target_spread=0.03).stopped
+    return taken
+
+
+def _utilization(puller: BatchPuller, step_s: float, batch: int, workers: int, budget: Budget, method: str,
+                 throughput: Measurement) -> Measurement:
+    puller.step_time_s = step_s
+    windows = _windows(puller, max(1, workers), budget)
+    needed = batch / step_s
+    full = float(throughput.value)  # type: ignore[arg-type]
+    if full >= needed:
+        hint = (f"the loader's full speed ({format_value(full, 'samples/s')}) covers what the emulated GPU "
+                f"consumes ({format_value(needed, 'samples/s')}) but not steadily: raise prefetch_factor or "
+                f"num_workers to absorb stalls")
+    else:
+        hint = (f"the loader delivers {format_value(full, 'samples/s')} but the emulated GPU consumes "
+                f"{format_value(needed, 'samples/s')} (batch_size / step_time): " + (throughput.hint or
+                "raise num_workers if CPUs are idle, else use faster storage or shards (WebDataset, LMDB)"))
+    return Measurement("accelerator_utilization", samples=tuple(w[2] for w in windows), unit="%",
+                       method=f"{method}, emulated compute {step_s * 1e3:g} ms per batch (MLPerf Storage AU)",
+                       stopped=windows.stopped, hint=hint)
+
+
+def _decode_hint(raw_rate: float, windows: _Taken) -> str:
+    decoded = sorted(w[0] for w in windows)[len(windows) // 2]
+    if raw_rate >= 1.5 * decoded:
+        return (f"decode-bound: raw reads deliver {format_value(raw_rate, 'samples/s')}, decoded only "
+                f"{format_value(decoded, 'samples/s')}: add workers (CPUs allowing) or decode on the GPU (NVIDIA DALI)")
+    return (f"storage-bound: raw reads alone deliver only {format_value(raw_rate, 'samples/s')}: use a faster "
+            f"volume, a local NVMe cache, or shards (WebDataset, LMDB)")
+
+
+def _versus_required(options: Mapping[str, Any], throughput: Measurement) -> Measurement:
+    gpus = visible_gpus() if options["gpus"] == "auto" else int(options["gpus"])
+    if gpus < 1:
+        return unmeasurable("throughput_vs_required", "no CUDA device is visible to count GPUs: set "
+                            "dataloader.gpus to the number the job uses", "%")
+    required = Required(float(options["samples_per_gpu"]), gpus, float(options["headroom"]))
+    share = tuple(100 * s / required.rate for s in throughput.samples)
+    reason = f"{format_value(throughput.value, 'samples/s')} of {required.arithmetic()}"
+    return Measurement("throughput_vs_required", samples=share, unit="%", method=throughput.method, reason=reason,
+                       stopped=throughput.stopped, hint=f"this node can feed {float(throughput.value) / required.rate * gpus:.1f} "  # type: ignore[arg-type]
+                       f"of its {gpus} GPUs at {required.arithmetic()}: see the throughput fix")
+
+
+class SyntheticImages:
+    """Map-style dataset of random 3x224x224 float32 tensors (ImageNet-sized, 588 KiB each)."""
+
+    def __len__(self) -> int:
+        return 1 << 30
+
+    def __getitem__(self, index: int) -> Any:
+        import torch
+
+        return torch.rand(SYNTHETIC_SHAPE)
