@@ -130,3 +130,25 @@ def test_higher_is_better_metrics_are_flagged_below_the_ratio() -> None:
     judged = judge_against_fleet(result, median=400.0, nodes=3, ratio=0.5, severity="warn")
     assert judged.verdict == "warn" and judged.value == 0.25 and judged.metric == "seq_read.vs_fleet_median"
     assert judged.required == ">= 0.5x the fleet median"
+
+
+def test_a_cache_bound_value_that_meets_its_minimum_is_a_warning():
+    m = Measurement("seq_read", 9000.0, "MB/s", cache_bound=True, reason="tmpfs is RAM")
+    [result] = judge(instance(thresholds=[seq_read(low=1000.0)]), Outcome((m,)))
+    assert result.verdict == "warn"
+    assert "cache-bound" in result.message and "tmpfs is RAM" in result.message
+    assert exit_code([result]) == 0  # a warning, not a gate failure: but never a silent pass
+
+
+def test_a_cache_bound_value_below_its_minimum_still_fails():
+    m = Measurement("seq_read", 10.0, "MB/s", cache_bound=True)
+    [result] = judge(instance(thresholds=[seq_read(low=1000.0)]), Outcome((m,)))
+    assert result.verdict == "fail"
+
+
+def test_the_measurements_own_hint_replaces_the_metrics_static_hint():
+    hinted = Measurement("seq_read", 10.0, "MB/s", hint="pack them into shards")
+    [result] = judge(instance(thresholds=[seq_read(low=500.0)]), Outcome((hinted,)))
+    assert result.verdict == "fail" and result.hint == "pack them into shards"
+    [plain] = judge(instance(thresholds=[seq_read(low=500.0)]), Outcome((Measurement("seq_read", 10.0, "MB/s"),)))
+    assert plain.hint.startswith("/data reads at 10 MB/s")

@@ -12,6 +12,7 @@ bytes; every read is timed for the latency percentiles.
 from __future__ import annotations
 
 import bisect
+import math
 import os
 import random
 import time
@@ -130,5 +131,5 @@ def drop_all(files: Sequence[DataFile]) -> None:
 def percentile(values: Sequence[float], q: float) -> float:
     """The ``q``-th percentile (0-100) by nearest rank, as fio's clat percentiles."""
     ordered = sorted(values)
-    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    rank = max(1, min(len(ordered), math.ceil(q / 100 * len(ordered))))
     return ordered[rank - 1]

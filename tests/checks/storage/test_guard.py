@@ -1,0 +1,33 @@
+"""The plausibility guard: page-cache speed and the network link bound what a device can deliver."""
+
+from __future__ import annotations
+
+import os
+
+from preflight.checks.storage import guard
+from preflight.checks.storage.data import DataFile
+
+
+def test_a_rate_near_page_cache_speed_is_rejected():
+    assert "not bypassed" in guard.implausible(4500, cache_mb_s=5000, network=False, link_mb_s=None)
+    assert guard.implausible(1200, cache_mb_s=5000, network=False, link_mb_s=None) == ""
+
+
+def test_a_network_read_faster_than_the_wire_is_the_client_cache():
+    assert "network link" in guard.implausible(3000, cache_mb_s=20000, network=True, link_mb_s=1250)
+    assert guard.implausible(1100, cache_mb_s=20000, network=True, link_mb_s=1250) == ""
+    assert guard.implausible(3000, cache_mb_s=20000, network=False, link_mb_s=1250) == ""
+
+
+def test_link_rate_reads_the_fastest_interface(tmp_path):
+    for name, speed in (("lo", "100000"), ("eth0", "10000"), ("eth1", "25000"), ("wlan0", "-1")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "speed").write_text(speed + "\n")
+    assert guard.link_rate(tmp_path) == 25000 / 8  # 25 Gb/s = 3125 MB/s
+    assert guard.link_rate(tmp_path / "none") is None
+
+
+def test_page_cache_rate_is_far_above_this_disks_uncached_reads(tmp_path):
+    name = tmp_path / "c.bin"
+    name.write_bytes(os.urandom(32 << 20))
+    assert guard.page_cache_rate([DataFile(str(name), 32 << 20)], readers=2, block=1 << 20) > 1000

@@ -1,0 +1,45 @@
+"""Spans cover the bytes once, aligned; the loops read real data; percentiles by nearest rank."""
+
+from __future__ import annotations
+
+import os
+
+from preflight.checks.storage import reads
+from preflight.checks.storage.data import DataFile
+from preflight.io_parallel import run_loops
+
+MiB = 1 << 20
+
+
+def test_spans_split_files_into_contiguous_aligned_runs():
+    files = [DataFile("a", 3 * MiB + 100), DataFile("b", 5 * MiB)]  # a's tail past the last page is unused
+    runs = reads.spans(files, readers=4, block=MiB)
+    assert runs == [
+        [("a", 0, 2 * MiB)],
+        [("a", 2 * MiB, 3 * MiB), ("b", 0, MiB)],
+        [("b", MiB, 3 * MiB)],
+        [("b", 3 * MiB, 5 * MiB)],
+    ]
+
+
+def test_more_readers_than_blocks_reread_the_first_block():
+    runs = reads.spans([DataFile("a", MiB)], readers=2, block=MiB)
+    assert runs == [[("a", 0, MiB)], [("a", 0, MiB)]]
+
+
+def test_sequential_and_random_loops_read_real_bytes(tmp_path):
+    name = tmp_path / "d.bin"
+    name.write_bytes(os.urandom(8 * MiB))
+    files = [DataFile(str(name), 8 * MiB)]
+    seq = run_loops(reads.sequential_loop(reads.spans(files, 2, MiB), "O_DIRECT", MiB), 1, 2, 0.2)
+    assert seq.nbytes == seq.ops * MiB and seq.ops >= 2
+    rand = run_loops(reads.random_loop(files, "fadvise", 4096, seed=1), 2, 2, 0.2)
+    assert rand.nbytes == rand.ops * 4096 == len(rand.latencies) * 4096
+    assert all(0 < latency < 1 for latency in rand.latencies)
+
+
+def test_percentile_is_nearest_rank():
+    values = list(range(1, 101))
+    assert reads.percentile(values, 50) == 50
+    assert reads.percentile(values, 99) == 99
+    assert reads.percentile([7.0], 99) == 7.0

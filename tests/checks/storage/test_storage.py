@@ -1,0 +1,116 @@
+"""The storage check end to end on real filesystems: ext4 under /tmp and the tmpfs at /dev/shm."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import pytest
+
+from preflight.checks import storage
+from preflight.config import Instance, Threshold
+from preflight.verdict import Outcome, judge
+
+SMALL_RUN = dict(data_size="16 MiB", write_size="4 MiB", small_files=120, rand_depth=4, file_readers=2)
+
+
+def _snapshot(root: str) -> dict[str, tuple[str, int]]:
+    """Every file's sha256 and mtime, and every directory's mtime, under ``root``."""
+    seen = {}
+    for folder, directories, names in os.walk(root):
+        seen[folder] = ("dir", os.stat(folder).st_mtime_ns)
+        for name in names:
+            full = os.path.join(folder, name)
+            with open(full, "rb") as handle:
+                seen[full] = (hashlib.sha256(handle.read()).hexdigest(), os.stat(full).st_mtime_ns)
+    return seen
+
+
+@pytest.fixture
+def dataset(tmp_path):
+    """A read-only-by-contract dataset: one 20 MiB file and 150 small files in class folders."""
+    root = tmp_path / "data"
+    (root / "big").mkdir(parents=True)
+    (root / "big" / "shard-0.bin").write_bytes(os.urandom(20 << 20))
+    for index in range(150):
+        folder = root / f"class{index % 5}"
+        folder.mkdir(exist_ok=True)
+        (folder / f"{index}.jpg").write_bytes(os.urandom(3000 + index))
+    os.sync()
+    return root
+
+
+def test_files_under_path_are_unchanged_after_a_run(dataset, check_runner):
+    before = _snapshot(str(dataset))
+    measured = check_runner(storage, 0.5, path=str(dataset), **SMALL_RUN)
+    assert measured["seq_read"].value > 0 and measured["small_files"].value > 0
+    assert "existing files" in measured["seq_read"].method  # the dataset itself was read
+    assert "existing small files" in measured["small_files"].method
+    assert _snapshot(str(dataset)) == before
+    leftovers = [n for n in os.listdir(dataset.parent) if n.startswith(".preflight-scratch-")]
+    assert leftovers == []  # scratch went beside path and was removed
+
+
+def test_every_metric_is_measured_on_a_block_filesystem(dataset, check_runner):
+    measured = check_runner(storage, 0.5, path=str(dataset), **SMALL_RUN)
+    assert set(measured) == {m.name for m in storage.METRICS}
+    missing = [m.metric for m in measured.values() if not m.measured]
+    assert missing == []
+    assert measured["rand_read_p50"].value <= measured["rand_read_p99"].value
+    assert measured["free_space"].value > 0
+    assert measured["open_files_limit"].value >= 1
+    assert measured["read_only"].value == 0.0  # /tmp is a writable mount
+    assert measured["seq_write"].value > 0 and measured["fsync_p99"].value > 0
+    assert "4 processes x 1 threads = 4 in flight" in measured["rand_read"].method
+    assert not measured["seq_read"].cache_bound
+
+
+def test_a_tmpfs_path_is_named_and_its_numbers_are_cache_bound(check_runner):
+    directory = "/dev/shm/preflight-test-tmpfs"
+    os.makedirs(directory, exist_ok=True)
+    try:
+        with open(os.path.join(directory, "data.bin"), "wb") as handle:
+            handle.write(os.urandom(20 << 20))
+        measured = check_runner(storage, 0.3, path=directory, **SMALL_RUN)
+    finally:
+        for name in os.listdir(directory):
+            os.unlink(os.path.join(directory, name))
+        os.rmdir(directory)
+    assert measured["filesystem"].value.startswith("tmpfs at /dev/shm")
+    for metric in ("seq_read", "rand_read", "small_files", "seq_write"):
+        assert measured[metric].cache_bound, metric
+        assert "tmpfs is RAM" in measured[metric].reason
+    instance = Instance("storage", "storage", {"path": directory}, (Threshold("seq_read", 1.0, None, "fail", "t:1:1"),),
+                        10, 1, True, "t:1:1")
+    (result,) = [r for r in judge(instance, Outcome(tuple(measured.values()))) if r.metric == "seq_read"]
+    assert result.verdict == "warn"  # far above 1 MB/s, yet never a silent pass
+    assert "cache-bound" in result.message
+
+
+def test_a_missing_path_makes_every_metric_unmeasurable_with_the_fix(tmp_path, check_runner):
+    measured = check_runner(storage, path=str(tmp_path / "absent"))
+    assert all(not m.measured for m in measured.values())
+    assert "does not exist: mount the dataset or set storage.path" in measured["seq_read"].reason
+
+
+def test_a_block_size_that_breaks_o_direct_alignment_is_refused(dataset, check_runner):
+    measured = check_runner(storage, path=str(dataset), block_size="6 KiB")
+    assert "multiple of 4 KiB" in measured["seq_read"].reason
+
+
+def test_without_scratch_space_reads_use_path_and_writes_say_why(dataset, check_runner, tmp_path):
+    measured = check_runner(storage, 0.3, path=str(dataset), scratch_dir=str(tmp_path / "nope"), **SMALL_RUN)
+    assert measured["seq_read"].measured  # 20 MiB of existing data suffices
+    assert not measured["seq_write"].measured
+    assert "is not a writable directory" in measured["seq_write"].reason
+
+
+def test_small_files_far_below_seq_read_point_at_shards():
+    from preflight.measurement import Measurement
+
+    results = [Measurement("seq_read", 2000.0, "MB/s"), Measurement("small_files_bandwidth", 40.0, "MB/s"),
+               Measurement("small_files", 400.0, "files/s")]
+    hinted = storage._shards_hint(results)
+    assert "WebDataset" in hinted[1].hint and "40 MB/s against 2000 MB/s" in hinted[1].hint
+    assert hinted[2].hint == hinted[1].hint and hinted[0].hint == ""
+    assert storage._shards_hint([results[0], Measurement("small_files_bandwidth", 900.0, "MB/s")])[1].hint == ""
