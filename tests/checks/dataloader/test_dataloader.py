@@ -1,0 +1,109 @@
+"""The dataloader check over real files: its raw rate, accelerator utilization, globs, decode."""
+
+from __future__ import annotations
+
+import os
+import statistics
+
+import pytest
+
+from preflight.checks import dataloader
+from preflight.checks.storage.data import DataFile
+from preflight.checks.storage.small_files import file_loop
+from preflight.config import Instance, Threshold
+from preflight.io_parallel import run_loops
+from preflight.sampling import sample
+from preflight.verdict import Outcome, judge
+
+WORKERS = 2
+
+
+@pytest.fixture(scope="module")
+def ten_thousand_files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("imagenet-like")
+    chunk = os.urandom(8192 + 64)
+    for index in range(10_000):
+        folder = root / f"n{index % 100:03d}"
+        folder.mkdir(exist_ok=True)
+        (folder / f"{index:05d}.bin").write_bytes(chunk[index % 64:][:8192])
+    os.sync()
+    return root
+
+
+def _plain_read_rate(root, processes: int) -> float:
+    """files/s of a plain multi-process, open+read+close, O_DIRECT read of the same files."""
+    files = [DataFile(os.path.join(d, n), 8192) for d, _, names in os.walk(root) for n in names]
+
+    def window() -> float:
+        tally = run_loops(file_loop(files, processes, "O_DIRECT"), processes, 1, 0.3)
+        return tally.ops / tally.elapsed_s
+
+    return statistics.median(sample(window, 1.2, min_samples=3).values)
+
+
+def test_raw_throughput_is_within_20_percent_of_a_plain_multiprocess_read(ten_thousand_files, check_runner):
+    # Alternate the two, round by round, so that other load on the machine hits both alike.
+    ratios = []
+    for _ in range(5):
+        plain = _plain_read_rate(ten_thousand_files, WORKERS)
+        loader = check_runner(dataloader, 1.2, path=str(ten_thousand_files), num_workers=WORKERS, batch_size=64)
+        assert "10000 files" in loader["throughput"].method
+        ratios.append(loader["throughput"].value / plain)
+    assert 0.8 <= statistics.median(ratios) <= 1.2, ratios
+
+
+def test_accelerator_utilization_is_high_when_compute_hides_io_and_fails_when_reads_are_throttled(
+        ten_thousand_files, check_runner):
+    gate = Instance("dataloader", "dataloader", {}, (Threshold("accelerator_utilization", 90.0, None, "fail",
+                                                               "t:1:1"),), 60, 1, True, "t:1:1")
+    # 16 samples per 40 ms step = 400 samples/s, far below what two workers read.
+    hidden = check_runner(dataloader, 1.0, path=str(ten_thousand_files), num_workers=WORKERS, batch_size=16,
+                          step_time="40ms")
+    assert hidden["accelerator_utilization"].value >= 90
+    assert [r.verdict for r in judge(gate, Outcome((hidden["accelerator_utilization"],)))] == ["pass"]
+    # A reader slowed to 10 ms per sample delivers at most 2 workers x 100 = 200 samples/s < 400 needed.
+    starved = check_runner(dataloader, 1.0, path=str(ten_thousand_files), num_workers=WORKERS, batch_size=16,
+                           step_time="40ms", sample_delay="10ms")
+    au = starved["accelerator_utilization"]
+    assert au.value < 75
+    (result,) = judge(gate, Outcome((au,)))
+    assert result.verdict == "fail"
+    assert "emulated GPU consumes 400 samples/s" in result.hint
+
+
+def test_include_and_exclude_globs_and_sampling(tmp_path):
+    for name in ("a.jpg", "b.jpg", "c.txt", "sub/d.jpg", "sub/skip/e.jpg"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x" * 10)
+    listed = dataloader.list_files(str(tmp_path), "*.jpg", "sub/skip/*", 100)
+    assert [os.path.relpath(f, tmp_path) for f in listed] == ["a.jpg", "b.jpg", "sub/d.jpg"]
+    two = dataloader.list_files(str(tmp_path), "*", "", 2)
+    assert len(two) == 2 and two == dataloader.list_files(str(tmp_path), "*", "", 2)  # seeded sample
+
+
+def test_no_matching_files_is_unmeasurable_with_the_fix(tmp_path, check_runner):
+    (tmp_path / "a.txt").write_bytes(b"x")
+    measured = check_runner(dataloader, path=str(tmp_path), include="*.jpg")
+    assert not measured["throughput"].measured
+    assert "match include='*.jpg'" in measured["throughput"].reason
+
+
+def test_decode_image_reports_the_raw_rate_beside_the_decoded_one(tmp_path, check_runner):
+    from PIL import Image
+
+    noise = os.urandom(512 * 512 * 3)
+    for index in range(40):
+        Image.frombytes("RGB", (512, 512), noise[index:] + noise[:index]).save(tmp_path / f"{index}.png")
+    os.sync()
+    measured = check_runner(dataloader, 1.0, path=str(tmp_path), decode="image", num_workers=1, batch_size=4)
+    raw, decoded = measured["raw_throughput"].value, measured["throughput"].value
+    assert raw > 1.5 * decoded  # PNG-decoding 512x512 noise costs far more than reading 800 kB
+    assert measured["throughput"].hint.startswith("decode-bound")
+
+
+def test_throughput_vs_required_shows_the_arithmetic(ten_thousand_files, check_runner):
+    measured = check_runner(dataloader, 0.5, path=str(ten_thousand_files), num_workers=1, batch_size=32,
+                            samples_per_gpu="100 samples/s", gpus=4, headroom="25 %")
+    share = measured["throughput_vs_required"]
+    assert share.value == pytest.approx(100 * measured["throughput"].value / 500, rel=1e-9)
+    assert "100 samples/s/GPU x 4 GPUs x 1.25 headroom = 500 samples/s" in share.reason
