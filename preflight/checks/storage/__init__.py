@@ -47,7 +47,7 @@ OPTIONS = (
     Option("io_processes", "int_or_auto", "auto", "processes sharing rand_depth and file_readers (auto: up to 4; "
            "threads of one Python process cannot keep small reads in flight)"),
     Option("small_file_size", Dimension.SIZE, "128 KiB", "files up to this size count as small (ImageNet: ~110 kB)"),
-    Option("small_files", "int", 1000, "small files to read; written in scratch when path has fewer than 100",
+    Option("small_file_count", "int", 1000, "small files to read; written in scratch when path has fewer than 100",
            minimum=10),
     Option("file_readers", "int", 8, "small_files parallel readers, like DataLoader workers", minimum=1),
     Option("write_size", Dimension.SIZE, "128 MiB", "bytes per seq_write sample, written then fsynced",

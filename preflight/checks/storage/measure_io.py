@@ -52,9 +52,9 @@ class IO:
         bypass = bypass_for(files[0].name, self.fs.memory_backed)
         size = format_value(to_unit(sum(f.size for f in files), "MiB"), "MiB")
         where = f"{source} ({size}) on {self.fs.describe()}; {describe(bypass)}"
-        return [self._sequential(files, bypass, where), *self._random(files, bypass, where)]
+        return [self.seq_read(files, bypass, where), *self.rand_read(files, bypass, where)]
 
-    def _sequential(self, files: list[DataFile], bypass: Bypass, where: str) -> Measurement:
+    def seq_read(self, files: list[DataFile], bypass: Bypass, where: str) -> Measurement:
         block, readers = int(self.options["block_size"]), int(self.options["readers"])
         runs = reads.spans(files, readers, block)
 
@@ -67,7 +67,7 @@ class IO:
         m = Measurement("seq_read", samples=taken.values, unit="MB/s", method=method, stopped=taken.stopped)
         return self._honest(m, bypass, guard.page_cache_rate(files, readers, block))
 
-    def _random(self, files: list[DataFile], bypass: Bypass, where: str) -> list[Measurement]:
+    def rand_read(self, files: list[DataFile], bypass: Bypass, where: str) -> list[Measurement]:
         block, depth = int(self.options["rand_block"]), int(self.options["rand_depth"])
         processes, threads = self._split(depth)
         p50s: list[float] = []
@@ -93,7 +93,7 @@ class IO:
 
     def small(self, existing: Sequence[DataFile]) -> list[Measurement]:
         """``small_files`` (files/s) and ``small_files_bandwidth`` (MB/s), cold cache per file."""
-        count = int(self.options["small_files"])
+        count = int(self.options["small_file_count"])
         files, source = list(existing[:count]), f"{min(len(existing), count)} existing small files"
         if len(files) < MIN_SMALL_FILES:
             if self.scratch is None:

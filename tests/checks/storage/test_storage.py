@@ -11,7 +11,7 @@ from preflight.checks import storage
 from preflight.config import Instance, Threshold
 from preflight.verdict import Outcome, judge
 
-SMALL_RUN = dict(data_size="16 MiB", write_size="4 MiB", small_files=120, rand_depth=4, file_readers=2)
+SMALL_RUN = dict(data_size="16 MiB", write_size="4 MiB", small_file_count=120, rand_depth=4, file_readers=2)
 
 
 def _snapshot(root: str) -> dict[str, tuple[str, int]]:

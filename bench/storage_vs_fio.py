@@ -1,0 +1,131 @@
+"""preflight's storage metrics against fio, same parameters, same files, one run.
+
+Usage: python3 bench/storage_vs_fio.py [--dir DIR] [--size 512MiB] [--seconds 5]
+
+Before each pair the data file is read once through the page cache (buffered), so a
+figure that ignored O_DIRECT/fadvise would show up as far above fio's. The preflight side
+runs the storage check's own code (``measure_io.IO``) with its defaults; the fio side is
+the documented equivalent of each metric:
+
+  seq_read     fio --rw=read --direct=1 --bs=1M --ioengine=psync --numjobs=R --offset_increment=S/R
+  rand_read    fio --rw=randread --direct=1 --bs=4k --ioengine=libaio --iodepth=32
+  small_files  fio --rw=read --direct=1 --bs=<file size> --openfiles=1 --numjobs=8 --opendir=<the same files>
+  seq_write    fio --rw=write --bs=1M --size=128M --end_fsync=1
+  fsync_p99    fio --rw=write --bs=4k --fsync=1 --file_append=1 (appends, as ours; sync latency p99)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from preflight.checks import storage  # noqa: E402
+from preflight.checks.base import Budget  # noqa: E402
+from preflight.checks.storage.data import DataFile, write_file, write_small_files  # noqa: E402
+from preflight.checks.storage.measure_io import IO  # noqa: E402
+from preflight.config import coerce_option  # noqa: E402
+from preflight.fsinfo import filesystem_of  # noqa: E402
+from preflight.io_uncached import bypass_for  # noqa: E402
+from preflight.units import UnitError, parse_quantity, Dimension  # noqa: E402
+
+
+def fio(seconds: float, *args: str) -> dict:
+    command = ["fio", "--name=bench", "--output-format=json", "--group_reporting", *args]
+    if not any(a.startswith("--size=128M") for a in args):
+        command += ["--time_based", f"--runtime={seconds:g}"]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"bench/storage_vs_fio: fio {' '.join(args[2:5])} failed: {done.stderr.strip()[-300:]}")
+    out = done.stdout
+    return json.loads(out[out.index("{"):])["jobs"][0]
+
+
+def warm(name: str) -> None:
+    """A buffered read of the whole file: after this the page cache holds it."""
+    with open(name, "rb") as handle:
+        while handle.read(8 << 20):
+            pass
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", default=os.getcwd(), help="directory on the filesystem to test (default: cwd)")
+    parser.add_argument("--size", default="512 MiB", help="data file size")
+    parser.add_argument("--seconds", type=float, default=5.0, help="duration per metric, both tools")
+    args = parser.parse_args()
+    if not shutil.which("fio"):
+        print("bench/storage_vs_fio: fio is not installed: apt-get install fio", file=sys.stderr)
+        return 2
+    try:
+        size = int(parse_quantity(args.size, Dimension.SIZE))
+    except UnitError as error:
+        print(f"bench/storage_vs_fio: --size: {error}", file=sys.stderr)
+        return 2
+    options = {o.name: coerce_option(o, None, o.name) for o in storage.OPTIONS}
+    readers, depth, file_readers = options["readers"], options["rand_depth"], options["file_readers"]
+    work = tempfile.mkdtemp(prefix=".preflight-bench-", dir=args.dir)
+    try:
+        data = write_file(os.path.join(work, "data.bin"), size, os.urandom(1 << 20))
+        fs = filesystem_of(work)
+        io = IO(options, Budget(args.seconds, 600), fs, work, "")
+        bypass = bypass_for(data.name, fs.memory_backed)
+        rows = []
+        span = size // readers // (1 << 20) * (1 << 20)
+        for run in (1, 2):
+            warm(data.name)
+            ours = io.seq_read([data], bypass, "bench")
+            warm(data.name)
+            theirs = fio(args.seconds, f"--filename={data.name}", "--rw=read", "--direct=1", "--bs=1M",
+                         "--ioengine=psync", f"--numjobs={readers}", f"--size={span}", f"--offset_increment={span}")
+            rows.append((f"seq_read run {run} ({readers} readers, 1 MiB)", ours.value, theirs["read"]["bw_bytes"] / 1e6,
+                         "MB/s", "within 10%"))
+        warm(data.name)
+        single = fio(args.seconds, f"--filename={data.name}", "--rw=read", "--direct=1", "--bs=1M", "--ioengine=psync")
+        rows.append(("seq_read vs fio 1 job --bs=1M", rows[0][1], single["read"]["bw_bytes"] / 1e6, "MB/s",
+                     "within 25% (e2e)"))
+        warm(data.name)
+        iops, p50, p99 = io.rand_read([data], bypass, "bench")
+        warm(data.name)
+        theirs = fio(args.seconds, f"--filename={data.name}", "--rw=randread", "--direct=1", "--bs=4k",
+                     "--ioengine=libaio", f"--iodepth={depth}")
+        clat = theirs["read"]["clat_ns"]["percentile"]
+        rows += [(f"rand_read ({depth} in flight, 4 KiB)", iops.value, theirs["read"]["iops"], "IOPS", "within 15%"),
+                 ("rand_read_p50", p50.value, clat["50.000000"] / 1e6, "ms", "info"),
+                 ("rand_read_p99", p99.value, clat["99.000000"] / 1e6, "ms", "info")]
+        small_size = int(options["small_file_size"]) * 7 // 8
+        small = write_small_files(work, int(options["small_file_count"]), small_size)
+        files, rate = io.small(small)
+        theirs = fio(args.seconds, f"--opendir={os.path.join(work, 'small')}", "--rw=read", "--direct=1",
+                     f"--bs={small_size}", "--openfiles=1", "--file_service_type=sequential", "--ioengine=psync",
+                     f"--numjobs={file_readers}")
+        fio_files = theirs["read"]["total_ios"] / (theirs["read"]["runtime"] / 1e3)
+        rows.append((f"small_files ({file_readers} readers)", files.value, fio_files, "files/s", "info"))
+        wrote = io.writes()
+        theirs = fio(args.seconds, f"--filename={os.path.join(work, 'fio-write.dat')}", "--rw=write", "--bs=1M",
+                     "--size=128M", "--end_fsync=1", "--ioengine=psync", "--loops=4")
+        rows.append(("seq_write (128 MiB + fsync)", wrote[0].value, theirs["write"]["bw_bytes"] / 1e6, "MB/s", "info"))
+        theirs = fio(args.seconds / 2, f"--filename={os.path.join(work, 'fio-fsync.dat')}", "--rw=write", "--bs=4k",
+                     "--fsync=1", "--size=64M", "--file_append=1", "--ioengine=psync")
+        rows.append(("fsync_p99 (4 KiB + fsync)", wrote[1].value, theirs["sync"]["lat_ns"]["percentile"]["99.000000"] / 1e6,
+                     "ms", "info"))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"storage vs fio on {fs.describe()}, {args.size} file, {args.seconds:g}s per metric, page cache warmed "
+          f"before each; preflight method: {bypass}")
+    print(f"{'metric':<40} {'preflight':>10} {'fio':>10} {'unit':<8} {'ratio':>6}  target")
+    for name, ours_value, fio_value, unit, target in rows:
+        print(f"{name:<40} {ours_value:>10.4g} {fio_value:>10.4g} {unit:<8} {ours_value / fio_value:>6.2f}  {target}")
+    first, second = rows[0][1], rows[1][1]
+    print(f"seq_read run 2 / run 1: {second / first:.2f} (target: within 25%)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
