@@ -17,6 +17,7 @@ reported as a share of the required rate (``required``), with the arithmetic sho
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping
 
 from preflight.checks.base import Budget, Metric, Option
@@ -48,7 +49,7 @@ OPTIONS = (
            "> 0 measures accelerator_utilization"),
     Option("samples_per_gpu", Dimension.SAMPLE_RATE, "0 samples/s", "what one GPU consumes; > 0 reports "
            "throughput_vs_required"),
-    Option("gpus", "int_or_auto", "auto", "GPUs to feed; auto = the visible CUDA devices"),
+    Option("gpus", "int_or_auto", "auto", "GPUs to feed; auto = the visible CUDA devices", minimum=1),
     Option("headroom", Dimension.PERCENT, "0 %", "margin on the required rate (20 % asks for 1.2x)"),
     Option("sample_delay", Dimension.DURATION, "0s", "test hook: sleep this long per sample read, a deliberately "
            "throttled reader (to rehearse a failing gate); 0 in real use"),
@@ -86,7 +87,8 @@ def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
             reason = (f"no readable files under {options['path']} match include={options['include']!r} "
                       f"exclude={options['exclude']!r}: point dataloader.path at the dataset")
             return [unmeasurable(m.name, reason, m.unit) for m in METRICS]
-        bypass = bypass_for(files[0], filesystem_of(options["path"]).memory_backed)
+        fs = filesystem_of(options["path"])
+        bypass = bypass_for(files[0], fs.memory_backed)
         dataset = FileSamples(files, bypass, decode, float(options["sample_delay"]))
         source = f"{len(files)} files under {options['path']}, cold cache per file ({bypass})"
         if decode == "image":
@@ -127,7 +129,17 @@ def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
                                     budget, method, throughput))
     if float(options["samples_per_gpu"]) > 0:
         results.append(_versus_required(options, throughput))
+    if not options["synthetic"] and fs.caveat():
+        results = [_on_caveat(m, fs.caveat(), fs.memory_backed, options["path"]) for m in results]
     return results
+
+
+def _on_caveat(m: Measurement, caveat: str, memory: bool, path: str) -> Measurement:
+    """Name what the filesystem does to the figure; on tmpfs/ramfs it is cache-bound."""
+    if not m.measured:
+        return m
+    return dataclasses.replace(m, reason=caveat, cache_bound=memory or m.cache_bound,
+                               hint=m.hint or f"{path}: {caveat}; point dataloader.path at the dataset volume")
 
 
 class _Taken(list):  # the windows, and why sampling stopped

@@ -107,3 +107,19 @@ def test_throughput_vs_required_shows_the_arithmetic(ten_thousand_files, check_r
     share = measured["throughput_vs_required"]
     assert share.value == pytest.approx(100 * measured["throughput"].value / 500, rel=1e-9)
     assert "100 samples/s/GPU x 4 GPUs x 1.25 headroom = 500 samples/s" in share.reason
+
+
+def test_a_loader_over_tmpfs_is_cache_bound(check_runner):
+    directory = "/dev/shm/preflight-test-loader"
+    os.makedirs(directory, exist_ok=True)
+    try:
+        for index in range(50):
+            with open(os.path.join(directory, f"{index}.bin"), "wb") as handle:
+                handle.write(os.urandom(4096))
+        measured = check_runner(dataloader, 0.5, path=directory, num_workers=1, batch_size=8)
+    finally:
+        for name in os.listdir(directory):
+            os.unlink(os.path.join(directory, name))
+        os.rmdir(directory)
+    assert measured["throughput"].cache_bound and measured["bandwidth"].cache_bound
+    assert "tmpfs is RAM" in measured["throughput"].reason
