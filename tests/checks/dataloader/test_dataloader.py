@@ -14,6 +14,7 @@ from preflight.config import Instance, Threshold
 from preflight.io_parallel import run_loops
 from preflight.sampling import sample
 from preflight.verdict import Outcome, judge
+from tests.helpers import run_check
 
 WORKERS = 2
 
@@ -41,28 +42,28 @@ def _plain_read_rate(root, processes: int) -> float:
     return statistics.median(sample(window, 1.2, min_samples=3).values)
 
 
-def test_raw_throughput_is_within_20_percent_of_a_plain_multiprocess_read(ten_thousand_files, check_runner):
+def test_raw_throughput_is_within_20_percent_of_a_plain_multiprocess_read(ten_thousand_files):
     # Alternate the two, round by round, so that other load on the machine hits both alike.
     ratios = []
     for _ in range(5):
         plain = _plain_read_rate(ten_thousand_files, WORKERS)
-        loader = check_runner(dataloader, 1.2, path=str(ten_thousand_files), num_workers=WORKERS, batch_size=64)
+        loader = run_check("dataloader", 1.2, path=str(ten_thousand_files), num_workers=WORKERS, batch_size=64)
         assert "10000 files" in loader["throughput"].method
         ratios.append(loader["throughput"].value / plain)
     assert 0.8 <= statistics.median(ratios) <= 1.2, ratios
 
 
 def test_accelerator_utilization_is_high_when_compute_hides_io_and_fails_when_reads_are_throttled(
-        ten_thousand_files, check_runner):
+        ten_thousand_files):
     gate = Instance("dataloader", "dataloader", {}, (Threshold("accelerator_utilization", 90.0, None, "fail",
                                                                "t:1:1"),), 60, 1, True, "t:1:1")
     # 16 samples per 40 ms step = 400 samples/s, far below what two workers read.
-    hidden = check_runner(dataloader, 1.0, path=str(ten_thousand_files), num_workers=WORKERS, batch_size=16,
+    hidden = run_check("dataloader", 1.0, path=str(ten_thousand_files), num_workers=WORKERS, batch_size=16,
                           step_time="40ms")
     assert hidden["accelerator_utilization"].value >= 90
     assert [r.verdict for r in judge(gate, Outcome((hidden["accelerator_utilization"],)))] == ["pass"]
     # A reader slowed to 10 ms per sample delivers at most 2 workers x 100 = 200 samples/s < 400 needed.
-    starved = check_runner(dataloader, 1.0, path=str(ten_thousand_files), num_workers=WORKERS, batch_size=16,
+    starved = run_check("dataloader", 1.0, path=str(ten_thousand_files), num_workers=WORKERS, batch_size=16,
                            step_time="40ms", sample_delay="10ms")
     au = starved["accelerator_utilization"]
     assert au.value < 75
@@ -81,42 +82,42 @@ def test_include_and_exclude_globs_and_sampling(tmp_path):
     assert len(two) == 2 and two == dataloader.list_files(str(tmp_path), "*", "", 2)  # seeded sample
 
 
-def test_no_matching_files_is_unmeasurable_with_the_fix(tmp_path, check_runner):
+def test_no_matching_files_is_unmeasurable_with_the_fix(tmp_path):
     (tmp_path / "a.txt").write_bytes(b"x")
-    measured = check_runner(dataloader, path=str(tmp_path), include="*.jpg")
+    measured = run_check("dataloader", path=str(tmp_path), include="*.jpg")
     assert not measured["throughput"].measured
     assert "match include='*.jpg'" in measured["throughput"].reason
 
 
-def test_decode_image_reports_the_raw_rate_beside_the_decoded_one(tmp_path, check_runner):
+def test_decode_image_reports_the_raw_rate_beside_the_decoded_one(tmp_path):
     from PIL import Image
 
     noise = os.urandom(512 * 512 * 3)
     for index in range(40):
         Image.frombytes("RGB", (512, 512), noise[index:] + noise[:index]).save(tmp_path / f"{index}.png")
     os.sync()
-    measured = check_runner(dataloader, 1.0, path=str(tmp_path), decode="image", num_workers=1, batch_size=4)
+    measured = run_check("dataloader", 1.0, path=str(tmp_path), decode="image", num_workers=1, batch_size=4)
     raw, decoded = measured["raw_throughput"].value, measured["throughput"].value
     assert raw > 1.5 * decoded  # PNG-decoding 512x512 noise costs far more than reading 800 kB
     assert measured["throughput"].hint.startswith("decode-bound")
 
 
-def test_throughput_vs_required_shows_the_arithmetic(ten_thousand_files, check_runner):
-    measured = check_runner(dataloader, 0.5, path=str(ten_thousand_files), num_workers=1, batch_size=32,
+def test_throughput_vs_required_shows_the_arithmetic(ten_thousand_files):
+    measured = run_check("dataloader", 0.5, path=str(ten_thousand_files), num_workers=1, batch_size=32,
                             samples_per_gpu="100 samples/s", gpus=4, headroom="25 %")
     share = measured["throughput_vs_required"]
     assert share.value == pytest.approx(100 * measured["throughput"].value / 500, rel=1e-9)
     assert "100 samples/s/GPU x 4 GPUs x 1.25 headroom = 500 samples/s" in share.reason
 
 
-def test_a_loader_over_tmpfs_is_cache_bound(check_runner):
+def test_a_loader_over_tmpfs_is_cache_bound():
     directory = "/dev/shm/preflight-test-loader"
     os.makedirs(directory, exist_ok=True)
     try:
         for index in range(50):
             with open(os.path.join(directory, f"{index}.bin"), "wb") as handle:
                 handle.write(os.urandom(4096))
-        measured = check_runner(dataloader, 0.5, path=directory, num_workers=1, batch_size=8)
+        measured = run_check("dataloader", 0.5, path=directory, num_workers=1, batch_size=8)
     finally:
         for name in os.listdir(directory):
             os.unlink(os.path.join(directory, name))

@@ -10,6 +10,7 @@ import pytest
 from preflight.checks import storage
 from preflight.config import Instance, Threshold
 from preflight.verdict import Outcome, judge
+from tests.helpers import run_check
 
 SMALL_RUN = dict(data_size="16 MiB", write_size="4 MiB", small_file_count=120, rand_depth=4, file_readers=2)
 
@@ -40,9 +41,9 @@ def dataset(tmp_path):
     return root
 
 
-def test_files_under_path_are_unchanged_after_a_run(dataset, check_runner):
+def test_files_under_path_are_unchanged_after_a_run(dataset):
     before = _snapshot(str(dataset))
-    measured = check_runner(storage, 0.5, path=str(dataset), **SMALL_RUN)
+    measured = run_check("storage", 0.5, path=str(dataset), **SMALL_RUN)
     assert measured["seq_read"].value > 0 and measured["small_files"].value > 0
     assert "existing files" in measured["seq_read"].method  # the dataset itself was read
     assert "existing small files" in measured["small_files"].method
@@ -51,8 +52,8 @@ def test_files_under_path_are_unchanged_after_a_run(dataset, check_runner):
     assert leftovers == []  # scratch went beside path and was removed
 
 
-def test_every_metric_is_measured_on_a_block_filesystem(dataset, check_runner):
-    measured = check_runner(storage, 0.5, path=str(dataset), **SMALL_RUN)
+def test_every_metric_is_measured_on_a_block_filesystem(dataset):
+    measured = run_check("storage", 0.5, path=str(dataset), **SMALL_RUN)
     assert set(measured) == {m.name for m in storage.METRICS}
     missing = [m.metric for m in measured.values() if not m.measured]
     assert missing == []
@@ -65,13 +66,13 @@ def test_every_metric_is_measured_on_a_block_filesystem(dataset, check_runner):
     assert not measured["seq_read"].cache_bound
 
 
-def test_a_tmpfs_path_is_named_and_its_numbers_are_cache_bound(check_runner):
+def test_a_tmpfs_path_is_named_and_its_numbers_are_cache_bound():
     directory = "/dev/shm/preflight-test-tmpfs"
     os.makedirs(directory, exist_ok=True)
     try:
         with open(os.path.join(directory, "data.bin"), "wb") as handle:
             handle.write(os.urandom(20 << 20))
-        measured = check_runner(storage, 0.3, path=directory, **SMALL_RUN)
+        measured = run_check("storage", 0.3, path=directory, **SMALL_RUN)
     finally:
         for name in os.listdir(directory):
             os.unlink(os.path.join(directory, name))
@@ -87,19 +88,19 @@ def test_a_tmpfs_path_is_named_and_its_numbers_are_cache_bound(check_runner):
     assert "cache-bound" in result.message
 
 
-def test_a_missing_path_makes_every_metric_unmeasurable_with_the_fix(tmp_path, check_runner):
-    measured = check_runner(storage, path=str(tmp_path / "absent"))
+def test_a_missing_path_makes_every_metric_unmeasurable_with_the_fix(tmp_path):
+    measured = run_check("storage", path=str(tmp_path / "absent"))
     assert all(not m.measured for m in measured.values())
     assert "does not exist: mount the dataset or set storage.path" in measured["seq_read"].reason
 
 
-def test_a_block_size_that_breaks_o_direct_alignment_is_refused(dataset, check_runner):
-    measured = check_runner(storage, path=str(dataset), block_size="6 KiB")
+def test_a_block_size_that_breaks_o_direct_alignment_is_refused(dataset):
+    measured = run_check("storage", path=str(dataset), block_size="6 KiB")
     assert "multiple of 4 KiB" in measured["seq_read"].reason
 
 
-def test_without_scratch_space_reads_use_path_and_writes_say_why(dataset, check_runner, tmp_path):
-    measured = check_runner(storage, 0.3, path=str(dataset), scratch_dir=str(tmp_path / "nope"), **SMALL_RUN)
+def test_without_scratch_space_reads_use_path_and_writes_say_why(dataset, tmp_path):
+    measured = run_check("storage", 0.3, path=str(dataset), scratch_dir=str(tmp_path / "nope"), **SMALL_RUN)
     assert measured["seq_read"].measured  # 20 MiB of existing data suffices
     assert not measured["seq_write"].measured
     assert "is not a writable directory" in measured["seq_write"].reason
