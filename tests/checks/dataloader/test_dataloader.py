@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import statistics
 
 import pytest
@@ -32,8 +33,13 @@ def ten_thousand_files(tmp_path_factory):
 
 
 def _plain_read_rate(root, processes: int) -> float:
-    """files/s of a plain multi-process, open+read+close, O_DIRECT read of the same files."""
+    """files/s of a plain multi-process, open+read+close, O_DIRECT read of the same files.
+
+    In a shuffled order, as the loader reads them: in directory order, neighbouring files sit
+    next to each other on disk and the VM host's readahead would flatter the plain read.
+    """
     files = [DataFile(os.path.join(d, n), 8192) for d, _, names in os.walk(root) for n in names]
+    random.Random(0).shuffle(files)
 
     def window() -> float:
         tally = run_loops(file_loop(files, processes, "O_DIRECT"), processes, 1, 0.3)
@@ -50,7 +56,7 @@ def test_raw_throughput_is_within_20_percent_of_a_plain_multiprocess_read(ten_th
         loader = run_check("dataloader", 1.2, path=str(ten_thousand_files), num_workers=WORKERS, batch_size=64)
         assert "10000 files" in loader["throughput"].method
         ratios.append(loader["throughput"].value / plain)
-    assert 0.8 <= statistics.median(ratios) <= 1.2, ratios
+    assert 0.8 <= statistics.median(ratios) <= 1.2, [round(r, 2) for r in ratios]
 
 
 def test_accelerator_utilization_is_high_when_compute_hides_io_and_fails_when_reads_are_throttled(
