@@ -115,3 +115,39 @@ def test_small_files_far_below_seq_read_point_at_shards():
     assert "WebDataset" in hinted[1].hint and "40 MB/s against 2000 MB/s" in hinted[1].hint
     assert hinted[2].hint == hinted[1].hint and hinted[0].hint == ""
     assert storage._shards_hint([results[0], Measurement("small_files_bandwidth", 900.0, "MB/s")])[1].hint == ""
+
+
+def test_a_read_only_bind_mount_is_reported_read_only_through_the_cli(dataset, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from tests.helpers import REPO, write_config
+
+    config = write_config(tmp_path, f"""
+        version: 1
+        checks:
+          storage:
+            path: {dataset}
+            duration: 0.3s
+            data_size: 16 MiB
+            small_file_count: 120
+            write_size: 4 MiB
+            read_only: {{min: 1}}
+            open_files_limit: {{min: 1000000000}}
+        """)
+    probe = subprocess.run(["unshare", "-m", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"mount namespaces not permitted here: {probe.stderr.decode().strip()}")
+    script = (f"mount --bind {dataset} {dataset} && mount -o remount,bind,ro {dataset} && "
+              f"{sys.executable} -m preflight run -c {config} --json -")
+    result = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, cwd=REPO,
+                            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}, timeout=120)
+    assert result.returncode == 1, result.stderr  # the open-file limit below is impossible
+    results = {r["id"]: r for r in json.loads(result.stdout)["results"]}
+    assert results["storage.read_only"]["verdict"] == "pass"
+    assert results["storage.read_only"]["value"] == 1.0
+    assert results["storage.open_files_limit"]["verdict"] == "fail"
+    assert "ulimit -n" in results["storage.open_files_limit"]["hint"]
+    assert results["storage.seq_read"]["verdict"] == "info"  # the read-only data is still read
+    assert results["storage.seq_write"]["verdict"] == "info"  # scratch went beside path, not into it
