@@ -18,6 +18,7 @@ reported as a share of the required rate (``required``), with the arithmetic sho
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 from typing import Any, Mapping
 
 from preflight.checks.base import Budget, Metric, Option
@@ -92,9 +93,7 @@ def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
         dataset = FileSamples(files, bypass, decode, float(options["sample_delay"]))
         source = f"{len(files)} files under {options['path']}, cold cache per file ({bypass})"
         if decode == "image":
-            try:
-                import PIL  # noqa: F401
-            except ImportError:
+            if importlib.util.find_spec("PIL") is None:
                 reason = "decode: image needs Pillow: pip install 'preflight[image]' (or pillow) in this image"
                 return [unmeasurable(m.name, reason, m.unit) for m in METRICS]
 
