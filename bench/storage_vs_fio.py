@@ -1,6 +1,6 @@
 """preflight's storage metrics against fio, same parameters, same files, one run.
 
-Usage: python3 bench/storage_vs_fio.py [--dir DIR] [--size "512 MiB"] [--seconds 2] [--rounds 7]
+Usage: python3 bench/storage_vs_fio.py [--dir DIR] [--size "512 MiB"] [--seconds 3] [--rounds 9]
 
 seq_read and rand_read alternate preflight and fio for several rounds (the machine may be
 shared: alternating puts other load on both alike) and compare the medians. Before each
@@ -62,8 +62,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", default=os.getcwd(), help="directory on the filesystem to test (default: cwd)")
     parser.add_argument("--size", default="512 MiB", help="data file size")
-    parser.add_argument("--seconds", type=float, default=2.0, help="duration per metric and round, both tools")
-    parser.add_argument("--rounds", type=int, default=7, help="alternating rounds of seq_read and rand_read (>= 2)")
+    parser.add_argument("--seconds", type=float, default=3.0, help="duration per metric and round, both tools")
+    parser.add_argument("--rounds", type=int, default=9, help="alternating rounds of seq_read and rand_read (>= 2)")
     args = parser.parse_args()
     if not shutil.which("fio"):
         print("bench/storage_vs_fio: fio is not installed: apt-get install fio", file=sys.stderr)
