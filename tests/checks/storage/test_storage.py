@@ -27,10 +27,8 @@ def _snapshot(root: str) -> dict[str, tuple[str, int]]:
     return seen
 
 
-@pytest.fixture
-def dataset(tmp_path):
+def _make_dataset(root):
     """A read-only-by-contract dataset: one 20 MiB file and 150 small files in class folders."""
-    root = tmp_path / "data"
     (root / "big").mkdir(parents=True)
     (root / "big" / "shard-0.bin").write_bytes(os.urandom(20 << 20))
     for index in range(150):
@@ -41,9 +39,21 @@ def dataset(tmp_path):
     return root
 
 
-def test_files_under_path_are_unchanged_after_a_run(dataset):
-    before = _snapshot(str(dataset))
-    measured = run_check("storage", 0.5, path=str(dataset), **SMALL_RUN)
+@pytest.fixture
+def dataset(tmp_path):
+    return _make_dataset(tmp_path / "data")
+
+
+@pytest.fixture(scope="module")
+def measured_once(tmp_path_factory):
+    """One full storage run over a fresh dataset: (dataset, snapshot before, measurements)."""
+    root = _make_dataset(tmp_path_factory.mktemp("storage") / "data")
+    before = _snapshot(str(root))
+    return root, before, run_check("storage", 0.5, path=str(root), **SMALL_RUN)
+
+
+def test_files_under_path_are_unchanged_after_a_run(measured_once):
+    dataset, before, measured = measured_once
     assert measured["seq_read"].value > 0 and measured["small_files"].value > 0
     assert "existing files" in measured["seq_read"].method  # the dataset itself was read
     assert "existing small files" in measured["small_files"].method
@@ -52,8 +62,8 @@ def test_files_under_path_are_unchanged_after_a_run(dataset):
     assert leftovers == []  # scratch went beside path and was removed
 
 
-def test_every_metric_is_measured_on_a_block_filesystem(dataset):
-    measured = run_check("storage", 0.5, path=str(dataset), **SMALL_RUN)
+def test_every_metric_is_measured_on_a_block_filesystem(measured_once):
+    _, _, measured = measured_once
     assert set(measured) == {m.name for m in storage.METRICS}
     missing = [m.metric for m in measured.values() if not m.measured]
     assert missing == []
