@@ -26,15 +26,16 @@ from preflight.checks.storage.data import scratch_parent, survey
 from preflight.checks.storage.facts import facts
 from preflight.fsinfo import filesystem_of
 from preflight.measurement import Measurement, unmeasurable
-from preflight.scratch import scratch_dir
+from preflight.scratch import parent_outside, scratch_dir
 from preflight.units import Dimension
 
 NAME = "storage"
 HELP = "filesystem facts, sequential/random reads, small files, writes and fsync on the dataset path, uncached"
 OPTIONS = (
     Option("path", "path", ".", "dataset directory (or file) to measure; opened read-only, never written"),
-    Option("scratch_dir", "text", "", "writable directory on the same filesystem for scratch data (default: "
-           "the parent of path or the temp dir, if on the same filesystem); removed afterwards"),
+    Option("scratch_dir", "text", "", "writable directory on the same filesystem for scratch data, outside path "
+           "(default: the nearest writable directory above path on its filesystem); removed afterwards",
+           outside="path"),
     Option("block_size", Dimension.SIZE, "1 MiB", "seq_read request size, as fio --bs (multiple of 4 KiB)",
            minimum=4096),
     Option("readers", "int", 4, "seq_read parallel readers, as fio --numjobs (one reader rarely saturates NVMe)",
@@ -99,8 +100,8 @@ def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
     fs = filesystem_of(path)
     results = facts(fs, path)
     found = survey(path, int(options["data_size"]), int(options["small_file_size"]), int(options["max_files"]))
-    parent, no_scratch = scratch_parent(path, options["scratch_dir"])
-    with _scratch(parent) as (scratch, scratch_error):
+    parent, no_scratch = scratch_parent(path, options["scratch_dir"], parent_outside(path))
+    with _scratch(parent, path) as (scratch, scratch_error):
         why_not = no_scratch or scratch_error
         io = measure_io.IO(options, budget, fs, scratch, why_not)
         results += io.reads(found.large)
@@ -114,12 +115,12 @@ def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
 
 
 @contextlib.contextmanager
-def _scratch(parent: str | None) -> Iterator[tuple[str | None, str]]:
+def _scratch(parent: str | None, path: str) -> Iterator[tuple[str | None, str]]:
     if parent is None:
         yield None, ""
         return
     try:
-        context = scratch_dir(parent)
+        context = scratch_dir(parent, protect=path)
         directory = context.__enter__()
     except OSError as error:
         yield None, f"cannot create scratch space in {parent} ({error.strerror}): set storage.scratch_dir"

@@ -2,14 +2,13 @@
 
 ``path`` is only ever read: files are opened read-only and nothing is created under it
 (its directory mtimes stay as they were). Scratch data goes to a directory on the same
-filesystem, outside ``path``: ``scratch_dir`` when given, else the parent of ``path`` or
-the system temporary directory, whichever is on the same filesystem and writable.
+filesystem, outside ``path``: ``scratch_dir`` when given (the config refuses one inside
+``path``), else the nearest writable directory above ``path`` on its filesystem.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import NamedTuple
 
 from preflight.scratch import PREFIX
@@ -54,22 +53,19 @@ def survey(path: str, wanted_bytes: int, small_size: int, max_files: int) -> Fou
     return Found(large, small)
 
 
-def scratch_parent(path: str, chosen: str) -> tuple[str | None, str]:
-    """A writable directory on ``path``'s filesystem outside ``path``, and the reason when there is none."""
+def scratch_parent(path: str, chosen: str, above: str | None) -> tuple[str | None, str]:
+    """Where scratch goes: ``chosen`` (``scratch_dir``) or ``above`` (``scratch.parent_outside(path)``).
+
+    Returns the directory, or None and the one-line reason with the fix.
+    """
     if chosen:
         if not os.path.isdir(chosen) or not os.access(chosen, os.W_OK):
             return None, f"scratch_dir {chosen} is not a writable directory: create it or set storage.scratch_dir"
         return chosen, ""
-    device = os.stat(path).st_dev
-    here = os.path.abspath(path)
-    for candidate in (os.path.dirname(here.rstrip("/")) or "/", tempfile.gettempdir()):
-        try:
-            if os.stat(candidate).st_dev == device and os.access(candidate, os.W_OK) and candidate != here:
-                return candidate, ""
-        except OSError:
-            continue
-    return None, (f"no writable directory on {path}'s filesystem outside it: set storage.scratch_dir "
-                  f"(preflight never writes under path)")
+    if above is None:
+        return None, (f"{path} is its own filesystem's top, where preflight will not write: set storage.scratch_dir "
+                      f"to a writable directory on that filesystem, outside {path}")
+    return above, ""
 
 
 def write_file(name: str, size: int, chunk: bytes) -> DataFile:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from preflight.checks.storage import data
+from preflight.scratch import parent_outside
 
 
 def test_survey_takes_the_largest_files_and_lists_the_small_ones(tmp_path):
@@ -21,10 +22,12 @@ def test_survey_takes_the_largest_files_and_lists_the_small_ones(tmp_path):
 def test_scratch_goes_beside_path_never_inside(tmp_path):
     path = tmp_path / "data"
     path.mkdir()
-    parent, reason = data.scratch_parent(str(path), "")
+    parent, reason = data.scratch_parent(str(path), "", parent_outside(str(path)))
     assert parent == str(tmp_path) and reason == ""
-    parent, reason = data.scratch_parent(str(path), str(tmp_path / "missing"))
+    parent, reason = data.scratch_parent(str(path), str(tmp_path / "missing"), str(tmp_path))
     assert parent is None and "set storage.scratch_dir" in reason
+    parent, reason = data.scratch_parent("/data", "", None)  # a dataset that is its own mount
+    assert parent is None and "will not write: set storage.scratch_dir" in reason
 
 
 def test_written_small_files_have_the_asked_size_and_distinct_bytes(tmp_path):
