@@ -47,7 +47,7 @@ class IO:
             if self.scratch is None:
                 reason = f"{self.options['path']} holds under {MIN_READ_BYTES >> 20} MiB to read, and {self.why_no_scratch}"
                 return [unmeasurable(n, reason, u) for n, u in zip(names, units)]
-            files = [write_file(os.path.join(self.scratch, "read.dat"), wanted, os.urandom(1 << 20))]
+            files = [write_file(os.path.join(self.scratch, "seq_read.dat"), wanted, os.urandom(1 << 20))]
             source = "a scratch file"
         bypass = bypass_for(files[0].name, self.fs.memory_backed)
         size = format_value(to_unit(sum(f.size for f in files), "MiB"), "MiB")
