@@ -35,7 +35,7 @@ from preflight.units import Dimension, format_value
 NAME = "dataloader"
 HELP = "samples/s of a real torch DataLoader over the dataset files, accelerator utilization, required rate"
 OPTIONS = (
-    Option("path", "path", ".", "dataset directory; every matching regular file under it is one sample"),
+    Option("path", "path", ".", "dataset directory; every matching regular file under it (same filesystem, hidden entries skipped) is one sample"),
     Option("include", "text", "*", "comma-separated globs of files to read (\"*.jpg,*.png\", \"train/*\")"),
     Option("exclude", "text", "", "comma-separated globs of files to skip"),
     Option("decode", "choice", "none", "`image`: decode each file with Pillow (extra `preflight[image]`) "

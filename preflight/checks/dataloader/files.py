@@ -17,13 +17,13 @@ import random
 import time
 
 from preflight.io_uncached import Bypass, aligned_buffer, read_file
-from preflight.scratch import PREFIX
+from preflight.dataset_walk import dataset_files
 
 WALK_FACTOR = 10  # look at up to 10x max_files entries, then sample max_files of them
 
 
 def list_files(path: str, include: str, exclude: str, max_files: int, seed: int = 0) -> list[str]:
-    """Readable non-empty regular files under ``path`` matching the globs, sampled to ``max_files``.
+    """Files under ``path`` (as ``dataset_walk`` finds them) matching the globs, sampled to ``max_files``.
 
     ``include``/``exclude`` are comma-separated fnmatch globs tested against the path
     relative to ``path`` and against the file name ("*.jpg", "train/*"). When more than
@@ -32,20 +32,12 @@ def list_files(path: str, include: str, exclude: str, max_files: int, seed: int 
     includes = [g.strip() for g in include.split(",") if g.strip()] or ["*"]
     excludes = [g.strip() for g in exclude.split(",") if g.strip()]
     found: list[str] = []
-    for root, directories, names in os.walk(path, onerror=lambda error: None):
-        directories[:] = sorted(d for d in directories if not d.startswith(PREFIX))
-        for name in sorted(names):
-            full = os.path.join(root, name)
-            relative = os.path.relpath(full, path)
-            if not _matches(relative, name, includes) or _matches(relative, name, excludes):
-                continue
-            try:
-                if os.path.isfile(full) and os.path.getsize(full) > 0 and os.access(full, os.R_OK):
-                    found.append(full)
-            except OSError:
-                continue
-        if len(found) >= max_files * WALK_FACTOR:
-            break
+    for candidate in dataset_files(path):
+        relative, name = os.path.relpath(candidate.name, path), os.path.basename(candidate.name)
+        if _matches(relative, name, includes) and not _matches(relative, name, excludes):
+            found.append(candidate.name)
+            if len(found) >= max_files * WALK_FACTOR:
+                break
     if len(found) > max_files:
         found = sorted(random.Random(seed).sample(found, max_files))
     return found

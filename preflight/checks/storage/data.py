@@ -8,15 +8,11 @@ filesystem, outside ``path``: ``scratch_dir`` when given (the config refuses one
 
 from __future__ import annotations
 
+import itertools
 import os
 from typing import NamedTuple
 
-from preflight.scratch import PREFIX
-
-
-class DataFile(NamedTuple):
-    name: str
-    size: int
+from preflight.dataset_walk import DataFile, dataset_files
 
 
 class Found(NamedTuple):
@@ -25,24 +21,8 @@ class Found(NamedTuple):
 
 
 def survey(path: str, wanted_bytes: int, small_size: int, max_files: int) -> Found:
-    """Regular readable files under ``path`` (at most ``max_files`` looked at; scratch skipped)."""
-    if os.path.isfile(path):
-        one = DataFile(path, os.path.getsize(path))
-        return Found([one], [one] if 0 < one.size <= small_size else [])
-    seen: list[DataFile] = []
-    for root, directories, names in os.walk(path, onerror=lambda error: None):
-        directories[:] = sorted(d for d in directories if not d.startswith(PREFIX))
-        for name in sorted(names):
-            full = os.path.join(root, name)
-            try:
-                if os.path.isfile(full) and not os.path.islink(full) and os.access(full, os.R_OK):
-                    size = os.path.getsize(full)
-                    if size > 0:
-                        seen.append(DataFile(full, size))
-            except OSError:
-                continue
-        if len(seen) >= max_files:
-            break
+    """Files under ``path`` as ``dataset_walk`` finds them (at most ``max_files`` looked at)."""
+    seen = list(itertools.islice(dataset_files(path), max_files))
     small = [f for f in seen if f.size <= small_size]
     large, total = [], 0
     for found in sorted(seen, key=lambda f: -f.size):
