@@ -68,7 +68,7 @@ def main() -> int:
         for metric, series in values.items():
             mean = statistics.fmean(series)
             stdev = statistics.stdev(series) if len(series) > 1 else 0.0
-            cv = stdev / mean if mean else float("inf")
+            cv = stdev / mean if mean else (0.0 if stdev == 0 else float("inf"))  # a constant 0 is stable
             worst = max(worst, cv)
             print(f"{metric:28} {len(series):3} {mean:10.1f} {stdev:9.1f} {cv:7.1%}  {'ok' if cv < 0.10 else 'TOO NOISY'}")
         for metric, method in methods.items():
