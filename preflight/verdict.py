@@ -194,7 +194,8 @@ def _judge_one(instance: Instance, metric: Metric, threshold: Threshold, m: Meas
     if not m.measured and not m.applicable:
         return Result(verdict="skip", message=f"not applicable: {m.reason}", **common)
     if not m.measured:
-        verdict: Verdict = "fail" if instance.required else "skip"
+        # A warn-severity threshold never blocks: unmeasured, it warns too (a fail one fails, DESIGN.md).
+        verdict: Verdict = threshold.severity if instance.required else "skip"
         message = f"could not measure: {m.reason}; required {required}"
         # No metric hint here: it names the fix for a bad value ("replace the GPU"), and nothing was
         # measured; the reason says what stopped the measurement and how to fix that.

@@ -152,3 +152,10 @@ def test_the_measurements_own_hint_replaces_the_metrics_static_hint():
     assert result.verdict == "fail" and result.hint == "pack them into shards"
     [plain] = judge(instance(thresholds=[seq_read(low=500.0)]), Outcome((Measurement("seq_read", 10.0, "MB/s"),)))
     assert plain.hint.startswith("/data reads at 10 MB/s")
+
+
+def test_an_unmeasurable_metric_under_a_warn_threshold_warns_and_does_not_gate():
+    outcome = Outcome((unmeasurable("seq_read", "/data does not exist", "MB/s"),))
+    [result] = judge(instance(thresholds=[seq_read(low=1.0, severity="warn")]), outcome)
+    assert result.verdict == "warn"
+    assert exit_code([result]) == 0

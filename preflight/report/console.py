@@ -37,15 +37,34 @@ def render(report: RunReport, colour: bool = False) -> str:
     misses = [r for r in report.results if r.verdict in ("fail", "error", "warn")]
     if misses:
         lines += ["", "what to fix:"]
-        for result in misses:
-            lines.append(f"  {result.id}: {result.message}")
-            if result.hint:
-                lines.append(f"    fix: {result.hint}")
+        for ids, message, hint in _fixes(misses):
+            lines.append(f"  {ids}: {message}")
+            if hint:
+                lines.append(f"    fix: {hint}")
     counts = report.counts()
     summary = ", ".join(f"{counts[v]} {_PLURAL[v]}" for v in _PLURAL if counts.get(v))
     verdict = "fail" if report.exit_code else "pass"
     lines.append(paint(verdict, f"== {summary or 'nothing run'} in {report.duration_s:.1f}s =="))
     return "\n".join(lines) + "\n"
+
+
+def _fixes(misses: list[Result]) -> list[tuple[str, str, str]]:
+    """(ids, message, hint) per miss; unmeasured metrics that share one reason share one line.
+
+    Without a GPU a dozen metrics fail for the same reason; saying it once keeps the fix readable.
+    """
+    groups: dict[str, list[Result]] = {}  # in order of first appearance
+    for result in misses:
+        shared = result.value is None and not result.hint and result.message.startswith("could not measure: ")
+        key = result.message.split("; required ", 1)[0] if shared else result.id
+        groups.setdefault(key, []).append(result)
+    fixes = []
+    for key, members in groups.items():
+        if len(members) == 1:
+            fixes.append((members[0].id, members[0].message, members[0].hint))
+        else:
+            fixes.append((", ".join(r.id for r in members), key, ""))
+    return fixes
 
 
 def _row(result: Result, paint: object) -> str:

@@ -23,3 +23,21 @@ def test_colour_codes_only_when_asked():
     report = make_report([result("seq_read", "fail", "measured 1 MB/s, required >= 2 MB/s")])
     assert "\033[" in console.render(report, colour=True)
     assert "\033[" not in console.render(report, colour=False)
+
+
+def test_unmeasured_metrics_sharing_a_reason_share_one_fix_line():
+    no_gpu = "could not measure: no CUDA device: torch 2.13.0+cpu is a CPU build"
+    report = make_report([
+        result("device_count", "fail", "measured 0, required >= 1", instance="cuda", value=0.0, hint="check --gpus all"),
+        result("matmul_error", "fail", no_gpu + "; required <= 0.001", instance="cuda"),
+        result("temperature", "warn", no_gpu + "; required <= 85 C", instance="cuda"),
+        result("h2d_pinned", "fail", no_gpu + "; required >= 10 GB/s", instance="transfer"),
+        result("seq_read", "fail", "could not measure: /data does not exist; required >= 1 MB/s"),
+    ])
+    fixes = console.render(report).split("what to fix:\n", 1)[1].splitlines()[:-1]
+    assert fixes == [
+        "  cuda.device_count: measured 0, required >= 1",
+        "    fix: check --gpus all",
+        f"  cuda.matmul_error, cuda.temperature, transfer.h2d_pinned: {no_gpu}",
+        "  storage.seq_read: could not measure: /data does not exist; required >= 1 MB/s",
+    ]
