@@ -12,7 +12,6 @@ import itertools
 import os
 from typing import NamedTuple
 
-from preflight.checks.storage.writes import write_once
 from preflight.dataset_walk import DataFile, dataset_files
 
 
@@ -51,10 +50,13 @@ def scratch_parent(path: str, chosen: str, above: str | None) -> tuple[str | Non
 
 def write_file(name: str, size: int, chunk: bytes) -> DataFile:
     """Write ``size`` incompressible bytes, fsync them, and drop them from the page cache."""
-    write_once(name, size, chunk)
-    fd = os.open(name, os.O_RDONLY)
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # clean after the fsync, so they can be dropped
+        written = 0
+        while written < size:
+            written += os.write(fd, chunk[: min(len(chunk), size - written)])
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
     return DataFile(name, size)
