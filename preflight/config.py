@@ -211,7 +211,7 @@ def _instance(name: str, node: Located, defaults: Mapping[str, Any], baseline: b
 
     def setting(key: str, dimension: Dimension) -> float:
         value = body.get(key, defaults[key])
-        return _quantity(value, dimension, f"{name}.{key}")
+        return _quantity(value, dimension, f"{name}.{key}" if key in body else f"defaults.{key}")
 
     severity = _severity(body.get("severity", defaults["severity"]))
     parsed_options = {

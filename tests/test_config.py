@@ -184,3 +184,10 @@ def test_fleet_mistakes_are_located_config_errors(tmp_path: Path, fleet: str, me
     with pytest.raises(ConfigError, match=r"thresholds.yaml:2:\d+") as raised:
         load_fleet(tmp_path, fleet)
     assert message in str(raised.value)
+
+
+def test_a_bad_default_is_named_where_it_was_written(tmp_path):
+    with pytest.raises(ConfigError) as error:
+        load(tmp_path, "version: 1\ndefaults: {duration: 2}\nchecks:\n  shm: {}\n")
+    assert str(error.value).endswith("thresholds.yaml:2:22: `defaults.duration`: expected a duration with its unit "
+                                     "like `30s`, found bare number 2")

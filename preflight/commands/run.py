@@ -65,7 +65,8 @@ def main(args: argparse.Namespace, environ: Mapping[str, str] = os.environ, stdo
     except UsageError as error:
         _config_error(path, error, args, environ, stderr)
         raise
-    print(f"preflight {__version__}: {len(loaded.instances)} checks from {path}", file=stderr)
+    count = len(loaded.instances)
+    print(f"preflight {__version__}: {count} check{'s' if count != 1 else ''} from {path}", file=stderr)
     if launch is not None:
         from preflight import fleet
 

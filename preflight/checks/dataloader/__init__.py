@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import os
 from typing import Any, Mapping
 
 from preflight.checks.base import Budget, Metric, Option
@@ -82,6 +83,9 @@ def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
     if options["synthetic"]:
         dataset: Any = SyntheticImages()
         source = "synthetic 3x224x224 float32 samples (measures IPC and collation, not storage)"
+    elif not os.path.isdir(options["path"]):
+        reason = f"{options['path']} is not a directory: mount the dataset there or set dataloader.path"
+        return [unmeasurable(m.name, reason, m.unit) for m in METRICS]
     else:
         files = list_files(options["path"], options["include"], options["exclude"], int(options["max_files"]))
         if not files:

@@ -95,6 +95,12 @@ def test_no_matching_files_is_unmeasurable_with_the_fix(tmp_path):
     assert "match include='*.jpg'" in measured["throughput"].reason
 
 
+def test_a_missing_dataset_directory_says_so(tmp_path):
+    measured = run_check("dataloader", path=str(tmp_path / "nope"))
+    assert measured["throughput"].value is None
+    assert measured["throughput"].reason == f"{tmp_path / 'nope'} is not a directory: mount the dataset there or set dataloader.path"
+
+
 def test_decode_image_reports_the_raw_rate_beside_the_decoded_one(tmp_path):
     from PIL import Image
 
