@@ -9,7 +9,6 @@ the flag that set them.
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Any, Mapping, NamedTuple
 

@@ -1,4 +1,3 @@
-import pytest
 
 from preflight.config import Instance, Threshold
 from preflight.measurement import Measurement, not_applicable, unmeasurable
