@@ -30,7 +30,7 @@ from preflight import yaml_source
 from preflight.checks import CHECKS
 from preflight.checks.base import Metric, Option
 from preflight.errors import ConfigError, UsageError
-from preflight.units import UNITS, Dimension, UnitError, parse_quantity, to_unit
+from preflight.units import UNITS, Dimension, UnitError, example, parse_quantity, to_unit
 from preflight.yaml_source import Located
 
 Severity = Literal["fail", "warn"]
@@ -356,8 +356,6 @@ def _bound(metric: Metric, node: Located) -> float | str:
 
 
 def _example(metric: Metric) -> str:
-    from preflight.units import example
-
     return example(UNITS[metric.unit].dimension)
 
 

@@ -14,7 +14,6 @@ from preflight.verdict import Result
 
 WIDTH = 46
 _COLOURS = {"pass": "32", "info": "2", "skip": "33", "warn": "33", "fail": "31", "error": "31;1"}
-_ORDER = ("failed", "error", "warnings", "passed", "skipped", "info")
 _PLURAL = {"fail": "failed", "error": "error", "warn": "warnings", "pass": "passed", "skip": "skipped", "info": "info"}
 
 

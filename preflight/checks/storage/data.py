@@ -12,6 +12,7 @@ import itertools
 import os
 from typing import NamedTuple
 
+from preflight.checks.storage.writes import write_fsynced
 from preflight.dataset_walk import DataFile, dataset_files
 
 
@@ -52,10 +53,7 @@ def write_file(name: str, size: int, chunk: bytes) -> DataFile:
     """Write ``size`` incompressible bytes, fsync them, and drop them from the page cache."""
     fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        written = 0
-        while written < size:
-            written += os.write(fd, chunk[: min(len(chunk), size - written)])
-        os.fsync(fd)
+        write_fsynced(fd, size, chunk)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)

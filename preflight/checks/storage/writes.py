@@ -16,15 +16,21 @@ from array import array
 FSYNC_BLOCK = 4096
 
 
+def write_fsynced(fd: int, size: int, chunk: bytes) -> int:
+    """Write ``size`` bytes to the open ``fd`` in ``len(chunk)`` pieces, then fsync; returns bytes written."""
+    written = 0
+    while written < size:
+        written += os.write(fd, chunk[: min(len(chunk), size - written)])
+    os.fsync(fd)
+    return written
+
+
 def write_once(name: str, size: int, chunk: bytes) -> float:
-    """Write ``size`` bytes to ``name`` in ``len(chunk)`` pieces and fsync; returns MB/s (10^6 B/s)."""
+    """Write ``size`` bytes to a new ``name`` and fsync, time it, remove it; returns MB/s (10^6 B/s)."""
     start = time.perf_counter()
     fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        written = 0
-        while written < size:
-            written += os.write(fd, chunk[: min(len(chunk), size - written)])
-        os.fsync(fd)
+        written = write_fsynced(fd, size, chunk)
     finally:
         os.close(fd)
     elapsed = time.perf_counter() - start
