@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 from typing import Any, Sequence
+
+import pytest
 
 from preflight import config
 from preflight.checks import CHECKS
@@ -72,3 +75,17 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = No
     environment = dict(inherited, PYTHONPATH=str(REPO), NO_COLOR="1", **(env or {}))
     return subprocess.run([sys.executable, "-m", "preflight", *args], cwd=cwd, env=environment,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def in_mount_namespace(script: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run ``sh -c script`` in a private mount namespace, where a test may mount a real tmpfs or bind mount.
+
+    The mounts vanish with the namespace. Skips the test where namespaces are not permitted
+    (not root, no util-linux ``unshare``).
+    """
+    probe = subprocess.run(["unshare", "-m", "true"], capture_output=True) if shutil.which("unshare") else None
+    if probe is None or probe.returncode != 0:
+        reason = probe.stderr.decode().strip() if probe is not None else "no unshare command"
+        pytest.skip(f"mount namespaces not permitted here: {reason}")
+    return subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, cwd=REPO,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}, timeout=timeout)

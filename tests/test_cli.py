@@ -1,5 +1,4 @@
 import json
-import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -7,7 +6,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from preflight import cli
-from tests.helpers import REPO, run_cli, write_config
+from tests.helpers import REPO, in_mount_namespace, run_cli, write_config
 from tests.report_helpers import read_junit
 
 # What this CPU-only machine has: shared memory, a real directory, and a DataLoader.
@@ -130,7 +129,6 @@ def test_usage_errors_exit_2_without_measuring(args, fragment):
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux unshare")
 def test_docker_default_64_mib_shm_fails_with_the_fix(tmp_path):
     """A real 64 MiB tmpfs, as Docker mounts /dev/shm by default, in a private mount namespace."""
     shm = tmp_path / "shm"
@@ -145,11 +143,7 @@ def test_docker_default_64_mib_shm_fails_with_the_fix(tmp_path):
             allocatable: {{min: 1 GiB}}
         """)
     script = f"mount -t tmpfs -o size=64m tmpfs {shm} && {sys.executable} -m preflight run -c {path} --json -"
-    probe = subprocess.run(["unshare", "-m", "true"], capture_output=True)
-    if probe.returncode != 0:
-        pytest.skip(f"mount namespaces not permitted here: {probe.stderr.decode().strip()}")
-    result = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, cwd=REPO,
-                            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}, timeout=120)
+    result = in_mount_namespace(script)
     assert result.returncode == 1, result.stderr
     results = {r["id"]: r for r in json.loads(result.stdout)["results"]}
     assert results["shm.size"]["value"] == pytest.approx(64 / 1024)

@@ -1,11 +1,9 @@
-import os
-import subprocess
 import sys
 
 import pytest
 
 from preflight.dataset_walk import DataFile, dataset_files
-from tests.helpers import REPO
+from tests.helpers import in_mount_namespace
 
 
 @pytest.fixture
@@ -34,15 +32,13 @@ def test_a_file_path_is_its_own_dataset_and_a_missing_path_is_empty(tree):
 
 def test_stays_on_the_filesystem_of_path(tree):
     """A real tmpfs mounted inside the tree (private mount namespace) is not walked, as find -xdev."""
-    if os.geteuid() != 0 or subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
-        pytest.skip("needs root and mount namespaces to mount a tmpfs")
     mount = tree / "train" / "mnt"
     mount.mkdir()
     code = (f"from preflight.dataset_walk import dataset_files\n"
             f"print(sorted(f.name for f in dataset_files({str(tree)!r})))")
     script = (f"mount -t tmpfs -o size=1m tmpfs {mount} && echo data > {mount}/other.jpg && "
               f"{sys.executable} -c \"{code}\"")
-    result = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True,
-                            env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, check=True)
+    result = in_mount_namespace(script)
+    assert result.returncode == 0, result.stderr
     assert "other.jpg" not in result.stdout
     assert "img0.jpg" in result.stdout

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import sys
 
 import pytest
 
 from preflight.checks import storage
 from preflight.config import Instance, Threshold
 from preflight.verdict import Outcome, judge
-from tests.helpers import run_check
+from tests.helpers import in_mount_namespace, run_check, write_config
 
 SMALL_RUN = dict(data_size="16 MiB", write_size="4 MiB", small_file_count=120, rand_depth=4, file_readers=2)
 
@@ -128,12 +130,6 @@ def test_small_files_far_below_seq_read_point_at_shards():
 
 
 def test_a_read_only_bind_mount_is_reported_read_only_through_the_cli(dataset, tmp_path):
-    import json
-    import subprocess
-    import sys
-
-    from tests.helpers import REPO, write_config
-
     config = write_config(tmp_path, f"""
         version: 1
         checks:
@@ -146,13 +142,9 @@ def test_a_read_only_bind_mount_is_reported_read_only_through_the_cli(dataset, t
             read_only: {{min: 1}}
             open_files_limit: {{min: 1000000000}}
         """)
-    probe = subprocess.run(["unshare", "-m", "true"], capture_output=True)
-    if probe.returncode != 0:
-        pytest.skip(f"mount namespaces not permitted here: {probe.stderr.decode().strip()}")
     script = (f"mount --bind {dataset} {dataset} && mount -o remount,bind,ro {dataset} && "
               f"{sys.executable} -m preflight run -c {config} --json -")
-    result = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, cwd=REPO,
-                            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}, timeout=120)
+    result = in_mount_namespace(script)
     assert result.returncode == 1, result.stderr  # the open-file limit below is impossible
     results = {r["id"]: r for r in json.loads(result.stdout)["results"]}
     assert results["storage.read_only"]["verdict"] == "pass"
