@@ -22,12 +22,20 @@ from typing import Callable, NamedTuple
 
 
 class Tally(NamedTuple):
-    """What one loop did: operations, bytes, per-operation latencies (s) and its elapsed time (s)."""
+    """What one loop did: operations, bytes, per-operation latencies (s) and its elapsed time (s).
+
+    A loop that times single operations may also record when each one completed
+    (``completions``, ``time.perf_counter()`` seconds, CLOCK_MONOTONIC and so comparable
+    across processes) and when it began (``started``), so that one continuous run can be
+    cut into time windows afterwards (fio's ``--log_avg_msec`` interval logs).
+    """
 
     ops: int
     nbytes: int
     latencies: array  # array("d") of seconds; empty when the loop does not time single operations
     elapsed_s: float
+    completions: array = array("d")  # parallel to latencies, or empty
+    started: float = 0.0
 
 
 # make_loop(index) runs in the process that will execute the loop (after fork): it opens
@@ -114,8 +122,9 @@ def _expect(message: tuple[str, object], kind: str) -> list[Tally]:
 
 
 def _combine(tallies: list[Tally]) -> Tally:
-    latencies = array("d")
+    latencies, completions = array("d"), array("d")
     for tally in tallies:
         latencies.extend(tally.latencies)
+        completions.extend(tally.completions)
     return Tally(sum(t.ops for t in tallies), sum(t.nbytes for t in tallies), latencies,
-                 max(t.elapsed_s for t in tallies))
+                 max(t.elapsed_s for t in tallies), completions, min(t.started for t in tallies))

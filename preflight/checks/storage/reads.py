@@ -4,9 +4,10 @@
 bytes are split into R contiguous spans, one reader thread each, read block by block and
 wrapped around until the deadline (``--time_based``).
 
-``rand_read``: fio ``--rw=randread --direct=1 --bs=4k --iodepth=D``: D synchronous loops
-(processes x threads, see ``io_parallel``) each read random aligned blocks over all the
-bytes; every read is timed for the latency percentiles.
+``rand_read``: fio ``--rw=randread --direct=1 --bs=4k --iodepth=D --ramp_time --runtime``:
+D synchronous loops (processes x threads, see ``io_parallel``) each read random aligned
+blocks over all the bytes in one continuous run; every read is timed, and its completion
+time lets ``in_windows`` cut the run into intervals afterwards (fio's interval logs).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import os
 import random
 import time
 from array import array
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 from preflight.checks.storage.data import DataFile
 from preflight.io_parallel import Tally
@@ -92,11 +93,11 @@ def random_loop(files: Sequence[DataFile], bypass: Bypass, block: int, seed: int
 
     def make(index: int) -> Callable[[float], Tally]:
         fds = [open_uncached(f.name, bypass) for f in files]
-        buffer = aligned_buffer(block)
+        buffers = [aligned_buffer(block)]
         rng = random.Random(seed * 1_000_003 + index)
 
         def loop(deadline: float) -> Tally:
-            latencies = array("d")
+            latencies, completions = array("d"), array("d")
             start = now = time.perf_counter()
             nbytes = 0
             try:
@@ -105,10 +106,13 @@ def random_loop(files: Sequence[DataFile], bypass: Bypass, block: int, seed: int
                     which = bisect.bisect_right(ends, pick)
                     offset = (pick - (ends[which - 1] if which else 0)) * block
                     before = time.perf_counter()
-                    nbytes += os.preadv(fds[which], [buffer], offset)
+                    nbytes += os.preadv(fds[which], buffers, offset)
                     now = time.perf_counter()
                     latencies.append(now - before)
-                return Tally(len(latencies), nbytes, latencies, now - start)
+                    completions.append(now)
+                    if bypass == "fadvise":  # so that a later pick of this block is read from the device
+                        drop_cached(fds[which], offset, block)
+                return Tally(len(latencies), nbytes, latencies, now - start, completions, start)
             finally:
                 for fd in fds:
                     os.close(fd)
@@ -118,14 +122,28 @@ def random_loop(files: Sequence[DataFile], bypass: Bypass, block: int, seed: int
     return make
 
 
-def drop_all(files: Sequence[DataFile]) -> None:
-    """Drop the files' clean cached pages (before a fadvise-mode window)."""
-    for f in files:
-        fd = os.open(f.name, os.O_RDONLY)
-        try:
-            drop_cached(fd)
-        finally:
-            os.close(fd)
+class Window(NamedTuple):
+    """The operations of one interval of a continuous run: its rate and its latencies (s)."""
+
+    ops_per_s: float
+    latencies: array
+
+
+def in_windows(tally: Tally, ramp_s: float, window_s: float) -> list[Window]:
+    """Cut a continuous run into whole ``window_s`` intervals after the first ``ramp_s`` seconds.
+
+    An operation belongs to the interval in which it completed, as in fio's interval logs
+    (``--log_avg_msec``); operations during the ramp (fio ``--ramp_time``) and in a last
+    partial interval are left out. ``tally`` must carry ``completions`` and ``started``.
+    """
+    count = max(0, int((tally.elapsed_s - ramp_s) / window_s))
+    latencies = [array("d") for _ in range(count)]
+    origin = tally.started + ramp_s
+    for done, latency in zip(tally.completions, tally.latencies):
+        slot = math.floor((done - origin) / window_s)
+        if 0 <= slot < count:
+            latencies[slot].append(latency)
+    return [Window(len(window) / window_s, window) for window in latencies]
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -133,3 +151,20 @@ def percentile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     rank = max(1, min(len(ordered), math.ceil(q / 100 * len(ordered))))
     return ordered[rank - 1]
+
+
+def pooled_percentile(windows: Sequence[Sequence[float]], q: float) -> float:
+    """The ``q``-th percentile of every latency of every window together, by nearest rank.
+
+    fio reports clat percentiles over all completions of a run, not per interval. The
+    median of per-window p99s would be a weaker estimator (each window has few tail
+    samples, so it swings run to run) and a biased one: a burst of slow requests inside
+    one window moves that window's p99 and is then discarded as the outlier window.
+
+    Raises:
+        ValueError: no window holds a latency.
+    """
+    pooled = [latency for window in windows for latency in window]
+    if not pooled:
+        raise ValueError("pooled_percentile() needs at least one latency")
+    return percentile(pooled, q)

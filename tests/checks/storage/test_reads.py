@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+from array import array
+
+import pytest
 
 from preflight.checks.storage import reads
 from preflight.checks.storage.data import DataFile
-from preflight.io_parallel import run_loops
+from preflight.io_parallel import Tally, run_loops
 
 MiB = 1 << 20
 
@@ -43,3 +46,39 @@ def test_percentile_is_nearest_rank():
     assert reads.percentile(values, 50) == 50
     assert reads.percentile(values, 99) == 99
     assert reads.percentile([7.0], 99) == 7.0
+
+
+def test_pooled_percentile_sees_a_tail_that_one_window_holds():
+    steady = [1.0] * 100
+    burst = [1.0] * 90 + [50.0] * 10
+    windows = [steady, steady, burst]
+    per_window = sorted(reads.percentile(w, 99) for w in windows)
+    assert per_window[1] == 1.0  # the median of per-window p99s hides the burst
+    assert reads.pooled_percentile(windows, 99) == 50.0  # 10 of 300 reads are slow: p99 is slow
+    assert reads.pooled_percentile(windows, 50) == 1.0
+
+
+def test_pooled_percentile_of_no_latency_is_an_error():
+    with pytest.raises(ValueError):
+        reads.pooled_percentile([[], []], 99)
+
+
+def test_a_continuous_run_is_cut_into_whole_windows_after_the_ramp():
+    started = 100.0
+    done = [100.5, 101.2, 101.4, 101.7, 102.1, 102.55]  # completion times
+    latency = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]
+    tally = Tally(len(done), 0, array("d", latency), 2.6, array("d", done), started)
+    windows = reads.in_windows(tally, ramp_s=1.0, window_s=0.5)
+    assert [list(w.latencies) for w in windows] == [[0.2, 0.3], [0.4], [0.5]]  # the ramp's and the partial window's left out
+    assert [w.ops_per_s for w in windows] == [4.0, 2.0, 2.0]
+
+
+def test_the_random_loop_records_when_each_read_completed(tmp_path):
+    name = tmp_path / "d.bin"
+    name.write_bytes(os.urandom(MiB))
+    tally = run_loops(reads.random_loop([DataFile(str(name), MiB)], "O_DIRECT", 4096, seed=0), 2, 2, 0.3)
+    assert len(tally.completions) == len(tally.latencies) == tally.ops > 0
+    assert all(tally.started < c <= tally.started + tally.elapsed_s + 0.05 for c in tally.completions)
+    windows = reads.in_windows(tally, ramp_s=0.1, window_s=0.05)
+    assert len(windows) == int((tally.elapsed_s - 0.1) / 0.05) >= 3
+    assert all(w.ops_per_s > 0 for w in windows)
