@@ -31,7 +31,7 @@ from preflight.checks import CHECKS
 from preflight.checks.base import Metric, Option
 from preflight.errors import ConfigError, UsageError
 from preflight.units import UNITS, Dimension, UnitError, example, parse_quantity, to_unit
-from preflight.yaml_source import Located
+from preflight.yaml_source import OVERRIDE_PREFIX, Located
 
 Severity = Literal["fail", "warn"]
 SEVERITIES: tuple[Severity, ...] = ("fail", "warn")
@@ -317,7 +317,7 @@ def _threshold(metric: Metric, node: Located, default_severity: Severity, instan
         raise ConfigError(node.where, f"`{label}`: min is above max")
     severity = _severity(body["severity"]) if "severity" in body else default_severity
     values = baseline.values_for(metric, instance, node) if relative else {}
-    return Threshold(metric.name, low, high, severity, node.key_location, relative=relative, baseline=values)
+    return Threshold(metric.name, low, high, severity, _set_at(node), relative=relative, baseline=values)
 
 
 def _match_threshold(metric: Metric, node: Located, default_severity: Severity) -> Threshold:
@@ -340,7 +340,13 @@ def _match_threshold(metric: Metric, node: Located, default_severity: Severity) 
         raise ConfigError(pattern.where, f"`{label}.match`: invalid regular expression {pattern.value!r} ({error}): "
                                          f"quote it and escape special characters") from None
     severity = _severity(body["severity"]) if "severity" in body else default_severity
-    return Threshold(metric.name, None, None, severity, node.key_location, match=pattern.value)
+    return Threshold(metric.name, None, None, severity, _set_at(node), match=pattern.value)
+
+
+def _set_at(node: Located) -> str:
+    """Where a threshold was set: a ``--set`` that changed one of its keys, else its key in the file."""
+    overridden = [child.where for child in node.value.values() if child.where.startswith(OVERRIDE_PREFIX)]
+    return overridden[-1] if overridden else node.key_location
 
 
 def _bound(metric: Metric, node: Located) -> float | str:

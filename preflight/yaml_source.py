@@ -23,6 +23,9 @@ MAX_DEPTH = 50
 _ENV_REFERENCE = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
 
 
+OVERRIDE_PREFIX = "--set "  # the `where` of a value given on the command line
+
+
 class Located(NamedTuple):
     """A value from the config and where it was written (``thresholds.yaml:12:5``)."""
 
@@ -157,7 +160,7 @@ def apply_override(root: Located, assignment: str, environ: Mapping[str, str]) -
     Raises:
         ConfigError: no ``=``, an empty key, or a path through a non-mapping.
     """
-    where = f"--set {assignment}"
+    where = f"{OVERRIDE_PREFIX}{assignment}"
     key_text, sep, value_text = assignment.partition("=")
     keys = key_text.strip().split(".")
     if not sep or not all(keys):

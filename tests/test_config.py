@@ -48,6 +48,9 @@ def test_environment_and_set_overrides(tmp_path):
     assert checkpoints.options["path"] == "/ckpt"
     assert checkpoints.thresholds[0].min == 2000.0
     assert storage.duration_s == 1
+    # An annotation points at what set the bound: the flag, not the line it overrode.
+    assert checkpoints.thresholds[0].where == "--set checkpoints.seq_read.min=2 GB/s"
+    assert storage.thresholds[0].where.endswith("thresholds.yaml:6:5")
 
 
 @pytest.mark.parametrize(
