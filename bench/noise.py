@@ -10,13 +10,20 @@ ImageNet-sized files (~110 kB each, the mean JPEG size of ImageNet-1k's training
 
 The machine's load average is printed before and after: on a shared machine, quote it
 with the numbers.
+
+With fio installed, each run is followed by fio jobs of the same shape over the same files
+(``FIO_JOBS``), and fio's own CV is printed beside ours: the disk's run-to-run drift sets a
+floor that no tool goes under, so a CV over 10% means something only next to fio's.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -25,13 +32,67 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from preflight import config, runner  # noqa: E402
+from preflight.cpus import auto_workers  # noqa: E402
 
 FILE_BYTES = 110_000
+FIO_SECONDS, FIO_RAMP = 2, 0.33  # as the bundled storage.duration and the check's first window
+
+# metric -> (fio arguments over the dataset, how to read the figure from fio's JSON job).
+# Synchronous engines throughout (psync), as preflight's loops are. Whole-file jobs read
+# 104 KiB per file in one request: the largest O_DIRECT-aligned size under FILE_BYTES
+# (fio reads nothing of a file smaller than its block size).
+FIO_JOBS = {
+    # preflight reads 1 MiB blocks, but no file here is longer than 104 KiB of aligned bytes:
+    "storage.seq_read": (["--rw=read", "--bs=104k", "--numjobs=4"], lambda job: job["read"]["bw_bytes"] / 1e6),
+    "storage.rand_read": (["--rw=randread", "--bs=4k", "--numjobs=32"], lambda job: job["read"]["iops"]),
+    "storage.small_files": (["--rw=read", "--bs=104k", "--openfiles=1", "--file_service_type=sequential",
+                             "--numjobs=8"], lambda job: job["read"]["total_ios"] / (job["read"]["runtime"] / 1e3)),
+    # One job per DataLoader worker, whole files in random order:
+    "dataloader.throughput": (["--rw=read", "--bs=104k", "--openfiles=1", "--file_service_type=random",
+                               f"--numjobs={max(1, auto_workers())}"],
+                              lambda job: job["read"]["total_ios"] / (job["read"]["runtime"] / 1e3)),
+}
+FIO_LATENCY = {  # read from the rand_read job
+    "storage.rand_read_p50": "50.000000",
+    "storage.rand_read_p99": "99.000000",
+}
 
 
 def make_dataset(directory: Path, files: int) -> None:
     for index in range(files):
         (directory / f"sample-{index:05}.jpg").write_bytes(os.urandom(FILE_BYTES))
+
+
+def fio(*args: str) -> dict:
+    done = subprocess.run(["fio", "--name=noise", "--output-format=json", "--group_reporting", "--direct=1",
+                           "--ioengine=psync", "--time_based", f"--runtime={FIO_SECONDS}",
+                           f"--ramp_time={FIO_RAMP}", *args], capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"bench/noise: fio {' '.join(args)} failed: {done.stderr.strip()[-300:]}")
+    return json.loads(done.stdout[done.stdout.index("{"):])["jobs"][0]
+
+
+def fio_run(data: str, scratch: str) -> dict[str, float]:
+    """One run of the fio jobs of the same shape as the bundled checks; metric -> value."""
+    values = {}
+    for metric, (args, figure) in FIO_JOBS.items():
+        job = fio(f"--opendir={data}", *args)
+        values[metric] = figure(job)
+        if metric == "storage.rand_read":
+            for latency, key in FIO_LATENCY.items():
+                values[latency] = job["read"]["clat_ns"]["percentile"][key] / 1e6
+    job = fio(f"--filename={os.path.join(scratch, 'fsync.dat')}", "--rw=write", "--bs=4k", "--fsync=1",
+              "--size=64M", "--file_append=1", "--direct=0", f"--runtime={FIO_SECONDS / 2}")
+    values["storage.fsync_p99"] = job["sync"]["lat_ns"]["percentile"]["99.000000"] / 1e6
+    os.unlink(os.path.join(scratch, "fsync.dat"))
+    return values
+
+
+def cv(series: list[float]) -> float:
+    """stdev / mean; a constant 0 (a flag that never changes) counts as stable."""
+    mean = statistics.fmean(series)
+    stdev = statistics.stdev(series) if len(series) > 1 else 0.0
+    return stdev / mean if mean else (0.0 if stdev == 0 else float("inf"))
 
 
 def main() -> int:
@@ -40,7 +101,9 @@ def main() -> int:
     parser.add_argument("--files", type=int, default=512, help="files in the generated dataset")
     parser.add_argument("--data", help="an existing dataset directory instead of a generated one")
     parser.add_argument("--set", action="append", default=[], dest="overrides", help="as `preflight run --set`")
+    parser.add_argument("--no-fio", action="store_true", help="skip the fio reference runs")
     args = parser.parse_args()
+    with_fio = not args.no_fio and shutil.which("fio") is not None
     with tempfile.TemporaryDirectory(prefix="preflight-noise-", dir=".") as generated:
         data = args.data or generated
         if not args.data:
@@ -50,6 +113,7 @@ def main() -> int:
         print(f"load average before: {os.getloadavg()}; {os.cpu_count()} CPUs; dataset {data}")
         values: dict[str, list[float]] = {}
         methods: dict[str, str] = {}
+        reference: dict[str, list[float]] = {}  # fio's figures, run by run
         for number in range(1, args.runs + 1):
             start = time.monotonic()
             results = runner.run(loaded)
@@ -62,15 +126,23 @@ def main() -> int:
                 elif result.verdict == "error":
                     line.append(f"{result.id}=ERROR {result.message}")
             print(f"run {number:2}: {', '.join(line)} ({time.monotonic() - start:.1f}s)", flush=True)
+            if with_fio:
+                for metric, value in fio_run(data, generated).items():
+                    reference.setdefault(metric, []).append(value)
         print(f"load average after: {os.getloadavg()}")
-        print(f"{'metric':28} {'n':>3} {'mean':>10} {'stdev':>9} {'CV':>7}  verdict (target CV < 10%)")
+        print(f"{'metric':28} {'n':>3} {'mean':>10} {'stdev':>9} {'CV':>7} {'fio CV':>7}  verdict (target CV < 10%)")
         worst = 0.0
         for metric, series in values.items():
-            mean = statistics.fmean(series)
-            stdev = statistics.stdev(series) if len(series) > 1 else 0.0
-            cv = stdev / mean if mean else (0.0 if stdev == 0 else float("inf"))  # a constant 0 is stable
-            worst = max(worst, cv)
-            print(f"{metric:28} {len(series):3} {mean:10.1f} {stdev:9.1f} {cv:7.1%}  {'ok' if cv < 0.10 else 'TOO NOISY'}")
+            worst = max(worst, cv(series))
+            theirs = f"{cv(reference[metric]):7.1%}" if metric in reference else f"{'-':>7}"
+            print(f"{metric:28} {len(series):3} {statistics.fmean(series):10.4g} {statistics.stdev(series) if len(series) > 1 else 0.0:9.3g} "
+                  f"{cv(series):7.1%} {theirs}  {'ok' if cv(series) < 0.10 else 'TOO NOISY'}")
+        if reference:
+            print("fio jobs (each run, right after preflight's, same files, psync, "
+                  f"{FIO_SECONDS}s after a {FIO_RAMP}s ramp):")
+            for metric, (fio_args, _) in FIO_JOBS.items():
+                print(f"  {metric}: fio --opendir=DATA {' '.join(fio_args)}")
+            print("  storage.fsync_p99: fio --rw=write --bs=4k --fsync=1 --file_append=1 (sync p99)")
         for metric, method in methods.items():
             print(f"  {metric}: {method}")
     return 0 if worst < 0.10 else 1
