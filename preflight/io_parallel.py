@@ -14,6 +14,7 @@ work over the longest loop's elapsed time.
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import threading
 import time
@@ -128,3 +129,27 @@ def _combine(tallies: list[Tally]) -> Tally:
         completions.extend(tally.completions)
     return Tally(sum(t.ops for t in tallies), sum(t.nbytes for t in tallies), latencies,
                  max(t.elapsed_s for t in tallies), completions, min(t.started for t in tallies))
+
+
+class Interval(NamedTuple):
+    """The operations of one interval of a continuous run: its rate and its latencies (s)."""
+
+    ops_per_s: float
+    latencies: array
+
+
+def in_intervals(tally: Tally, ramp_s: float, window_s: float) -> list[Interval]:
+    """Cut a continuous run into whole ``window_s`` intervals after the first ``ramp_s`` seconds.
+
+    An operation belongs to the interval in which it completed, as in fio's interval logs
+    (``--log_avg_msec``); operations during the ramp (fio ``--ramp_time``) and in a last
+    partial interval are left out. ``tally`` must carry ``completions`` and ``started``.
+    """
+    count = max(0, int((tally.elapsed_s - ramp_s) / window_s))
+    latencies = [array("d") for _ in range(count)]
+    origin = tally.started + ramp_s
+    for done, latency in zip(tally.completions, tally.latencies):
+        slot = math.floor((done - origin) / window_s)
+        if 0 <= slot < count:
+            latencies[slot].append(latency)
+    return [Interval(len(window) / window_s, window) for window in latencies]

@@ -1,4 +1,5 @@
-"""Loops in processes of threads start together, run to one deadline, and report their work."""
+"""Loops in processes of threads start together, run to one deadline, and report their work; a
+continuous run is cut into intervals after its ramp."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from array import array
 
 import pytest
 
-from preflight.io_parallel import Tally, run_loops
+from preflight.io_parallel import Tally, in_intervals, run_loops
 
 
 def _counting_loop(index):
@@ -44,3 +45,13 @@ def test_a_failing_loop_raises_its_os_error_in_the_caller(tmp_path):
 
     with pytest.raises(FileNotFoundError):
         run_loops(make, processes=2, threads=1, seconds=0.1)
+
+
+def test_a_continuous_run_is_cut_into_whole_windows_after_the_ramp():
+    started = 100.0
+    done = [100.5, 101.2, 101.4, 101.7, 102.1, 102.55]  # completion times
+    latency = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]
+    tally = Tally(len(done), 0, array("d", latency), 2.6, array("d", done), started)
+    windows = in_intervals(tally, ramp_s=1.0, window_s=0.5)
+    assert [list(w.latencies) for w in windows] == [[0.2, 0.3], [0.4], [0.5]]  # the ramp's and the partial window's left out
+    assert [w.ops_per_s for w in windows] == [4.0, 2.0, 2.0]

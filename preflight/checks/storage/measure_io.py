@@ -19,7 +19,7 @@ from preflight.checks.base import Budget
 from preflight.checks.storage import guard, reads, small_files, writes
 from preflight.checks.storage.data import DataFile, write_file, write_small_files
 from preflight.fsinfo import Filesystem
-from preflight.io_parallel import run_loops
+from preflight.io_parallel import in_intervals, run_loops
 from preflight.io_uncached import Bypass, bypass_for, describe
 from preflight.measurement import Measurement, unmeasurable
 from preflight.sampling import sample
@@ -84,7 +84,7 @@ class IO:
         ramp = self.window
         runtime = max(self.budget.duration_s, MIN_WINDOWS * self.window)
         tally = run_loops(reads.random_loop(files, bypass, block, seed=0), processes, threads, ramp + runtime)
-        windows = reads.in_windows(tally, ramp, self.window)
+        windows = in_intervals(tally, ramp, self.window)
         method = (f"{processes} processes x {threads} threads = {processes * threads} in flight, "
                   f"{format_value(to_unit(block, 'KiB'), 'KiB')} random reads, {where}")
         names = (("rand_read", "IOPS"), ("rand_read_p50", "ms"), ("rand_read_p99", "ms"))
@@ -139,20 +139,24 @@ class IO:
         taken = sample(lambda: writes.write_once(name, size, chunk), self.budget.duration_s)
         where = f"in {self.scratch} on {self.fs.describe()}"
         method = f"{format_value(to_unit(size, 'MiB'), 'MiB')} in 1 MiB writes, then fsync, {where}"
-        latencies: list[Sequence[float]] = []
-
-        def fsync_window() -> float:
-            latencies.append(writes.fsync_latencies(name, self.window / 2))
-            return 1 / reads.percentile(latencies[-1], 99)  # sample() wants higher-is-better; same spread
-
-        synced = sample(fsync_window, self.budget.duration_s / 2)
-        fsync_method = f"4 KiB append + fsync, 99th percentile of every fsync after warm-up, {where}"
         results = [Measurement("seq_write", samples=taken.values, unit="MB/s", method=method, stopped=taken.stopped),
-                   _latency_percentile("fsync_p99", 99, latencies[-len(synced.values):], fsync_method,
-                                       synced.stopped)]
+                   self._fsync_p99(name, where)]
         if self.fs.memory_backed:
             results = [self._honest(m, "none") for m in results]
         return results
+
+    def _fsync_p99(self, name: str, where: str) -> Measurement:
+        """fsync p99 over one continuous append+fsync run of half the budget, after a ramp."""
+        window = self.window / 2
+        ramp, runtime = window, max(self.budget.duration_s / 2, MIN_WINDOWS * window)
+        intervals = in_intervals(writes.fsync_run(name, ramp + runtime), ramp, window)
+        latencies = [i.latencies for i in intervals if i.latencies]
+        if not latencies:
+            return unmeasurable("fsync_p99", f"no fsync completed in {runtime:g}s after a {ramp:g}s ramp: the "
+                                "volume is stalled", "ms")
+        method = f"4 KiB append + fsync on one file, 99th percentile of every fsync after a {ramp:g}s ramp, {where}"
+        stopped = f"time-based: {len(intervals)} windows of {window:g}s after a {ramp:g}s ramp"
+        return _latency_percentile("fsync_p99", 99, latencies, method, stopped)
 
     def _split(self, loops: int) -> tuple[int, int]:
         """(processes, threads per process) for ``loops`` concurrent loops."""

@@ -7,7 +7,7 @@ wrapped around until the deadline (``--time_based``).
 ``rand_read``: fio ``--rw=randread --direct=1 --bs=4k --iodepth=D --ramp_time --runtime``:
 D synchronous loops (processes x threads, see ``io_parallel``) each read random aligned
 blocks over all the bytes in one continuous run; every read is timed, and its completion
-time lets ``in_windows`` cut the run into intervals afterwards (fio's interval logs).
+time lets ``io_parallel.in_intervals`` cut the run into intervals afterwards (fio's interval logs).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import os
 import random
 import time
 from array import array
-from typing import Callable, NamedTuple, Sequence
+from typing import Callable, Sequence
 
 from preflight.checks.storage.data import DataFile
 from preflight.io_parallel import Tally
@@ -120,30 +120,6 @@ def random_loop(files: Sequence[DataFile], bypass: Bypass, block: int, seed: int
         return loop
 
     return make
-
-
-class Window(NamedTuple):
-    """The operations of one interval of a continuous run: its rate and its latencies (s)."""
-
-    ops_per_s: float
-    latencies: array
-
-
-def in_windows(tally: Tally, ramp_s: float, window_s: float) -> list[Window]:
-    """Cut a continuous run into whole ``window_s`` intervals after the first ``ramp_s`` seconds.
-
-    An operation belongs to the interval in which it completed, as in fio's interval logs
-    (``--log_avg_msec``); operations during the ramp (fio ``--ramp_time``) and in a last
-    partial interval are left out. ``tally`` must carry ``completions`` and ``started``.
-    """
-    count = max(0, int((tally.elapsed_s - ramp_s) / window_s))
-    latencies = [array("d") for _ in range(count)]
-    origin = tally.started + ramp_s
-    for done, latency in zip(tally.completions, tally.latencies):
-        slot = math.floor((done - origin) / window_s)
-        if 0 <= slot < count:
-            latencies[slot].append(latency)
-    return [Window(len(window) / window_s, window) for window in latencies]
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -13,6 +13,8 @@ import os
 import time
 from array import array
 
+from preflight.io_parallel import Tally
+
 FSYNC_BLOCK = 4096
 
 
@@ -38,19 +40,27 @@ def write_once(name: str, size: int, chunk: bytes) -> float:
     return written / elapsed / 1e6
 
 
-def fsync_latencies(name: str, seconds: float) -> array:
-    """Append 4 KiB and fsync until ``seconds`` pass (at least 8 times); fsync latencies in seconds."""
+def fsync_run(name: str, seconds: float) -> Tally:
+    """Append 4 KiB and fsync to one new file until ``seconds`` pass (at least 8 times), then remove it.
+
+    Every fsync is timed and its completion time kept (``Tally.completions``), so the run can
+    be cut into intervals after a ramp (``io_parallel.in_intervals``): one file and one
+    continuous run, as fio's job, because a fresh file's first fsyncs also commit its creation.
+    """
     block = os.urandom(FSYNC_BLOCK)
-    latencies = array("d")
+    latencies, completions = array("d"), array("d")
     fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    start = now = time.perf_counter()
     try:
-        deadline = time.perf_counter() + seconds
-        while time.perf_counter() < deadline or len(latencies) < 8:
+        deadline = start + seconds
+        while now < deadline or len(latencies) < 8:
             os.write(fd, block)
             before = time.perf_counter()
             os.fsync(fd)
-            latencies.append(time.perf_counter() - before)
+            now = time.perf_counter()
+            latencies.append(now - before)
+            completions.append(now)
     finally:
         os.close(fd)
         os.unlink(name)
-    return latencies
+    return Tally(len(latencies), len(latencies) * FSYNC_BLOCK, latencies, now - start, completions, start)

@@ -1,15 +1,14 @@
-"""Spans cover the bytes once, aligned; the loops read real data; percentiles by nearest rank."""
+"""Spans cover the bytes once, aligned; the loops read real data; percentiles by nearest rank, pooled."""
 
 from __future__ import annotations
 
 import os
-from array import array
 
 import pytest
 
 from preflight.checks.storage import reads
 from preflight.checks.storage.data import DataFile
-from preflight.io_parallel import Tally, run_loops
+from preflight.io_parallel import in_intervals, run_loops
 
 MiB = 1 << 20
 
@@ -63,22 +62,12 @@ def test_pooled_percentile_of_no_latency_is_an_error():
         reads.pooled_percentile([[], []], 99)
 
 
-def test_a_continuous_run_is_cut_into_whole_windows_after_the_ramp():
-    started = 100.0
-    done = [100.5, 101.2, 101.4, 101.7, 102.1, 102.55]  # completion times
-    latency = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]
-    tally = Tally(len(done), 0, array("d", latency), 2.6, array("d", done), started)
-    windows = reads.in_windows(tally, ramp_s=1.0, window_s=0.5)
-    assert [list(w.latencies) for w in windows] == [[0.2, 0.3], [0.4], [0.5]]  # the ramp's and the partial window's left out
-    assert [w.ops_per_s for w in windows] == [4.0, 2.0, 2.0]
-
-
 def test_the_random_loop_records_when_each_read_completed(tmp_path):
     name = tmp_path / "d.bin"
     name.write_bytes(os.urandom(MiB))
     tally = run_loops(reads.random_loop([DataFile(str(name), MiB)], "O_DIRECT", 4096, seed=0), 2, 2, 0.3)
     assert len(tally.completions) == len(tally.latencies) == tally.ops > 0
     assert all(tally.started < c <= tally.started + tally.elapsed_s + 0.05 for c in tally.completions)
-    windows = reads.in_windows(tally, ramp_s=0.1, window_s=0.05)
+    windows = in_intervals(tally, ramp_s=0.1, window_s=0.05)
     assert len(windows) == int((tally.elapsed_s - 0.1) / 0.05) >= 3
     assert all(w.ops_per_s > 0 for w in windows)

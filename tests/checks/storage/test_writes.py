@@ -14,8 +14,10 @@ def test_write_once_writes_then_removes_the_file(tmp_path):
     assert not os.path.exists(name)
 
 
-def test_fsync_latencies_take_at_least_eight_real_fsyncs(tmp_path):
+def test_an_fsync_run_takes_at_least_eight_real_fsyncs_and_removes_its_file(tmp_path):
     name = str(tmp_path / "f.dat")
-    latencies = writes.fsync_latencies(name, 0.0)
-    assert len(latencies) == 8 and all(0 < x < 5 for x in latencies)
+    run = writes.fsync_run(name, 0.0)
+    assert run.ops == len(run.latencies) == len(run.completions) == 8
+    assert run.nbytes == 8 * 4096 and all(0 < x < 5 for x in run.latencies)
+    assert all(run.started < done <= run.started + run.elapsed_s for done in run.completions)
     assert not os.path.exists(name)
