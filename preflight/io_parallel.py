@@ -19,7 +19,7 @@ import multiprocessing
 import threading
 import time
 from array import array
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Sequence
 
 
 class Tally(NamedTuple):
@@ -35,7 +35,7 @@ class Tally(NamedTuple):
     nbytes: int
     latencies: array  # array("d") of seconds; empty when the loop does not time single operations
     elapsed_s: float
-    completions: array = array("d")  # parallel to latencies, or empty
+    completions: Sequence[float] = ()  # parallel to latencies, or empty
     started: float = 0.0
 
 

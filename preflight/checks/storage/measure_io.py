@@ -4,22 +4,23 @@ Throughputs use ``sampling.sample``: one warm-up window, then windows until the 
 low or the ``duration`` budget is spent (torch.utils.benchmark's adaptive loop; fio's
 ``ramp_time`` is the same warm-up). A window is fio's ``--time_based`` run of
 ``window`` seconds; its rate is one sample, and the median is what thresholds compare.
-``rand_read`` and its latency percentiles come from one continuous run instead, cut into
-windows afterwards (see ``IO.rand_read``). A latency percentile is taken over every
-operation after the warm-up, pooled, as fio reports clat percentiles.
+``rand_read`` (with its latency percentiles) and ``fsync_p99`` come from one continuous
+run each instead, cut into windows afterwards (``ContinuousRun``, see ``IO.rand_read``). A
+latency percentile is taken over every operation after the warm-up, pooled, as fio reports
+clat percentiles.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 from preflight.checks.base import Budget
 from preflight.checks.storage import guard, reads, small_files, writes
 from preflight.checks.storage.data import DataFile, write_file, write_small_files
 from preflight.fsinfo import Filesystem
-from preflight.io_parallel import in_intervals, run_loops
+from preflight.io_parallel import Interval, Tally, in_intervals, run_loops
 from preflight.io_uncached import Bypass, bypass_for, describe
 from preflight.measurement import Measurement, unmeasurable
 from preflight.sampling import sample
@@ -82,20 +83,19 @@ class IO:
         """
         block, depth = int(self.options["rand_block"]), int(self.options["rand_depth"])
         processes, threads = self._split(depth)
-        ramp = self.window
-        runtime = max(self.budget.duration_s, MIN_WINDOWS * self.window)
-        tally = run_loops(reads.random_loop(files, bypass, block, seed=0), processes, threads, ramp + runtime)
-        windows = in_intervals(tally, ramp, self.window)
+        run = ContinuousRun(self.window, self.budget.duration_s)
+        intervals = run.intervals(run_loops(reads.random_loop(files, bypass, block, seed=0), processes, threads,
+                                            run.seconds))
+        latencies = [i.latencies for i in intervals if i.latencies]
+        if not latencies:
+            reason = f"no read completed in {run}: the volume is stalled"
+            return [unmeasurable(name, reason, unit) for name, unit in
+                    (("rand_read", "IOPS"), ("rand_read_p50", "ms"), ("rand_read_p99", "ms"))]
         method = (f"{processes} processes x {threads} threads = {processes * threads} in flight, "
                   f"{format_value(to_unit(block, 'KiB'), 'KiB')} random reads, {where}")
-        names = (("rand_read", "IOPS"), ("rand_read_p50", "ms"), ("rand_read_p99", "ms"))
-        if not any(w.latencies for w in windows):
-            reason = f"no read completed in {runtime:g}s after a {ramp:g}s ramp: the volume is stalled"
-            return [unmeasurable(name, reason, unit) for name, unit in names]
-        stopped = f"time-based: {len(windows)} windows of {self.window:g}s after a {ramp:g}s ramp"
-        latencies = [w.latencies for w in windows if w.latencies]
+        stopped = f"time-based: {len(intervals)} windows in {run}"
         return [self._honest(m, bypass) for m in (
-            Measurement("rand_read", samples=tuple(w.ops_per_s for w in windows), unit="IOPS", method=method,
+            Measurement("rand_read", samples=tuple(i.ops_per_s for i in intervals), unit="IOPS", method=method,
                         stopped=stopped),
             _latency_percentile("rand_read_p50", 50, latencies, method, stopped),
             _latency_percentile("rand_read_p99", 99, latencies, method, stopped))]
@@ -148,16 +148,13 @@ class IO:
 
     def _fsync_p99(self, name: str, where: str) -> Measurement:
         """fsync p99 over one continuous append+fsync run of half the budget, after a ramp."""
-        window = self.window / 2
-        ramp, runtime = window, max(self.budget.duration_s / 2, MIN_WINDOWS * window)
-        intervals = in_intervals(writes.fsync_run(name, ramp + runtime), ramp, window)
+        run = ContinuousRun(self.window / 2, self.budget.duration_s / 2)
+        intervals = run.intervals(writes.fsync_run(name, run.seconds))
         latencies = [i.latencies for i in intervals if i.latencies]
         if not latencies:
-            return unmeasurable("fsync_p99", f"no fsync completed in {runtime:g}s after a {ramp:g}s ramp: the "
-                                "volume is stalled", "ms")
-        method = f"4 KiB append + fsync on one file, 99th percentile of every fsync after a {ramp:g}s ramp, {where}"
-        stopped = f"time-based: {len(intervals)} windows of {window:g}s after a {ramp:g}s ramp"
-        return _latency_percentile("fsync_p99", 99, latencies, method, stopped)
+            return unmeasurable("fsync_p99", f"no fsync completed in {run}: the volume is stalled", "ms")
+        method = f"4 KiB append + fsync on one file, 99th percentile of every fsync after the ramp, {where}"
+        return _latency_percentile("fsync_p99", 99, latencies, method, f"time-based: {len(intervals)} windows in {run}")
 
     def _split(self, loops: int) -> tuple[int, int]:
         """(processes, threads per process) for ``loops`` concurrent loops."""
@@ -179,6 +176,29 @@ class IO:
         if bypass == "fadvise":
             return _replace(m, "O_DIRECT refused; page cache dropped with fadvise before reading", "", cache=False)
         return m
+
+
+class ContinuousRun(NamedTuple):
+    """A time-based run cut into windows afterwards: a warm-up window, then ``budget_s``
+    (at least MIN_WINDOWS windows), as fio's ``--ramp_time`` and ``--runtime``."""
+
+    window_s: float
+    budget_s: float
+
+    @property
+    def runtime_s(self) -> float:
+        return max(self.budget_s, MIN_WINDOWS * self.window_s)
+
+    @property
+    def seconds(self) -> float:
+        """How long the loops run: the ramp and the runtime."""
+        return self.window_s + self.runtime_s
+
+    def intervals(self, tally: Tally) -> list[Interval]:
+        return in_intervals(tally, self.window_s, self.window_s)
+
+    def __str__(self) -> str:
+        return f"{self.runtime_s:g}s of {self.window_s:g}s windows after a {self.window_s:g}s ramp"
 
 
 def _latency_percentile(metric: str, q: float, windows: Sequence[Sequence[float]], method: str,
