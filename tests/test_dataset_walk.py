@@ -1,9 +1,14 @@
+import json
+import os
+import socket
+import subprocess
 import sys
 
 import pytest
 
-from preflight.dataset_walk import DataFile, dataset_files
-from tests.helpers import in_mount_namespace
+from preflight.dataset_walk import DataFile, Walk, dataset_files, too_few
+from tests import datasets
+from tests.helpers import REPO, in_mount_namespace
 
 
 @pytest.fixture
@@ -19,14 +24,18 @@ def tree(tmp_path):
     return tmp_path
 
 
-def test_walks_regular_non_empty_files_in_sorted_order_skipping_hidden_and_links(tree):
-    found = list(dataset_files(str(tree)))
-    # top-down: a directory's files before its subdirectories, as os.walk and find
-    assert found == [DataFile(str(tree / "train" / "img0.jpg"), 20), DataFile(str(tree / "train" / "a" / "img1.jpg"), 10)]
+def test_walks_regular_non_empty_files_in_sorted_order_skipping_hidden_and_following_links(tree):
+    walk = Walk(str(tree))
+    found = [(f.name, f.size) for f in walk]
+    # top-down: a directory's files before its subdirectories, as os.walk and find; the link is
+    # followed as open() follows it, and the file it names is one sample, not two
+    assert found == [(str(tree / "link.jpg"), 20), (str(tree / "train" / "a" / "img1.jpg"), 10)]
+    assert walk.skipped == {"empty": 1, "duplicate": 1}
+    assert walk.summary() == "1 empty file, 1 second link to a file already counted"
 
 
 def test_a_file_path_is_its_own_dataset_and_a_missing_path_is_empty(tree):
-    assert list(dataset_files(str(tree / "train" / "img0.jpg"))) == [DataFile(str(tree / "train" / "img0.jpg"), 20)]
+    assert [f[:2] for f in dataset_files(str(tree / "train" / "img0.jpg"))] == [(str(tree / "train" / "img0.jpg"), 20)]
     assert list(dataset_files(str(tree / "nope"))) == []
 
 
@@ -41,4 +50,65 @@ def test_stays_on_the_filesystem_of_path(tree):
     result = in_mount_namespace(script)
     assert result.returncode == 0, result.stderr
     assert "other.jpg" not in result.stdout
-    assert "img0.jpg" in result.stdout
+    assert "img1.jpg" in result.stdout
+
+
+def test_a_hugging_face_cache_of_symlinks_is_300_samples_and_its_loop_is_not_followed(tmp_path):
+    snapshot = datasets.hf_cache(tmp_path / "hub", files=300, size=1000)
+    walk = Walk(str(snapshot))
+    files = list(walk)
+    assert len(files) == 300 and all(f.size == 1000 for f in files)
+    assert files[0].name == str(snapshot / "train" / "img_0000.jpg")  # the path the job opens
+    # loop -> ../.. reaches snapshots/, then <rev> again: the loop is seen once and not followed
+    assert walk.skipped == {"loop": 1}
+
+
+def test_special_files_dangling_links_and_loops_are_counted_not_followed(tmp_path):
+    (tmp_path / "ok.bin").write_bytes(b"x" * 100)
+    os.mkfifo(tmp_path / "fifo")
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(tmp_path / "sock"))
+    (tmp_path / "dangling.jpg").symlink_to(tmp_path / "missing")
+    (tmp_path / "self").symlink_to(tmp_path / "self")  # ELOOP
+    walk = Walk(str(tmp_path))
+    assert [os.path.basename(f.name) for f in walk] == ["ok.bin"]
+    server.close()
+    assert walk.skipped == {"special": 2, "dangling": 1, "loop": 1}
+
+
+def test_a_file_listed_then_gone_is_counted_as_vanished(tmp_path, monkeypatch):
+    """The window between readdir and stat, where another process deletes a file, made deterministic."""
+    (tmp_path / "kept.bin").write_bytes(b"x")
+    real = os.listdir
+    monkeypatch.setattr(os, "listdir", lambda d: real(d) + ["deleted-meanwhile.bin"])
+    walk = Walk(str(tmp_path))
+    assert len(list(walk)) == 1 and walk.skipped == {"vanished": 1}
+
+
+def test_the_walk_is_bounded_by_entries_looked_at(tmp_path):
+    for i in range(50):
+        (tmp_path / f"{i:02d}").write_bytes(b"")  # empty: skipped, but each one is looked at
+    walk = Walk(str(tmp_path), max_entries=20)
+    assert list(walk) == [] and walk.looked_at == 20 and walk.truncated
+    assert walk.summary() == "20 empty files, walk stopped after 20 entries"
+
+
+def test_unreadable_files_and_directories_are_counted_for_a_user_without_access(tmp_path):
+    """Issue 11 case 7: 60 of 140 files mode 600 owned by another uid and a folder mode 700, walked by a
+    process without the capability to override file permissions."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to chown the fixture to another uid")
+    root = datasets.mixed_permissions(tmp_path / "data", files=140, unreadable=60, size=100)
+    code = ("import json, sys; from preflight.dataset_walk import Walk; w = Walk(sys.argv[1]); "
+            "n = len(list(w)); print(json.dumps([n, dict(w.skipped), w.unreadable(), w.summary()]))")
+    done = subprocess.run([*datasets.WITHOUT_DAC, sys.executable, "-c", code, str(root)], capture_output=True,
+                          text=True, env={"PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    count, skipped, unreadable, summary = json.loads(done.stdout)
+    assert count == 80 and skipped == {"unreadable": 60, "unreadable_dir": 1} and unreadable == 61
+    assert summary == "60 unreadable files, 1 unreadable directory"
+
+
+def test_too_few_files_are_not_a_dataset():
+    assert "holds 3 data files (0.3 MB), under the 100 files and 8 MiB" in too_few([DataFile("a", 100_000)] * 3, "x")
+    assert too_few([DataFile("a", 110_000)] * 100, "x") == ""

@@ -1,0 +1,143 @@
+"""Real dataset shapes, built for real at small scale, so every check is tried against them.
+
+Each builder writes the shape under a directory it is given and returns the path a user
+would point preflight at. Bytes are random (incompressible), files are synced, so reads
+of them reach the disk as a real dataset's would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import multiprocessing
+import os
+import tarfile
+import time
+from pathlib import Path
+from typing import Iterator
+
+MiB = 1 << 20
+NOBODY = 65534  # uid and gid of `nobody` on Debian and most images
+
+
+def imagenet(root: Path, classes: int = 10, per_class: int = 100, size: int = 110_000) -> Path:
+    """ImageNet's train/ shape: ``classes`` folders (``n01440764``...) of ``per_class`` JPEG-named files."""
+    for c in range(classes):
+        folder = root / f"n{1440764 + c:08d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            (folder / f"n{1440764 + c:08d}_{i}.JPEG").write_bytes(os.urandom(size + (i % 7) * 512))
+    os.sync()
+    return root
+
+
+def hf_cache(root: Path, files: int = 300, size: int = 110_000) -> Path:
+    """A Hugging Face hub cache: ``snapshots/<rev>/train/img_N.jpg -> ../../../blobs/<sha256>``, and a
+    directory loop ``snapshots/<rev>/loop -> ../..``. Returns the snapshot directory."""
+    blobs, snapshot = root / "blobs", root / "snapshots" / ("0" * 40)
+    blobs.mkdir(parents=True)
+    (snapshot / "train").mkdir(parents=True)
+    for i in range(files):
+        data = os.urandom(size)
+        digest = hashlib.sha256(data).hexdigest()
+        (blobs / digest).write_bytes(data)
+        (snapshot / "train" / f"img_{i:04d}.jpg").symlink_to(f"../../../blobs/{digest}")
+    (snapshot / "loop").symlink_to("../..")
+    os.sync()
+    return snapshot
+
+
+def sparse_file(path: Path, size: int = 400 * MiB, every: int = 2) -> Path:
+    """An LMDB-like preallocated file: ``size`` bytes made with truncate, one MiB in ``every`` written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as handle:
+        handle.truncate(size)
+        for mib in range(0, size // MiB, every):
+            handle.seek(mib * MiB)
+            handle.write(os.urandom(MiB))
+        handle.flush()
+        os.fsync(handle.fileno())
+    return path
+
+
+def tar_shards(root: Path, shards: int = 10, per_shard: int = 100, size: int = 110_000) -> Path:
+    """WebDataset-convention shards: ``shard-000000.tar`` ... holding ``KEY.jpg`` and ``KEY.cls`` per sample."""
+    root.mkdir(parents=True, exist_ok=True)
+    for s in range(shards):
+        with tarfile.open(root / f"shard-{s:06d}.tar", "w") as tar:
+            for i in range(per_shard):
+                key = f"{s:06d}{i:04d}"
+                for extension, data in (("jpg", os.urandom(size)), ("cls", str(i % 10).encode())):
+                    info = tarfile.TarInfo(f"{key}.{extension}")
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+    os.sync()
+    return root
+
+
+def mixed_permissions(root: Path, files: int = 140, unreadable: int = 60, size: int = 110_000) -> Path:
+    """``files`` files, ``unreadable`` of them mode 600 owned by ``nobody``, and a folder mode 700 owned by
+    ``nobody`` holding more: for any other user without CAP_DAC_OVERRIDE (``WITHOUT_DAC``), those are what
+    the job cannot read."""
+    (root / "train").mkdir(parents=True)
+    for i in range(files):
+        name = root / "train" / f"{i:04d}.jpg"
+        name.write_bytes(os.urandom(size))
+        name.chmod(0o600 if i < unreadable else 0o644)
+        if i < unreadable:
+            os.chown(name, NOBODY, NOBODY)
+    private = root / "private"
+    private.mkdir()
+    (private / "secret.jpg").write_bytes(os.urandom(size))
+    private.chmod(0o700)
+    os.chown(private, NOBODY, NOBODY)
+    root.chmod(0o755)
+    (root / "train").chmod(0o755)
+    os.sync()
+    return root
+
+
+# A command prefix that runs a program as root without the capabilities that bypass file
+# permissions (capabilities(7)): it reads what any user other than a file's owner may read.
+WITHOUT_DAC = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search"]
+
+
+def _churn(directory: str, stop_after: float) -> None:
+    deadline = time.monotonic() + stop_after
+    index = 0
+    while time.monotonic() < deadline:
+        name = os.path.join(directory, f"churn-{index % 50:03d}.bin")
+        with open(name, "wb") as handle:
+            handle.write(os.urandom(110_000))
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(directory, f"churn-{(index + 25) % 50:03d}.bin"))
+        index += 1
+
+
+@contextlib.contextmanager
+def churning(directory: Path, seconds: float = 120) -> Iterator[None]:
+    """Another process creating and deleting files in ``directory`` (at most ``seconds``) while the block runs."""
+    directory.mkdir(parents=True, exist_ok=True)
+    process = multiprocessing.get_context("fork").Process(target=_churn, args=(str(directory), seconds), daemon=True)
+    process.start()
+    time.sleep(0.3)  # files exist and vanish before the walk starts
+    try:
+        yield
+    finally:
+        process.kill()
+        process.join()
+
+
+def tiny_full_volume_script(mount: Path, size_mb: int = 400, files: int = 200, free_mb: int = 40) -> str:
+    """Shell commands (for ``tests.helpers.in_mount_namespace``) that mount a real ``size_mb`` ext4 volume at
+    ``mount`` (loop device), write ``files`` files of 110 kB under ``mount/data``, and fill it with
+    fallocate until about ``free_mb`` MB are free."""
+    image = f"{mount}.img"
+    return (
+        f"set -e; PATH=/usr/sbin:/sbin:$PATH; truncate -s {size_mb}M {image}; mkfs.ext4 -q -F -m 0 {image}; mkdir -p {mount}; "
+        f"mount -o loop {image} {mount}; mkdir {mount}/data; "
+        f"for i in $(seq 1 {files}); do head -c 110000 /dev/urandom > {mount}/data/$i.jpg; done; "
+        f"avail=$(df -B1 --output=avail {mount} | tail -1); "
+        f"fallocate -l $((avail - {free_mb} * 1000000)) {mount}/filler; sync; "
+    )
