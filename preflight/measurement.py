@@ -71,6 +71,8 @@ class Measurement:
             lets such a value pass silently.
         hint: a fix that follows from what this check measured (it replaces the metric's
             static hint when the threshold is missed).
+        note: what a reader of the table must know about where the value came from, shown
+            under its row: "on scratch data: ./ holds 3 files", "60 unreadable files".
     """
 
     metric: str
@@ -86,6 +88,7 @@ class Measurement:
     runs: tuple[float, ...] = ()
     cache_bound: bool = False
     hint: str = ""
+    note: str = ""
     stats: Stats | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
@@ -153,7 +156,7 @@ def combine(repeats: Sequence[Measurement]) -> Measurement:
     return Measurement(
         first.metric, statistics.median(values), first.unit, first.device,
         samples=tuple(s for m in repeats for s in m.samples), method=first.method,
-        reason=next((m.reason for m in repeats if m.reason), ""),
+        reason=next((m.reason for m in repeats if m.reason), ""), note=last.note,
         stopped=f"median of {len(values)} runs", warnings=warnings, runs=values,
     )
 

@@ -70,6 +70,7 @@ class Result:
     warnings: tuple[str, ...] = field(default=())
     runs: tuple[float, ...] = ()  # with `repeats`: each run's value (the median of these is `value`)
     attempts: tuple[Attempt, ...] = ()  # with `retries`: the earlier measurements that missed narrowly
+    note: str = ""  # where the value came from, when a reader must know ("on scratch data: ...")
 
     @property
     def id(self) -> str:
@@ -189,7 +190,7 @@ def _judge_one(instance: Instance, metric: Metric, threshold: Threshold, m: Meas
         instance=instance.name, check=instance.check, metric=metric.name, device=m.device, unit=metric.unit,
         threshold=_bounds(threshold),
         samples=m.samples, duration_s=duration_s, method=m.method, where=threshold.where, warnings=m.warnings,
-        required=required, runs=m.runs,
+        required=required, runs=m.runs, note=m.note,
     )
     if not m.measured and not m.applicable:
         return Result(verdict="skip", message=f"not applicable: {m.reason}", **common)
@@ -206,6 +207,8 @@ def _judge_one(instance: Instance, metric: Metric, threshold: Threshold, m: Meas
     message = f"measured {measured}, required {required}"
     if m.reason:
         message += f" ({m.reason})"
+    if m.note:
+        message += f"; {m.note}"
     hint = "" if ok else (m.hint or _hint(metric, instance, measured, required))
     if ok and m.cache_bound:
         verdict = "warn"
@@ -233,9 +236,10 @@ def _hint(metric: Metric, instance: Instance, measured: str, required: str) -> s
 
 def _info(instance: Instance, m: Measurement, duration_s: float) -> Result:
     text = format_value(m.value, "" if m.unit in ("version", "text") else m.unit)
-    return Result(instance.name, instance.check, m.metric, "info", f"measured {text} (no threshold)",
+    message = f"measured {text} (no threshold)" + (f"; {m.note}" if m.note else "")
+    return Result(instance.name, instance.check, m.metric, "info", message,
                   device=m.device, value=m.value, unit=m.unit, samples=m.samples, duration_s=duration_s,
-                  method=m.method, warnings=m.warnings, runs=m.runs)
+                  method=m.method, warnings=m.warnings, runs=m.runs, note=m.note)
 
 
 def _errors(instance: Instance, outcome: Outcome, thresholds: Mapping[str, Threshold]) -> list[Result]:

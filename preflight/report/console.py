@@ -33,6 +33,8 @@ def render(report: RunReport, colour: bool = False) -> str:
     lines = [f"preflight on {where} · {report.config_path}"]
     for result in report.results:
         lines.append(_row(result, paint))
+        if result.note:
+            lines.append(f"    {result.note}")
     misses = [r for r in report.results if r.verdict in ("fail", "error", "warn")]
     if misses:
         lines += ["", "what to fix:"]

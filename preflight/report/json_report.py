@@ -2,7 +2,7 @@
 
 Shape: ``{"schema": 1, "host", "started", "duration_s", "exit_code", "config",
 "facts": {...}, "results": [{"id", "check", "instance", "metric", "device", "value",
-"unit", "verdict", "threshold", "message", "hint", "samples", "runs", "attempts",
+"unit", "verdict", "threshold", "message", "hint", "note", "samples", "runs", "attempts",
 "method", "warnings", "where", "duration_s"}]}``. ``samples`` holds every sample of the
 judged measurement (of every run with ``repeats``), ``runs`` each run's value, and
 ``attempts`` the earlier measurements a ``retries`` re-measurement replaced, each with
@@ -42,6 +42,7 @@ def to_dict(report: RunReport) -> dict[str, Any]:
                 "threshold": dict(r.threshold) if r.threshold else None,
                 "message": r.message,
                 "hint": r.hint,
+                "note": r.note,
                 "samples": list(r.samples),
                 "runs": list(r.runs),
                 "attempts": [{"value": a.value, "verdict": a.verdict, "samples": list(a.samples)}
