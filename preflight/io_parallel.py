@@ -37,6 +37,7 @@ class Tally(NamedTuple):
     elapsed_s: float
     completions: Sequence[float] = ()  # parallel to latencies, or empty
     started: float = 0.0
+    lost: int = 0  # files skipped because they vanished or turned unreadable since they were chosen
 
 
 # make_loop(index) runs in the process that will execute the loop (after fork): it opens
@@ -128,7 +129,8 @@ def _combine(tallies: list[Tally]) -> Tally:
         latencies.extend(tally.latencies)
         completions.extend(tally.completions)
     return Tally(sum(t.ops for t in tallies), sum(t.nbytes for t in tallies), latencies,
-                 max(t.elapsed_s for t in tallies), completions, min(t.started for t in tallies))
+                 max(t.elapsed_s for t in tallies), completions, min(t.started for t in tallies),
+                 sum(t.lost for t in tallies))
 
 
 class Interval(NamedTuple):

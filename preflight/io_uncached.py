@@ -13,7 +13,7 @@ from __future__ import annotations
 import errno
 import mmap
 import os
-from typing import Literal
+from typing import Literal, Sequence
 
 Bypass = Literal["O_DIRECT", "fadvise", "none"]
 ALIGNMENT = 4096
@@ -24,14 +24,25 @@ def aligned_buffer(size: int) -> mmap.mmap:
     return mmap.mmap(-1, max(ALIGNMENT, -(-size // ALIGNMENT) * ALIGNMENT))
 
 
-def bypass_for(name: str, memory_backed: bool) -> Bypass:
-    """How reads of ``name`` can avoid the page cache here.
+def bypass_for(names: str | Sequence[str], memory_backed: bool) -> Bypass:
+    """How reads of ``names`` (one file, or files on one filesystem) can avoid the page cache here.
 
-    Probes one aligned O_DIRECT read (EINVAL means the filesystem refuses it: tmpfs, some
-    FUSE and overlay setups). Raises OSError for any other failure to open or read.
+    Probes one aligned O_DIRECT read of the first file that still exists (EINVAL means the
+    filesystem refuses it: tmpfs, some FUSE and overlay setups). Raises OSError for any other
+    failure to open or read, or when every file has vanished.
     """
     if memory_backed:
         return "none"
+    candidates = [names] if isinstance(names, str) else list(names)
+    for name in candidates[:-1]:
+        try:
+            return _probe(name)
+        except FileNotFoundError:
+            continue  # vanished since it was chosen: try the next
+    return _probe(candidates[-1])
+
+
+def _probe(name: str) -> Bypass:
     try:
         fd = os.open(name, os.O_RDONLY | os.O_DIRECT)
     except OSError as error:

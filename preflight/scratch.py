@@ -1,9 +1,12 @@
-"""Scratch directories that are removed on success, failure, timeout and signals.
+"""Scratch directories that are removed on success, failure, timeout and signals, and the data written in them.
 
 A check creates scratch space only through ``scratch_dir``, and never inside the dataset
 path it measures (``protect``; ``parent_outside`` finds a place next to it). Before using it, the path
 is announced to ``on_create`` (the worker forwards it to the runner), so that when a
 check is killed at its timeout the runner still removes what it left behind.
+
+Scratch data never fills a volume: ``room_for`` refuses a write that would leave less than
+``RESERVE_BYTES`` free, so a nearly full dataset volume is reported, not made full.
 """
 
 from __future__ import annotations
@@ -14,7 +17,10 @@ import shutil
 import tempfile
 from typing import Callable, Iterator
 
+from preflight.dataset_walk import DataFile
+
 PREFIX = ".preflight-scratch-"
+RESERVE_BYTES = 64 << 20  # left free on a volume whatever scratch data wants
 on_create: Callable[[str], None] = lambda path: None  # noqa: E731  (replaced by the worker)
 
 
@@ -73,3 +79,83 @@ def parent_outside(path: str) -> str | None:
             return candidate
         path, candidate = candidate, os.path.dirname(candidate)
     return None
+
+
+def choose_parent(path: str, chosen: str, option: str) -> tuple[str | None, str]:
+    """Where scratch for ``path`` goes: ``chosen`` (the check's ``scratch_dir``), else ``parent_outside(path)``.
+
+    Returns the directory, or None and the one-line reason with the fix (``option`` names
+    the config key to set, ``storage.scratch_dir``).
+    """
+    if chosen:
+        if not os.path.isdir(chosen) or not os.access(chosen, os.W_OK):
+            return None, f"scratch_dir {chosen} is not a writable directory: create it or set {option}"
+        return chosen, ""
+    above = parent_outside(path)
+    if above is None:
+        return None, (f"{path} is its own filesystem's top, or nothing above it is writable, and preflight never "
+                      f"writes inside it: set {option} to a writable directory on that filesystem, outside {path}")
+    return above, ""
+
+
+def room_for(directory: str, nbytes: int) -> str:
+    """"" when ``directory``'s filesystem can take ``nbytes`` and keep ``RESERVE_BYTES`` free, else why not.
+
+    Free space is statvfs ``f_bavail`` (what an unprivileged writer may use).
+    """
+    try:
+        info = os.statvfs(directory)
+    except OSError as error:
+        return f"cannot stat {directory} for free space ({error.strerror})"
+    free = info.f_bavail * info.f_frsize
+    if free - RESERVE_BYTES >= nbytes:
+        return ""
+    return (f"no space for scratch: {free / 2**20:.0f} MiB free in {directory}, {nbytes / 2**20:.0f} MiB needed "
+            f"and {RESERVE_BYTES >> 20} MiB kept free")
+
+
+def write_fsynced(fd: int, size: int, chunk: bytes) -> int:
+    """Write ``size`` bytes to the open ``fd`` in ``len(chunk)`` pieces, then fsync; returns bytes written."""
+    written = 0
+    while written < size:
+        written += os.write(fd, chunk[: min(len(chunk), size - written)])
+    os.fsync(fd)
+    return written
+
+
+def write_file(name: str, size: int, chunk: bytes) -> DataFile:
+    """Write ``size`` incompressible bytes, fsync them, and drop them from the page cache.
+
+    Raises:
+        OSError: the write failed (ENOSPC when another writer filled the volume meanwhile).
+    """
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        write_fsynced(fd, size, chunk)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    return DataFile(name, size)
+
+
+def write_small_files(directory: str, count: int, size: int) -> list[DataFile]:
+    """``count`` files of ``size`` bytes in 100 class folders (ImageNet's shape), synced and uncached.
+
+    Raises:
+        OSError: a write failed.
+    """
+    chunk = os.urandom(size)
+    files = []
+    for index in range(count):
+        folder = os.path.join(directory, "small", f"{index % 100:03d}")
+        os.makedirs(folder, exist_ok=True)
+        name = os.path.join(folder, f"{index:06d}.bin")
+        with open(name, "wb") as handle:
+            handle.write(chunk[index % 64:] + chunk[: index % 64])  # distinct bytes per file
+        files.append(DataFile(name, size))
+    os.sync()  # DONTNEED drops clean pages only
+    for found in files:
+        fd = os.open(found.name, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+    return files
