@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from preflight.checks import storage  # noqa: E402
 from preflight.checks.base import Budget  # noqa: E402
-from preflight.checks.storage.data import write_file, write_small_files  # noqa: E402
+from preflight.scratch import write_file, write_small_files  # noqa: E402
 from preflight.checks.storage.measure_io import IO  # noqa: E402
 from preflight.config import coerce_option  # noqa: E402
 from preflight.fsinfo import filesystem_of  # noqa: E402

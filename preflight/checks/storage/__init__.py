@@ -1,7 +1,9 @@
 """Storage I/O on the dataset path, measured as fio measures it, from the device and not the cache.
 
 Filesystem facts come first (``facts``): the type, device and mount options are named in
-every result, because tmpfs, overlay, FUSE and NFS each change what a number means. Then,
+every result, because tmpfs, overlay, FUSE and NFS each change what a number means; they
+never depend on a read or write succeeding. The walk of ``path`` (``data``) reports what a
+job would trip over (unreadable files, links to nowhere, files vanishing). Then,
 each time-bounded with a warm-up window and repeated windows (median compared, spread
 reported; ``sampling.sample``): sequential and random reads (``reads``), open+read+close of
 many small files (``small_files``), and checkpoint writes with fsync (``writes``).
@@ -10,7 +12,10 @@ Page-cache honesty: reads use O_DIRECT with aligned buffers, else drop the file'
 with posix_fadvise before reading (``io_uncached``); on a memory-backed filesystem, or when
 a rate reaches page-cache speed or exceeds the network link (``guard``), the value is
 marked cache-bound and ``verdict`` will not let it pass silently. ``path`` is never written:
-scratch data goes to ``scratch_dir`` on the same filesystem and is removed afterwards.
+scratch data goes to ``scratch_dir`` on the same filesystem and is removed afterwards, and a
+figure measured on scratch data says so in its row (``Measurement.note``). Each group of
+metrics fails on its own: an error while reading (a full volume, a vanished file, a low
+open-file limit) makes that group unmeasurable with the reason, never the whole check.
 """
 
 from __future__ import annotations
@@ -18,15 +23,16 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from preflight.checks.base import Budget, Metric, Option
 from preflight.checks.storage import measure_io
-from preflight.checks.storage.data import scratch_parent, survey
-from preflight.checks.storage.facts import facts
+from preflight.checks.storage.data import Found, survey
+from preflight.checks.storage.facts import facts, os_error_reason
+from preflight.dataset_walk import UNREADABLE
 from preflight.fsinfo import filesystem_of
 from preflight.measurement import Measurement, unmeasurable
-from preflight.scratch import parent_outside, scratch_dir
+from preflight.scratch import choose_parent, scratch_dir
 from preflight.units import Dimension
 
 NAME = "storage"
@@ -53,7 +59,8 @@ OPTIONS = (
     Option("file_readers", "int", 8, "small_files parallel readers, like DataLoader workers", minimum=1),
     Option("write_size", Dimension.SIZE, "128 MiB", "bytes per seq_write sample, written then fsynced",
            minimum=1 << 20),
-    Option("max_files", "int", 10000, "files under path to look at when choosing data", minimum=1),
+    Option("max_files", "int", 10000, "data files under path to look at (the walk stops there, and after "
+           "4x as many entries), so walk time and memory stay bounded", minimum=1),
 )
 
 SHARDS_HINT = ("small files read at {small:.0f} MB/s against {seq:.0f} MB/s sequential: pack them into shards "
@@ -66,11 +73,18 @@ METRICS = (
     Metric("read_only", "", True, "1 when path's mount is read-only, else 0; `{min: 1}` requires it "
            "(mount options in /proc/self/mountinfo)"),
     Metric("open_files_limit", "", True, "soft RLIMIT_NOFILE of this process (getrlimit(2))"),
+    Metric("unreadable_files", "", False, "files and directories under path this process cannot read "
+           "(access(2) R_OK, or listing refused): the job would stop on PermissionError; `{max: 0}` gates on it",
+           hint="make {path} readable by the job's user (chmod/chown, fsGroup in the pod's securityContext)"),
+    Metric("skipped_files", "", False, "entries under path that are not samples: unreadable, vanished while "
+           "walked, special files, dangling links, directory loops, other filesystems, empty files, second "
+           "links to one file (find -L -xdev -type f -size +0 -readable); the row says which"),
     Metric("seq_read", "MB/s", True, "sequential read throughput, 1 MB = 10^6 B; `readers` threads of "
-           "`block_size` O_DIRECT reads over contiguous spans (fio --rw=read --direct=1 --bs=1M --numjobs)",
+           "`block_size` O_DIRECT reads over contiguous spans (fio --rw=read --direct=1 --bs=1M --numjobs) of "
+           "path's files of 8 MiB or more (data extents only); else a scratch file beside path, as the row says",
            hint="{path} reads at {measured}: use a faster volume class or a local NVMe cache"),
     Metric("rand_read", "IOPS", True, "random read operations per second of `rand_block` at `rand_depth` "
-           "in flight (fio --rw=randread --direct=1 --bs=4k --iodepth)",
+           "in flight (fio --rw=randread --direct=1 --bs=4k --iodepth), over seq_read's bytes",
            hint="{path} serves {measured}: random access (shuffled small samples) needs a low-latency volume"),
     Metric("rand_read_p50", "ms", False, "median latency of one rand_read request (fio clat 50th percentile)"),
     Metric("rand_read_p99", "ms", False, "99th-percentile latency of one rand_read request (fio clat 99th "
@@ -100,18 +114,41 @@ def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
     fs = filesystem_of(path)
     results = facts(fs, path)
     found = survey(path, int(options["data_size"]), int(options["small_file_size"]), int(options["max_files"]))
-    parent, no_scratch = scratch_parent(path, options["scratch_dir"], parent_outside(path))
+    results += _walk_metrics(found, path)
+    parent, no_scratch = choose_parent(path, options["scratch_dir"], "storage.scratch_dir")
     with _scratch(parent, path) as (scratch, scratch_error):
-        why_not = no_scratch or scratch_error
-        io = measure_io.IO(options, budget, fs, scratch, why_not)
-        results += io.reads(found.large)
-        results += io.small(found.small)
-        results += io.writes()
+        io = measure_io.IO(options, budget, fs, scratch, no_scratch or scratch_error)
+        results += _isolated(lambda: io.reads(found), measure_io.READ_METRICS, path)
+        results += _isolated(lambda: io.small(found), (("small_files", "files/s"), ("small_files_bandwidth", "MB/s")),
+                             path)
+        results += _isolated(io.writes, (("seq_write", "MB/s"), ("fsync_p99", "ms")), path)
     caveat = fs.caveat()
     if caveat and fs.kind != "memory":
         results = [_with_hint(m, f"{path} is on {fs.fstype} ({caveat}): mount the dataset volume itself")
                    for m in results]
     return _shards_hint(results)
+
+
+def _walk_metrics(found: Found, path: str) -> list[Measurement]:
+    """``unreadable_files`` and ``skipped_files`` from the walk that chose the data."""
+    walk = found.walk
+    method = f"walk of {path}: {walk.looked_at} entries looked at, {len(found.files)} data files"
+    unreadable = walk.unreadable()
+    return [
+        Measurement("unreadable_files", float(unreadable), "", method=method,
+                    note=f"{walk.summary(UNREADABLE)}: the job stops at the first with PermissionError" if unreadable else ""),
+        Measurement("skipped_files", float(sum(walk.skipped.values())), "", method=method, note=walk.summary()),
+    ]
+
+
+def _isolated(measure_group: Callable[[], list[Measurement]], metrics: Sequence[tuple[str, str]],
+              path: str) -> list[Measurement]:
+    """Run one group of metrics; an OSError makes just that group unmeasurable, with its reason and fix."""
+    try:
+        return measure_group()
+    except OSError as error:
+        reason = os_error_reason(error, path)
+        return [unmeasurable(name, reason, unit) for name, unit in metrics]
 
 
 @contextlib.contextmanager

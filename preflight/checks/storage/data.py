@@ -1,79 +1,72 @@
-"""Where the storage check's bytes come from: files already under ``path``, else scratch files.
+"""Which bytes the storage check reads: the dataset's own files where they suit the metric, else scratch.
 
 ``path`` is only ever read: files are opened read-only and nothing is created under it
-(its directory mtimes stay as they were). Scratch data goes to a directory on the same
-filesystem, outside ``path``: ``scratch_dir`` when given (the config refuses one inside
-``path``), else the nearest writable directory above ``path`` on its filesystem.
+(its directory mtimes stay as they were). The walk (``dataset_walk.Walk``) is bounded by
+``max_files``, follows symbolic links as the job's ``open()`` does, and counts what it
+passes over (unreadable, vanished, special files ...).
+
+- ``seq_read`` and ``rand_read`` measure the device on *large* files (``LARGE_FILE`` or
+  more), largest first up to ``data_size``: sequential throughput is what a device streams,
+  and 1 MiB requests into 110 kB files measure open() as much as the device. A dataset of
+  small files gets a scratch file beside it instead, and the table says so (``Source.note``).
+- Holes are not read: a sparse file (LMDB's ``data.mdb``, preallocated shards) contributes
+  only its data extents (SEEK_DATA/SEEK_HOLE), since reading a hole never reaches the device.
 """
 
 from __future__ import annotations
 
 import itertools
-import os
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
-from preflight.checks.storage.writes import write_fsynced
-from preflight.dataset_walk import DataFile, dataset_files
+from preflight.dataset_walk import DataFile, Walk, data_extents
+from preflight.io_uncached import ALIGNMENT
+
+LARGE_FILE = 8 << 20
+WALK_FACTOR = 4  # entries looked at per wanted file: unreadable or skipped entries cannot make the walk unbounded
+
+Segment = tuple[str, int, int]  # a file, and the [start, end) byte range of it that is read
 
 
 class Found(NamedTuple):
-    large: list[DataFile]  # the largest files, until the wanted bytes
-    small: list[DataFile]  # files no larger than the small-file size
+    large: list[DataFile]  # files of LARGE_FILE or more, largest first, until the wanted bytes
+    small: list[DataFile]  # files no larger than the small-file size, in walk order
+    files: list[DataFile]  # every data file the walk found
+    walk: Walk  # what the walk skipped, and whether it was cut short
 
 
 def survey(path: str, wanted_bytes: int, small_size: int, max_files: int) -> Found:
-    """Files under ``path`` as ``dataset_walk`` finds them (at most ``max_files`` looked at)."""
-    seen = list(itertools.islice(dataset_files(path), max_files))
+    """Files under ``path`` as ``dataset_walk.Walk`` finds them (at most ``max_files`` of them)."""
+    walk = Walk(path, max_entries=max_files * WALK_FACTOR)
+    seen = list(itertools.islice(walk, max_files))
     small = [f for f in seen if f.size <= small_size]
     large, total = [], 0
-    for found in sorted(seen, key=lambda f: -f.size):
+    for found in sorted((f for f in seen if f.size >= LARGE_FILE), key=lambda f: -f.size):
         if total >= wanted_bytes:
             break
         large.append(found)
         total += found.size
-    return Found(large, small)
+    return Found(large, small, seen, walk)
 
 
-def scratch_parent(path: str, chosen: str, above: str | None) -> tuple[str | None, str]:
-    """Where scratch goes: ``chosen`` (``scratch_dir``) or ``above`` (``scratch.parent_outside(path)``).
+def segments(files: Sequence[DataFile], wanted_bytes: int) -> list[Segment]:
+    """The data extents of ``files`` in order, page-aligned, until ``wanted_bytes`` of data.
 
-    Returns the directory, or None and the one-line reason with the fix.
+    A file that may be sparse (fewer blocks allocated than its size) is asked for its data
+    extents; every other file is one segment. Raises OSError when a file cannot be opened.
     """
-    if chosen:
-        if not os.path.isdir(chosen) or not os.access(chosen, os.W_OK):
-            return None, f"scratch_dir {chosen} is not a writable directory: create it or set storage.scratch_dir"
-        return chosen, ""
-    if above is None:
-        return None, (f"{path} is its own filesystem's top, where preflight will not write: set storage.scratch_dir "
-                      f"to a writable directory on that filesystem, outside {path}")
-    return above, ""
+    found: list[Segment] = []
+    total = 0
+    for f in files:
+        for offset, length in data_extents(f.name, f.size) if f.maybe_sparse else [(0, f.size)]:
+            start = -(-offset // ALIGNMENT) * ALIGNMENT
+            end = min(offset + length, start + max(0, wanted_bytes - total)) // ALIGNMENT * ALIGNMENT
+            if end > start:
+                found.append((f.name, start, end))
+                total += end - start
+        if total >= wanted_bytes:
+            break
+    return found
 
 
-def write_file(name: str, size: int, chunk: bytes) -> DataFile:
-    """Write ``size`` incompressible bytes, fsync them, and drop them from the page cache."""
-    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        write_fsynced(fd, size, chunk)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-    return DataFile(name, size)
-
-
-def write_small_files(directory: str, count: int, size: int) -> list[DataFile]:
-    """``count`` files of ``size`` bytes in 100 subdirectories (as ImageNet's class folders)."""
-    chunk = os.urandom(size)
-    files = []
-    for index in range(count):
-        folder = os.path.join(directory, "small", f"{index % 100:03d}")
-        os.makedirs(folder, exist_ok=True)
-        name = os.path.join(folder, f"{index:06d}.bin")
-        with open(name, "wb") as handle:
-            handle.write(chunk[index % 64:] + chunk[: index % 64])  # distinct bytes per file
-        files.append(DataFile(name, size))
-    os.sync()  # DONTNEED drops clean pages only
-    for found in files:
-        fd = os.open(found.name, os.O_RDONLY)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        os.close(fd)
-    return files
+def data_bytes(parts: Sequence[Segment]) -> int:
+    return sum(end - start for _, start, end in parts)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import resource
 
 from preflight.fsinfo import Filesystem
@@ -27,3 +28,21 @@ def facts(fs: Filesystem, path: str) -> list[Measurement]:
         Measurement("open_files_limit", float(soft if soft != resource.RLIM_INFINITY else 2**31), "",
                     method=f"getrlimit(RLIMIT_NOFILE): soft {soft}, hard {hard}", hint=NOFILE_HINT),
     ]
+
+
+def os_error_reason(error: OSError, path: str) -> str:
+    """One line for a read or write that failed on the node: what failed, and the fix for the usual causes."""
+    what = f"{error.strerror or error}" + (f": {error.filename}" if error.filename else "")
+    fixes = {
+        errno.ENOSPC: "the volume filled up during the run: free space or set storage.scratch_dir elsewhere",
+        errno.EDQUOT: "the disk quota is spent: free space or set storage.scratch_dir elsewhere",
+        errno.EMFILE: NOFILE_HINT,
+        errno.ENFILE: "the system-wide open-file table is full (fs.file-max): close files or raise it",
+        errno.EACCES: f"make {path} readable (and scratch_dir writable) for the job's user",
+        errno.EPERM: f"make {path} readable (and scratch_dir writable) for the job's user",
+        errno.ENOENT: "a file vanished during the run: measure a dataset no other process is rewriting",
+        errno.EROFS: "the volume is read-only: set storage.scratch_dir to a writable directory on it",
+        errno.EIO: "I/O error: the device or network is failing (dmesg); drain the node",
+    }
+    fix = fixes.get(error.errno or 0, "")
+    return f"{what}; {fix}" if fix else what

@@ -1,9 +1,13 @@
 """Plausibility guard: a read rate the medium cannot deliver is the page cache talking.
 
 Two ceilings, both measured or read on this node rather than assumed:
-- the page cache itself: the same bytes read buffered and already cached, with the same
-  number of readers; an "uncached" rate at 80% of that or above means the bypass failed
-  (fio's documentation warns of the same for buffered runs: "invalidate");
+- the page cache itself: the same loop (``reads.sequential_loop``) over the same files,
+  with the same readers and block size, after those bytes were read once so that they are
+  cached; an "uncached" rate at 80% of that or above means the bypass failed (fio's
+  documentation warns of the same for buffered runs: "invalidate"). The probe runs for
+  ``PROBE_SECONDS`` over up to ``PROBE_BYTES`` spread over the same spans, so thread start-up
+  and file opens weigh in it as little as in the measurement it judges: a probe too short to
+  mean anything would accuse a sound figure;
 - for network filesystems, the fastest network link (``/sys/class/net/*/speed``, Mb/s):
   an NFS read faster than the wire came from the client cache.
 """
@@ -11,49 +15,61 @@ Two ceilings, both measured or read on this node rather than assumed:
 from __future__ import annotations
 
 import os
-import threading
-import time
 from pathlib import Path
-from typing import Sequence
 
-from preflight.checks.storage.data import DataFile
+from preflight.checks.storage import reads
+from preflight.checks.storage.data import Segment
+from preflight.io_parallel import run_loops
+from preflight.io_uncached import drop_cached
 
 CACHE_SHARE = 0.8
-PROBE_BYTES = 64 << 20
+PROBE_BYTES = 16 << 20
+PROBE_SECONDS = 0.3
 
 
-def page_cache_rate(files: Sequence[DataFile], readers: int, block: int) -> float:
-    """MB/s of buffered reads of up to 64 MiB that are in the page cache, ``readers`` threads."""
-    name = max(files, key=lambda f: f.size).name
-    size = min(PROBE_BYTES, max(f.size for f in files))
+def page_cache_rate(runs: list[list[Segment]], block: int) -> float:
+    """MB/s (10^6 B/s) of the seq_read loop over the first ``PROBE_BYTES`` of ``runs``, cached.
 
-    def read_all() -> int:
-        total = 0
-        with open(name, "rb", buffering=0) as handle:
-            buffer = bytearray(block)
-            while total < size and (got := handle.readinto(buffer)):
-                total += got
-        return total
-
-    read_all()  # now cached
-    counts = [0] * readers
-
-    def reader(slot: int) -> None:
-        counts[slot] = read_all()
-
-    threads = [threading.Thread(target=reader, args=(i,)) for i in range(readers)]
-    start = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    rate = sum(counts) / (time.perf_counter() - start) / 1e6
-    fd = os.open(name, os.O_RDONLY)
+    ``runs`` are seq_read's spans, one per reader. The probed bytes are read once buffered,
+    timed for ``PROBE_SECONDS`` with one thread per run, and dropped from the cache again.
+    """
+    share = max(block, PROBE_BYTES // max(1, len(runs)) // block * block)
+    probed = [_first_bytes(run, share) for run in runs]
+    for run in probed:
+        _cache(run, drop=False)
     try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        tally = run_loops(reads.sequential_loop(probed, "none", block), 1, len(probed), PROBE_SECONDS)
     finally:
-        os.close(fd)
-    return rate
+        for run in probed:
+            _cache(run, drop=True)
+    return tally.nbytes / tally.elapsed_s / 1e6
+
+
+def _first_bytes(run: list[Segment], nbytes: int) -> list[Segment]:
+    out, total = [], 0
+    for name, low, high in run:
+        if total >= nbytes:
+            break
+        end = min(high, low + nbytes - total)
+        out.append((name, low, end))
+        total += end - low
+    return out
+
+
+def _cache(run: list[Segment], drop: bool) -> None:
+    for name, low, high in run:
+        try:
+            fd = os.open(name, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            if drop:
+                drop_cached(fd, low, high - low)
+            else:
+                os.posix_fadvise(fd, low, high - low, os.POSIX_FADV_WILLNEED)
+                os.pread(fd, high - low, low)
+        finally:
+            os.close(fd)
 
 
 def link_rate(net: Path = Path("/sys/class/net")) -> float | None:

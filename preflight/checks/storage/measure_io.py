@@ -14,22 +14,34 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import resource
 from typing import Any, Mapping, NamedTuple, Sequence
 
 from preflight.checks.base import Budget
 from preflight.checks.storage import guard, reads, small_files, writes
-from preflight.checks.storage.data import DataFile, write_file, write_small_files
+from preflight.checks.storage.data import LARGE_FILE, Found, Segment, data_bytes, segments
+from preflight.dataset_walk import DataFile, data_extents, too_few
 from preflight.fsinfo import Filesystem
 from preflight.io_parallel import Interval, Tally, in_intervals, run_loops
 from preflight.io_uncached import Bypass, bypass_for, describe
 from preflight.measurement import Measurement, unmeasurable
 from preflight.sampling import sample
+from preflight.scratch import room_for, write_file, write_small_files
 from preflight.units import format_value, to_unit
 
 MIN_READ_BYTES = 16 << 20  # less data than this cannot keep readers busy for a window
-MIN_SMALL_FILES = 100
 MAX_AUTO_PROCESSES = 4
+MAX_RANDOM_FILES = 128  # rand_read keeps one descriptor per file in each process
 MIN_WINDOWS = 3  # as sampling.sample's min_samples
+READ_METRICS = (("seq_read", "MB/s"), ("rand_read", "IOPS"), ("rand_read_p50", "ms"), ("rand_read_p99", "ms"))
+
+
+class ReadSet(NamedTuple):
+    """The bytes seq_read and rand_read read, in words for the method, and the note for the table."""
+
+    parts: list[Segment]
+    where: str  # "3 existing files of 8 MiB or more (400 MiB)"
+    note: str  # "" when they are the dataset's own large files
 
 
 class IO:
@@ -39,40 +51,58 @@ class IO:
                  why_no_scratch: str) -> None:
         self.options, self.budget, self.fs = options, budget, fs
         self.scratch, self.why_no_scratch = scratch, why_no_scratch
+        self.path = options["path"]
         self.window = min(1.0, max(0.25, budget.duration_s / 6))
         self.cache_note = ""  # set when seq_read proves the cache was not bypassed
 
-    def reads(self, existing: Sequence[DataFile]) -> list[Measurement]:
+    def reads(self, found: Found) -> list[Measurement]:
         """``seq_read``, then ``rand_read`` with its latency percentiles, over the same bytes."""
-        names = ("seq_read", "rand_read", "rand_read_p50", "rand_read_p99")
-        units = ("MB/s", "IOPS", "ms", "ms")
-        wanted = int(self.options["data_size"])
-        files, source = list(existing), f"{len(existing)} existing files"
-        if sum(f.size for f in files) < min(wanted, MIN_READ_BYTES):
-            if self.scratch is None:
-                reason = f"{self.options['path']} holds under {MIN_READ_BYTES >> 20} MiB to read, and {self.why_no_scratch}"
-                return [unmeasurable(n, reason, u) for n, u in zip(names, units)]
-            files = [write_file(os.path.join(self.scratch, "seq_read.dat"), wanted, os.urandom(1 << 20))]
-            source = "a scratch file"
-        bypass = bypass_for(files[0].name, self.fs.memory_backed)
-        size = format_value(to_unit(sum(f.size for f in files), "MiB"), "MiB")
-        where = f"{source} ({size}) on {self.fs.describe()}; {describe(bypass)}"
-        return [self.seq_read(files, bypass, where), *self.rand_read(files, bypass, where)]
+        chosen = self._read_set(found)
+        if isinstance(chosen, str):
+            return [unmeasurable(n, chosen, u) for n, u in READ_METRICS]
+        bypass = bypass_for([name for name, _, _ in chosen.parts[:100]], self.fs.memory_backed)
+        where = f"{chosen.where} on {self.fs.describe()}; {describe(bypass)}"
+        results = [self.seq_read(chosen.parts, bypass, where), *self.rand_read(chosen.parts, bypass, where)]
+        return [_noted(m, chosen.note) for m in results]
 
-    def seq_read(self, files: list[DataFile], bypass: Bypass, where: str) -> Measurement:
+    def _read_set(self, found: Found) -> ReadSet | str:
+        """The dataset's large files; else a scratch file beside it; else its small files, labelled; else why not."""
+        wanted = int(self.options["data_size"])
+        large = segments(found.large, wanted)
+        if data_bytes(large) >= min(wanted, MIN_READ_BYTES):
+            return ReadSet(large, f"{len(found.large)} existing files of {_mib(LARGE_FILE)} or more "
+                           f"({_mib(data_bytes(large))} of data)", _sparse_note(found.large))
+        what = _holdings(self.path, found.files)
+        no_room = self.why_no_scratch or room_for(self.scratch or "", wanted)
+        if not no_room:
+            scratch = write_file(os.path.join(self.scratch, "seq_read.dat"), wanted, os.urandom(1 << 20))  # type: ignore[arg-type]
+            return ReadSet(segments([scratch], wanted), f"a scratch file ({_mib(wanted)})",
+                           f"on a scratch file beside the dataset: {what}, none of {_mib(LARGE_FILE)} or more")
+        fallback = segments(found.files, wanted)
+        if data_bytes(fallback) < MIN_READ_BYTES:
+            return f"{what}, under {_mib(MIN_READ_BYTES)} to read, and {no_room}"
+        count = len({name for name, _, _ in fallback})
+        return ReadSet(fallback, f"{count} existing files read whole ({_mib(data_bytes(fallback))})",
+                       f"over {count} small files read whole (no file of {_mib(LARGE_FILE)} or more, and "
+                       f"{no_room}): not a device streaming figure")
+
+    def seq_read(self, parts: list[Segment], bypass: Bypass, where: str) -> Measurement:
         block, readers = int(self.options["block_size"]), int(self.options["readers"])
-        runs = reads.spans(files, readers, block)
+        runs = reads.spans(parts, readers, block)
+        lost: list[int] = []
 
         def window() -> float:
             tally = run_loops(reads.sequential_loop(runs, bypass, block), 1, readers, self.window)
+            lost.append(tally.lost)
             return tally.nbytes / tally.elapsed_s / 1e6
 
         taken = sample(window, self.budget.duration_s)
         method = f"{readers} readers x {format_value(to_unit(block, 'KiB'), 'KiB')} blocks, {where}"
-        m = Measurement("seq_read", samples=taken.values, unit="MB/s", method=method, stopped=taken.stopped)
-        return self._honest(m, bypass, guard.page_cache_rate(files, readers, block))
+        m = Measurement("seq_read", samples=taken.values, unit="MB/s", method=method, stopped=taken.stopped,
+                        note=_lost_note(max(lost, default=0)))
+        return self._honest(m, bypass, guard.page_cache_rate(runs, block))
 
-    def rand_read(self, files: list[DataFile], bypass: Bypass, where: str) -> list[Measurement]:
+    def rand_read(self, parts: list[Segment], bypass: Bypass, where: str) -> list[Measurement]:
         """IOPS per window and pooled latency percentiles of one continuous run.
 
         Unlike the other metrics, not one forked run per window: a tail percentile must not
@@ -80,70 +110,88 @@ class IO:
         loops starting at once). In a probe on a 2-CPU VM, forked runs gave p99 a run-to-run
         CV of 21-35% with 0.33 s windows and 7-12% with 1 s windows; one continuous run on one
         file gave 9%, as fio psync with 32 jobs did (median p99 0.65 against 0.64 ms).
+        At most ``MAX_RANDOM_FILES`` files (and a quarter of the open-file limit) take part:
+        each process holds one descriptor per file.
         """
         block, depth = int(self.options["rand_block"]), int(self.options["rand_depth"])
         processes, threads = self._split(depth)
+        parts = _within_descriptors(parts, min(MAX_RANDOM_FILES, _open_files_limit() // 4))
         run = ContinuousRun(self.window, self.budget.duration_s)
-        intervals = run.intervals(run_loops(reads.random_loop(files, bypass, block, seed=0), processes, threads,
-                                            run.seconds))
+        tally = run_loops(reads.random_loop(parts, bypass, block, seed=0), processes, threads, run.seconds)
+        intervals = run.intervals(tally)
         latencies = [i.latencies for i in intervals if i.latencies]
         if not latencies:
             reason = f"no read completed in {run}: the volume is stalled"
-            return [unmeasurable(name, reason, unit) for name, unit in
-                    (("rand_read", "IOPS"), ("rand_read_p50", "ms"), ("rand_read_p99", "ms"))]
+            if tally.lost:
+                reason = f"every file to read vanished or turned unreadable ({tally.lost})"
+            return [unmeasurable(name, reason, unit) for name, unit in READ_METRICS[1:]]
         method = (f"{processes} processes x {threads} threads = {processes * threads} in flight, "
                   f"{format_value(to_unit(block, 'KiB'), 'KiB')} random reads, {where}")
         stopped = f"time-based: {len(intervals)} windows in {run}"
-        return [self._honest(m, bypass) for m in (
+        note = _lost_note(tally.lost)
+        return [self._honest(dataclasses.replace(m, note=note), bypass) for m in (
             Measurement("rand_read", samples=tuple(i.ops_per_s for i in intervals), unit="IOPS", method=method,
                         stopped=stopped),
             _latency_percentile("rand_read_p50", 50, latencies, method, stopped),
             _latency_percentile("rand_read_p99", 99, latencies, method, stopped))]
 
-    def small(self, existing: Sequence[DataFile]) -> list[Measurement]:
+    def small(self, found: Found) -> list[Measurement]:
         """``small_files`` (files/s) and ``small_files_bandwidth`` (MB/s), cold cache per file."""
         count = int(self.options["small_file_count"])
-        files, source = list(existing[:count]), f"{min(len(existing), count)} existing small files"
-        if len(files) < MIN_SMALL_FILES:
-            if self.scratch is None:
-                reason = f"{self.options['path']} has under {MIN_SMALL_FILES} small files, and {self.why_no_scratch}"
+        files, source, note = found.small[:count], f"{min(len(found.small), count)} existing small files", ""
+        too_little = too_few(found.small, f"{self.path} (files up to {_mib(int(self.options['small_file_size']))})")
+        if too_little:
+            size = int(self.options["small_file_size"]) * 7 // 8
+            no_room = self.why_no_scratch or room_for(self.scratch or "", count * (size + 4096))
+            if no_room:
+                reason = f"{too_little}, and {no_room}"
                 return [unmeasurable("small_files", reason, "files/s"),
                         unmeasurable("small_files_bandwidth", reason, "MB/s")]
-            size = int(self.options["small_file_size"]) * 7 // 8
-            files = write_small_files(self.scratch, count, size)
+            files = write_small_files(self.scratch, count, size)  # type: ignore[arg-type]
             source = f"{count} scratch files of {format_value(to_unit(size, 'KiB'), 'KiB')}"
-        bypass = bypass_for(files[0].name, self.fs.memory_backed)
+            note = f"on {source} beside the dataset: {too_little}"
+        bypass = bypass_for([f.name for f in files[:100]], self.fs.memory_backed)
         processes, threads = self._split(int(self.options["file_readers"]))
         rates: list[float] = []
+        lost: list[int] = []
 
         def window() -> float:
             tally = run_loops(small_files.file_loop(files, processes * threads, bypass), processes, threads,
                               self.window)
             rates.append(tally.nbytes / tally.elapsed_s / 1e6)
+            lost.append(tally.lost)
             return tally.ops / tally.elapsed_s
 
         taken = sample(window, self.budget.duration_s)
+        note = "; ".join(n for n in (note, _lost_note(max(lost, default=0))) if n)
         method = (f"{processes} processes x {threads} threads, open+read+close of {source} on "
                   f"{self.fs.describe()}; {describe(bypass)}")
         return [self._honest(Measurement("small_files", samples=taken.values, unit="files/s", method=method,
-                                         stopped=taken.stopped), bypass),
+                                         stopped=taken.stopped, note=note), bypass),
                 self._honest(Measurement("small_files_bandwidth", samples=tuple(rates[-len(taken.values):]),
-                                         unit="MB/s", method=method, stopped=taken.stopped), bypass)]
+                                         unit="MB/s", method=method, stopped=taken.stopped, note=note), bypass)]
 
     def writes(self) -> list[Measurement]:
         """``seq_write`` (MB/s, with the final fsync) and ``fsync_p99`` (ms) in the scratch directory."""
-        if self.scratch is None:
-            reason = f"nowhere to write scratch files: {self.why_no_scratch}"
-            return [unmeasurable("seq_write", reason, "MB/s"), unmeasurable("fsync_p99", reason, "ms")]
-        size, chunk = int(self.options["write_size"]), os.urandom(1 << 20)
-        name = os.path.join(self.scratch, "write.dat")
-        taken = sample(lambda: writes.write_once(name, size, chunk), self.budget.duration_s)
-        where = f"in {self.scratch} on {self.fs.describe()}"
-        method = f"{format_value(to_unit(size, 'MiB'), 'MiB')} in 1 MiB writes, then fsync, {where}"
-        results = [Measurement("seq_write", samples=taken.values, unit="MB/s", method=method, stopped=taken.stopped),
-                   self._fsync_p99(name, where)]
+        size, where = int(self.options["write_size"]), f"in {self.scratch} on {self.fs.describe()}"
+        no_room = self.why_no_scratch or room_for(self.scratch or "", size)
+        if no_room:
+            seq_write = unmeasurable("seq_write", f"nowhere to write scratch files: {no_room}", "MB/s")
+        else:
+            name = os.path.join(self.scratch, "write.dat")  # type: ignore[arg-type]
+            chunk = os.urandom(1 << 20)
+            taken = sample(lambda: writes.write_once(name, size, chunk), self.budget.duration_s)
+            method = f"{format_value(to_unit(size, 'MiB'), 'MiB')} in 1 MiB writes, then fsync, {where}"
+            seq_write = Measurement("seq_write", samples=taken.values, unit="MB/s", method=method,
+                                    stopped=taken.stopped)
+        no_room = self.why_no_scratch or room_for(self.scratch or "", writes.FSYNC_FILE_BYTES)
+        if no_room:
+            fsync = unmeasurable("fsync_p99", f"nowhere to write scratch files: {no_room}", "ms")
+        else:
+            fsync = self._fsync_p99(os.path.join(self.scratch, "fsync.dat"), where)  # type: ignore[arg-type]
+        results = [seq_write, fsync]
         if self.fs.memory_backed:
-            results = [self._honest(m, "none") for m in results]
+            results = [self._honest(m, "none") if m.measured else m for m in results]
         return results
 
     def _fsync_p99(self, name: str, where: str) -> Measurement:
@@ -213,3 +261,43 @@ def _latency_percentile(metric: str, q: float, windows: Sequence[Sequence[float]
 def _replace(m: Measurement, reason: str, warning: str, cache: bool = True) -> Measurement:
     warnings = (*m.warnings, warning) if warning else m.warnings
     return dataclasses.replace(m, reason=reason, warnings=warnings, cache_bound=cache or m.cache_bound)
+
+
+def _noted(m: Measurement, note: str) -> Measurement:
+    if not note or not m.measured:
+        return m
+    return dataclasses.replace(m, note="; ".join(n for n in (note, m.note) if n))
+
+
+def _lost_note(lost: int) -> str:
+    return f"{lost} file(s) vanished or turned unreadable during the run and were skipped" if lost else ""
+
+
+def _mib(nbytes: int) -> str:
+    return format_value(to_unit(nbytes, "MiB"), "MiB")
+
+
+def _holdings(path: str, files: Sequence[DataFile]) -> str:
+    return f"{path} holds {len(files)} data files ({_mib(sum(f.size for f in files))})"
+
+
+def _sparse_note(files: Sequence[DataFile]) -> str:
+    """What the table must say when some of ``files`` have holes (their data extents alone were read)."""
+    holes = [f.size - sum(length for _, length in data_extents(f.name, f.size)) for f in files if f.maybe_sparse]
+    holes = [h for h in holes if h > 0]
+    if not holes:
+        return ""
+    return (f"{len(holes)} sparse file(s): {_mib(sum(holes))} of holes skipped, only data extents read "
+            f"(a hole never reaches the device)")
+
+
+def _within_descriptors(parts: list[Segment], files: int) -> list[Segment]:
+    """The segments of the first ``files`` distinct files."""
+    names = list(dict.fromkeys(name for name, _, _ in parts))[: max(1, files)]
+    keep = set(names)
+    return [part for part in parts if part[0] in keep]
+
+
+def _open_files_limit() -> int:
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return soft if soft != resource.RLIM_INFINITY else 1 << 20

@@ -1,98 +1,147 @@
-"""Sequential and random read loops over data files, uncached, as fio runs them.
+"""Sequential and random read loops over data segments, uncached, as fio runs them.
 
 ``seq_read``: fio ``--rw=read --direct=1 --bs=1M --numjobs=R --offset_increment``: the
 bytes are split into R contiguous spans, one reader thread each, read block by block and
-wrapped around until the deadline (``--time_based``).
+wrapped around until the deadline (``--time_based``). A reader opens one file at a time,
+so descriptors do not grow with the number of files.
 
 ``rand_read``: fio ``--rw=randread --direct=1 --bs=4k --iodepth=D --ramp_time --runtime``:
 D synchronous loops (processes x threads, see ``io_parallel``) each read random aligned
 blocks over all the bytes in one continuous run; every read is timed, and its completion
 time lets ``io_parallel.in_intervals`` cut the run into intervals afterwards (fio's interval logs).
+The threads of one process share one descriptor per file (``pread`` carries its own offset).
+
+A file that vanished or turned unreadable since the walk is skipped and counted in
+``Tally.lost``, as find(1) reports and goes on; it never ends the run.
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import os
 import random
+import threading
 import time
 from array import array
 from typing import Callable, Sequence
 
-from preflight.checks.storage.data import DataFile
+from preflight.checks.storage.data import Segment
 from preflight.io_parallel import Tally
-from preflight.io_uncached import ALIGNMENT, Bypass, aligned_buffer, drop_cached, open_uncached
+from preflight.io_uncached import Bypass, aligned_buffer, drop_cached, open_uncached
 
-Span = tuple[str, int, int]  # file, start offset, end offset
+LOST = (FileNotFoundError, PermissionError)  # the file vanished or its mode changed after the walk
 
 
-def spans(files: Sequence[DataFile], readers: int, block: int) -> list[list[Span]]:
-    """Split the files' bytes into ``readers`` contiguous runs of whole blocks."""
-    total = sum(_usable(f) for f in files) // block * block
+def spans(parts: Sequence[Segment], readers: int, block: int) -> list[list[Segment]]:
+    """Split the segments' bytes into ``readers`` contiguous runs of whole blocks."""
+    total = sum(end - start for _, start, end in parts) // block * block
     share = max(block, total // readers // block * block)
-    runs: list[list[Span]] = []
+    runs: list[list[Segment]] = []
     start = 0
     for r in range(readers):
         end = total if r == readers - 1 else min(total, start + share)
-        runs.append(_locate(files, start, end) if end > start else _locate(files, 0, min(total, share)))
+        runs.append(_locate(parts, start, end) if end > start else _locate(parts, 0, min(total, share)))
         start = end
     return runs
 
 
-def _locate(files: Sequence[DataFile], start: int, end: int) -> list[Span]:
-    found: list[Span] = []
+def _locate(parts: Sequence[Segment], start: int, end: int) -> list[Segment]:
+    found: list[Segment] = []
     base = 0
-    for f in files:
-        low, high = max(start, base), min(end, base + _usable(f))
-        if low < high:
-            found.append((f.name, low - base, high - base))
-        base += _usable(f)
+    for name, low, high in parts:
+        first, last = max(start, base), min(end, base + high - low)
+        if first < last:
+            found.append((name, low + first - base, low + last - base))
+        base += high - low
     return found
 
 
-def _usable(f: DataFile) -> int:
-    # Whole aligned pages only, so that every O_DIRECT offset stays aligned.
-    return f.size // ALIGNMENT * ALIGNMENT
-
-
-def sequential_loop(runs: list[list[Span]], bypass: Bypass, block: int) -> Callable[[int], Callable[[float], Tally]]:
+def sequential_loop(runs: list[list[Segment]], bypass: Bypass, block: int) -> Callable[[int], Callable[[float], Tally]]:
     """A loop factory for ``io_parallel.run_loops``: reader i reads ``runs[i]`` over and over."""
 
     def make(index: int) -> Callable[[float], Tally]:
-        run = runs[index]
-        fds = [open_uncached(name, bypass) for name, _, _ in run]
+        run = list(runs[index])
         buffer = aligned_buffer(block)
 
         def loop(deadline: float) -> Tally:
             start = time.perf_counter()
-            ops = nbytes = 0
-            try:
-                while True:
-                    for fd, (_, low, high) in zip(fds, run):
+            ops = nbytes = lost = 0
+            while run:
+                for item in list(run):
+                    name, low, high = item
+                    try:
+                        fd = open_uncached(name, bypass)
+                    except LOST:
+                        run.remove(item)
+                        lost += 1
+                        continue
+                    try:
                         if bypass == "fadvise":
                             drop_cached(fd, low, high - low)
                         for offset in range(low, high, block):
                             nbytes += os.preadv(fd, [buffer], offset)
                             ops += 1
                             if time.perf_counter() >= deadline:
-                                return Tally(ops, nbytes, array("d"), time.perf_counter() - start)
-            finally:
-                for fd in fds:
-                    os.close(fd)
+                                return Tally(ops, nbytes, array("d"), time.perf_counter() - start, lost=lost)
+                    finally:
+                        os.close(fd)
+            return Tally(ops, nbytes, array("d"), time.perf_counter() - start, lost=lost)
 
         return loop
 
     return make
 
 
-def random_loop(files: Sequence[DataFile], bypass: Bypass, block: int, seed: int) -> Callable[[int], Callable[[float], Tally]]:
-    """A loop factory: each loop reads uniformly random ``block``-aligned blocks of all files."""
-    blocks = [f.size // block for f in files]
-    ends = [sum(blocks[: i + 1]) for i in range(len(blocks))]
+class SharedFiles:
+    """Descriptors opened once per process and shared by its loop threads, closed by the last one out.
+
+    ``acquire`` in a loop factory (after fork, before the start signal) returns one
+    descriptor per name, None where the file is gone; ``release`` when the loop ends.
+    """
+
+    def __init__(self, names: Sequence[str], bypass: Bypass) -> None:
+        self.names, self.bypass = list(names), bypass
+        self.lock = threading.Lock()
+        self.owner, self.users = -1, 0
+        self.fds: list[int | None] = []
+
+    def acquire(self) -> list[int | None]:
+        with self.lock:
+            if self.owner != os.getpid():  # a forked child inherits the parent's state, not its descriptors' users
+                self.owner, self.users, self.fds = os.getpid(), 0, [self._open(name) for name in self.names]
+            self.users += 1
+            return self.fds
+
+    def release(self) -> None:
+        with self.lock:
+            self.users -= 1
+            if self.users == 0:
+                for fd in self.fds:
+                    if fd is not None:
+                        os.close(fd)
+                self.owner, self.fds = -1, []
+
+    def _open(self, name: str) -> int | None:
+        try:
+            return open_uncached(name, self.bypass)
+        except LOST:
+            return None
+
+
+def random_loop(parts: Sequence[Segment], bypass: Bypass, block: int, seed: int) -> Callable[[int], Callable[[float], Tally]]:
+    """A loop factory: each loop reads uniformly random ``block``-aligned blocks of all segments."""
+    names = sorted({name for name, _, _ in parts})
+    shared = SharedFiles(names, bypass)
 
     def make(index: int) -> Callable[[float], Tally]:
-        fds = [open_uncached(f.name, bypass) for f in files]
+        fds = shared.acquire()
+        by_name = dict(zip(names, fds))
+        usable = [(by_name[name], low, high) for name, low, high in parts
+                  if by_name[name] is not None and high - low >= block]
+        lost = fds.count(None) if index == 0 else 0  # every process saw the same files gone: count them once
+        ends = list(itertools.accumulate((high - low) // block for _, low, high in usable))
         buffers = [aligned_buffer(block)]
         rng = random.Random(seed * 1_000_003 + index)
 
@@ -101,21 +150,21 @@ def random_loop(files: Sequence[DataFile], bypass: Bypass, block: int, seed: int
             start = now = time.perf_counter()
             nbytes = 0
             try:
-                while now < deadline:
+                while now < deadline and usable:
                     pick = rng.randrange(ends[-1])
                     which = bisect.bisect_right(ends, pick)
-                    offset = (pick - (ends[which - 1] if which else 0)) * block
+                    fd, low, _ = usable[which]
+                    offset = low + (pick - (ends[which - 1] if which else 0)) * block
                     before = time.perf_counter()
-                    nbytes += os.preadv(fds[which], buffers, offset)
+                    nbytes += os.preadv(fd, buffers, offset)
                     now = time.perf_counter()
                     latencies.append(now - before)
                     completions.append(now)
                     if bypass == "fadvise":  # so that a later pick of this block is read from the device
-                        drop_cached(fds[which], offset, block)
-                return Tally(len(latencies), nbytes, latencies, now - start, completions, start)
+                        drop_cached(fd, offset, block)
+                return Tally(len(latencies), nbytes, latencies, now - start, completions, start, lost)
             finally:
-                for fd in fds:
-                    os.close(fd)
+                shared.release()
 
         return loop
 

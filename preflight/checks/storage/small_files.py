@@ -4,7 +4,9 @@ Per file the loop does what a DataLoader worker's ``open(path).read()`` does, wi
 page cache bypassed (O_DIRECT, else fadvise DONTNEED at open): metadata lookups and one
 small read, the pattern network and FUSE filesystems serve worst. Loops run in
 processes x threads (``io_parallel``), as a DataLoader's workers do; MLPerf Storage/DLIO
-reports the same files/s and MB/s for its file-per-sample workloads.
+reports the same files/s and MB/s for its file-per-sample workloads. One descriptor is open
+per loop at a time, whatever the number of files; a file that vanished or turned unreadable
+since the walk is dropped and counted (``Tally.lost``).
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import time
 from array import array
 from typing import Callable, Sequence
 
-from preflight.checks.storage.data import DataFile
+from preflight.checks.storage.reads import LOST
+from preflight.dataset_walk import DataFile
 from preflight.io_parallel import Tally
 from preflight.io_uncached import Bypass, aligned_buffer, read_file
 
@@ -28,12 +31,17 @@ def file_loop(files: Sequence[DataFile], loops: int, bypass: Bypass) -> Callable
 
         def loop(deadline: float) -> Tally:
             start = now = time.perf_counter()
-            count = nbytes = 0
-            while now < deadline:
-                nbytes += read_file(mine[count % len(mine)], bypass, buffer)
-                count += 1
+            count = nbytes = lost = 0
+            while now < deadline and mine:
+                name = mine[count % len(mine)]
+                try:
+                    nbytes += read_file(name, bypass, buffer)
+                    count += 1
+                except LOST:
+                    mine.remove(name)
+                    lost += 1
                 now = time.perf_counter()
-            return Tally(count, nbytes, array("d"), now - start)
+            return Tally(count, nbytes, array("d"), now - start, lost=lost)
 
         return loop
 

@@ -2,8 +2,9 @@
 
 ``seq_write``: fio ``--rw=write --bs=1M --end_fsync=1``: write the bytes through the page
 cache, fsync, and time both, so the figure is what reached the device.
-``fsync_p99``: fio ``--rw=write --bs=4k --fsync=1``: append 4 KiB and fsync, over and over,
-and take the 99th percentile of the fsync latencies (fio's ``sync`` percentiles), what a
+``fsync_p99``: fio ``--rw=write --bs=4k --fsync=1 --size=16M --time_based``: write 4 KiB and
+fsync, over and over, wrapping around a 16 MiB file as fio's time-based job does, and take
+the 99th percentile of the fsync latencies (fio's ``sync`` percentiles), what a
 checkpoint's commit or a metadata journal waits on.
 """
 
@@ -14,17 +15,10 @@ import time
 from array import array
 
 from preflight.io_parallel import Tally
+from preflight.scratch import write_fsynced
 
 FSYNC_BLOCK = 4096
-
-
-def write_fsynced(fd: int, size: int, chunk: bytes) -> int:
-    """Write ``size`` bytes to the open ``fd`` in ``len(chunk)`` pieces, then fsync; returns bytes written."""
-    written = 0
-    while written < size:
-        written += os.write(fd, chunk[: min(len(chunk), size - written)])
-    os.fsync(fd)
-    return written
+FSYNC_FILE_BYTES = 16 << 20  # the fsync run's file wraps here (fio --size), so its space is bounded
 
 
 def write_once(name: str, size: int, chunk: bytes) -> float:
@@ -41,7 +35,9 @@ def write_once(name: str, size: int, chunk: bytes) -> float:
 
 
 def fsync_run(name: str, seconds: float) -> Tally:
-    """Append 4 KiB and fsync to one new file until ``seconds`` pass (at least 8 times), then remove it.
+    """Write 4 KiB and fsync in one new file until ``seconds`` pass (at least 8 times), then remove it.
+
+    The writes append until the file holds ``FSYNC_FILE_BYTES``, then wrap to its start.
 
     Every fsync is timed and its completion time kept (``Tally.completions``), so the run can
     be cut into intervals after a ramp (``io_parallel.in_intervals``): one file and one
@@ -54,7 +50,7 @@ def fsync_run(name: str, seconds: float) -> Tally:
     try:
         deadline = start + seconds
         while now < deadline or len(latencies) < 8:
-            os.write(fd, block)
+            os.pwrite(fd, block, len(latencies) * FSYNC_BLOCK % FSYNC_FILE_BYTES)
             before = time.perf_counter()
             os.fsync(fd)
             now = time.perf_counter()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 from preflight.checks.storage import guard
-from preflight.checks.storage.data import DataFile
 
 
 def test_a_rate_near_page_cache_speed_is_rejected():
@@ -30,4 +29,17 @@ def test_link_rate_reads_the_fastest_interface(tmp_path):
 def test_page_cache_rate_is_far_above_this_disks_uncached_reads(tmp_path):
     name = tmp_path / "c.bin"
     name.write_bytes(os.urandom(32 << 20))
-    assert guard.page_cache_rate([DataFile(str(name), 32 << 20)], readers=2, block=1 << 20) > 1000
+    runs = [[(str(name), 0, 16 << 20)], [(str(name), 16 << 20, 32 << 20)]]
+    assert guard.page_cache_rate(runs, block=1 << 20) > 1000
+
+
+def test_the_page_cache_probe_is_not_fooled_by_small_files(tmp_path):
+    """Issue 11 case 1: 110 kB files. The old probe timed one 110 kB read per thread, so thread
+    start-up dominated and an honest O_DIRECT rate looked like 184-389% of "the page cache".
+    Probed over the same files for a fixed time, the cached rate is far above any uncached one."""
+    runs = [[], [], [], []]
+    for index in range(200):
+        name = tmp_path / f"{index:03d}.JPEG"
+        name.write_bytes(os.urandom(110_000))
+        runs[index % 4].append((str(name), 0, 110_000 // 4096 * 4096))
+    assert guard.page_cache_rate(runs, block=1 << 20) > 1000

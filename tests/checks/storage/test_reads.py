@@ -7,15 +7,14 @@ import os
 import pytest
 
 from preflight.checks.storage import reads
-from preflight.checks.storage.data import DataFile
 from preflight.io_parallel import in_intervals, run_loops
 
 MiB = 1 << 20
 
 
-def test_spans_split_files_into_contiguous_aligned_runs():
-    files = [DataFile("a", 3 * MiB + 100), DataFile("b", 5 * MiB)]  # a's tail past the last page is unused
-    runs = reads.spans(files, readers=4, block=MiB)
+def test_spans_split_segments_into_contiguous_runs_of_whole_blocks():
+    parts = [("a", 0, 3 * MiB), ("b", 0, 5 * MiB)]
+    runs = reads.spans(parts, readers=4, block=MiB)
     assert runs == [
         [("a", 0, 2 * MiB)],
         [("a", 2 * MiB, 3 * MiB), ("b", 0, MiB)],
@@ -25,17 +24,17 @@ def test_spans_split_files_into_contiguous_aligned_runs():
 
 
 def test_more_readers_than_blocks_reread_the_first_block():
-    runs = reads.spans([DataFile("a", MiB)], readers=2, block=MiB)
+    runs = reads.spans([("a", 0, MiB)], readers=2, block=MiB)
     assert runs == [[("a", 0, MiB)], [("a", 0, MiB)]]
 
 
 def test_sequential_and_random_loops_read_real_bytes(tmp_path):
     name = tmp_path / "d.bin"
     name.write_bytes(os.urandom(8 * MiB))
-    files = [DataFile(str(name), 8 * MiB)]
-    seq = run_loops(reads.sequential_loop(reads.spans(files, 2, MiB), "O_DIRECT", MiB), 1, 2, 0.2)
+    parts = [(str(name), 0, 8 * MiB)]
+    seq = run_loops(reads.sequential_loop(reads.spans(parts, 2, MiB), "O_DIRECT", MiB), 1, 2, 0.2)
     assert seq.nbytes == seq.ops * MiB and seq.ops >= 2
-    rand = run_loops(reads.random_loop(files, "fadvise", 4096, seed=1), 2, 2, 0.2)
+    rand = run_loops(reads.random_loop(parts, "fadvise", 4096, seed=1), 2, 2, 0.2)
     assert rand.nbytes == rand.ops * 4096 == len(rand.latencies) * 4096
     assert all(0 < latency < 1 for latency in rand.latencies)
 
@@ -65,9 +64,55 @@ def test_pooled_percentile_of_no_latency_is_an_error():
 def test_the_random_loop_records_when_each_read_completed(tmp_path):
     name = tmp_path / "d.bin"
     name.write_bytes(os.urandom(MiB))
-    tally = run_loops(reads.random_loop([DataFile(str(name), MiB)], "O_DIRECT", 4096, seed=0), 2, 2, 0.3)
+    tally = run_loops(reads.random_loop([(str(name), 0, MiB)], "O_DIRECT", 4096, seed=0), 2, 2, 0.3)
     assert len(tally.completions) == len(tally.latencies) == tally.ops > 0
     assert all(tally.started < c <= tally.started + tally.elapsed_s + 0.05 for c in tally.completions)
     windows = in_intervals(tally, ramp_s=0.1, window_s=0.05)
     assert len(windows) == int((tally.elapsed_s - 0.1) / 0.05) >= 3
     assert all(w.ops_per_s > 0 for w in windows)
+
+
+def test_the_random_loop_reads_only_inside_its_segments(tmp_path):
+    """Blocks outside the segments (a sparse file's holes) are never read: they hold a marker byte."""
+    name = tmp_path / "d.bin"
+    name.write_bytes(b"\xff" * MiB + os.urandom(MiB) + b"\xff" * MiB)
+    parts = [(str(name), MiB, 2 * MiB)]
+    picked = []
+    real = os.preadv
+
+    def spy(fd, buffers, offset):  # in-process threads only (1 process), so the spy sees every read
+        picked.append(offset)
+        return real(fd, buffers, offset)
+
+    os.preadv = spy
+    try:
+        tally = run_loops(reads.random_loop(parts, "O_DIRECT", 4096, seed=3), 1, 4, 0.2)
+    finally:
+        os.preadv = real
+    assert tally.ops == len(picked) > 100
+    assert all(MiB <= offset < 2 * MiB for offset in picked)
+
+
+def test_threads_of_one_process_share_one_descriptor_per_file(tmp_path):
+    names = []
+    for index in range(20):
+        name = tmp_path / f"{index}.bin"
+        name.write_bytes(os.urandom(64 << 10))
+        names.append((str(name), 0, 64 << 10))
+    before = len(os.listdir("/proc/self/fd"))
+    factory = reads.random_loop(names, "O_DIRECT", 4096, seed=0)
+    loops = [factory(i) for i in range(16)]
+    assert len(os.listdir("/proc/self/fd")) - before == 20  # not 16 x 20
+    for loop in loops:
+        loop(0.0)
+    assert len(os.listdir("/proc/self/fd")) == before  # the last loop out closed them
+
+
+def test_a_file_gone_since_the_walk_is_skipped_and_counted(tmp_path):
+    kept, gone = tmp_path / "kept.bin", tmp_path / "gone.bin"
+    kept.write_bytes(os.urandom(MiB))
+    parts = [(str(gone), 0, MiB), (str(kept), 0, MiB)]
+    seq = run_loops(reads.sequential_loop(reads.spans(parts, 1, MiB), "O_DIRECT", MiB), 1, 1, 0.2)
+    assert seq.lost == 1 and seq.nbytes >= MiB
+    rand = run_loops(reads.random_loop(parts, "O_DIRECT", 4096, seed=0), 1, 2, 0.2)
+    assert rand.lost == 1 and rand.ops > 0

@@ -30,13 +30,13 @@ def _snapshot(root: str) -> dict[str, tuple[str, int]]:
 
 
 def _make_dataset(root):
-    """A read-only-by-contract dataset: one 20 MiB file and 150 small files in class folders."""
+    """A read-only-by-contract dataset: one 20 MiB file and 150 small files (9 MB) in class folders."""
     (root / "big").mkdir(parents=True)
     (root / "big" / "shard-0.bin").write_bytes(os.urandom(20 << 20))
     for index in range(150):
         folder = root / f"class{index % 5}"
         folder.mkdir(exist_ok=True)
-        (folder / f"{index}.jpg").write_bytes(os.urandom(3000 + index))
+        (folder / f"{index}.jpg").write_bytes(os.urandom(60_000 + index))
     os.sync()
     return root
 
