@@ -7,6 +7,10 @@ under ``path`` (include/exclude globs), one file per sample, each read cold (``f
 With ``decode: image`` each sample is also decoded (Pillow) and the raw-bytes rate is
 measured beside it, so a decode-bound node is called decode-bound, not storage-bound.
 With ``synthetic: true`` samples are random 3x224x224 tensors: IPC and collation only.
+A path holding too few files to stand for a dataset (``dataset_walk.too_few``: a few stray
+files in a working directory) is never judged as one: the loader reads an ImageNet-shaped
+scratch set written beside it, and the row says so (``Measurement.note``). A path where no
+file matches at all is unmeasurable (a wrong path or glob must fail, not pass on scratch).
 
 Method: warm-up batches are discarded, then samples/s over repeated time windows, median
 compared (as MLPerf Storage/DLIO report samples/s after the first steps). With
@@ -27,10 +31,12 @@ from preflight.checks.dataloader.files import FileSamples, collate_sizes, list_f
 from preflight.checks.dataloader.loop import BatchPuller
 from preflight.checks.dataloader.required import Required, visible_gpus
 from preflight.cpus import auto_workers
+from preflight.dataset_walk import DataFile, too_few
 from preflight.fsinfo import filesystem_of
 from preflight.io_uncached import bypass_for
 from preflight.measurement import Measurement, unmeasurable
 from preflight.sampling import sample
+from preflight.scratch import choose_parent, room_for, scratch_dir, write_small_files
 from preflight.units import Dimension, format_value
 
 NAME = "dataloader"
@@ -46,7 +52,11 @@ OPTIONS = (
     Option("num_workers", "int_or_auto", "auto", "worker processes; auto = 70% of the CPUs the cgroup allows"),
     Option("pin_memory", "bool", True, "pin batches in page-locked memory (ignored without a CUDA device)"),
     Option("prefetch_factor", "int", 2, "batches each worker loads ahead", minimum=1),
-    Option("max_files", "int", 100000, "files under path to sample from (a seeded random sample)", minimum=1),
+    Option("max_files", "int", 10000, "files under path to read (the first in walk order; the walk stops "
+           "there, and after 4x as many entries), so walk time and memory stay bounded", minimum=1),
+    Option("scratch_dir", "text", "", "writable directory outside path for the scratch set used when path holds "
+           "too few files (default: the nearest writable directory above path on its filesystem)",
+           outside="path"),
     Option("step_time", Dimension.DURATION, "0s", "emulated GPU compute per batch (DLIO computation_time); "
            "> 0 measures accelerator_utilization"),
     Option("samples_per_gpu", Dimension.SAMPLE_RATE, "0 samples/s", "what one GPU consumes; > 0 reports "
@@ -71,48 +81,77 @@ METRICS = (
 
 WARMUP_BATCHES_PER_WORKER = 2
 SYNTHETIC_SHAPE = (3, 224, 224)
+SCRATCH_SET = (1000, 110_000)  # files, bytes each: ImageNet's median JPEG is about 110 kB
 
 
 def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
     """Measure the loader built from ``options``; metrics that do not apply are left out."""
+    if options["synthetic"]:
+        return _measure(options, budget, None, "synthetic 3x224x224 float32 samples (measures IPC and collation, "
+                        "not storage)", "")
+    path = options["path"]
+    if not os.path.isdir(path):
+        reason = f"{path} is not a directory: mount the dataset there or set dataloader.path"
+        return [unmeasurable(m.name, reason, m.unit) for m in METRICS]
+    if options["decode"] == "image" and importlib.util.find_spec("PIL") is None:
+        reason = "decode: image needs Pillow: pip install 'preflight[image]' (or pillow) in this image"
+        return [unmeasurable(m.name, reason, m.unit) for m in METRICS]
+    files, walk = list_files(path, options["include"], options["exclude"], int(options["max_files"]))
+    skipped = walk.summary()
+    source = (f"{len(files)} files under {path}" + (f" ({skipped} skipped)" if skipped else "")
+              + ", cold cache per file")
+    if not files:
+        reason = (f"no readable files under {path} match include={options['include']!r} "
+                  f"exclude={options['exclude']!r}" + (f" ({skipped} skipped)" if skipped else "")
+                  + ": point dataloader.path at the dataset")
+        return [unmeasurable(m.name, reason, m.unit) for m in METRICS]
+    too_little = too_few(files, f"{path} (include={options['include']!r} exclude={options['exclude']!r})")
+    if not too_little:
+        return _measure(options, budget, files, source, f"skipped under {path}: {skipped}" if skipped else "")
+    if options["decode"] == "image":
+        reason = f"{too_little}: point dataloader.path at the dataset (scratch bytes cannot be decoded as images)"
+        return [unmeasurable(m.name, reason, m.unit) for m in METRICS]
+    parent, no_scratch = choose_parent(path, options["scratch_dir"], "dataloader.scratch_dir")
+    count, size = SCRATCH_SET
+    no_room = no_scratch or room_for(parent, count * (size + 4096))  # type: ignore[arg-type]
+    if no_room:
+        reason = f"{too_little}: point dataloader.path at the dataset; no scratch set either: {no_room}"
+        return [unmeasurable(m.name, reason, m.unit) for m in METRICS]
+    with scratch_dir(parent, protect=path) as directory:  # type: ignore[arg-type]
+        scratch = write_small_files(directory, count, size)
+        source = f"{count} scratch files of {size // 1000} kB in ImageNet-style class folders, cold cache per file"
+        return _measure(options, budget, scratch, source, f"on an ImageNet-shaped scratch set: {too_little}")
+
+
+def _measure(options: Mapping[str, Any], budget: Budget, files: list[DataFile] | None, source: str,
+             note: str) -> list[Measurement]:
+    """The loader over ``files`` (None: synthetic samples), every row carrying ``note``."""
     import torch
 
     workers = auto_workers() if options["num_workers"] == "auto" else int(options["num_workers"])
     pin = bool(options["pin_memory"]) and torch.cuda.is_available()
-    decode = options["decode"] if not options["synthetic"] else "none"
-    if options["synthetic"]:
+    decode = options["decode"] if files is not None else "none"
+    fs = None
+    if files is None:
         dataset: Any = SyntheticImages()
-        source = "synthetic 3x224x224 float32 samples (measures IPC and collation, not storage)"
-    elif not os.path.isdir(options["path"]):
-        reason = f"{options['path']} is not a directory: mount the dataset there or set dataloader.path"
-        return [unmeasurable(m.name, reason, m.unit) for m in METRICS]
     else:
-        files = list_files(options["path"], options["include"], options["exclude"], int(options["max_files"]))
-        if not files:
-            reason = (f"no readable files under {options['path']} match include={options['include']!r} "
-                      f"exclude={options['exclude']!r}: point dataloader.path at the dataset")
-            return [unmeasurable(m.name, reason, m.unit) for m in METRICS]
-        fs = filesystem_of(options["path"])
-        bypass = bypass_for(files[0], fs.memory_backed)
+        fs = filesystem_of(os.path.dirname(files[0].name))  # the directory stays when a file vanishes
+        bypass = bypass_for([f.name for f in files[:100]], fs.memory_backed)
         dataset = FileSamples(files, bypass, decode, float(options["sample_delay"]))
-        source = f"{len(files)} files under {options['path']}, cold cache per file ({bypass})"
-        if decode == "image":
-            if importlib.util.find_spec("PIL") is None:
-                reason = "decode: image needs Pillow: pip install 'preflight[image]' (or pillow) in this image"
-                return [unmeasurable(m.name, reason, m.unit) for m in METRICS]
+        source += f" ({bypass})"
 
     def make_loader(data: Any) -> Any:
         return torch.utils.data.DataLoader(
-            data, batch_size=int(options["batch_size"]), shuffle=not options["synthetic"], num_workers=workers,
+            data, batch_size=int(options["batch_size"]), shuffle=files is not None, num_workers=workers,
             pin_memory=pin, prefetch_factor=int(options["prefetch_factor"]) if workers else None,
-            persistent_workers=workers > 0, collate_fn=None if options["synthetic"] else collate_sizes)
+            persistent_workers=workers > 0, collate_fn=None if files is None else collate_sizes)
 
     method = (f"DataLoader(batch_size={options['batch_size']}, num_workers={workers}, pin_memory={pin}, "
               f"prefetch_factor={options['prefetch_factor'] if workers else None}) over {source}")
     results: list[Measurement] = []
     raw_rate = None
     if decode == "image":
-        raw = BatchPuller(make_loader(FileSamples(files, bypass, "none", float(options["sample_delay"]))))
+        raw = BatchPuller(make_loader(FileSamples(files, bypass, "none", float(options["sample_delay"]))))  # type: ignore[arg-type]
         raw_windows = _windows(raw, max(1, workers), budget)
         results.append(Measurement("raw_throughput", samples=tuple(w[0] for w in raw_windows), unit="samples/s",
                                    method=method + ", raw bytes, not decoded", stopped=raw_windows.stopped))
@@ -124,7 +163,7 @@ def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
                              method=method + what, stopped=windows.stopped,
                              hint=_decode_hint(raw_rate, windows) if raw_rate else "")
     results.append(throughput)
-    if not options["synthetic"]:
+    if files is not None:
         results.append(Measurement("bandwidth", samples=tuple(w[1] for w in windows), unit="MB/s", method=method,
                                    stopped=windows.stopped))
     if float(options["step_time"]) > 0:
@@ -132,9 +171,9 @@ def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
                                     budget, method, throughput))
     if float(options["samples_per_gpu"]) > 0:
         results.append(_versus_required(options, throughput))
-    if not options["synthetic"] and fs.caveat():
+    if fs is not None and fs.caveat():
         results = [_on_caveat(m, fs.caveat(), fs.memory_backed, options["path"]) for m in results]
-    return results
+    return [dataclasses.replace(m, note=note) if note and m.measured else m for m in results]
 
 
 def _on_caveat(m: Measurement, caveat: str, memory: bool, path: str) -> Measurement:

@@ -5,7 +5,14 @@ O_DIRECT into an aligned buffer, else the file's cached pages dropped first
 (``io_uncached``). ``decode="image"`` then decodes it with Pillow (an optional extra:
 ``pip install preflight[image]``) to RGB pixels, so the decoded figure can be set beside
 the raw one. ``delay_s`` is the explicit test hook for a deliberately throttled reader: it
-sleeps that long per sample, as slow storage would.
+sleeps that long per sample, as slow storage would. A file that vanished or turned unreadable
+since the walk is a sample of 0 bytes that is not counted (``collate_sizes``), so another
+process rewriting the dataset cannot end the measurement.
+
+The walk (``dataset_walk.Walk``) follows symbolic links as the job's ``open()`` does and is
+bounded: it stops after ``max_files`` matching files or ``WALK_FACTOR`` times as many entries,
+so its time and memory do not grow with the dataset. A shuffled loader reads any file, so
+the first files in walk order stand for the rest.
 """
 
 from __future__ import annotations
@@ -13,34 +20,33 @@ from __future__ import annotations
 import fnmatch
 import io
 import os
-import random
 import time
 
+from preflight.dataset_walk import DataFile, Walk
 from preflight.io_uncached import Bypass, aligned_buffer, read_file
-from preflight.dataset_walk import dataset_files
 
-WALK_FACTOR = 10  # look at up to 10x max_files entries, then sample max_files of them
+WALK_FACTOR = 4  # entries looked at per wanted file: non-matching or skipped entries cannot make the walk unbounded
+LOST = (FileNotFoundError, PermissionError)
 
 
-def list_files(path: str, include: str, exclude: str, max_files: int, seed: int = 0) -> list[str]:
-    """Files under ``path`` (as ``dataset_walk`` finds them) matching the globs, sampled to ``max_files``.
+def list_files(path: str, include: str, exclude: str, max_files: int) -> tuple[list[DataFile], Walk]:
+    """Files under ``path`` (as ``dataset_walk.Walk`` finds them) matching the globs, at most ``max_files``,
+    and the walk (what it skipped).
 
     ``include``/``exclude`` are comma-separated fnmatch globs tested against the path
-    relative to ``path`` and against the file name ("*.jpg", "train/*"). When more than
-    ``max_files`` match, a seeded random sample is kept (a shuffled loader reads any file).
+    relative to ``path`` and against the file name ("*.jpg", "train/*").
     """
     includes = [g.strip() for g in include.split(",") if g.strip()] or ["*"]
     excludes = [g.strip() for g in exclude.split(",") if g.strip()]
-    found: list[str] = []
-    for candidate in dataset_files(path):
+    walk = Walk(path, max_entries=max_files * WALK_FACTOR)
+    found: list[DataFile] = []
+    for candidate in walk:
         relative, name = os.path.relpath(candidate.name, path), os.path.basename(candidate.name)
         if _matches(relative, name, includes) and not _matches(relative, name, excludes):
-            found.append(candidate.name)
-            if len(found) >= max_files * WALK_FACTOR:
+            found.append(candidate)
+            if len(found) >= max_files:
                 break
-    if len(found) > max_files:
-        found = sorted(random.Random(seed).sample(found, max_files))
-    return found
+    return found, walk
 
 
 def _matches(relative: str, name: str, globs: list[str]) -> bool:
@@ -48,11 +54,12 @@ def _matches(relative: str, name: str, globs: list[str]) -> bool:
 
 
 class FileSamples:
-    """Map-style dataset: sample i is file i, read cold; yields (1, bytes read)."""
+    """Map-style dataset: sample i is file i, read cold; yields (1, bytes read), or (0, 0) for a file gone."""
 
-    def __init__(self, files: list[str], bypass: Bypass, decode: str = "none", delay_s: float = 0.0) -> None:
-        self.files, self.bypass, self.decode, self.delay_s = files, bypass, decode, delay_s
-        self.largest = max(os.path.getsize(f) for f in files)
+    def __init__(self, files: list[DataFile], bypass: Bypass, decode: str = "none", delay_s: float = 0.0) -> None:
+        self.files = [f.name for f in files]
+        self.bypass, self.decode, self.delay_s = bypass, decode, delay_s
+        self.largest = max(f.size for f in files)
         self.buffer = None  # allocated in each worker: an mmap cannot be pickled
 
     def __len__(self) -> int:
@@ -63,7 +70,10 @@ class FileSamples:
             self.buffer = aligned_buffer(max(self.largest + 1, 1 << 16))
         if self.delay_s:
             time.sleep(self.delay_s)
-        size = read_file(self.files[index], self.bypass, self.buffer)
+        try:
+            size = read_file(self.files[index], self.bypass, self.buffer)
+        except LOST:
+            return 0, 0
         if self.decode == "image":
             decode_image(bytes(self.buffer[:size]))
         return 1, size
@@ -83,5 +93,5 @@ def decode_image(data: bytes) -> int:
 
 
 def collate_sizes(batch: list[tuple[int, int]]) -> tuple[int, int]:
-    """Collate a batch of file samples into (sample count, byte count)."""
-    return len(batch), sum(size for _, size in batch)
+    """Collate a batch of file samples into (sample count, byte count); files gone since the walk do not count."""
+    return sum(count for count, _ in batch), sum(size for _, size in batch)

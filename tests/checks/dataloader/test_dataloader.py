@@ -9,7 +9,8 @@ import statistics
 import pytest
 
 from preflight.checks import dataloader
-from preflight.checks.storage.data import DataFile
+from preflight.checks.dataloader.files import WALK_FACTOR
+from preflight.dataset_walk import DataFile
 from preflight.checks.storage.small_files import file_loop
 from preflight.config import Instance, Threshold
 from preflight.io_parallel import run_loops
@@ -78,14 +79,15 @@ def test_accelerator_utilization_is_high_when_compute_hides_io_and_fails_when_re
     assert "emulated GPU consumes 400 samples/s" in result.hint
 
 
-def test_include_and_exclude_globs_and_sampling(tmp_path):
+def test_include_and_exclude_globs_and_a_bounded_walk(tmp_path):
     for name in ("a.jpg", "b.jpg", "c.txt", "sub/d.jpg", "sub/skip/e.jpg"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes(b"x" * 10)
-    listed = dataloader.list_files(str(tmp_path), "*.jpg", "sub/skip/*", 100)
-    assert [os.path.relpath(f, tmp_path) for f in listed] == ["a.jpg", "b.jpg", "sub/d.jpg"]
-    two = dataloader.list_files(str(tmp_path), "*", "", 2)
-    assert len(two) == 2 and two == dataloader.list_files(str(tmp_path), "*", "", 2)  # seeded sample
+    listed, _ = dataloader.list_files(str(tmp_path), "*.jpg", "sub/skip/*", 100)
+    assert [os.path.relpath(f.name, tmp_path) for f in listed] == ["a.jpg", "b.jpg", "sub/d.jpg"]
+    two, walk = dataloader.list_files(str(tmp_path), "*", "", 2)
+    assert [os.path.relpath(f.name, tmp_path) for f in two] == ["a.jpg", "b.jpg"]  # the first in walk order
+    assert walk.looked_at <= 2 * WALK_FACTOR
 
 
 def test_no_matching_files_is_unmeasurable_with_the_fix(tmp_path):
@@ -105,12 +107,12 @@ def test_decode_image_reports_the_raw_rate_beside_the_decoded_one(tmp_path):
     from PIL import Image
 
     noise = os.urandom(512 * 512 * 3)
-    for index in range(40):
-        Image.frombytes("RGB", (512, 512), noise[index:] + noise[:index]).save(tmp_path / f"{index}.png")
+    for index in range(100):  # 100 files of ~200 kB: enough to be a dataset (dataset_walk.too_few)
+        Image.frombytes("RGB", (256, 256), noise[index:] + noise[:index]).save(tmp_path / f"{index}.png")
     os.sync()
     measured = run_check("dataloader", 1.0, path=str(tmp_path), decode="image", num_workers=1, batch_size=4)
     raw, decoded = measured["raw_throughput"].value, measured["throughput"].value
-    assert raw > 1.5 * decoded  # PNG-decoding 512x512 noise costs far more than reading 800 kB
+    assert raw > 1.5 * decoded  # PNG-decoding 256x256 noise costs far more than reading 200 kB
     assert measured["throughput"].hint.startswith("decode-bound")
 
 
@@ -126,9 +128,9 @@ def test_a_loader_over_tmpfs_is_cache_bound():
     directory = "/dev/shm/preflight-test-loader"
     os.makedirs(directory, exist_ok=True)
     try:
-        for index in range(50):
+        for index in range(100):
             with open(os.path.join(directory, f"{index}.bin"), "wb") as handle:
-                handle.write(os.urandom(4096))
+                handle.write(os.urandom(90_000))
         measured = run_check("dataloader", 0.5, path=directory, num_workers=1, batch_size=8)
     finally:
         for name in os.listdir(directory):
