@@ -26,7 +26,9 @@ import errno
 import os
 import stat
 from collections import Counter
-from typing import Iterator, NamedTuple
+from typing import Iterator, NamedTuple, Sequence
+
+from preflight.units import format_value
 
 # Reasons an entry is not a sample, in the words reports use.
 SKIPPED = {  # reason: (one, several)
@@ -182,11 +184,15 @@ def too_few(files: list[DataFile], where: str) -> str:
     hypervisor's caches hold them) and swings with how many stray files lie in a directory;
     it is not a dataset figure. The floor is ``MIN_SAMPLES`` files and ``MIN_SAMPLE_BYTES``.
     """
-    total = sum(f.size for f in files)
-    if len(files) >= MIN_SAMPLES and total >= MIN_SAMPLE_BYTES:
+    if len(files) >= MIN_SAMPLES and sum(f.size for f in files) >= MIN_SAMPLE_BYTES:
         return ""
-    return (f"{where} holds {_plural(len(files), 'data file', 'data files')} ({total / 1e6:.3g} MB), under the "
-            f"{MIN_SAMPLES} files and {MIN_SAMPLE_BYTES >> 20} MiB a dataset figure needs")
+    return (f"{where} holds {describe_files(files)}, under the {MIN_SAMPLES} files and {MIN_SAMPLE_BYTES >> 20} MiB "
+            f"a dataset figure needs")
+
+
+def describe_files(files: Sequence[DataFile]) -> str:
+    """``files`` in words: "192 data files (1.36 MB)" (1 MB = 10^6 B)."""
+    return f"{_plural(len(files), 'data file', 'data files')} ({format_value(sum(f.size for f in files) / 1e6, 'MB')})"
 
 
 def data_extents(name: str, size: int) -> list[tuple[int, int]]:

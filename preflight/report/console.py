@@ -31,10 +31,12 @@ def render(report: RunReport, colour: bool = False) -> str:
     if "node_rank" in report.facts:  # a fleet run: which node and ranks this table is
         where += f" (node {report.facts['node_rank']}, ranks {report.facts.get('ranks', '?')})"
     lines = [f"preflight on {where} · {report.config_path}"]
-    for result in report.results:
+    results = list(report.results)
+    for index, result in enumerate(results):
         lines.append(_row(result, paint))
-        if result.note:
-            lines.append(f"    {result.note}")
+        following = results[index + 1] if index + 1 < len(results) else None
+        if result.note and not (following and following.note == result.note and following.instance == result.instance):
+            lines.append(_note(results, index))
     misses = [r for r in report.results if r.verdict in ("fail", "error", "warn")]
     if misses:
         lines += ["", "what to fix:"]
@@ -76,6 +78,17 @@ def _row(result: Result, paint: object) -> str:
     verdict = paint(result.verdict, f"{result.verdict.upper():<5}")  # type: ignore[operator]
     return f"{label} {verdict} {measured:>16}  {result.required:<20} {result.duration_s:5.1f}s"
 
+
+
+def _note(results: list[Result], last: int) -> str:
+    """The note under the last of the rows that share it, naming them when there are several."""
+    first = last
+    while first > 0 and (results[first - 1].note, results[first - 1].instance) == (results[last].note,
+                                                                                   results[last].instance):
+        first -= 1
+    shared = results[first:last + 1]
+    names = ", ".join(r.metric + (f"[{r.device}]" if r.device else "") for r in shared)
+    return f"    └ {names + ': ' if len(shared) > 1 else ''}{results[last].note}"
 
 
 def _painter(colour: bool):  # type: ignore[no-untyped-def]

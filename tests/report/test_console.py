@@ -41,3 +41,17 @@ def test_unmeasured_metrics_sharing_a_reason_share_one_fix_line():
         f"  cuda.matmul_error, cuda.temperature, transfer.h2d_pinned: {no_gpu}",
         "  storage.seq_read: could not measure: /data does not exist; required >= 1 MB/s",
     ]
+
+
+def test_a_note_is_printed_once_under_the_rows_that_share_it():
+    scratch = "on a scratch file beside the dataset: ./ holds 3 data files (0.06 MB), none of 8 MiB or more"
+    report = make_report([
+        result("seq_read", "pass", "measured 900 MB/s", value=900.0, note=scratch),
+        result("rand_read", "pass", "measured 9000 IOPS", value=9000.0, note=scratch),
+        result("small_files", "pass", "measured 900 files/s", value=900.0),
+        result("skipped_files", "info", "measured 1", value=1.0, note="1 directory loop"),
+    ])
+    lines = console.render(report).splitlines()[1:-1]
+    assert [line[:16] for line in lines] == ["storage.seq_read", "storage.rand_rea", "    └ seq_read, r",
+                                             "storage.small_fi", "storage.skipped_", "    └ 1 director"]
+    assert lines[2] == f"    └ seq_read, rand_read: {scratch}"

@@ -105,7 +105,8 @@ def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
                   f"exclude={options['exclude']!r}" + (f" ({skipped} skipped)" if skipped else "")
                   + ": point dataloader.path at the dataset")
         return [unmeasurable(m.name, reason, m.unit) for m in METRICS]
-    too_little = too_few(files, f"{path} (include={options['include']!r} exclude={options['exclude']!r})")
+    globs = f" (include={options['include']!r} exclude={options['exclude']!r})"
+    too_little = too_few(files, path + (globs if (options["include"], options["exclude"]) != ("*", "") else ""))
     if not too_little:
         return _measure(options, budget, files, source, f"skipped under {path}: {skipped}" if skipped else "")
     if options["decode"] == "image":

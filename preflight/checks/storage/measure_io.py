@@ -20,7 +20,7 @@ from typing import Any, Mapping, NamedTuple, Sequence
 from preflight.checks.base import Budget
 from preflight.checks.storage import guard, reads, small_files, writes
 from preflight.checks.storage.data import LARGE_FILE, Found, Segment, data_bytes, segments
-from preflight.dataset_walk import DataFile, data_extents, too_few
+from preflight.dataset_walk import DataFile, data_extents, describe_files, too_few
 from preflight.fsinfo import Filesystem
 from preflight.io_parallel import Interval, Tally, in_intervals, run_loops
 from preflight.io_uncached import Bypass, bypass_for, describe
@@ -72,7 +72,7 @@ class IO:
         if data_bytes(large) >= min(wanted, MIN_READ_BYTES):
             return ReadSet(large, f"{len(found.large)} existing files of {_mib(LARGE_FILE)} or more "
                            f"({_mib(data_bytes(large))} of data)", _sparse_note(found.large))
-        what = _holdings(self.path, found.files)
+        what = f"{self.path} holds {describe_files(found.files)}"
         no_room = self.why_no_scratch or room_for(self.scratch or "", wanted)
         if not no_room:
             scratch = write_file(os.path.join(self.scratch, "seq_read.dat"), wanted, os.urandom(1 << 20))  # type: ignore[arg-type]
@@ -139,7 +139,8 @@ class IO:
         """``small_files`` (files/s) and ``small_files_bandwidth`` (MB/s), cold cache per file."""
         count = int(self.options["small_file_count"])
         files, source, note = found.small[:count], f"{min(len(found.small), count)} existing small files", ""
-        too_little = too_few(found.small, f"{self.path} (files up to {_mib(int(self.options['small_file_size']))})")
+        limit = format_value(to_unit(int(self.options["small_file_size"]), "KiB"), "KiB")
+        too_little = too_few(found.small, f"{self.path} (files up to {limit})")
         if too_little:
             size = int(self.options["small_file_size"]) * 7 // 8
             no_room = self.why_no_scratch or room_for(self.scratch or "", count * (size + 4096))
@@ -275,10 +276,6 @@ def _lost_note(lost: int) -> str:
 
 def _mib(nbytes: int) -> str:
     return format_value(to_unit(nbytes, "MiB"), "MiB")
-
-
-def _holdings(path: str, files: Sequence[DataFile]) -> str:
-    return f"{path} holds {len(files)} data files ({_mib(sum(f.size for f in files))})"
 
 
 def _sparse_note(files: Sequence[DataFile]) -> str:
