@@ -52,6 +52,6 @@ def test_a_note_is_printed_once_under_the_rows_that_share_it():
         result("skipped_files", "info", "measured 1", value=1.0, note="1 directory loop"),
     ])
     lines = console.render(report).splitlines()[1:-1]
-    assert [line[:16] for line in lines] == ["storage.seq_read", "storage.rand_rea", "    └ seq_read, r",
+    assert [line[:16] for line in lines] == ["storage.seq_read", "storage.rand_rea", "    └ seq_read, ",
                                              "storage.small_fi", "storage.skipped_", "    └ 1 director"]
     assert lines[2] == f"    └ seq_read, rand_read: {scratch}"
