@@ -46,6 +46,7 @@ UNREADABLE = ("unreadable", "unreadable_dir")
 
 MIN_SAMPLES = 100  # distinct files below which a file-based figure is a loop over a few files, not a dataset
 MIN_SAMPLE_BYTES = 8 << 20
+MIN_SHARD_BYTES = 64 << 20
 
 
 class DataFile(NamedTuple):
@@ -182,12 +183,14 @@ def too_few(files: list[DataFile], where: str) -> str:
 
     A figure over a handful of files re-reads the same few blocks (the device's and the
     hypervisor's caches hold them) and swings with how many stray files lie in a directory;
-    it is not a dataset figure. The floor is ``MIN_SAMPLES`` files and ``MIN_SAMPLE_BYTES``.
+    it is not a dataset figure. Enough is ``MIN_SAMPLE_BYTES`` in ``MIN_SAMPLES`` files or
+    more, or ``MIN_SHARD_BYTES`` in any number of files (a few large shards are a dataset).
     """
-    if len(files) >= MIN_SAMPLES and sum(f.size for f in files) >= MIN_SAMPLE_BYTES:
+    total = sum(f.size for f in files)
+    if total >= MIN_SHARD_BYTES or (len(files) >= MIN_SAMPLES and total >= MIN_SAMPLE_BYTES):
         return ""
     return (f"{where} holds {describe_files(files)}, under the {MIN_SAMPLES} files and {MIN_SAMPLE_BYTES >> 20} MiB "
-            f"a dataset figure needs")
+            f"(or {MIN_SHARD_BYTES >> 20} MiB of shards) a dataset figure needs")
 
 
 def describe_files(files: Sequence[DataFile]) -> str:
