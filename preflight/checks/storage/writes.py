@@ -2,8 +2,8 @@
 
 ``seq_write``: fio ``--rw=write --bs=1M --end_fsync=1``: write the bytes through the page
 cache, fsync, and time both, so the figure is what reached the device.
-``fsync_p99``: fio ``--rw=write --bs=4k --fsync=1 --size=16M --time_based``: write 4 KiB and
-fsync, over and over, wrapping around a 16 MiB file as fio's time-based job does, and take
+``fsync_p99``: fio ``--rw=write --bs=4k --fsync=1 --size=64M --time_based``: write 4 KiB and
+fsync, over and over, wrapping around a 64 MiB file as fio's time-based job does, and take
 the 99th percentile of the fsync latencies (fio's ``sync`` percentiles), what a
 checkpoint's commit or a metadata journal waits on.
 """
@@ -18,7 +18,7 @@ from preflight.io_parallel import Tally
 from preflight.scratch import write_fsynced
 
 FSYNC_BLOCK = 4096
-FSYNC_FILE_BYTES = 16 << 20  # the fsync run's file wraps here (fio --size), so its space is bounded
+FSYNC_FILE_BYTES = 64 << 20  # the fsync run's file wraps here (fio --size=64M), so its space is bounded
 
 
 def write_once(name: str, size: int, chunk: bytes) -> float:
