@@ -53,7 +53,7 @@ def test_an_imagenet_folder_passes_seq_read_with_no_false_cache_bound_warning(im
         assert not any("cache" in w for w in result["warnings"]), result["warnings"]
     seq = results["storage.seq_read"]
     assert seq["note"].startswith("on a scratch file beside the dataset: ")
-    assert "holds 1000 data files (111.4 MB), none of 8 MiB or more" in seq["note"]
+    assert "holds 1000 data files (111.5 MB), none of 8 MiB or more" in seq["note"]
     assert "a scratch file (256 MiB)" in seq["method"]
     assert "1000 existing small files" in results["storage.small_files"]["method"]
     assert results["storage.small_files"]["note"] == ""

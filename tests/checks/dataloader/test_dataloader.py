@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import statistics
+import tempfile
 
 import pytest
 
@@ -125,8 +126,7 @@ def test_throughput_vs_required_shows_the_arithmetic(ten_thousand_files):
 
 
 def test_a_loader_over_tmpfs_is_cache_bound():
-    directory = "/dev/shm/preflight-test-loader"
-    os.makedirs(directory, exist_ok=True)
+    directory = tempfile.mkdtemp(prefix="preflight-test-loader-", dir="/dev/shm")  # unique: suites may run at once
     try:
         for index in range(100):
             with open(os.path.join(directory, f"{index}.bin"), "wb") as handle:

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import sys
+import tempfile
 
 import pytest
 
@@ -79,8 +80,7 @@ def test_every_metric_is_measured_on_a_block_filesystem(measured_once):
 
 
 def test_a_tmpfs_path_is_named_and_its_numbers_are_cache_bound():
-    directory = "/dev/shm/preflight-test-tmpfs"
-    os.makedirs(directory, exist_ok=True)
+    directory = tempfile.mkdtemp(prefix="preflight-test-tmpfs-", dir="/dev/shm")  # unique: suites may run at once
     try:
         with open(os.path.join(directory, "data.bin"), "wb") as handle:
             handle.write(os.urandom(20 << 20))
