@@ -191,3 +191,32 @@ def test_a_read_only_tmpdir_on_a_writable_root_falls_back_as_tempfile_does(tmp_p
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     assert json.loads((tmp_path / "r.json").read_text())["exit_code"] == 0
+
+
+def with_a_bug(module, name):
+    """Python arguments running the CLI with ``module.name`` dividing by zero: a stand-in for a bug in preflight."""
+    return (f"-c 'import sys, {module}; {module}.{name} = lambda *a, **k: 1 / 0; "
+            f"from preflight import cli; sys.exit(cli.main())'")
+
+
+def test_a_crash_log_goes_beside_the_report_when_nothing_else_is_writable(tmp_path):
+    config = write_config(tmp_path, SHM_ONLY)
+    result, out = run_under_a_read_only_root(tmp_path, f"run -c {config} --json {tmp_path}/out/r.json",
+                                             shm="read-only", python=with_a_bug("preflight.runner", "run"))
+    assert result.returncode == 3
+    [line] = result.stderr.splitlines()[1:]  # after the "1 check from ..." progress line
+    assert line.startswith(f"preflight: internal error: ZeroDivisionError('division by zero') (crash log: {out}/"
+                           f"preflight-crash-")
+    [log] = out.glob("preflight-crash-*.log")
+    assert log.read_text().rstrip().endswith("ZeroDivisionError: division by zero")
+    assert not (out / "r.json").exists()
+
+
+def test_a_crash_with_nowhere_to_write_its_log_is_still_one_line_naming_where_and_exit_3(tmp_path):
+    bug = with_a_bug("preflight.commands.validate", "main")
+    result, out = run_under_a_read_only_root(tmp_path, "validate", shm="read-only", python=bug)
+    assert result.returncode == 3
+    [line] = result.stderr.splitlines()
+    assert line.startswith("preflight: internal error: ZeroDivisionError('division by zero') (at <string>:1 in "
+                           "<lambda>; no crash log: no writable temporary directory (TMPDIR unset; tried /tmp ")
+    assert line.endswith("or set TMPDIR to a writable directory)")
