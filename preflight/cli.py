@@ -2,7 +2,8 @@
 
 Exit codes: 0 nothing failed or errored (warnings allowed); 1 the gate failed; 2 a usage
 or configuration error, with nothing measured; 3 an internal error (a bug: the message
-names the crash log). Importing this module must not import torch.
+names the crash log, or where it happened when no log could be written). Importing this
+module must not import torch.
 """
 
 from __future__ import annotations

@@ -50,6 +50,7 @@ class Worker:
 
     Its log, and every temporary file of the check and the libraries it runs (TMPDIR is
     set for it), go in ``temp_dir``: a writable place found by ``tempdir.choose``.
+    Starting one raises OSError when the log cannot be created or the process started.
     """
 
     def __init__(self, temp_dir: str) -> None:
