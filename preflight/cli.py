@@ -2,12 +2,14 @@
 
 Exit codes: 0 nothing failed or errored (warnings allowed); 1 the gate failed; 2 a usage
 or configuration error, with nothing measured; 3 an internal error (a bug: the message
-names the crash log). Importing this module must not import torch.
+names the crash log, or where it happened when no log could be written). Importing this
+module must not import torch.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import traceback
@@ -55,11 +57,51 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("preflight: interrupted", file=sys.stderr)
         return 130
-    except Exception:  # noqa: BLE001  the boundary for bugs: one line, details in a crash log
-        with tempfile.NamedTemporaryFile("w", prefix="preflight-crash-", suffix=".log", delete=False) as log:
-            log.write(traceback.format_exc())
-        print(f"preflight: internal error: {sys.exc_info()[1]!r} (crash log: {log.name})", file=sys.stderr)
-        return EXIT_INTERNAL
+    except Exception as error:  # noqa: BLE001  the boundary for bugs: one line, details in a crash log
+        return _internal_error(error, args)
+
+
+def _internal_error(error: Exception, args: argparse.Namespace) -> int:
+    """Say in one line that preflight has a bug and where its crash log is; returns 3 and never raises.
+
+    The log goes where ``tempdir.choose`` finds room (TMPDIR, /dev/shm, the reports'
+    directory). Where there is none, the line names the innermost frame instead.
+    """
+    try:
+        try:
+            where = f"crash log: {_write_crash_log(traceback.format_exc(), args)}"
+        except Exception as failure:  # noqa: BLE001  no room for a log must not hide the bug
+            where = f"at {_innermost_frame(error)}; no crash log: {failure}"
+        print(f"preflight: internal error: {error!r} ({where})", file=sys.stderr)
+    except Exception:  # noqa: BLE001  even stderr is gone: the exit status still says it
+        pass
+    return EXIT_INTERNAL
+
+
+def _write_crash_log(details: str, args: argparse.Namespace) -> str:
+    """Write ``details`` to a new crash log and return its path.
+
+    Raises:
+        UsageError: no writable temporary directory.
+        OSError: the log could not be written whole (it is then removed).
+    """
+    from preflight import tempdir
+    from preflight.commands.run import report_paths
+
+    handle, path = tempfile.mkstemp(prefix="preflight-crash-", suffix=".log", dir=tempdir.choose(report_paths(args)))
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8", errors="replace") as log:
+            log.write(details)
+    except BaseException:
+        os.unlink(path)
+        raise
+    return path
+
+
+def _innermost_frame(error: BaseException) -> str:
+    """``FILE:LINE in FUNCTION`` where ``error`` was raised, as a traceback's last frame says."""
+    frames = traceback.extract_tb(error.__traceback__)
+    return f"{frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if frames else "an unknown place"
 
 
 def _parser() -> argparse.ArgumentParser:

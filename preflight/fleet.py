@@ -37,8 +37,11 @@ from preflight.verdict import EXIT_GATE_FAILED, EXIT_USAGE, Outcome, Result, exi
 WriteReports = Callable[[list[RunReport]], None]
 
 
-def run(config: Config, launch: Launch, write: WriteReports) -> int:
-    """Run ``config`` as one rank of the fleet; ``write`` is called on rank 0 only. Returns the exit code."""
+def run(config: Config, launch: Launch, write: WriteReports, temp_dir: str | None = None) -> int:
+    """Run ``config`` as one rank of the fleet; ``write`` is called on rank 0 only. Returns the exit code.
+
+    ``temp_dir`` is where the node's workers keep their logs (see ``runner.run``).
+    """
     node_checks = tuple(i for i in config.instances if scope(CHECKS[i.check]) == "node")
     fleet_checks = tuple(i for i in config.instances if scope(CHECKS[i.check]) == "fleet")
     fleet = Fleet(launch, config.fleet.timeout_s, config.fleet.backend)
@@ -50,7 +53,8 @@ def run(config: Config, launch: Launch, write: WriteReports) -> int:
         fleet.join()
         _say(launch, f"joined a fleet of {launch.world_size} ranks")
         if launch.local_rank == 0:
-            results = runner.run(dataclasses.replace(config, instances=node_checks), progress=_progress(launch))
+            results = runner.run(dataclasses.replace(config, instances=node_checks), progress=_progress(launch),
+                                 temp_dir=temp_dir)
             own = report.build(config.path, config.digest, results, started, time.monotonic() - clock)
         node_budget = sum(instance.timeout_s for instance in node_checks) + config.fleet.timeout_s
         fleet.barrier("the end of the node checks", node_budget)

@@ -24,7 +24,7 @@ import tempfile
 import time
 from typing import Any, Callable
 
-from preflight import scratch
+from preflight import scratch, tempdir
 from preflight.checks import CHECKS
 from preflight.config import Config, Instance
 from preflight.measurement import Measurement, combine
@@ -46,19 +46,29 @@ class WorkerDied(Exception):
 
 
 class Worker:
-    """One worker process in its own session, talking JSON lines (see ``preflight.worker``)."""
+    """One worker process in its own session, talking JSON lines (see ``preflight.worker``).
 
-    def __init__(self) -> None:
-        self.log = tempfile.NamedTemporaryFile(prefix="preflight-worker-", suffix=".log", delete=False)
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "preflight.worker", self.log.name],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,  # its own process group: one killpg ends DataLoader workers too
-            env=env,
-        )
+    Its log, and every temporary file of the check and the libraries it runs (TMPDIR is
+    set for it), go in ``temp_dir``: a writable place found by ``tempdir.choose``.
+    Starting one raises OSError when the log cannot be created or the process started.
+    """
+
+    def __init__(self, temp_dir: str) -> None:
+        handle, self.log_path = tempfile.mkstemp(prefix="preflight-worker-", suffix=".log", dir=temp_dir)
+        os.close(handle)  # the worker opens it; the runner only reads its tail
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), TMPDIR=temp_dir)
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "preflight.worker", self.log_path],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,  # its own process group: one killpg ends DataLoader workers too
+                env=env,
+            )
+        except BaseException:
+            os.unlink(self.log_path)
+            raise
         self.buffer = b""
 
     def run(self, job: dict[str, Any], timeout_s: float, scratch_dirs: list[str]) -> list[Measurement]:
@@ -135,7 +145,7 @@ class Worker:
 
     def log_tail(self) -> str:
         try:
-            with open(self.log.name, "rb") as handle:
+            with open(self.log_path, "rb") as handle:
                 handle.seek(0, os.SEEK_END)
                 handle.seek(max(0, handle.tell() - LOG_TAIL_BYTES))
                 text = handle.read().decode("utf-8", errors="replace")
@@ -172,7 +182,7 @@ class Worker:
                 except OSError:
                     pass
         try:
-            os.unlink(self.log.name)
+            os.unlink(self.log_path)
         except OSError:
             pass
 
@@ -180,12 +190,18 @@ class Worker:
 ProgressCallback = Callable[[Instance, "list[Result] | None"], None]
 
 
-def run(config: Config, progress: ProgressCallback = lambda instance, results: None) -> list[Result]:
+def run(config: Config, progress: ProgressCallback = lambda instance, results: None,
+        temp_dir: str | None = None) -> list[Result]:
     """Run every instance of ``config`` and return all results, in config order.
 
     ``progress(instance, None)`` is called when an instance starts and
-    ``progress(instance, results)`` when it is judged. Never raises for a check's fault.
+    ``progress(instance, results)`` when it is judged. Workers keep their logs in
+    ``temp_dir`` (default: ``tempdir.choose()``). Never raises for a check's fault.
+
+    Raises:
+        UsageError: no ``temp_dir`` was given and no writable temporary directory exists.
     """
+    temp_dir = temp_dir or tempdir.choose()
     results: list[Result] = []
     worker: Worker | None = None
     previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -203,7 +219,7 @@ def run(config: Config, progress: ProgressCallback = lambda instance, results: N
             progress(instance, None)
             earlier: list[list[Result]] = []
             while True:
-                outcome, worker = _measure(worker, instance)
+                outcome, worker = _measure(worker, instance, temp_dir)
                 judged = judge(instance, outcome)
                 if len(earlier) < instance.retries and near_miss(judged, instance.retry_margin):
                     earlier.append(judged)
@@ -229,7 +245,7 @@ def run(config: Config, progress: ProgressCallback = lambda instance, results: N
     return results
 
 
-def _measure(worker: Worker | None, instance: Instance) -> tuple[Outcome, Worker | None]:
+def _measure(worker: Worker | None, instance: Instance, temp_dir: str) -> tuple[Outcome, Worker | None]:
     """Run ``instance`` ``repeats`` times and combine each metric's runs (median of their values).
 
     Any run's error is the outcome (fail closed); returns the worker to reuse, if any.
@@ -237,7 +253,7 @@ def _measure(worker: Worker | None, instance: Instance) -> tuple[Outcome, Worker
     runs: list[Outcome] = []
     for _ in range(instance.repeats):
         if worker is None or worker.process.poll() is not None:
-            worker = Worker()
+            worker = Worker(temp_dir)
         outcome, worker = _run_instance(worker, instance)
         if outcome.error:
             return outcome, worker

@@ -89,3 +89,18 @@ def in_mount_namespace(script: str, timeout: float = 120) -> subprocess.Complete
         pytest.skip(f"mount namespaces not permitted here: {reason}")
     return subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, cwd=REPO,
                           env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}, timeout=timeout)
+
+
+def in_read_only_root(script: str, shm: str = "private", writable: Sequence[Path] = (),
+                      timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run ``sh -c script`` with ``/`` read-only, as in a pod with ``readOnlyRootFilesystem: true``.
+
+    ``/dev/shm`` is a fresh ``private`` writable tmpfs (as an emptyDir with ``medium: Memory``)
+    or a ``read-only`` one; each of ``writable`` stays writable (as a mounted volume). Only
+    per-mount flags change (bind remounts, new tmpfs): the host's filesystems stay writable.
+    Skips where mount namespaces are not permitted (see ``in_mount_namespace``).
+    """
+    options = {"private": "size=1g", "read-only": "ro,size=1m"}[shm]
+    volumes = "".join(f"mount --bind {path} {path} && " for path in writable)
+    return in_mount_namespace(f"{volumes}mount --bind / / && mount -o remount,bind,ro / && "
+                              f"mount -t tmpfs -o {options} tmpfs /dev/shm && {script}", timeout)

@@ -167,3 +167,22 @@ def test_distributed_outside_torchrun_is_a_usage_error(monkeypatch, capsys, tmp_
     assert cli.main(["run", "-c", str(config), "--distributed"]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "RANK, WORLD_SIZE" in error and "torchrun --nproc-per-node" in error
+
+
+def test_the_crash_handler_never_raises_without_a_crash_log_or_a_stderr(monkeypatch):
+    from preflight import tempdir
+    from preflight.commands import validate
+
+    class ClosedStream:
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        flush = write
+
+    def no_room(report_paths=()):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(validate, "main", lambda args: 1 / 0)
+    monkeypatch.setattr(tempdir, "choose", no_room)
+    monkeypatch.setattr(sys, "stderr", ClosedStream())
+    assert cli.main(["validate"]) == cli.EXIT_INTERNAL

@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from tests.helpers import REPO, write_config
+from tests.helpers import REPO, in_mount_namespace, in_read_only_root, write_config
 from tests.report_helpers import read_junit
 
 LONG_STORAGE = """
@@ -128,3 +128,95 @@ def test_a_read_only_report_destination_is_refused_before_measuring(tmp_path):
         f"preflight: error: {tmp_path}/mnt/report.xml: directory {tmp_path}/mnt is not writable "
         f"(read-only file system): choose a writable path")
     assert result.stdout == ""  # nothing was measured, so there is no table
+
+
+# A read-only root filesystem (Kubernetes readOnlyRootFilesystem: true): /tmp is not writable, so the
+# worker logs and a crash log must find another place, or the run must stop with the fix named.
+
+def run_under_a_read_only_root(tmp_path, preflight_args, shm="private", writable=(), python="-m preflight"):
+    """``python -m preflight ARGS`` (or ``python PYTHON ARGS``) where / is read-only and TMPDIR unset.
+
+    ``tmp_path/out`` and ``writable`` stay writable; ``/dev/shm/r.json`` is copied to ``out`` and
+    ``ls -A /dev/shm`` written to ``out/shm`` before the namespace, and its /dev/shm, are gone."""
+    out = tmp_path / "out"
+    out.mkdir(exist_ok=True)
+    script = (f"{sys.executable} {python} {preflight_args}; code=$?; "
+              f"cp /dev/shm/r.json {out}/ 2>/dev/null; ls -A /dev/shm > {out}/shm; exit $code")
+    return in_read_only_root(script, shm, [out, *writable]), out
+
+
+def test_a_read_only_root_runs_with_worker_logs_on_dev_shm_and_leaves_nothing_there(tmp_path):
+    config = write_config(tmp_path, SHM_ONLY)
+    result, out = run_under_a_read_only_root(tmp_path, f"run -c {config} --only shm --json /dev/shm/r.json")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    verdicts = {r["id"]: r["verdict"] for r in json.loads((out / "r.json").read_text())["results"]}
+    assert verdicts == {"shm.size": "pass", "shm.free": "info", "shm.allocatable": "info"}
+    assert (out / "shm").read_text().split() == ["r.json"]  # the worker's log was removed
+
+
+def test_a_read_only_root_and_dev_shm_put_worker_logs_beside_the_report(tmp_path):
+    data = tmp_path / "data"  # a writable volume for the shm check to measure, /dev/shm being read-only
+    data.mkdir()
+    config = write_config(tmp_path, SHM_ONLY.replace("allocate: 1 MiB", f"path: {data}\n    allocate: 1 MiB"))
+    result, out = run_under_a_read_only_root(tmp_path, f"run -c {config} --json {tmp_path}/out/r.json",
+                                             shm="read-only", writable=[data])
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    verdicts = {r["id"]: r["verdict"] for r in json.loads((out / "r.json").read_text())["results"]}
+    assert verdicts == {"shm.size": "pass", "shm.free": "info", "shm.allocatable": "info"}
+    # the worker's log went here, the one writable candidate, and was removed
+    assert sorted(os.listdir(out)) == ["r.json", "shm"]
+
+
+def test_nothing_writable_is_one_line_naming_the_fix_with_nothing_measured(tmp_path):
+    config = write_config(tmp_path, SHM_ONLY)
+    result, out = run_under_a_read_only_root(tmp_path, f"run -c {config} --json -", shm="read-only")
+    assert result.returncode == 2
+    assert result.stdout == ""  # nothing measured, no half-written report
+    [line] = result.stderr.splitlines()
+    assert line.startswith("preflight: error: no writable temporary directory (TMPDIR unset; tried /tmp (read-only "
+                           "file system), ")
+    assert line.endswith("/dev/shm (read-only file system)): mount an emptyDir at /tmp (readOnlyRootFilesystem: "
+                         "true) or set TMPDIR to a writable directory")
+
+
+def test_a_read_only_tmpdir_on_a_writable_root_falls_back_as_tempfile_does(tmp_path):
+    config = write_config(tmp_path, SHM_ONLY)
+    read_only = tmp_path / "read-only"
+    read_only.mkdir()
+    script = (f"mount -t tmpfs -o ro,size=1m tmpfs {read_only} && TMPDIR={read_only} "
+              f"{sys.executable} -m preflight run -c {config} --json {tmp_path}/r.json")
+    result = in_mount_namespace(script)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["exit_code"] == 0
+
+
+def with_a_bug(module, name):
+    """Python arguments running the CLI with ``module.name`` dividing by zero: a stand-in for a bug in preflight."""
+    return (f"-c 'import sys, {module}; {module}.{name} = lambda *a, **k: 1 / 0; "
+            f"from preflight import cli; sys.exit(cli.main())'")
+
+
+def test_a_crash_log_goes_beside_the_report_when_nothing_else_is_writable(tmp_path):
+    config = write_config(tmp_path, SHM_ONLY)
+    result, out = run_under_a_read_only_root(tmp_path, f"run -c {config} --json {tmp_path}/out/r.json",
+                                             shm="read-only", python=with_a_bug("preflight.runner", "run"))
+    assert result.returncode == 3
+    [line] = result.stderr.splitlines()[1:]  # after the "1 check from ..." progress line
+    assert line.startswith(f"preflight: internal error: ZeroDivisionError('division by zero') (crash log: {out}/"
+                           f"preflight-crash-")
+    [log] = out.glob("preflight-crash-*.log")
+    assert log.read_text().rstrip().endswith("ZeroDivisionError: division by zero")
+    assert not (out / "r.json").exists()
+
+
+def test_a_crash_with_nowhere_to_write_its_log_is_still_one_line_naming_where_and_exit_3(tmp_path):
+    bug = with_a_bug("preflight.commands.validate", "main")
+    result, out = run_under_a_read_only_root(tmp_path, "validate", shm="read-only", python=bug)
+    assert result.returncode == 3
+    [line] = result.stderr.splitlines()
+    assert line.startswith("preflight: internal error: ZeroDivisionError('division by zero') (at <string>:1 in "
+                           "<lambda>; no crash log: no writable temporary directory (TMPDIR unset; tried /tmp ")
+    assert line.endswith("or set TMPDIR to a writable directory)")

@@ -1,4 +1,5 @@
 import os
+import sys
 import time
 
 import pytest
@@ -8,7 +9,7 @@ from preflight.checks import CHECKS
 from preflight.report import build, json_report, junit, now
 from tests.fakes import faulty, sequence, steady
 from tests.report_helpers import read_junit
-from tests.helpers import write_config
+from tests.helpers import in_read_only_root, write_config
 
 
 @pytest.fixture(autouse=True)
@@ -18,9 +19,9 @@ def fake_checks(monkeypatch):
     monkeypatch.setitem(CHECKS, "sequence", sequence)
 
 
-def run(tmp_path, text):
+def run(tmp_path, text, temp_dir=None):
     loaded = config.load(str(write_config(tmp_path, text)), environ={})
-    return {result.id: result for result in runner.run(loaded)}
+    return {result.id: result for result in runner.run(loaded, temp_dir=temp_dir)}
 
 
 @pytest.mark.parametrize(
@@ -229,3 +230,30 @@ def test_json_and_junit_record_every_run_attempt_and_sample(tmp_path):
     xml = (tmp_path / "report.xml").read_text()
     assert "runs (samples/s, median judged): 101, 120, 110" in xml
     assert "attempt 1 (fail, re-measured): 95.0 samples/s; samples: 94.05, 95, 95.95, 94.05" in xml
+
+
+def test_workers_keep_their_logs_and_temporary_files_in_the_directory_given_and_leave_none(tmp_path):
+    room = tmp_path / "room"
+    room.mkdir()
+    results = run(tmp_path, f"""
+        version: 1
+        checks:
+          bad: {{check: faulty, mode: segfault, rate: {{min: 1 samples/s}}}}
+          good: {{check: steady, tempdir_to: {tmp_path}/seen, rate: {{min: 1 samples/s}}}}
+        """, temp_dir=str(room))
+    assert "last output: about to fail: segfault" in results["bad.rate"].message  # its log was read from room
+    assert results["good.rate"].verdict == "pass"
+    assert (tmp_path / "seen").read_text() == str(room)  # TMPDIR for the check and the libraries under it
+    assert os.listdir(room) == []
+
+
+def test_every_runner_test_passes_under_a_read_only_root_with_an_unwritable_tmpdir(tmp_path):
+    """This file's tests once more where / (so /tmp, and TMPDIR=/tmp) is read-only and /dev/shm a writable
+    tmpfs, as in a pod with readOnlyRootFilesystem: true. pytest's own files go to a tmpfs (its
+    --basetemp; --capture=sys, as fd capture needs temporary files), so what meets TMPDIR is the runner."""
+    pytest_command = (f"{sys.executable} -m pytest -q -p no:cacheprovider --capture=sys --basetemp={tmp_path}/basetemp "
+                      f"-k 'not under_a_read_only_root' tests/test_runner.py")  # not this test again
+    result = in_read_only_root(f"mount -t tmpfs -o size=256m tmpfs {tmp_path} && "
+                               f"TMPDIR=/tmp PYTHONDONTWRITEBYTECODE=1 {pytest_command}", timeout=240)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert " passed" in result.stdout and " failed" not in result.stdout

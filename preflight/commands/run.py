@@ -11,11 +11,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 from typing import Callable, Mapping, TextIO
 
-from preflight import __version__
+from preflight import __version__, tempdir
 from preflight.errors import ConfigError, UsageError
 from preflight.progress import Progress
 
@@ -55,8 +54,9 @@ def main(args: argparse.Namespace, environ: Mapping[str, str] = os.environ, stdo
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     path = config.resolve_path(args.config)
     launch = _launch(args.distributed, environ)
-    if launch is None or launch.rank == 0:  # in a fleet, only rank 0 writes reports
-        for destination in (args.junit_xml, args.json, args.prometheus, args.save_baseline):
+    writes_reports = launch is None or launch.rank == 0  # in a fleet, only rank 0 writes reports
+    if writes_reports:
+        for destination in report_paths(args):
             _check_writable(destination)
     try:
         loaded = config.load(path, args.overrides, environ, baseline=args.baseline)
@@ -65,17 +65,18 @@ def main(args: argparse.Namespace, environ: Mapping[str, str] = os.environ, stdo
     except UsageError as error:
         _config_error(path, error, args, environ, stderr)
         raise
+    temporary = tempdir.choose(report_paths(args) if writes_reports else ())  # before measuring, not after
     count = len(loaded.instances)
     print(f"preflight {__version__}: {count} check{'s' if count != 1 else ''} from {path}", file=stderr)
     if launch is not None:
         from preflight import fleet
 
         write = lambda reports: _write_fleet(reports, args, launch.world_size, environ, stdout, stderr)  # noqa: E731
-        return fleet.run(loaded, launch, write)
+        return fleet.run(loaded, launch, write, temporary)
     started, clock = report.now(), time.monotonic()
     progress = Progress(stderr)
     try:
-        results = runner.run(loaded, progress=progress)
+        results = runner.run(loaded, progress=progress, temp_dir=temporary)
     finally:
         progress.close()
     run_report = report.build(path, loaded.digest, results, started, time.monotonic() - clock)
@@ -101,6 +102,11 @@ def main(args: argparse.Namespace, environ: Mapping[str, str] = os.environ, stdo
     if failed:
         raise UsageError("; ".join(failed))
     return run_report.exit_code
+
+
+def report_paths(args: argparse.Namespace) -> list[str | None]:
+    """The report files ``args`` asks for (None where a flag is absent or the command has none)."""
+    return [getattr(args, name, None) for name in ("junit_xml", "json", "prometheus", "save_baseline")]
 
 
 def _save_baseline(path: str, run_report) -> None:  # type: ignore[no-untyped-def]
@@ -176,13 +182,10 @@ def _check_writable(destination: str | None) -> None:
     directory = os.path.dirname(os.path.abspath(destination))
     if not os.path.isdir(directory):
         raise UsageError(f"{destination}: directory {directory} does not exist: create it or choose another path")
-    try:  # a real probe: access() says yes to root on a directory where writes then fail
-        handle, probe = tempfile.mkstemp(prefix=".preflight-probe-", dir=directory)
-        os.close(handle)
-        os.unlink(probe)
+    try:
+        tempdir.probe(directory)
     except OSError as error:
-        reason = (error.strerror or "").lower()
-        raise UsageError(f"{destination}: directory {directory} is not writable ({reason}): "
+        raise UsageError(f"{destination}: directory {directory} is not writable ({tempdir.reason(error)}): "
                          f"choose a writable path") from None
     if os.path.isdir(destination):
         raise UsageError(f"{destination} is a directory: give a file path, like {destination.rstrip('/')}/report")

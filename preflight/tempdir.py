@@ -1,0 +1,67 @@
+"""Where preflight's own temporary files go (worker logs, crash logs), on a node that may allow few writes.
+
+Python's ``tempfile`` raises when none of TMPDIR, TEMP, TMP, /tmp, /var/tmp, /usr/tmp (nor
+the working directory) is writable: the case in a Kubernetes pod with
+``readOnlyRootFilesystem: true`` and no volume at /tmp. preflight then goes on to /dev/shm
+(a tmpfs in every container) and to the reports' directories, and where none of those is
+writable either it stops before measuring, with one line that names the fix.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Iterable, Mapping
+
+from preflight.errors import UsageError
+
+# tempfile.gettempdir()'s POSIX order, without its last resort, the working directory: that is
+# often the job's code or data, and preflight leaves nothing there.
+ENVIRONMENT = ("TMPDIR", "TEMP", "TMP")
+SYSTEM = ("/tmp", "/var/tmp", "/usr/tmp")
+SHARED_MEMORY = "/dev/shm"
+
+
+def choose(report_paths: Iterable[str | None] = (), environ: Mapping[str, str] = os.environ) -> str:
+    """The first writable of: TMPDIR (as ``tempfile.gettempdir`` looks for it), /dev/shm, the reports' directories.
+
+    ``report_paths`` are the ``--json``/``--junit-xml``/... destinations (None and ``-`` are
+    ignored). Writability is proven by creating a file, as ``probe`` does.
+
+    Raises:
+        UsageError: none is writable; the message names every place tried and the fix.
+    """
+    tried: list[str] = []
+    for directory in candidates(report_paths, environ):
+        try:
+            probe(directory)
+        except OSError as error:
+            tried.append(f"{directory} ({reason(error)})")
+            continue
+        return directory
+    variable = next((f"{name}={environ[name]}" for name in ENVIRONMENT if environ.get(name)), "TMPDIR unset")
+    raise UsageError(f"no writable temporary directory ({variable}; tried {', '.join(tried)}): mount an emptyDir "
+                     f"at /tmp (readOnlyRootFilesystem: true) or set TMPDIR to a writable directory")
+
+
+def candidates(report_paths: Iterable[str | None] = (), environ: Mapping[str, str] = os.environ) -> list[str]:
+    """The directories ``choose`` tries, in order, each once."""
+    found = [environ[name] for name in ENVIRONMENT if environ.get(name)] + [*SYSTEM, SHARED_MEMORY]
+    found += [os.path.dirname(os.path.abspath(path)) for path in report_paths if path and path != "-"]
+    return list(dict.fromkeys(os.path.abspath(directory) for directory in found))
+
+
+def probe(directory: str) -> None:
+    """Create and remove a file in ``directory``: ``access()`` says yes to root on a read-only filesystem.
+
+    Raises:
+        OSError: the file could not be created (read-only, missing, full, not a directory).
+    """
+    handle, path = tempfile.mkstemp(prefix=".preflight-probe-", dir=directory)
+    os.close(handle)
+    os.unlink(path)
+
+
+def reason(error: OSError) -> str:
+    """``read-only file system``: an OSError's cause in the lower case a one-line message uses."""
+    return (error.strerror or type(error).__name__).lower()
