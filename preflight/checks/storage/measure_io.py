@@ -76,8 +76,10 @@ class IO:
         no_room = self.why_no_scratch or room_for(self.scratch or "", wanted)
         if not no_room:
             scratch = write_file(os.path.join(self.scratch, "seq_read.dat"), wanted, os.urandom(1 << 20))  # type: ignore[arg-type]
+            streamable = (f"only {_mib(data_bytes(large))} in files of {_mib(LARGE_FILE)} or more" if large
+                          else f"none of {_mib(LARGE_FILE)} or more")
             return ReadSet(segments([scratch], wanted), f"a scratch file ({_mib(wanted)})",
-                           f"on a scratch file beside the dataset: {what}, none of {_mib(LARGE_FILE)} or more")
+                           f"on a scratch file beside the dataset: {what}, {streamable}")
         fallback = segments(found.files, wanted)
         if data_bytes(fallback) < MIN_READ_BYTES:
             return f"{what}, under {_mib(MIN_READ_BYTES)} to read, and {no_room}"
