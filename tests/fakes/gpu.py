@@ -201,6 +201,11 @@ class FakeCuda:
         ("h2d", True): 55.1, ("h2d", False): 19.8, ("d2h", True): 55.6, ("d2h", False): 17.2})
     peer_rate: float | Exception = 372.5
     peer_access: bool = True
+    # What the seam was asked, in order (("pin", size), ("copy", direction, pinned), ("release",)), and
+    # the pinned bytes torch's caching host allocator would hold: pinned copy buffers stay cached
+    # after use until release_pinned; pin() releases its own block before returning.
+    events: list[tuple[Any, ...]] = field(default_factory=list)
+    pinned_held: int = 0
 
     def view(self) -> gpu.TorchView:
         return gpu.TorchView("2.5.1", self.cuda_runtime, self.hip_runtime, self.devices, self.reason)
@@ -212,12 +217,21 @@ class FakeCuda:
         used, free = _answer(self.allocation)
         return int(free * share), free
 
-    def pin(self, size: int) -> None:
+    def pin(self, size: int) -> int:
+        self.events.append(("pin", size))
         if self.pin_error is not None:
             raise self.pin_error
+        return power_of_two(size)
+
+    def release_pinned(self) -> int | None:
+        self.events.append(("release",))
+        self.pinned_held = 0
+        return 0
 
     def copy_timer(self, index: int, direction: str, pinned: bool, size: int) -> Callable[[], float]:
+        self.events.append(("copy", direction, pinned))
         rate = _answer(self.rates[(direction, pinned)])
+        self.pinned_held += power_of_two(size) if pinned else 0
         return lambda: rate
 
     def can_access_peer(self, source: int, target: int) -> bool:
@@ -226,6 +240,65 @@ class FakeCuda:
     def peer_timer(self, source: int, target: int, size: int) -> Callable[[], float]:
         rate = _answer(self.peer_rate)
         return lambda: rate
+
+
+def power_of_two(size: int) -> int:
+    """The block torch's caching host allocator pins for ``size`` bytes (ATen CachingHostAllocator roundSize)."""
+    block = 1
+    while block < size:
+        block *= 2
+    return block
+
+
+class FakeHostAllocator:
+    """torch's caching host allocator as its statistics show it, behind the real torch names.
+
+    As in ATen's CachingHostAllocator: a request is rounded up to a power of two and served from
+    a cached free block of that size or pinned anew; a freed block stays cached, and pinned,
+    until the cache is emptied. ``install`` puts it behind ``torch.cuda.host_memory_stats``,
+    ``torch.accelerator.empty_host_cache``, ``torch.cuda.synchronize`` and
+    ``torch.cuda.device_count`` (monkeypatch refuses a name the installed torch lacks) and
+    behind ``gpu._pinned``, the one line that needs a GPU.
+    """
+
+    def __init__(self, cached: tuple[int, ...] = ()) -> None:
+        self.cached = list(cached)
+        self.active = 0
+        self.allocated = sum(cached)
+        self.calls: list[str] = []
+
+    def install(self, monkeypatch: Any) -> None:
+        import torch
+
+        monkeypatch.setattr(torch.cuda, "host_memory_stats", self.stats)
+        monkeypatch.setattr(torch.accelerator, "empty_host_cache", self.empty_cache)
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: self.calls.append(f"synchronize {device}"))
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+        monkeypatch.setattr(gpu, "_pinned", self.allocate)
+
+    def stats(self) -> dict[str, int]:
+        return {"active_bytes.current": self.active, "allocated_bytes.current": self.allocated}
+
+    def allocate(self, size: int) -> Any:
+        block = power_of_two(size)
+        if block in self.cached:
+            self.cached.remove(block)
+        else:
+            self.allocated += block
+        self.active += block
+        allocator = self
+
+        class Block:
+            def __del__(self) -> None:
+                allocator.active -= block
+                allocator.cached.append(block)
+
+        return Block()
+
+    def empty_cache(self) -> None:
+        self.calls.append("empty_cache")
+        self.allocated -= sum(self.cached)
+        self.cached.clear()
 
 
 def _answer(value: Any) -> Any:
