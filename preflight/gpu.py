@@ -136,13 +136,16 @@ class TorchCuda:
         """Pin ``size`` bytes of host memory as the trainer would, release them, and return the bytes pinned.
 
         The caching host allocator pins whole power-of-two blocks, so 3 GiB pins 4 GiB; the figure
-        is read from its own statistics (``pinned_bytes``). The block is returned to the driver
-        at once (``release_pinned``), so it does not stay locked for the checks that follow.
+        is read from its own statistics (``pinned_bytes``). Its cache is emptied first, which
+        also settles blocks still waiting on copies (they would leave the statistics while this
+        one enters them), and the block is returned to the driver at once, so it does not stay
+        locked for the checks that follow.
 
         Raises:
             PinError: cudaHostAlloc failed for want of host memory, or the buffer came back unpinned.
             DeviceFault: CUDA failed for another reason (a sticky error from an earlier fault).
         """
+        self.release_pinned()
         before = host_stats()
         buffer = _pinned(size)
         after = host_stats()

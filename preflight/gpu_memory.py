@@ -97,6 +97,7 @@ def host_stats() -> Mapping[str, int]:
 
 
 def torch_attribute(dotted: str) -> Any:
+    """``torch.<dotted>`` (``"cuda.host_memory_stats"``), or None where this torch has no such name."""
     import torch
 
     target: Any = torch

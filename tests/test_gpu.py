@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from preflight import config, gpu, runner
+from preflight import config, gpu, gpu_memory, runner
 from tests.fakes.gpu import FakeHostAllocator
 
 CPU_BUILD = (gpu.torch_build() or {}).get("cuda") is None and (gpu.torch_build() or {}).get("hip") is None
@@ -146,14 +146,24 @@ def test_pinning_reports_the_rounded_block_and_hands_it_back(monkeypatch):
     allocator.install(monkeypatch)
     assert gpu.TorchCuda().pin(3 << 30) == 4 << 30  # 3 GiB asked, a 4 GiB block pinned
     assert allocator.stats() == {"active_bytes.current": 0, "allocated_bytes.current": 0}
-    assert allocator.calls == ["synchronize 0", "synchronize 1", "empty_cache"]
+    assert allocator.calls == ["synchronize 0", "synchronize 1", "empty_cache"] * 2  # before and after
 
 
-def test_a_block_served_from_the_cache_counts_as_pinned_too(monkeypatch):
-    allocator = FakeHostAllocator(cached=(4 << 30,))  # an earlier 4 GiB buffer, freed but still pinned
+def test_blocks_cached_by_earlier_checks_are_handed_back_before_pinning(monkeypatch):
+    allocator = FakeHostAllocator(cached=(4 << 30, 256 << 20))  # earlier buffers, freed but still pinned
     allocator.install(monkeypatch)
     assert gpu.TorchCuda().pin(3 << 30) == 4 << 30
     assert allocator.allocated == 0
+
+
+def test_pinned_bytes_count_a_block_served_from_the_cache(monkeypatch):
+    allocator = FakeHostAllocator(cached=(4 << 30,))
+    allocator.install(monkeypatch)
+    before = allocator.stats()
+    block = allocator.allocate(3 << 30)
+    assert allocator.allocated == 4 << 30  # nothing new pinned: the cached block was handed out
+    assert gpu_memory.pinned_bytes(3 << 30, before, allocator.stats()) == 4 << 30
+    del block
 
 
 def test_release_returns_what_the_allocator_still_holds(monkeypatch):
