@@ -12,7 +12,9 @@ from __future__ import annotations
 import ast
 import importlib.util
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple
+
+from preflight.gpu_memory import EMPTY_HOST_CACHE, PinError, allocating, host_stats, pinned_bytes, torch_attribute
 
 
 class Device(NamedTuple):
@@ -130,18 +132,43 @@ class TorchCuda:
         torch.cuda.empty_cache()
         return size, free
 
-    def pin(self, size: int) -> None:  # gpu-only
-        """Allocate ``size`` bytes of pinned host memory and release it.
+    def pin(self, size: int) -> int:
+        """Pin ``size`` bytes of host memory as the trainer would, release them, and return the bytes pinned.
+
+        The caching host allocator pins whole power-of-two blocks, so 3 GiB pins 4 GiB; the figure
+        is read from its own statistics (``pinned_bytes``). Its cache is emptied first, which
+        also settles blocks still waiting on copies (they would leave the statistics while this
+        one enters them), and the block is returned to the driver at once, so it does not stay
+        locked for the checks that follow.
 
         Raises:
-            RuntimeError: cudaHostAlloc failed or the buffer came back unpinned.
+            PinError: cudaHostAlloc failed for want of host memory, or the buffer came back unpinned.
+            DeviceFault: CUDA failed for another reason (a sticky error from an earlier fault).
+        """
+        self.release_pinned()
+        before = host_stats()
+        buffer = _pinned(size)
+        after = host_stats()
+        del buffer
+        self.release_pinned()
+        return pinned_bytes(size, before, after)
+
+    def release_pinned(self) -> int | None:
+        """Give the host allocator's cached pinned blocks back to the driver; return the bytes it still holds.
+
+        Synchronises every GPU first, since a block is only freed once the copies that used it
+        are done. None when this torch keeps no host allocator statistics.
         """
         import torch
 
-        buffer = torch.empty(size, dtype=torch.uint8, pin_memory=True)
-        if not buffer.is_pinned():
-            raise RuntimeError("torch returned an unpinned buffer")
-        del buffer
+        for index in range(torch.cuda.device_count()):
+            torch.cuda.synchronize(index)
+        for name in EMPTY_HOST_CACHE:
+            empty = torch_attribute(name)
+            if empty is not None:
+                empty()
+                break
+        return host_stats().get("allocated_bytes.current")
 
     def copy_timer(self, index: int, direction: str, pinned: bool, size: int,
                    copies: int = 4) -> Callable[[], float]:  # gpu-only
@@ -149,36 +176,78 @@ class TorchCuda:
 
         nvbandwidth's method (NVIDIA/nvbandwidth, host_to_device_memcpy_ce): copies of
         ``size`` bytes on a dedicated stream bracketed by CUDA events, so the host clock
-        and launch gaps stay out of the timing.
+        and launch gaps stay out of the timing. Both buffers are written before timing
+        (``host_buffer``), so no copy reads unfaulted pages.
 
         Raises:
-            RuntimeError: the pinned host buffer could not be allocated or is not pinned.
+            DeviceMemoryError: the device buffer could not be allocated.
+            PinError: the pinned host buffer could not be allocated or is not pinned.
+            DeviceFault: CUDA failed while allocating, writing or copying.
         """
         import torch
 
         device = torch.device("cuda", index)
-        device_buffer = torch.empty(size, dtype=torch.uint8, device=device)
-        host_buffer = torch.empty(size, dtype=torch.uint8, pin_memory=pinned)
-        if pinned and not host_buffer.is_pinned():
-            raise RuntimeError(f"host buffer of {size} bytes came back unpinned")
-        source, target = (host_buffer, device_buffer) if direction == "h2d" else (device_buffer, host_buffer)
+        device_buffer = allocating("device", lambda: torch.empty(size, dtype=torch.uint8, device=device).fill_(0x5A))
+        host = host_buffer(size, pinned)
+        source, target = (host, device_buffer) if direction == "h2d" else (device_buffer, host)
         return _event_timer(torch.cuda.Stream(device=device), lambda: target.copy_(source, non_blocking=pinned),
                             size, copies)
 
     def can_access_peer(self, source: int, target: int) -> bool:  # gpu-only
-        """Whether ``source`` can read ``target``'s memory directly (cudaDeviceCanAccessPeer)."""
+        """Whether ``source`` can access ``target``'s memory directly (cudaDeviceCanAccessPeer)."""
         import torch
 
         return bool(torch.cuda.can_device_access_peer(source, target))
 
     def peer_timer(self, source: int, target: int, size: int, copies: int = 4) -> Callable[[], float]:  # gpu-only
-        """Like ``copy_timer`` for a device-to-device copy (nvbandwidth device_to_device_memcpy_read_ce)."""
+        """Like ``copy_timer`` for a copy from GPU ``source`` into GPU ``target``: a peer *write*.
+
+        torch runs a cross-device copy on the source device's current stream (ATen
+        copy_device_to_device: "we always perform the copy on the source device"), so the
+        source's copy engine writes into the peer: nvbandwidth's device_to_device_memcpy_write_ce.
+        The stream here is the source's, so the events bracket exactly that copy.
+
+        Raises:
+            DeviceMemoryError: a buffer could not be allocated.
+            DeviceFault: CUDA failed while allocating, writing or copying.
+        """
         import torch
 
-        src = torch.empty(size, dtype=torch.uint8, device=torch.device("cuda", source))
-        dst = torch.empty(size, dtype=torch.uint8, device=torch.device("cuda", target))
+        src = allocating("device", lambda: torch.empty(size, dtype=torch.uint8, device=torch.device("cuda", source))
+                         .fill_(0x5A))
+        dst = allocating("device", lambda: torch.empty(size, dtype=torch.uint8, device=torch.device("cuda", target)))
         stream = torch.cuda.Stream(device=torch.device("cuda", source))
         return _event_timer(stream, lambda: dst.copy_(src, non_blocking=True), size, copies)
+
+
+def host_buffer(size: int, pinned: bool) -> Any:
+    """``size`` bytes of host memory (pinned or pageable) for a copy, every page written once.
+
+    A fresh ``torch.empty`` buffer has no pages yet; a copy that reads it faults each one in as
+    the kernel's shared zero page, which is read far faster than memory (on a 2-core VM a
+    2 MiB-chunked copy out of an unwritten 256 MiB buffer ran at 30-34 GB/s, out of a written
+    one at 13-14 GB/s), so pageable H2D would read high and pinned_speedup low. Writing every
+    byte makes each page the process's own before any timing (CUDA C++ Best Practices Guide:
+    pageable copies are staged by the CPU through a pinned buffer, so the source's memory
+    speed is part of the figure). Pinned pages are resident already; they are written alike.
+
+    Raises:
+        PinError: cudaHostAlloc failed for want of host memory, or the buffer came back unpinned.
+        DeviceFault: CUDA failed for another reason.
+    """
+    import torch
+
+    buffer = _pinned(size) if pinned else torch.empty(size, dtype=torch.uint8)
+    return buffer.fill_(0xA5)
+
+
+def _pinned(size: int) -> Any:  # gpu-only
+    import torch
+
+    buffer = allocating("host", lambda: torch.empty(size, dtype=torch.uint8, pin_memory=True))
+    if not buffer.is_pinned():
+        raise PinError(f"torch returned an unpinned buffer of {size} bytes")
+    return buffer
 
 
 def relative_error(got: object, expected: object) -> float:

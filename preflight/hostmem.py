@@ -54,12 +54,14 @@ def container_runtime(root: str = "/", environ: dict[str, str] | None = None) ->
     return ""
 
 
-def pinned_failure(size: int, error: str, root: str = "/", environ: dict[str, str] | None = None) -> str:
+def pinned_failure(size: int, error: str, root: str = "/", environ: dict[str, str] | None = None,
+                   requested: int | None = None) -> str:
     """Why a pinned allocation of ``size`` bytes failed, with the numbers that decide it and the fix.
 
     Pinned (page-locked) memory comes from host RAM and counts against the container's
     memory limit; RLIMIT_MEMLOCK bounds it where the driver locks pages on the process's
     behalf. None of this is a GPU fault (CUDA C++ Best Practices Guide, "Pinned Memory").
+    ``requested``: what the caller asked for, when the allocator rounded it up to ``size``.
     """
     gib = 2**30
     facts = [f"RLIMIT_MEMLOCK {memlock_limit()}"]
@@ -73,7 +75,8 @@ def pinned_failure(size: int, error: str, root: str = "/", environ: dict[str, st
         "kubernetes": "raise the pod's memory limit (pinned pages count against it) and the node's memlock ulimit",
     }.get(runtime, "free host memory or raise `ulimit -l`")
     where = f" in a {runtime} container" if runtime else ""
-    return (f"could not pin {size / gib:.2f} GiB of host memory{where} ({error}); {', '.join(facts)}: {fix}; "
+    asked = f" ({requested / gib:.2f} GiB requested, rounded up)" if requested not in (None, size) else ""
+    return (f"could not pin {size / gib:.2f} GiB{asked} of host memory{where} ({error}); {', '.join(facts)}: {fix}; "
             f"this is a host memory limit, not a GPU fault")
 
 

@@ -23,12 +23,22 @@ CALLS = (
     "nvmlDeviceGetRetiredPages", "nvmlDeviceGetRetiredPagesPendingStatus", "nvmlDeviceGetRemappedRows",
     "nvmlDeviceGetCurrPcieLinkGeneration", "nvmlDeviceGetMaxPcieLinkGeneration",
     "nvmlDeviceGetCurrPcieLinkWidth", "nvmlDeviceGetMaxPcieLinkWidth",
-    "nvmlDeviceGetCurrentClocksThrottleReasons", "nvmlDeviceGetTemperature", "nvmlDeviceGetEnforcedPowerLimit",
+    "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons",
+    "nvmlDeviceGetTemperatureV", "nvmlDeviceGetTemperature", "nvmlDeviceGetEnforcedPowerLimit",
     "nvmlDeviceGetPowerManagementDefaultLimit",
 )
+# Calls NVML replaced, each with its predecessor. NVML API reference, "Deprecation and/or Removal
+# Notices": the predecessors are deprecated since CUDA 13.0 and removed in CUDA 14.0, where they
+# return NVML_ERROR_DEPRECATED; the clock-event bits are the throttle-reason bits renamed. The new
+# call is made first; only a driver or an nvidia-ml-py older than it gets the predecessor.
+PREDECESSORS = {
+    "nvmlDeviceGetCurrentClocksEventReasons": "nvmlDeviceGetCurrentClocksThrottleReasons",
+    "nvmlDeviceGetTemperatureV": "nvmlDeviceGetTemperature",
+}
 
-# Clock-throttle bits that mean the GPU is held back by heat, power or a hardware fault.
-# GpuIdle, ApplicationsClocksSetting and SyncBoost are normal states and not counted.
+# Clock-event bits (nvmlClocksEventReason*, formerly nvmlClocksThrottleReason*) that mean the GPU is
+# held back by heat, power or a hardware fault. GpuIdle, ApplicationsClocksSetting and SyncBoost are
+# normal states and not counted.
 ADVERSE_THROTTLE = {
     0x4: "SW power cap", 0x8: "HW slowdown", 0x20: "SW thermal slowdown", 0x40: "HW thermal slowdown",
     0x80: "HW power brake slowdown",
@@ -158,7 +168,7 @@ def health(lib: Any, handle: Any, device: str) -> list[Measurement]:
         return float(get(handle)), ""
 
     def throttle() -> tuple[float, str]:
-        mask = lib.nvmlDeviceGetCurrentClocksThrottleReasons(handle)
+        mask = newest(lib, "nvmlDeviceGetCurrentClocksEventReasons", handle)
         active = [name for bit, name in ADVERSE_THROTTLE.items() if mask & bit]
         return float(len(active)), ", ".join(active)
 
@@ -182,13 +192,33 @@ def health(lib: Any, handle: Any, device: str) -> list[Measurement]:
         read("pcie_link_width", "", lambda: link(lib.nvmlDeviceGetCurrPcieLinkWidth)),
         read("pcie_link_width_max", "", lambda: link(lib.nvmlDeviceGetMaxPcieLinkWidth)),
         read("clock_throttle", "", throttle),
-        read("temperature", "C", lambda: (float(lib.nvmlDeviceGetTemperature(handle, lib.NVML_TEMPERATURE_GPU)), "")),
+        read("temperature", "C",
+             lambda: (float(newest(lib, "nvmlDeviceGetTemperatureV", handle, lib.NVML_TEMPERATURE_GPU)), "")),
         read("power_limit", "W", power_limit),
     ]
     ecc_off = any(m.metric == "ecc_mode" and m.value == "off" for m in readings)
     return [not_applicable(m.metric, "ECC is off on this GPU, so it counts no errors: turn it on with "
                                      "nvidia-smi -e 1 and reset the GPU", m.unit, device)
             if ecc_off and m.metric.startswith("ecc_uncorrectable") and not m.applicable else m for m in readings]
+
+
+def newest(lib: Any, name: str, *args: Any) -> Any:
+    """``lib.<name>(*args)``, or its predecessor in ``PREDECESSORS`` where the driver or nvidia-ml-py lacks it.
+
+    A driver without the symbol answers NVML_ERROR_FUNCTION_NOT_FOUND (pynvml looks each symbol up
+    when called), one that does not know the struct version NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    any other NVML error is the reading's own and is raised.
+    """
+    call = getattr(lib, name, None)
+    if call is not None:
+        try:
+            return call(*args)
+        except lib.NVMLError as error:
+            too_old = (getattr(lib, "NVML_ERROR_FUNCTION_NOT_FOUND", 13),
+                       getattr(lib, "NVML_ERROR_ARGUMENT_VERSION_MISMATCH", 25))
+            if getattr(error, "value", None) not in too_old:
+                raise
+    return getattr(lib, PREDECESSORS[name])(*args)
 
 
 def max_link(lib: Any, handle: Any) -> tuple[int, int]:

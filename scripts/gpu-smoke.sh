@@ -1,37 +1,140 @@
 #!/usr/bin/env bash
-# Run preflight's GPU battery for real on a GPU node and print it next to references
-# measured in the same run. Needs only what a CUDA PyTorch image already has (python3,
-# torch, pip) plus this package's small dependencies (nvidia-ml-py, junit-xml, pyyaml), which
-# it pip-installs only when missing. This checkout's preflight is used, via PYTHONPATH.
+# Run preflight's GPU battery for real on a GPU node, in one call, and print it next to
+# references measured in the same run. Needs python3 with the job's own torch. preflight's
+# small dependencies (nvidia-ml-py, junit-xml and six, PyYAML) are taken from the image when it
+# has them, else installed from local wheels, never from an index: GPU nodes often reach none.
 #
-#   scripts/gpu-smoke.sh [OUTDIR]        (default OUTDIR: ./gpu-smoke-out)
+#   scripts/gpu-smoke.sh [--wheels DIR] [--config FILE] [OUTDIR]     (OUTDIR default: ./gpu-smoke-out)
 #
-# Exit status: 0 when every step ran and transfer agrees with the reference within 10%.
+#   --wheels DIR   wheels for the missing dependencies (pip --no-index --find-links DIR). Default:
+#                  the wheels/ folder that scripts/gpu-smoke-bundle.sh puts beside scripts/, else
+#                  whatever PIP_FIND_LINKS or pip's configuration names.
+#   --config FILE  the battery to run (default: scripts/gpu-smoke.yaml).
+#
+# Missing dependencies go to OUTDIR/pydeps (pip --target, --no-deps), never into the image, so
+# the image's torch is never replaced. This checkout's preflight is used, via PYTHONPATH; PYTHON
+# names the interpreter (default python3).
+#
+# Exit status: 0 when every step ran, no result is an `error` (a check that crashed or timed
+# out), a GPU was seen and transfer agrees with the reference within 10 %; 1 otherwise, with
+# the reasons listed at the end, errors first; 2 when a dependency is missing and no wheel
+# provides it, or on a usage error.
 set -uo pipefail
+usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+out=gpu-smoke-out
+wheels=""
+config=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --wheels) [ $# -ge 2 ] || { echo "--wheels needs a folder" >&2; exit 2; }; wheels=$2; shift 2 ;;
+        --wheels=*) wheels=${1#*=}; shift ;;
+        --config) [ $# -ge 2 ] || { echo "--config needs a file" >&2; exit 2; }; config=$2; shift 2 ;;
+        --config=*) config=${1#*=}; shift ;;
+        -h|--help) usage; exit 0 ;;
+        -*) echo "unknown option $1; see $0 --help" >&2; exit 2 ;;
+        *) out=$1; shift ;;
+    esac
+done
+# paths are the caller's, taken before moving to the checkout
+if [ -n "$wheels" ]; then
+    [ -d "$wheels" ] || { echo "--wheels $wheels: no such folder" >&2; exit 2; }
+    wheels=$(cd "$wheels" && pwd)
+fi
+if [ -n "$config" ]; then
+    [ -f "$config" ] || { echo "--config $config: no such file" >&2; exit 2; }
+    config=$(cd "$(dirname "$config")" && pwd)/$(basename "$config")
+fi
+mkdir -p "$out" && out=$(cd "$out" && pwd)
 cd "$(dirname "$0")/.."
-out="${1:-gpu-smoke-out}"
-mkdir -p "$out"
-status=0
+config=${config:-$PWD/scripts/gpu-smoke.yaml}
+[ -z "$wheels" ] && [ -d wheels ] && wheels=$PWD/wheels  # the layout gpu-smoke-bundle.sh writes
 py="${PYTHON:-python3}"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+errors=()    # `error` verdicts: crashes and timeouts inside checks
+problems=()  # every other reason this smoke test fails
 
 echo "== environment"
-"$py" - <<'PY'
-import torch
-print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, HIP {getattr(torch.version, 'hip', None)}, "
+"$py" - <<'PY' || problems+=("torch could not be imported by $py: the node must have the job's torch")
+import sys
+try:
+    import torch
+except Exception as error:  # the report below says the same per check; say it once here too
+    print(f"python {sys.version.split()[0]}: torch not importable ({type(error).__name__}: {error})")
+    sys.exit(1)
+print(f"python {sys.version.split()[0]}, torch {torch.__version__}, CUDA {torch.version.cuda}, "
+      f"HIP {getattr(torch.version, 'hip', None)}, "
       f"GPUs visible: {torch.cuda.device_count() if torch.cuda.is_available() else 0}")
 PY
-if ! "$py" -c "import pynvml, junit_xml, yaml, numpy" 2>/dev/null; then
-    echo "installing preflight's small dependencies (never torch: the image's torch is the one under test)"
-    "$py" -m pip install -q nvidia-ml-py "junit-xml>=1.9" "pyyaml>=5.1" numpy || { echo "pip install failed"; exit 2; }
-fi
-"$py" -c "import preflight, sys; print('preflight from', preflight.__file__)"
 
-echo "== preflight: cuda, transfer, p2p (thresholds in scripts/gpu-smoke.yaml)"
-"$py" -m preflight run -c scripts/gpu-smoke.yaml --json "$out/report.json" --junit-xml "$out/report.xml"
+missing_packages() {  # the distributions whose modules this python cannot import, one per line
+    "$py" - <<'PY'
+import importlib
+for module, package in (("pynvml", "nvidia-ml-py"), ("six", "six"), ("junit_xml", "junit-xml"), ("yaml", "pyyaml")):
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        print(package)
+PY
+}
+missing=$(missing_packages | xargs)
+if [ -n "$missing" ]; then
+    if [ -n "$wheels" ]; then source_=$wheels; else source_="PIP_FIND_LINKS (${PIP_FIND_LINKS:-unset}) or the find-links in pip.conf"; fi
+    echo "missing here: $missing; installing from $source_ into $out/pydeps"
+    echo "(pip --no-index --no-deps --target: no index is asked, nothing else is installed, the image's torch stays)"
+    rm -rf "$out/pydeps"
+    from=()
+    [ -n "$wheels" ] && from=(--find-links "$wheels")
+    for package in $missing; do  # one at a time, so one without a wheel does not stop the others
+        "$py" -m pip install -q --no-index --no-deps --target "$out/pydeps" ${from[@]+"${from[@]}"} "$package" 2>&1 \
+            | grep -v "^WARNING: Target directory" | tail -1 | sed 's/^/  pip: /'
+    done
+    export PYTHONPATH="$out/pydeps:$PYTHONPATH"
+    still=$(missing_packages | xargs)
+    if [ -n "$still" ]; then
+        echo "cannot run: $still missing from $py, with no wheel in $source_"
+        echo "fix: where PyPI is reachable run scripts/gpu-smoke-bundle.sh BUNDLE, copy BUNDLE to this node and run" \
+             "BUNDLE/scripts/gpu-smoke.sh (it finds BUNDLE/wheels); or pass --wheels DIR; or pip install $still"
+        exit 2
+    fi
+fi
+"$py" -c "import preflight; print('preflight from', preflight.__file__)"
+
+echo "== preflight: cuda, transfer, p2p (thresholds in ${config#"$PWD"/})"
+rm -f "$out/report.json"
+"$py" -m preflight run -c "$config" --json "$out/report.json" --junit-xml "$out/report.xml"
 gate=$?
-echo "preflight exit status: $gate (1 = a threshold missed; see the table above)"
-if [ "$gate" -gt 1 ]; then status=1; echo "preflight itself failed (usage or internal error)"; fi
+echo "preflight exit status: $gate (1: a threshold missed or a check errored; 2: usage; 3: a preflight bug)"
+[ "$gate" -gt 1 ] && problems+=("preflight itself failed with exit status $gate (usage or internal error; see above)")
+
+echo "== preflight results from $out/report.json, errors first"
+if [ -s "$out/report.json" ]; then
+    "$py" - "$out/report.json" "$out/problems.txt" <<'PY' || problems+=("$out/report.json could not be read")
+import json, sys
+
+results = json.load(open(sys.argv[1]))["results"]
+first = {"error": 0, "fail": 1, "warn": 2, "skip": 3, "info": 4, "pass": 5}
+for r in sorted(results, key=lambda r: first.get(r["verdict"], 6)):  # sorted() keeps the report's order within a verdict
+    value = "-" if r["value"] is None else f"{r['value']} {r['unit']}".strip()
+    print(f"{r['verdict'].upper() if r['verdict'] == 'error' else r['verdict']:<5} {r['id']:<48} {value}"
+          f"{'  ' + r['message'] if r['verdict'] in ('error', 'fail') else ''}")
+errors = {}  # message -> ids: a check that crashed gives each of its metrics the same message
+for r in results:
+    if r["verdict"] == "error":
+        errors.setdefault(r["message"], []).append(r["id"])
+with open(sys.argv[2], "w") as problems:
+    for message, ids in errors.items():
+        more = f" and {len(ids) - 1} more" if len(ids) > 1 else ""
+        problems.write(f"error\terror in {ids[0]}{more}: {message}\n")
+    for r in results:
+        if r["id"] == "cuda.device_count" and r["verdict"] != "error" and not r["value"]:
+            problems.write(f"problem\tno GPU: {r['message']}\n")
+PY
+    while IFS=$'\t' read -r kind text; do
+        if [ "$kind" = error ]; then errors+=("$text"); else problems+=("$text"); fi
+    done < "$out/problems.txt"
+else
+    problems+=("preflight wrote no report to $out/report.json")
+fi
 
 echo "== reference for cuda: nvidia-smi's view of the same GPUs"
 if command -v nvidia-smi >/dev/null; then
@@ -48,15 +151,19 @@ else
     echo "nvidia-smi not in this image: compare cuda.* in $out/report.json with the host's nvidia-smi"
 fi
 
-echo "== preflight values from the run above"
-"$py" - "$out/report.json" <<'PY'
-import json, sys
-for r in json.load(open(sys.argv[1]))["results"]:
-    print(f"{r['id']:<48} {r['verdict']:<5} {r['value'] if r['value'] is not None else '-'} {r['unit']}")
-PY
-
 echo "== transfer vs a plain torch copy loop timed with events (target ratio 0.90-1.10)"
-"$py" bench/transfer_reference.py | tee "$out/transfer-reference.txt"
-status=$((status | ${PIPESTATUS[0]}))
+"$py" bench/transfer_reference.py 2>&1 | tee "$out/transfer-reference.txt"
+reference=${PIPESTATUS[0]}
+if [ "$reference" -ne 0 ]; then
+    why=$(grep -m1 -E "^no GPU measurement|OUTSIDE|NOT MEASURED|Error" "$out/transfer-reference.txt")
+    problems+=("bench/transfer_reference.py exited $reference${why:+: $why}")
+fi
+
+status=0
+if [ ${#errors[@]} -gt 0 ] || [ ${#problems[@]} -gt 0 ]; then status=1; fi
 echo "== done: files in $out, status $status"
+if [ "$status" -ne 0 ]; then
+    echo "the smoke test failed:"
+    for line in ${errors[@]+"${errors[@]}"} ${problems[@]+"${problems[@]}"}; do echo "  $line"; done
+fi
 exit "$status"

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import struct
+
 import pytest
 
-from preflight import config, gpu, runner
+from preflight import config, gpu, gpu_memory, runner
+from tests.fakes.gpu import FakeHostAllocator
 
 CPU_BUILD = (gpu.torch_build() or {}).get("cuda") is None and (gpu.torch_build() or {}).get("hip") is None
 cpu_only = pytest.mark.skipif(not CPU_BUILD, reason="asserts what a CPU build of torch reports; this torch has CUDA")
@@ -55,7 +59,9 @@ def test_every_torch_api_the_gpu_only_paths_call_exists_in_this_torch():
 
     for dotted in ("cuda.is_available", "cuda.device_count", "cuda.get_device_properties", "cuda.mem_get_info",
                    "cuda.synchronize", "cuda.empty_cache", "cuda.Stream", "cuda.Event", "cuda.stream",
-                   "cuda.can_device_access_peer", "backends.cuda.matmul", "Generator", "randn", "empty"):
+                   "cuda.can_device_access_peer", "backends.cuda.matmul", "Generator", "randn", "empty",
+                   "cuda.OutOfMemoryError", "AcceleratorError", "cuda.host_memory_stats", "accelerator.empty_host_cache",
+                   "Tensor.is_pinned", "Tensor.fill_"):
         target = torch
         for part in dotted.split("."):
             target = getattr(target, part)
@@ -102,3 +108,79 @@ def test_the_smoke_kernel_comparison_scales_by_the_largest_expected_value():
     garbage = expected.clone()
     garbage[0, 0] = float("nan")
     assert gpu.relative_error(garbage, expected) == float("inf")
+
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def own_pages(tensor) -> tuple[int, int, int]:
+    """(pages, present, present and this process's own) of a tensor's memory, from /proc/self/pagemap.
+
+    Bit 63 is "present", bit 56 "exclusively mapped" (Documentation/admin-guide/mm/pagemap.rst):
+    a page first read and never written is present but maps the kernel's shared zero page, so
+    it is not exclusive. Both bits are readable without privileges (only the PFN is hidden).
+    """
+    first, last = tensor.data_ptr() // PAGE, (tensor.data_ptr() + tensor.numel() - 1) // PAGE
+    with open("/proc/self/pagemap", "rb") as pagemap:
+        pagemap.seek(first * 8)
+        entries = struct.unpack(f"{last - first + 1}Q", pagemap.read((last - first + 1) * 8))
+    return len(entries), sum(e >> 63 & 1 for e in entries), sum(e >> 63 & e >> 56 & 1 for e in entries)
+
+
+def test_a_pageable_copy_source_has_every_page_written_not_the_shared_zero_page():
+    import torch
+
+    size = 64 << 20
+    read_only = torch.empty(size, dtype=torch.uint8)
+    read_only.sum()  # what a copy out of an unwritten buffer does: every page faults in as the zero page
+    pages, present, own = own_pages(read_only)
+    if present < pages or own == pages:
+        pytest.skip("this kernel does not report the zero page apart in /proc/self/pagemap")
+    buffer = gpu.host_buffer(size, pinned=False)
+    assert own_pages(buffer) == (pages, pages, pages)
+    assert int(buffer[:: PAGE].min()) == int(buffer[:: PAGE].max()) == 0xA5
+
+
+def test_pinning_reports_the_rounded_block_and_hands_it_back(monkeypatch):
+    allocator = FakeHostAllocator()
+    allocator.install(monkeypatch)
+    assert gpu.TorchCuda().pin(3 << 30) == 4 << 30  # 3 GiB asked, a 4 GiB block pinned
+    assert allocator.stats() == {"active_bytes.current": 0, "allocated_bytes.current": 0}
+    assert allocator.calls == ["synchronize 0", "synchronize 1", "empty_cache"] * 2  # before and after
+
+
+def test_blocks_cached_by_earlier_checks_are_handed_back_before_pinning(monkeypatch):
+    allocator = FakeHostAllocator(cached=(4 << 30, 256 << 20))  # earlier buffers, freed but still pinned
+    allocator.install(monkeypatch)
+    assert gpu.TorchCuda().pin(3 << 30) == 4 << 30
+    assert allocator.allocated == 0
+
+
+def test_pinned_bytes_count_a_block_served_from_the_cache(monkeypatch):
+    allocator = FakeHostAllocator(cached=(4 << 30,))
+    allocator.install(monkeypatch)
+    before = allocator.stats()
+    block = allocator.allocate(3 << 30)
+    assert allocator.allocated == 4 << 30  # nothing new pinned: the cached block was handed out
+    assert gpu_memory.pinned_bytes(3 << 30, before, allocator.stats()) == 4 << 30
+    del block
+
+
+def test_release_returns_what_the_allocator_still_holds(monkeypatch):
+    allocator = FakeHostAllocator(cached=(256 << 20,))
+    allocator.install(monkeypatch)
+    in_use = allocator.allocate(512 << 20)  # a buffer someone else still holds: it cannot be released
+    assert gpu.TorchCuda().release_pinned() == 512 << 20
+    del in_use
+    assert gpu.TorchCuda().release_pinned() == 0
+
+
+def test_a_torch_before_torch_accelerator_empties_the_cache_by_its_older_name(monkeypatch):
+    import torch
+
+    allocator = FakeHostAllocator(cached=(1 << 30,))
+    allocator.install(monkeypatch)
+    monkeypatch.delattr(torch.accelerator, "empty_host_cache")
+    monkeypatch.setattr(torch._C, "_host_emptyCache", allocator.empty_cache, raising=False)
+    assert gpu.TorchCuda().release_pinned() == 0
+    assert allocator.calls[-1] == "empty_cache"

@@ -7,14 +7,18 @@ theoretical rate per direction is lanes x the PCI-SIG per-lane rate after line c
 nvbandwidth measures about 80-90% of it for pinned H2D on a healthy link, less on a
 downtrained link or from the far NUMA node. The GPU's NUMA node comes from sysfs, the
 process's from its CPU affinity. A pinned buffer of the trainer's size is allocated on
-its own, so a host memory limit is reported as one, not as a slow or broken GPU.
+its own, so a host memory limit is reported as one, not as a slow or broken GPU; a failed
+allocation is told apart by which memory it asked for (``preflight.gpu_memory``). Every host
+buffer is written before it is timed (``gpu.host_buffer``), and the pinned memory torch's
+caching host allocator holds is handed back to the driver when the check ends, so a worker
+reused for later checks does not keep it locked.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-from preflight import gpu, hostmem, nvml
+from preflight import gpu, gpu_memory, hostmem, nvml
 from preflight.checks.base import Budget, Metric, Option
 from preflight.measurement import Measurement, not_applicable, unmeasurable
 from preflight.sampling import sample
@@ -45,7 +49,8 @@ METRICS = (
     Metric("numa_node", "", None, "the GPU's NUMA node (sysfs numa_node; -1: none)", per_device=True),
     Metric("numa_local", "", True, "1 when every CPU this process may use is on the GPU's NUMA node", per_device=True,
            hint="bind the job to the GPU's NUMA node (numactl --cpunodebind, or the kubelet's topology manager)"),
-    Metric("pinned_alloc", "GiB", True, "pinned host memory allocated at pinned_size (0 when it failed)",
+    Metric("pinned_alloc", "GiB", True, "pinned host memory torch really pinned for a pinned_size request: its "
+           "caching host allocator rounds up to a power of two (torch.cuda.host_memory_stats); 0 when it failed",
            hint="pinned memory is host RAM: raise the container memory limit and memlock ulimit, or lower it"),
 )
 # GB/s per lane per direction: transfer rate x line-coding efficiency / 8 (PCI-SIG base specs 1.0-6.0).
@@ -69,10 +74,16 @@ def measurements(options: Mapping[str, Any], budget: Budget, cuda: gpu.TorchCuda
         else nvml.open_session(lib)
     try:
         handles, reason = nvml.handles_by_bus(session)
-        results = [_pinned_alloc(cuda, int(options["pinned_size"]), root)]
-        for device in view.devices:
-            results += _device(cuda, device, int(options["size"]), budget, (session.lib, handles, reason, rocm), root)
-        return results
+        pinned_size = int(options["pinned_size"])
+        pinned = _pin(cuda, pinned_size)
+        results: list[Measurement] = []
+        try:
+            for device in view.devices:
+                results += _device(cuda, device, int(options["size"]), budget, (session.lib, handles, reason, rocm),
+                                   root)
+        finally:
+            released = _release(cuda)
+        return [_pinned_alloc(pinned_size, pinned, released, root), *results]
     finally:
         nvml.close(session)
 
@@ -97,11 +108,16 @@ def _copy(cuda: gpu.TorchCuda, index: int, metric: str, size: int, budget_s: flo
     direction, memory = metric.split("_")
     try:
         samples = sample(cuda.copy_timer(index, direction, memory == "pinned", size), budget_s)
-    except RuntimeError as error:
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        if memory == "pinned":
-            reason = hostmem.pinned_failure(size, reason, root)
-        return unmeasurable(metric, reason, "GB/s", where)
+    except gpu_memory.PinError as error:
+        return unmeasurable(metric, hostmem.pinned_failure(gpu_memory.pinned_block(size), _first_line(error), root,
+                                                           requested=size), "GB/s", where)
+    except gpu_memory.DeviceMemoryError as error:
+        return unmeasurable(metric, f"{where} has no room for a {format_value(to_unit(size, 'MiB'), 'MiB')} copy "
+                                    f"buffer ({_first_line(error)}): another process holds its memory (see "
+                                    f"nvidia-smi), or lower transfer.size", "GB/s", where)
+    except RuntimeError as error:  # gpu_memory.DeviceFault and anything else CUDA raised mid-copy
+        return unmeasurable(metric, f"the {metric} copy failed on {where} ({_first_line(error)}): a GPU fault, not a "
+                                    f"host limit; check dmesg for Xid errors", "GB/s", where)
     method = f"{format_value(to_unit(size, 'MiB'), 'MiB')} copies, CUDA events, dedicated stream"
     return Measurement(metric, samples=samples.values, unit="GB/s", device=where, method=method,
                        stopped=samples.stopped)
@@ -153,12 +169,38 @@ def _numa(device: gpu.Device, where: str, root: str) -> list[Measurement]:
             Measurement("numa_local", local, "", device=where, method=method, reason=reason)]
 
 
-def _pinned_alloc(cuda: gpu.TorchCuda, size: int, root: str) -> Measurement:
+def _pin(cuda: gpu.TorchCuda, size: int) -> int | RuntimeError:
+    """The bytes pinned for a ``size`` request, or the error that stopped it."""
     try:
-        cuda.pin(size)
+        return cuda.pin(size)
     except RuntimeError as error:
-        reason = hostmem.pinned_failure(size, str(error).strip().splitlines()[0] if str(error).strip() else "failed",
-                                        root)
-        return Measurement("pinned_alloc", 0.0, "GiB", reason=reason, method="torch.empty(pin_memory=True)")
-    return Measurement("pinned_alloc", to_unit(size, "GiB"), "GiB",
-                       method=f"torch.empty(pin_memory=True), RLIMIT_MEMLOCK {hostmem.memlock_limit()}")
+        return error
+
+
+def _release(cuda: gpu.TorchCuda) -> str:
+    """Return the cached pinned blocks to the driver; say how that went, for the report."""
+    try:
+        held = cuda.release_pinned()
+    except RuntimeError as error:
+        return f"not released ({_first_line(error)})"
+    if held:
+        return f"released after the check; torch's host allocator still holds {format_value(to_unit(held, 'MiB'), 'MiB')}"
+    return "released after the check"
+
+
+def _pinned_alloc(size: int, pinned: int | RuntimeError, released: str, root: str) -> Measurement:
+    method = f"torch.empty(pin_memory=True) of {format_value(to_unit(size, 'GiB'), 'GiB')}, {released}"
+    if isinstance(pinned, gpu_memory.PinError):
+        reason = hostmem.pinned_failure(gpu_memory.pinned_block(size), _first_line(pinned), root, requested=size)
+        return Measurement("pinned_alloc", 0.0, "GiB", reason=reason, method=method)
+    if isinstance(pinned, RuntimeError):
+        return unmeasurable("pinned_alloc", f"pinning failed with a GPU error, not for want of host memory "
+                                            f"({_first_line(pinned)}): check dmesg for Xid errors", "GiB")
+    rounded = "" if pinned == size else (f"{format_value(to_unit(size, 'GiB'), 'GiB')} requested: torch's caching "
+                                         f"host allocator pins whole powers of two")
+    return Measurement("pinned_alloc", to_unit(pinned, "GiB"), "GiB", reason=rounded,
+                       method=f"{method}, RLIMIT_MEMLOCK {hostmem.memlock_limit()}")
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]

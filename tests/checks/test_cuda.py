@@ -68,10 +68,12 @@ def test_a_healthy_h200_passes_every_metric_with_real_values(tmp_path):
 
 
 def test_every_nvml_call_matches_the_installed_nvidia_ml_py_signature():
-    fake = FakeNvml()
-    run(fake_nvml=fake)
-    assert {name for name, _ in fake.calls} == set(nvml.CALLS)
-    for name, args in fake.calls:
+    current, old_driver = FakeNvml(), FakeNvml(missing=frozenset(nvml.PREDECESSORS))
+    run(fake_nvml=current)
+    run(fake_nvml=old_driver)
+    assert {name for name, _ in current.calls} == set(nvml.CALLS) - set(nvml.PREDECESSORS.values())
+    assert {name for name, _ in current.calls + old_driver.calls} == set(nvml.CALLS)
+    for name, args in current.calls + old_driver.calls:
         inspect.signature(getattr(pynvml, name)).bind(*args)  # raises TypeError on a mismatch
 
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
+
+from preflight import gpu
 from preflight.checks import p2p
 from preflight.checks.base import Budget
+from preflight.gpu_memory import DeviceMemoryError
 from tests.fakes.gpu import FakeCuda, h200
 from tests.helpers import judged, keyed
 
@@ -48,3 +52,23 @@ def test_one_gpu_has_no_pairs_and_skips(tmp_path):
 def test_no_gpu_fails(tmp_path):
     results = judged(tmp_path, "p2p", GATE, run(FakeCuda(devices=(), reason="no CUDA device: CPU build")))
     assert {r.verdict for r in results.values()} == {"fail"}
+
+
+def test_the_copy_is_named_a_peer_write_as_nvbandwidth_names_it(tmp_path):
+    # torch copies across devices on the source device's stream (ATen copy_device_to_device), so the
+    # source writes into the peer: nvbandwidth's memcpy_write_ce, never its memcpy_read_ce
+    bandwidth = next(metric for metric in p2p.METRICS if metric.name == "p2p_bandwidth")
+    assert "device_to_device_memcpy_write_ce" in bandwidth.help and "source GPU writing into the target" in bandwidth.help
+    measured = keyed(run(FakeCuda(devices=TWO)))["p2p_bandwidth[cuda:1->cuda:0]"]
+    assert measured.method == "64 MiB copies written by cuda:1 on its own stream (memcpy_write_ce), CUDA events"
+    for text in (p2p.__doc__, inspect.getsource(gpu.TorchCuda.peer_timer)):
+        assert "memcpy_write_ce" in text and "read_ce" not in text
+    assert 'torch.cuda.Stream(device=torch.device("cuda", source))' in inspect.getsource(gpu.TorchCuda.peer_timer)
+
+
+def test_a_pair_without_room_for_its_buffers_says_so(tmp_path):
+    full = FakeCuda(devices=TWO, peer_rate=DeviceMemoryError("CUDA out of memory. Tried to allocate 64.00 MiB."))
+    results = judged(tmp_path, "p2p", GATE, run(full))
+    assert results["p2p.p2p_bandwidth[cuda:0->cuda:1]"].message.startswith(
+        "could not measure: no room for two 64 MiB buffers (CUDA out of memory. Tried to allocate 64.00 MiB.): "
+        "another process holds GPU memory (see nvidia-smi), or lower p2p.size")

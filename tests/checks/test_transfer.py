@@ -9,6 +9,7 @@ import pytest
 
 from preflight.checks import transfer
 from preflight.checks.base import Budget
+from preflight.gpu_memory import DeviceFault, DeviceMemoryError, PinError
 from tests.fakes.gpu import FakeCuda, FakeGpu, FakeNvml, h200
 from tests.helpers import judged, keyed
 
@@ -84,7 +85,7 @@ def test_the_far_numa_node_is_reported(tmp_path, sysfs):
 
 
 def test_a_pinned_allocation_failure_is_explained_as_a_host_limit(tmp_path, sysfs):
-    refused = FakeCuda(pin_error=RuntimeError("CUDA error: out of memory"))
+    refused = FakeCuda(pin_error=PinError("CUDA error: out of memory"))
     result = judged(tmp_path, "transfer", GATE, run(sysfs, refused))["transfer.pinned_alloc"]
     assert result.verdict == "fail"
     assert result.message.startswith(
@@ -95,7 +96,7 @@ def test_a_pinned_allocation_failure_is_explained_as_a_host_limit(tmp_path, sysf
 
 
 def test_a_pinned_copy_that_cannot_pin_fails_with_the_same_explanation(tmp_path, sysfs):
-    unpinned = FakeCuda(rates={("h2d", True): RuntimeError("host buffer of 67108864 bytes came back unpinned"),
+    unpinned = FakeCuda(rates={("h2d", True): PinError("host buffer of 67108864 bytes came back unpinned"),
                                ("h2d", False): 19.8, ("d2h", True): 55.6, ("d2h", False): 17.2})
     results = judged(tmp_path, "transfer", GATE, run(sysfs, unpinned))
     assert "could not pin 0.06 GiB of host memory in a docker container (host buffer of 67108864 bytes came back " \
@@ -166,3 +167,77 @@ def test_a_platform_without_numa_reports_node_minus_one_and_skips_locality(tmp_p
     assert results["transfer.numa_node[cuda:0]"].message.startswith("measured -1, required >= 0")
     assert results["transfer.numa_local[cuda:0]"].message == (
         "not applicable: the platform reports no NUMA placement for this GPU")
+
+
+def test_a_device_oom_on_the_pinned_copy_is_not_blamed_on_host_memory(tmp_path, sysfs):
+    oom = DeviceMemoryError("CUDA out of memory. Tried to allocate 64.00 MiB. GPU 0 has a total capacity of "
+                            "139.81 GiB of which 12.00 MiB is free.")
+    full = FakeCuda(rates={("h2d", True): oom, ("h2d", False): oom, ("d2h", True): 55.6, ("d2h", False): 17.2})
+    results = judged(tmp_path, "transfer", GATE, run(sysfs, full))
+    for metric in ("h2d_pinned", "h2d_pageable"):
+        message = results[f"transfer.{metric}[cuda:0]"].message
+        assert message.startswith("could not measure: cuda:0 has no room for a 64 MiB copy buffer (CUDA out of "
+                                  "memory. Tried to allocate 64.00 MiB.")
+        assert "another process holds its memory (see nvidia-smi), or lower transfer.size; required" in message
+        assert "host memory" not in message and "RLIMIT_MEMLOCK" not in message
+
+
+def test_a_cuda_fault_during_a_pinned_copy_is_a_gpu_fault(tmp_path, sysfs):
+    fault = DeviceFault("CUDA error: an illegal memory access was encountered")
+    faulty = FakeCuda(rates={("h2d", True): fault, ("h2d", False): 19.8, ("d2h", True): 55.6, ("d2h", False): 17.2})
+    message = judged(tmp_path, "transfer", GATE, run(sysfs, faulty))["transfer.h2d_pinned[cuda:0]"].message
+    assert message == ("could not measure: the h2d_pinned copy failed on cuda:0 (CUDA error: an illegal memory access "
+                       "was encountered): a GPU fault, not a host limit; check dmesg for Xid errors; required >= 40 GB/s")
+
+
+def test_a_cuda_fault_while_pinning_is_not_reported_as_a_host_limit(tmp_path, sysfs):
+    faulty = FakeCuda(pin_error=DeviceFault("CUDA error: unspecified launch failure"))
+    result = judged(tmp_path, "transfer", GATE, run(sysfs, faulty))["transfer.pinned_alloc"]
+    assert result.message == ("could not measure: pinning failed with a GPU error, not for want of host memory "
+                              "(CUDA error: unspecified launch failure): check dmesg for Xid errors; required >= 8 GiB")
+
+
+def test_pinned_alloc_reports_the_rounded_block_torch_really_pinned(tmp_path, sysfs):
+    results = judged(tmp_path, "transfer", "pinned_alloc: {min: 4 GiB}",
+                     run(sysfs, options={"size": 64 << 20, "pinned_size": 3 << 30}))
+    result = results["transfer.pinned_alloc"]
+    assert (result.value, result.verdict) == (4.0, "pass")
+    assert result.message == ("measured 4 GiB, required >= 4 GiB (3 GiB requested: torch's caching host allocator "
+                              "pins whole powers of two)")
+    assert result.method.startswith("torch.empty(pin_memory=True) of 3 GiB, released after the check, RLIMIT_MEMLOCK")
+
+
+def test_a_failed_rounded_pin_names_the_block_it_asked_the_driver_for(tmp_path, sysfs):
+    refused = FakeCuda(pin_error=PinError("CUDA error: out of memory"))
+    measured = keyed(run(sysfs, refused, options={"size": 64 << 20, "pinned_size": 3 << 30}))
+    assert measured["pinned_alloc"].reason.startswith(
+        "could not pin 4.00 GiB (3.00 GiB requested, rounded up) of host memory in a docker container")
+
+
+def test_pinned_memory_is_released_when_the_check_ends(sysfs):
+    fake = FakeCuda(devices=(h200(0), h200(1, "0000:86:00.0")))
+    run(sysfs, fake, FakeNvml([FakeGpu(), FakeGpu(bus_id="00000000:86:00.0")]))
+    assert fake.events[0] == ("pin", 8 << 30)
+    assert fake.events[-1] == ("release",) and fake.events.count(("release",)) == 1
+    assert sum(event == ("copy", "h2d", True) for event in fake.events) == 2
+    assert fake.pinned_held == 0
+
+
+def test_pinned_memory_is_released_even_when_a_copy_crashes(sysfs):
+    class Crash(Exception):
+        pass
+
+    fake = FakeCuda(rates={("h2d", True): 55.1, ("h2d", False): 19.8, ("d2h", True): Crash("bug"),
+                           ("d2h", False): 17.2})
+    with pytest.raises(Crash):
+        run(sysfs, fake)
+    assert fake.events[-1] == ("release",) and fake.pinned_held == 0
+
+
+def test_a_failed_release_is_reported_in_the_method(sysfs):
+    class Stuck(FakeCuda):
+        def release_pinned(self):
+            raise DeviceFault("CUDA error: an illegal memory access was encountered")
+
+    measured = keyed(run(sysfs, Stuck()))
+    assert "not released (CUDA error: an illegal memory access was encountered)" in measured["pinned_alloc"].method

@@ -1,0 +1,108 @@
+"""How torch's GPU-side memory behaves and fails, for the torch half of the GPU seam (``preflight.gpu``).
+
+Two facts the checks must get right without a GPU to try them on: which memory an allocation
+error means (host RAM for a pinned buffer, the GPU's for a device buffer, or a CUDA fault),
+and how much pinned memory torch's caching host allocator really holds. Both are read from
+torch 2.13's own sources and names; tests check the names against the installed torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+# torch's caching host allocator (ATen/core/CachingHostAllocator.h), which serves every
+# pin_memory=True tensor: it rounds a request up to the next power of two and keeps a freed block
+# pinned in its cache until the cache is emptied. Its statistics and the call that empties it, by
+# their names in torch 2.13 (the emptying call first; the second is its name before torch.accelerator).
+HOST_STATS = "cuda.host_memory_stats"
+EMPTY_HOST_CACHE = ("accelerator.empty_host_cache", "_C._host_emptyCache")
+
+
+class PinError(RuntimeError):
+    """Pinned host memory could not be had: cudaHostAlloc ran out of memory or torch returned an unpinned
+    buffer. Host RAM, the cgroup limit or RLIMIT_MEMLOCK is short; the GPU is not at fault."""
+
+
+class DeviceMemoryError(RuntimeError):
+    """A buffer could not be allocated on the GPU (torch.OutOfMemoryError): its memory is held elsewhere."""
+
+
+class DeviceFault(RuntimeError):
+    """CUDA reported an error on the device (torch.AcceleratorError, "CUDA error: ..."): an illegal access,
+    an ECC error, a GPU that fell off the bus. Any later CUDA call in the process may fail the same way."""
+
+
+def allocating(where: str, allocate: Callable[[], Any]) -> Any:
+    """``allocate()``, its RuntimeError raised as what it means for an allocation in ``where``.
+
+    ``where`` is ``"host"`` (pinned host memory) or ``"device"``. In torch 2.13 both
+    torch.OutOfMemoryError (the device caching allocator could not serve a request) and
+    torch.AcceleratorError (any other CUDA error; cudaHostAlloc's cudaErrorMemoryAllocation
+    is one, "CUDA error: out of memory") are RuntimeErrors, so the type alone cannot tell a
+    host limit from a GPU fault: the allocation that failed says which memory ran out.
+
+    Raises:
+        PinError: ``where`` is "host" and the error is an out-of-memory one.
+        DeviceMemoryError: ``where`` is "device" and the error is an out-of-memory one
+            (torch.OutOfMemoryError, or a CUDA error "out of memory" from outside the caching allocator).
+        DeviceFault: any other CUDA error (a sticky fault from earlier fails every later call).
+        RuntimeError: anything else, as raised.
+    """
+    try:
+        return allocate()
+    except RuntimeError as error:
+        raise classified(error, where) from error
+
+
+def classified(error: RuntimeError, where: str) -> RuntimeError:
+    """The preflight error for ``error`` raised by an allocation in ``where`` (see ``allocating``)."""
+    import torch
+
+    text = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    out_of_memory = isinstance(error, torch.cuda.OutOfMemoryError) or "out of memory" in text.lower()
+    if out_of_memory:
+        return PinError(text) if where == "host" else DeviceMemoryError(text)
+    accelerator_error = getattr(torch, "AcceleratorError", ())  # torch 2.8+; before, a RuntimeError "CUDA error: ..."
+    if isinstance(error, accelerator_error) or text.startswith(("CUDA error", "HIP error")):
+        return DeviceFault(text)
+    return error
+
+
+def pinned_block(size: int) -> int:
+    """Bytes torch's caching host allocator pins for a request of ``size`` bytes: the next power of two.
+
+    ATen CachingHostAllocator ``roundSize`` (``c10::llvm::PowerOf2Ceil``) with the default
+    ``pinned_max_round_threshold``; used where torch keeps no statistics to read it from.
+    """
+    return 1 << max(size - 1, 0).bit_length()
+
+
+def pinned_bytes(size: int, before: Mapping[str, int], after: Mapping[str, int]) -> int:
+    """Bytes pinned for a request of ``size``, from two ``torch.cuda.host_memory_stats()`` snapshots.
+
+    ``active_bytes.current`` counts the blocks handed out, at their rounded size, so its growth
+    over the allocation is the block that was pinned, whether it came from the driver or from
+    the allocator's cache. Without those statistics (older torch): ``pinned_block(size)``.
+    """
+    key = "active_bytes.current"
+    if key in before and key in after and after[key] > before[key]:
+        return int(after[key] - before[key])
+    return pinned_block(size)
+
+
+def host_stats() -> Mapping[str, int]:
+    """``torch.cuda.host_memory_stats()``, empty where this torch has none (or CUDA is not initialised)."""
+    stats = torch_attribute(HOST_STATS)
+    return stats() if stats is not None else {}
+
+
+def torch_attribute(dotted: str) -> Any:
+    """``torch.<dotted>`` (``"cuda.host_memory_stats"``), or None where this torch has no such name."""
+    import torch
+
+    target: Any = torch
+    for part in dotted.split("."):
+        target = getattr(target, part, None)
+        if target is None:
+            return None
+    return target
