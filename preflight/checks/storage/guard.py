@@ -1,7 +1,9 @@
 """Plausibility guard: a read rate the medium cannot deliver is the page cache talking.
 
 Two ceilings, both measured or read on this node rather than assumed:
-- the page cache itself: the same loop (``reads.sequential_loop``) over the same files,
+- where the bypass can fail silently (``fadvise``, or O_DIRECT through FUSE, a network
+  filesystem or overlay; O_DIRECT on a local block filesystem is honoured by the kernel and
+  is not probed), the page cache itself: the same loop (``reads.sequential_loop``) over the same files,
   with the same readers and block size, after those bytes were read once so that they are
   cached; an "uncached" rate at 80% of that or above means the bypass failed (fio's
   documentation warns of the same for buffered runs: "invalidate"). The probe runs for

@@ -43,3 +43,20 @@ def test_the_page_cache_probe_is_not_fooled_by_small_files(tmp_path):
         name.write_bytes(os.urandom(110_000))
         runs[index % 4].append((str(name), 0, 110_000 // 4096 * 4096))
     assert guard.page_cache_rate(runs, block=1 << 20) > 1000
+
+
+def test_o_direct_on_a_block_filesystem_is_trusted_and_not_probed(tmp_path, monkeypatch):
+    """A loaded CPU slows a page-cache probe, never the device: on ext4 with O_DIRECT the probe would only
+    make false accusations, so it does not run."""
+    from tests.helpers import run_check
+
+    def probe(*args, **kwargs):
+        raise AssertionError("the page-cache probe ran for O_DIRECT on a block filesystem")
+
+    monkeypatch.setattr(guard, "page_cache_rate", probe)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "shard.bin").write_bytes(os.urandom(20 << 20))
+    measured = run_check("storage", 0.3, path=str(tmp_path / "data"), data_size="16 MiB", write_size="4 MiB",
+                         small_file_count=100)
+    assert "O_DIRECT" in measured["seq_read"].method and measured["seq_read"].value > 0
+    assert not measured["seq_read"].cache_bound
