@@ -24,7 +24,7 @@ from typing import Any, Mapping
 
 from preflight.checks.base import Budget, Metric, Option
 from preflight.checks.dataloader.files import FileSamples, collate_sizes, list_files
-from preflight.checks.dataloader.loop import BatchPuller
+from preflight.checks.dataloader.loop import BatchPuller, explaining_worker_oom
 from preflight.checks.dataloader.required import Required, visible_gpus
 from preflight.cpus import auto_workers
 from preflight.fsinfo import filesystem_of
@@ -73,6 +73,7 @@ WARMUP_BATCHES_PER_WORKER = 2
 SYNTHETIC_SHAPE = (3, 224, 224)
 
 
+@explaining_worker_oom
 def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
     """Measure the loader built from ``options``; metrics that do not apply are left out."""
     import torch

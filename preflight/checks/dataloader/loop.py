@@ -8,16 +8,19 @@ keeps up spends almost no time waiting between steps and reaches ~100%.
 
 A worker that dies surfaces as torch's ``RuntimeError: DataLoader worker (pid(s) N) exited
 unexpectedly``. When the cgroup's OOM-kill count rose meanwhile (``cgroup_memory``), the
-kernel killed it for memory, and the error says so with the fix.
+kernel killed it for memory, and ``explaining_worker_oom`` makes the error say so, with the fix.
 """
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import time
-from typing import Any, Iterator, NamedTuple
+from typing import Any, Callable, Iterator, Mapping, NamedTuple, TypeVar
 
 from preflight.cgroup_memory import OomWatch
+from preflight.cpus import auto_workers
+
+T = TypeVar("T")
 
 
 class Window(NamedTuple):
@@ -30,37 +33,43 @@ class WorkerOomKilled(RuntimeError):
     """The kernel OOM-killed a DataLoader worker under the cgroup's memory limit."""
 
 
-class BatchPuller:
-    """Pulls batches from an endless loader iterator; counts samples, bytes and compute time.
+def explaining_worker_oom(measure: Callable[[Mapping[str, Any], Any], T],
+                          watch: Callable[[], OomWatch] = OomWatch.start) -> Callable[[Mapping[str, Any], Any], T]:
+    """Wrap a check's ``measure(options, budget)``: name a DataLoader worker's OOM kill, with the fix.
 
-    ``oom`` is the cgroup's OOM-kill count taken before the loader's workers start.
+    ``watch`` takes the cgroup's OOM-kill count before any loader starts. When ``measure``
+    raises torch's dead-worker RuntimeError and the count rose, ``WorkerOomKilled`` is raised
+    instead, naming the limit and the loader settings to lower; any other death keeps torch's
+    message. Around the whole of ``measure``, because torch raises that error from its
+    SIGCHLD handler at whatever line the main thread is on, not only from the batch getter.
     """
 
-    def __init__(self, loader: Any, step_time_s: float = 0.0, oom: OomWatch | None = None) -> None:
-        self.loader = loader
-        self.step_time_s = step_time_s
-        self.oom = oom or OomWatch.start()
-        with self._explaining_worker_death():
-            self.iterator: Iterator[Any] = iter(loader)
-
-    @contextlib.contextmanager
-    def _explaining_worker_death(self) -> Iterator[None]:
-        """Re-raise torch's dead-worker RuntimeError as ``WorkerOomKilled`` when the OOM count rose.
-
-        Torch raises it from the batch getter ("exited unexpectedly") or from its SIGCHLD
-        handler ("is killed by signal"), wherever the main thread is: so around every step.
-        """
+    @functools.wraps(measure)
+    def measured(options: Mapping[str, Any], budget: Any) -> T:
+        oom = watch()
         try:
-            yield
+            return measure(options, budget)
         except RuntimeError as error:
-            evidence = self.oom.evidence() if "DataLoader worker" in str(error) else ""
+            evidence = oom.evidence() if "DataLoader worker" in str(error) else ""
             if not evidence:
                 raise
-            loader = self.loader
+            workers = options["num_workers"]
+            workers = f"auto = {auto_workers()}" if workers == "auto" else workers
             raise WorkerOomKilled(
                 f"{error}: the kernel OOM-killed a DataLoader worker {evidence}: raise the container's or pod's "
-                f"memory limit, or lower num_workers ({loader.num_workers}), prefetch_factor "
-                f"({loader.prefetch_factor}) or batch_size ({loader.batch_size})") from error
+                f"memory limit, or lower num_workers ({workers}), prefetch_factor ({options['prefetch_factor']}) "
+                f"or batch_size ({options['batch_size']})") from error
+
+    return measured
+
+
+class BatchPuller:
+    """Pulls batches from an endless loader iterator; counts samples, bytes and compute time."""
+
+    def __init__(self, loader: Any, step_time_s: float = 0.0) -> None:
+        self.loader = loader
+        self.step_time_s = step_time_s
+        self.iterator: Iterator[Any] = iter(loader)
 
     def _next(self) -> tuple[int, int]:
         try:
@@ -74,29 +83,22 @@ class BatchPuller:
 
     def skip(self, batches: int) -> None:
         """Warm-up: take ``batches`` steps (workers starting, prefetch filling) and discard them."""
-        with self._explaining_worker_death():
-            for _ in range(batches):
-                self._next()
-                self._compute()
+        for _ in range(batches):
+            self._next()
+            self._compute()
 
     def window(self, seconds: float) -> Window:
-        """Steps until at least ``seconds`` of wall time; whole steps only.
-
-        Raises:
-            WorkerOomKilled: a worker died and the cgroup's OOM-kill count rose (``skip`` too).
-            RuntimeError: torch's own error for any other worker death, unchanged.
-        """
+        """Steps until at least ``seconds`` of wall time; whole steps only."""
         start = time.perf_counter()
         count = size = steps = 0
-        with self._explaining_worker_death():
-            while True:
-                samples, nbytes = self._next()
-                self._compute()
-                count, size, steps = count + samples, size + nbytes, steps + 1
-                elapsed = time.perf_counter() - start
-                if elapsed >= seconds:
-                    utilization = 100.0 * steps * self.step_time_s / elapsed if self.step_time_s else 100.0
-                    return Window(count / elapsed, size / elapsed / 1e6, min(100.0, utilization))
+        while True:
+            samples, nbytes = self._next()
+            self._compute()
+            count, size, steps = count + samples, size + nbytes, steps + 1
+            elapsed = time.perf_counter() - start
+            if elapsed >= seconds:
+                utilization = 100.0 * steps * self.step_time_s / elapsed if self.step_time_s else 100.0
+                return Window(count / elapsed, size / elapsed / 1e6, min(100.0, utilization))
 
     def _compute(self) -> None:
         if self.step_time_s:
