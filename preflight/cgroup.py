@@ -37,7 +37,7 @@ def directories(controller: str, root: Path = CGROUP_ROOT, membership: Path = PR
 
 
 def _membership(membership: Path, controller: str | None) -> str:
-    """The cgroup path in v2.s hierarchy (``controller`` None) or v1's for ``controller``, "/" if unknown."""
+    """The cgroup path in v2's hierarchy (``controller`` None) or v1's for ``controller``, "/" if unknown."""
     try:
         lines = membership.read_text().splitlines()
     except OSError:
