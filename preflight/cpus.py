@@ -12,8 +12,9 @@ import math
 import os
 from pathlib import Path
 
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-PROC_CGROUP = Path("/proc/self/cgroup")
+from preflight import cgroup
+from preflight.cgroup import CGROUP_ROOT, PROC_CGROUP
+
 # DataLoader workers above ~70% of the cores tend to starve the main process (DESIGN.md field notes).
 WORKER_SHARE = 0.7
 
@@ -22,53 +23,18 @@ def cgroup_quota(root: Path = CGROUP_ROOT, membership: Path = PROC_CGROUP) -> fl
     """CPUs allowed by the cgroup quota (``1.5`` for ``150000 100000``), or None if unlimited.
 
     Reads this process's cgroup from ``membership`` (/proc/self/cgroup, cgroups(7)) and takes
-    the tightest quota on the way from its cgroup up to ``root``: a limit set on a parent
-    (a Kubernetes pod's, above the container's) binds too. cgroup v2: ``cpu.max`` holds
-    ``$MAX $PERIOD`` or ``max $PERIOD``; v1: ``cpu.cfs_quota_us`` (-1: none) over
-    ``cpu.cfs_period_us`` under the ``cpu`` controller's hierarchy.
+    the tightest quota on the way from its cgroup up to ``root`` (``cgroup.directories``).
+    cgroup v2: ``cpu.max`` holds ``$MAX $PERIOD`` or ``max $PERIOD``; v1:
+    ``cpu.cfs_quota_us`` (-1: none) over ``cpu.cfs_period_us`` under the ``cpu`` controller's
+    hierarchy.
     """
-    v2_path, v1_path = _membership(membership)
-    quotas: list[float] = []
-    if (root / "cgroup.controllers").is_file() or (root / "cpu.max").is_file():
-        for directory in _up_to(root, v2_path):
-            quota = _v2_quota(directory / "cpu.max")
-            if quota is not None:
-                quotas.append(quota)
-        return min(quotas, default=None)
-    for hierarchy in (root / "cpu", root / "cpu,cpuacct", root / "cpuacct,cpu"):
-        if hierarchy.is_dir():
-            for directory in _up_to(hierarchy, v1_path):
-                quota = _v1_quota(directory)
-                if quota is not None:
-                    quotas.append(quota)
-            break
+    quota = _v2_quota if cgroup.unified(root) else _v1_quota
+    quotas = [q for q in map(quota, cgroup.directories("cpu", root, membership)) if q is not None]
     return min(quotas, default=None)
 
 
-def _membership(membership: Path) -> tuple[str, str]:
-    """(v2 cgroup path, v1 cpu-controller cgroup path) of this process, "/" when unknown."""
-    v2, v1 = "/", "/"
-    try:
-        lines = membership.read_text().splitlines()
-    except OSError:
-        return v2, v1
-    for line in lines:
-        number, _, rest = line.partition(":")
-        controllers, _, path = rest.partition(":")
-        if number == "0" and controllers == "":
-            v2 = path or "/"
-        elif "cpu" in controllers.split(","):
-            v1 = path or "/"
-    return v2, v1
-
-
-def _up_to(root: Path, cgroup: str) -> list[Path]:
-    """The cgroup's directory and each ancestor up to ``root`` (those that exist)."""
-    parts = [p for p in cgroup.split("/") if p and p != ".."]
-    return [d for d in (root.joinpath(*parts[:n]) for n in range(len(parts), -1, -1)) if d.is_dir()]
-
-
-def _v2_quota(cpu_max: Path) -> float | None:
+def _v2_quota(directory: Path) -> float | None:
+    cpu_max = directory / "cpu.max"
     if not cpu_max.is_file():
         return None
     quota, _, period = cpu_max.read_text().strip().partition(" ")

@@ -7,6 +7,7 @@ container's writable layer, FUSE and NFS go over a daemon or the network.
 from __future__ import annotations
 
 import os
+import re
 from typing import NamedTuple
 
 MEMORY_BACKED = ("tmpfs", "ramfs")
@@ -57,20 +58,22 @@ class Filesystem(NamedTuple):
 def filesystem_of(path: str, mountinfo: str = MOUNTINFO) -> Filesystem:
     """The mount that holds ``path`` (the longest mount point that is a prefix of it).
 
-    Format of mountinfo lines: proc(5). Raises OSError if ``path`` does not exist.
+    Format of mountinfo lines: proc(5); mount points and sources are unescaped as bytes
+    (``_unescape``), so a path with spaces or non-ASCII letters finds its own mount.
+    Raises OSError if ``path`` does not exist.
     """
     real = os.path.realpath(path)
     stat = os.statvfs(real)
     best = ("/", "unknown", "unknown", "")
     try:
-        with open(mountinfo, encoding="utf-8", errors="replace") as lines:
+        with open(mountinfo, "rb") as lines:
             for line in lines:
                 fields = line.split()
-                separator = fields.index("-")
+                separator = fields.index(b"-")
                 mount_point = _unescape(fields[4])
                 if _contains(mount_point, real) and len(mount_point) >= len(best[0]):
-                    mount_options = fields[5]
-                    best = (mount_point, fields[separator + 1], fields[separator + 2], mount_options)
+                    options = os.fsdecode(fields[5])
+                    best = (mount_point, os.fsdecode(fields[separator + 1]), _unescape(fields[separator + 2]), options)
     except (OSError, ValueError, IndexError):
         pass
     return Filesystem(*best, size_bytes=stat.f_blocks * stat.f_frsize, free_bytes=stat.f_bavail * stat.f_frsize)
@@ -80,6 +83,16 @@ def _contains(mount_point: str, path: str) -> bool:
     return mount_point == "/" or path == mount_point or path.startswith(mount_point.rstrip("/") + "/")
 
 
-def _unescape(field: str) -> str:
-    # mountinfo escapes space, tab, newline and backslash as octal (\040 ...).
-    return field.encode().decode("unicode_escape") if "\\" in field else field
+_OCTAL = re.compile(rb"\\([0-7]{3})")
+
+
+def _unescape(field: bytes) -> str:
+    """A mountinfo field as a name: octal escapes back to bytes, then decoded as the OS decodes paths.
+
+    The kernel writes a mount point's bytes as they are, except space, tab, newline and
+    backslash, which it writes as ``\\040``, ``\\011``, ``\\012`` and ``\\134`` (proc(5);
+    fs/proc_namespace.c, ``show_mountinfo``). So the escapes decode to bytes, and the bytes
+    to ``str`` with ``os.fsdecode`` (UTF-8, surrogateescape): the very string
+    ``os.path.realpath`` returns for that path.
+    """
+    return os.fsdecode(_OCTAL.sub(lambda octal: bytes([int(octal[1], 8)]), field))

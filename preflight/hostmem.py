@@ -11,6 +11,8 @@ import os
 import resource
 from pathlib import Path
 
+from preflight import cgroup_memory
+
 
 def memlock_limit() -> str:
     """RLIMIT_MEMLOCK (soft), for people: ``"unlimited"`` or ``"64 MiB"``."""
@@ -30,16 +32,8 @@ def mem_available(root: str = "/") -> int | None:
 
 
 def cgroup_memory_limit(root: str = "/") -> int | None:
-    """The container's memory limit in bytes (cgroup v2, else v1), None when unlimited or unknown."""
-    for relative in ("sys/fs/cgroup/memory.max", "sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            text = Path(root, relative).read_text().strip()
-        except OSError:
-            continue
-        if text == "max" or not text.isdigit() or int(text) >= 2**60:  # v1 writes ~2^63 for "unlimited"
-            return None
-        return int(text)
-    return None
+    """This process's cgroup memory limit in bytes (the tightest up its cgroup tree), None when unlimited or unknown."""
+    return cgroup_memory.memory_limit(Path(root, "sys/fs/cgroup"), Path(root, "proc/self/cgroup"))
 
 
 def container_runtime(root: str = "/", environ: dict[str, str] | None = None) -> str:

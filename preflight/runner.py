@@ -25,6 +25,7 @@ import time
 from typing import Any, Callable
 
 from preflight import scratch, tempdir
+from preflight.cgroup_memory import OomWatch
 from preflight.checks import CHECKS
 from preflight.config import Config, Instance
 from preflight.measurement import Measurement, combine
@@ -70,6 +71,7 @@ class Worker:
             os.unlink(self.log_path)
             raise
         self.buffer = b""
+        self.oom = OomWatch.start()  # taken again for each job: an OOM kill is told from other SIGKILLs by it
 
     def run(self, job: dict[str, Any], timeout_s: float, scratch_dirs: list[str]) -> list[Measurement]:
         """Send ``job`` and wait for its measurements.
@@ -80,6 +82,7 @@ class Worker:
             RuntimeError: the check raised; the message is its exception.
         """
         assert self.process.stdin is not None
+        self.oom = OomWatch.start()
         try:
             self.process.stdin.write((json.dumps(job) + "\n").encode())
             self.process.stdin.flush()
@@ -132,11 +135,16 @@ class Worker:
                 scratch_dirs.append(message["scratch"])
 
     def _death(self) -> str:
+        """Why the worker ended without answering: the signal, and for SIGKILL whether the kernel OOM-killed it."""
         code = self.process.wait()
         if code < 0:
             name = signal.Signals(-code).name
             cause = {"SIGKILL": " (out of memory? see `dmesg` or the pod's OOMKilled status)",
                      "SIGSEGV": " (segmentation fault)", "SIGBUS": " (bus error: /dev/shm full?)"}.get(name, "")
+            evidence = self.oom.evidence() if name == "SIGKILL" else ""
+            if evidence:
+                cause = (f": the kernel OOM-killed the check's process {evidence}; raise the container's or pod's "
+                         f"memory limit, or lower the check's sizes")
             what = f"killed by {name}{cause}"
         else:
             what = f"worker exited with status {code} without a result"

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import pytest
 
-from preflight import config
+from preflight import cgroup, config
 from preflight.checks import CHECKS
 from preflight.checks.base import Budget
 from preflight.config import coerce_option
@@ -65,16 +68,65 @@ def write_config(directory: Path, text: str, name: str = "thresholds.yaml") -> P
 
 
 def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
-            timeout: float = 120) -> subprocess.CompletedProcess[str]:
+            timeout: float = 120, prefix: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
     """Run ``python -m preflight ARGS`` as a user would, from this checkout.
 
     The CI's own GitHub Actions and preflight variables are dropped, so a test never writes
-    into the real step summary; pass them in ``env`` to test those integrations.
+    into the real step summary; pass them in ``env`` to test those integrations. ``prefix``
+    wraps the command (``memory_limited_cgroup``'s, to run it under a memory limit).
     """
     inherited = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "PREFLIGHT_"))}
     environment = dict(inherited, PYTHONPATH=str(REPO), NO_COLOR="1", **(env or {}))
-    return subprocess.run([sys.executable, "-m", "preflight", *args], cwd=cwd, env=environment,
+    return subprocess.run([*prefix, sys.executable, "-m", "preflight", *args], cwd=cwd, env=environment,
                           capture_output=True, text=True, timeout=timeout)
+
+
+@contextlib.contextmanager
+def memory_limited_cgroup(limit_bytes: int) -> Iterator[tuple[Path, list[str]]]:
+    """A new memory cgroup under this process's own, limited to ``limit_bytes`` of RAM and no swap.
+
+    Yields its directory and a command prefix that runs a command inside it (``sh`` joins
+    it, then execs the command), so the kernel's OOM killer acts on that command and its
+    children only, never on the test. Removed afterwards, killing whatever is left in it.
+    Skips the test where this process may not make one: not root, no memory controller, or
+    cgroup v2 with the controller not enabled for children (``cgroup.subtree_control``).
+    """
+    own = cgroup.directories("memory")
+    v2 = cgroup.unified()
+    directory = (own[0] if own else cgroup.CGROUP_ROOT) / f"preflight-test-{os.getpid()}"
+    try:
+        directory.mkdir()
+    except OSError as error:
+        pytest.skip(f"cannot create a memory cgroup under {directory.parent} ({error.strerror}): needs root "
+                    f"and a mounted memory controller")
+    try:
+        limits = ("memory.max", "memory.swap.max") if v2 else ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes")
+        if not (directory / limits[0]).exists():
+            pytest.skip(f"the memory controller is not enabled for children of {directory.parent} "
+                        f"(its cgroup.subtree_control lacks memory)")
+        (directory / limits[0]).write_text(str(limit_bytes))
+        if (directory / limits[1]).exists():
+            (directory / limits[1]).write_text("0" if v2 else str(limit_bytes))
+        yield directory, ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(directory)]
+    finally:
+        _remove_cgroup(directory)
+
+
+def _remove_cgroup(directory: Path) -> None:
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            directory.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:  # EBUSY: processes we started there, not yet reaped or still running
+            if time.monotonic() > deadline:
+                raise
+            for pid in (directory / "cgroup.procs").read_text().split():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
+            time.sleep(0.1)
 
 
 def in_mount_namespace(script: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

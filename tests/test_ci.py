@@ -20,6 +20,10 @@ from preflight.report import github
 REPO = Path(__file__).resolve().parents[1]
 KUBERNETES_VERSION = "1.31.0"  # pinned: its schemas ship inside kubernetes-validate, no network needed
 MANIFESTS = sorted((REPO / "ci" / "kubernetes").glob("*.yaml"))
+# The restricted Pod Security Standard's container settings (kubernetes.io/docs/concepts/security/
+# pod-security-standards/), plus a read-only root: what every preflight container carries.
+RESTRICTED = {"runAsNonRoot": True, "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+              "seccompProfile": {"type": "RuntimeDefault"}, "readOnlyRootFilesystem": True}
 # GitLab CI job keywords (docs.gitlab.com/ee/ci/yaml/) and `artifacts:` / `artifacts:reports:` keys.
 GITLAB_JOB_KEYS = {"after_script", "allow_failure", "artifacts", "before_script", "cache", "coverage", "dependencies",
                    "environment", "extends", "hooks", "id_tokens", "image", "inherit", "interruptible", "needs",
@@ -114,6 +118,44 @@ def test_pytorchjob_runs_the_same_fleet_command_on_master_and_workers():
     assert command[:5] == ["torchrun", "-m", "preflight", "run", "--distributed"]
     assert replicas["Worker"]["template"] == replicas["Master"]["template"]
     _assert_cli_accepts(shlex.join(command[2:]))
+
+
+def _pod_specs(node):
+    """Every pod spec (a mapping with ``containers``) in a manifest, wherever its kind nests it."""
+    if isinstance(node, dict):
+        if "containers" in node:
+            yield node
+        for value in node.values():
+            yield from _pod_specs(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _pod_specs(value)
+
+
+def test_every_preflight_container_is_restricted_with_a_writable_tmp_emptydir():
+    found = []
+    for path in MANIFESTS + sorted((REPO / "ci/kubernetes/kubeflow").glob("*.yaml")):
+        for pod in (pod for document in _documents(path) for pod in _pod_specs(document)):
+            for container in pod.get("initContainers", []) + pod["containers"]:
+                if "preflight" in container["command"]:
+                    found.append(f"{path.name}:{container['name']}")
+                    context = container["securityContext"]
+                    assert {key: context.get(key) for key in RESTRICTED} == RESTRICTED, found[-1]
+                    assert context.get("runAsUser") != 0 and "add" not in context["capabilities"], found[-1]
+                    (tmp,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/tmp"]
+                    (volume,) = [v for v in pod["volumes"] if v["name"] == tmp["name"]]
+                    assert volume["emptyDir"] is not None and not tmp.get("readOnly"), found[-1]
+    assert sorted(found) == ["fleet-job.yaml:preflight", "fleet-pytorchjob.yaml:pytorch",  # Master, Worker
+                             "fleet-pytorchjob.yaml:pytorch", "node-sweep-job.yaml:preflight",
+                             "training-job.yaml:preflight"]
+
+
+def test_pytorchjob_pod_template_passes_kubernetes_validate_strict():
+    # The PyTorchJob is a CRD without a schema here; its pod template is a core PodTemplateSpec.
+    (job,) = _documents(REPO / "ci/kubernetes/kubeflow/fleet-pytorchjob.yaml")
+    for replica in job["spec"]["pytorchReplicaSpecs"].values():
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "preflight"}, **replica["template"]}
+        kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
 
 
 def test_action_names_only_inputs_and_outputs_that_exist():

@@ -15,6 +15,7 @@ def write(root, relative, text):
 
 def test_cgroup_v2_and_v1_limits_and_their_unlimited_spellings(tmp_path):
     assert hostmem.cgroup_memory_limit(str(tmp_path)) is None
+    write(tmp_path, "sys/fs/cgroup/cgroup.controllers", "cpuset cpu io memory pids\n")  # a v2 root
     write(tmp_path, "sys/fs/cgroup/memory.max", "max\n")
     assert hostmem.cgroup_memory_limit(str(tmp_path)) is None
     write(tmp_path, "sys/fs/cgroup/memory.max", "17179869184\n")

@@ -1,15 +1,18 @@
+import json
 import os
+import re
+import subprocess
 import sys
 import time
 
 import pytest
 
-from preflight import config, runner
+from preflight import cgroup, config, runner
 from preflight.checks import CHECKS
 from preflight.report import build, json_report, junit, now
 from tests.fakes import faulty, sequence, steady
 from tests.report_helpers import read_junit
-from tests.helpers import in_read_only_root, write_config
+from tests.helpers import REPO, in_read_only_root, memory_limited_cgroup, write_config
 
 
 @pytest.fixture(autouse=True)
@@ -112,38 +115,36 @@ def test_out_of_memory_under_a_real_memory_limit_is_an_error_and_the_worker_is_r
     assert results["after.rate"].verdict == "pass"  # the limit died with nothing: `after` had memory to run
 
 
-@pytest.fixture
-def memory_cgroup():
-    """A child memory cgroup limited to 256 MiB (v1 or v2), or a skip where this user may not make one."""
-    for line in open("/proc/self/cgroup").read().splitlines():
-        _, controllers, path = line.split(":", 2)
-        if "memory" in controllers.split(","):
-            base, limit_file = f"/sys/fs/cgroup/memory{path}", "memory.limit_in_bytes"
-            break
-    else:
-        path = open("/proc/self/cgroup").read().split("0::", 1)[-1].split("\n")[0]
-        base, limit_file = f"/sys/fs/cgroup{path}", "memory.max"
-    directory = os.path.join(base, f"preflight-test-{os.getpid()}")
-    try:
-        os.mkdir(directory)
-        with open(os.path.join(directory, limit_file), "w") as limit:
-            limit.write(str(256 << 20))
-    except OSError as error:
-        pytest.skip(f"cannot create a memory cgroup here ({error.strerror}): needs root and a memory controller")
-    yield directory
-    os.rmdir(directory)
+# The runner and its worker in one memory cgroup, as in a container: the runner's own count sees the kill.
+RUN_FAKES = """
+import json, sys
+from preflight import config, runner
+from preflight.checks import CHECKS
+from tests.fakes import faulty, steady
+CHECKS.update(faulty=faulty, steady=steady)
+print(json.dumps({r.id: [r.verdict, r.message] for r in runner.run(config.load(sys.argv[1], environ={}))}))
+"""
 
 
-def test_a_real_kernel_oom_kill_in_a_memory_cgroup_is_an_error_and_the_worker_is_replaced(tmp_path, memory_cgroup):
-    results = run(tmp_path, f"""
+def test_a_real_kernel_oom_kill_is_named_as_one_with_the_limit_and_the_worker_is_replaced(tmp_path):
+    path = write_config(tmp_path, """
         version: 1
         checks:
-          bad: {{check: faulty, mode: cgroup_oom, cgroup: {memory_cgroup}, timeout: 30s, rate: {{min: 1 samples/s}}}}
-          after: {{check: steady, value: 50 samples/s, rate: {{min: 10 samples/s}}}}
+          bad: {check: faulty, mode: cgroup_oom, timeout: 30s, rate: {min: 1 samples/s}}
+          after: {check: steady, value: 50 samples/s, rate: {min: 10 samples/s}}
         """)
-    assert results["bad.rate"].verdict == "error"
-    assert "killed by SIGKILL (out of memory? see `dmesg` or the pod's OOMKilled status)" in results["bad.rate"].message
-    assert results["after.rate"].verdict == "pass"
+    with memory_limited_cgroup(256 << 20) as (directory, prefix):
+        done = subprocess.run([*prefix, sys.executable, "-c", RUN_FAKES, str(path)], cwd=REPO, capture_output=True,
+                              text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO)))
+        counter = "memory.events" if cgroup.unified() else "memory.oom_control"
+        kills = re.search(r"^oom_kill (\d+)$", (directory / counter).read_text(), re.M)
+    results = json.loads(done.stdout)
+    assert kills and kills[1] == "1"  # the kernel's own count: one OOM kill in this cgroup
+    assert results["bad.rate"] == ["error", (
+        f"faulty check did not finish: killed by SIGKILL: the kernel OOM-killed the check's process under the "
+        f"cgroup memory limit of 256 MiB (oom_kill in {counter} rose from 0 to 1); raise the container's or pod's "
+        f"memory limit, or lower the check's sizes; last output: about to fail: cgroup_oom")]
+    assert results["after.rate"][0] == "pass"
 
 
 def test_a_kill_like_the_oom_killer_names_the_likely_cause(tmp_path):

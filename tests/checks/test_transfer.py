@@ -38,6 +38,7 @@ def sysfs(tmp_path):
     (tmp_path / "proc").mkdir()
     (tmp_path / "proc/meminfo").write_text("MemTotal: 2113929216 kB\nMemAvailable: 4194304 kB\n")
     (tmp_path / "sys/fs/cgroup").mkdir(parents=True)
+    (tmp_path / "sys/fs/cgroup/cgroup.controllers").write_text("cpuset cpu io memory pids\n")  # a v2 root
     (tmp_path / "sys/fs/cgroup/memory.max").write_text(f"{16 << 30}\n")
     (tmp_path / ".dockerenv").write_text("")
     return tmp_path

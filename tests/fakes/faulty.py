@@ -2,7 +2,7 @@
 
 Modes: hang, segfault, exit (os._exit), raise, scratch_hang (hang after making scratch),
 oom (allocate past a real RLIMIT_AS memory limit), cgroup_oom (join the memory cgroup
-`cgroup` and allocate past its limit: the kernel's OOM killer ends it), sigkill (what that
+`cgroup`, if given, and allocate past its limit: the kernel's OOM killer ends it), sigkill (what that
 killer sends, sent by hand), hang_child (a child that ignores SIGTERM, as a stuck DataLoader
 worker, writes its pid to `scratch`/child.pid, then the check waits on it forever), spew (print megabytes on stdout, stderr and raw fds, then raise a megabyte message).
 """
@@ -52,8 +52,9 @@ def measure(options, budget):
     elif mode == "cgroup_oom":
         import numpy
 
-        with open(os.path.join(options["cgroup"], "cgroup.procs"), "w") as procs:
-            procs.write(str(os.getpid()))
+        if options["cgroup"]:
+            with open(os.path.join(options["cgroup"], "cgroup.procs"), "w") as procs:
+                procs.write(str(os.getpid()))
         numpy.ones(2 * OOM_LIMIT, dtype=numpy.uint8)
     elif mode == "hang_child":
         child = os.fork()

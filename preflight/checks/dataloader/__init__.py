@@ -28,7 +28,7 @@ from typing import Any, Mapping
 
 from preflight.checks.base import Budget, Metric, Option
 from preflight.checks.dataloader.files import FileSamples, collate_sizes, list_files
-from preflight.checks.dataloader.loop import BatchPuller
+from preflight.checks.dataloader.loop import BatchPuller, explaining_worker_oom
 from preflight.checks.dataloader.required import Required, visible_gpus
 from preflight.cpus import auto_workers
 from preflight.dataset_walk import DataFile, too_few
@@ -84,6 +84,7 @@ SYNTHETIC_SHAPE = (3, 224, 224)
 SCRATCH_SET = (1000, 110_000)  # files, bytes each: ImageNet's median JPEG is about 110 kB
 
 
+@explaining_worker_oom
 def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
     """Measure the loader built from ``options``; metrics that do not apply are left out."""
     if options["synthetic"]:

@@ -5,18 +5,62 @@ DLIO benchmark, Devarajan et al., CCGrid 2021): the accelerator is emulated by s
 ``step_time`` per batch, as DLIO's ``computation_time``; AU = total emulated compute time
 / total wall time, with the first steps excluded (our warm-up batches). A loader that
 keeps up spends almost no time waiting between steps and reaches ~100%.
+
+A worker that dies surfaces as torch's ``RuntimeError: DataLoader worker (pid(s) N) exited
+unexpectedly``. When the cgroup's OOM-kill count rose meanwhile (``cgroup_memory``), the
+kernel killed it for memory, and ``explaining_worker_oom`` makes the error say so, with the fix.
 """
 
 from __future__ import annotations
 
+import functools
 import time
-from typing import Any, Iterator, NamedTuple
+from typing import Any, Callable, Iterator, Mapping, NamedTuple, TypeVar
+
+from preflight.cgroup_memory import OomWatch
+from preflight.cpus import auto_workers
+
+T = TypeVar("T")
 
 
 class Window(NamedTuple):
     samples_per_s: float
     mb_per_s: float
     utilization_pct: float  # emulated compute time / wall time, 100 when step_time is 0
+
+
+class WorkerOomKilled(RuntimeError):
+    """The kernel OOM-killed a DataLoader worker under the cgroup's memory limit."""
+
+
+def explaining_worker_oom(measure: Callable[[Mapping[str, Any], Any], T],
+                          watch: Callable[[], OomWatch] = OomWatch.start) -> Callable[[Mapping[str, Any], Any], T]:
+    """Wrap a check's ``measure(options, budget)``: name a DataLoader worker's OOM kill, with the fix.
+
+    ``watch`` takes the cgroup's OOM-kill count before any loader starts. When ``measure``
+    raises torch's dead-worker RuntimeError and the count rose, ``WorkerOomKilled`` is raised
+    instead, naming the limit and the loader settings to lower; any other death keeps torch's
+    message. Around the whole of ``measure``, because torch raises that error from its
+    SIGCHLD handler at whatever line the main thread is on, not only from the batch getter.
+    """
+
+    @functools.wraps(measure)
+    def measured(options: Mapping[str, Any], budget: Any) -> T:
+        oom = watch()
+        try:
+            return measure(options, budget)
+        except RuntimeError as error:
+            evidence = oom.evidence() if "DataLoader worker" in str(error) else ""
+            if not evidence:
+                raise
+            workers = options["num_workers"]
+            workers = f"auto = {auto_workers()}" if workers == "auto" else workers
+            raise WorkerOomKilled(
+                f"{error}: the kernel OOM-killed a DataLoader worker {evidence}: raise the container's or pod's "
+                f"memory limit, or lower num_workers ({workers}), prefetch_factor ({options['prefetch_factor']}) "
+                f"or batch_size ({options['batch_size']})") from error
+
+    return measured
 
 
 class BatchPuller:

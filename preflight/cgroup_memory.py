@@ -1,0 +1,94 @@
+"""Host layer: this process's cgroup memory limit and its OOM-kill count, to tell an OOM kill from a crash.
+
+A process the kernel OOM-kills dies of SIGKILL like any other; only the cgroup's own
+counter says why. cgroup v2 (kernel docs Documentation/admin-guide/cgroup-v2.rst, "Memory
+Interface Files"): ``memory.max`` is the hard limit in bytes or ``max``; ``memory.events``
+holds ``key value`` lines, of which ``oom_kill`` counts the processes of the cgroup (and of
+its descendants, unless mounted with memory_localevents) killed by any kind of OOM killer.
+cgroup v1 (Documentation/admin-guide/cgroup-v1/memory.rst): ``memory.limit_in_bytes``, a
+value near 2^63 meaning none; ``memory.oom_control`` holds ``oom_kill N`` since Linux 4.13.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NamedTuple
+
+from preflight import cgroup
+from preflight.cgroup import CGROUP_ROOT, PROC_CGROUP
+from preflight.units import format_value, to_unit
+
+UNLIMITED_V1 = 2**60  # v1 writes PAGE_COUNTER_MAX pages in bytes (~2^63) for "no limit"
+
+
+class OomCount(NamedTuple):
+    kills: int
+    file: Path  # the memory.events or memory.oom_control it was read from
+
+
+def oom_kills(root: Path = CGROUP_ROOT, membership: Path = PROC_CGROUP) -> OomCount | None:
+    """Processes of this process's memory cgroup OOM-killed so far, or None when the kernel does not say.
+
+    Read from the process's own cgroup (not an ancestor's): the count covers kills made for
+    a limit set higher up too. Raises nothing; an unreadable or malformed file is None.
+    """
+    directories = cgroup.directories("memory", root, membership)
+    if not directories:
+        return None
+    counter = directories[0] / ("memory.events" if cgroup.unified(root) else "memory.oom_control")
+    try:
+        for line in counter.read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return OomCount(int(value), counter)
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def memory_limit(root: Path = CGROUP_ROOT, membership: Path = PROC_CGROUP) -> int | None:
+    """The tightest memory limit in bytes on this process's cgroup or an ancestor; None when unlimited or unknown.
+
+    v2: ``memory.max``; v1: ``memory.limit_in_bytes``. Raises nothing.
+    """
+    name = "memory.max" if cgroup.unified(root) else "memory.limit_in_bytes"
+    limits = []
+    for directory in cgroup.directories("memory", root, membership):
+        try:
+            text = (directory / name).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < UNLIMITED_V1:
+            limits.append(int(text))
+    return min(limits, default=None)
+
+
+def readable(size: int) -> str:
+    """Bytes for people in binary units: ``"400 MiB"``, ``"1.2 GiB"``."""
+    symbol = "GiB" if size >= 2**30 else "MiB"
+    return format_value(to_unit(size, symbol), symbol)
+
+
+class OomWatch(NamedTuple):
+    """The cgroup's OOM-kill count when some work began, to say afterwards whether the kernel killed during it."""
+
+    before: OomCount | None
+    root: Path = CGROUP_ROOT
+    membership: Path = PROC_CGROUP
+
+    @classmethod
+    def start(cls, root: Path = CGROUP_ROOT, membership: Path = PROC_CGROUP) -> OomWatch:
+        return cls(oom_kills(root, membership), root, membership)
+
+    def evidence(self) -> str:
+        """How the kernel's count shows an OOM kill since ``start``, or "" when it does not.
+
+        ``"under the cgroup memory limit of 400 MiB (oom_kill in memory.events rose from 0 to 1)"``
+        """
+        after = oom_kills(self.root, self.membership)
+        if self.before is None or after is None or after.kills <= self.before.kills:
+            return ""
+        limit = memory_limit(self.root, self.membership)
+        under = (f"under the cgroup memory limit of {readable(limit)}" if limit else
+                 "with no cgroup memory limit set, so the node itself ran out of memory")
+        return f"{under} (oom_kill in {after.file.name} rose from {self.before.kills} to {after.kills})"

@@ -1,0 +1,141 @@
+"""A DataLoader worker that dies: named as an OOM kill when the cgroup's count says so, else torch's own error."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+
+import pytest
+import torch
+
+from preflight import cgroup
+from preflight.cgroup_memory import OomWatch
+from preflight.checks.dataloader.loop import BatchPuller, WorkerOomKilled, explaining_worker_oom
+from preflight.cpus import auto_workers
+from tests.helpers import memory_limited_cgroup, run_cli, write_config
+
+EVENTS = "low 0\nhigh 0\nmax 5\noom 1\noom_kill {kills}\noom_group_kill 0\n"  # cgroup v2 memory.events
+
+
+class DiesInWorker(torch.utils.data.Dataset):
+    """Each sample kills its worker with SIGKILL, first raising the fake cgroup's oom_kill count if given."""
+
+    def __init__(self, events=None):
+        self.events = events
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, index):
+        if self.events is not None:  # what the kernel does as it OOM-kills; atomically, as the kernel's counter
+            staged = self.events.with_name(f"events.{os.getpid()}")
+            staged.write_text(EVENTS.format(kills=1))
+            os.replace(staged, self.events)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def fake_v2(tmp_path):
+    """A cgroup v2 tree with a 1.2 GiB limit and no OOM kill yet; returns its watch and memory.events."""
+    root = tmp_path / "cgroup"
+    (root / "ctr").mkdir(parents=True)
+    (root / "cgroup.controllers").write_text("cpu io memory pids\n")
+    (root / "ctr" / "memory.max").write_text("1288490188\n")  # 1.2 GiB, as in case 10
+    (root / "ctr" / "memory.events").write_text(EVENTS.format(kills=0))
+    membership = tmp_path / "membership"
+    membership.write_text("0::/ctr\n")
+    return (lambda: OomWatch.start(root, membership)), root / "ctr" / "memory.events"
+
+
+def pulling(dataset):
+    """A check's measure() that pulls batches of ``dataset`` through a real DataLoader, as the dataloader check does."""
+
+    def measure(options, budget):
+        loader = torch.utils.data.DataLoader(dataset, batch_size=options["batch_size"],
+                                             num_workers=options["num_workers"],
+                                             prefetch_factor=options["prefetch_factor"])
+        BatchPuller(loader).window(5.0)
+
+    return measure
+
+
+OPTIONS = {"num_workers": 2, "prefetch_factor": 3, "batch_size": 2}
+
+
+def test_a_worker_dead_while_the_oom_count_rose_is_named_an_oom_kill_with_the_fix(tmp_path):
+    watch, events = fake_v2(tmp_path)
+    with pytest.raises(WorkerOomKilled) as caught:
+        explaining_worker_oom(pulling(DiesInWorker(events)), watch)(OPTIONS, None)
+    assert re.fullmatch(
+        r"DataLoader worker \(pid.*: the kernel OOM-killed a DataLoader worker under the cgroup memory limit of "
+        r"1\.2 GiB \(oom_kill in memory\.events rose from 0 to 1\): raise the container's or pod's memory limit, "
+        r"or lower num_workers \(2\), prefetch_factor \(3\) or batch_size \(2\)", str(caught.value)), str(caught.value)
+
+
+def test_a_worker_killed_otherwise_keeps_torchs_own_message(tmp_path):
+    watch, _ = fake_v2(tmp_path)
+    with pytest.raises(RuntimeError) as caught:
+        explaining_worker_oom(pulling(DiesInWorker()), watch)(OPTIONS, None)
+    assert not isinstance(caught.value, WorkerOomKilled)
+    message = str(caught.value)  # torch's own, from its batch getter or its SIGCHLD handler ("Killed. ")
+    assert re.match(r"DataLoader worker \(pid.*\) (exited unexpectedly|is killed by signal: Killed\.)", message)
+    assert "OOM" not in message and "memory" not in message, message
+
+
+def test_auto_workers_are_named_with_their_count_and_other_errors_pass_through(tmp_path):
+    watch, events = fake_v2(tmp_path)
+
+    def killed(options, budget):
+        events.write_text(EVENTS.format(kills=2))
+        raise RuntimeError("DataLoader worker (pid(s) 4242) exited unexpectedly")
+
+    with pytest.raises(WorkerOomKilled, match=re.escape(
+            f"rose from 0 to 2): raise the container's or pod's memory limit, or lower num_workers "
+            f"(auto = {auto_workers()}), prefetch_factor (3) or batch_size (2)")):
+        explaining_worker_oom(killed, watch)(dict(OPTIONS, num_workers="auto"), None)
+
+    def broken(options, budget):  # the count rose, but this is not a worker's death
+        raise RuntimeError("CUDA error: out of memory")
+
+    with pytest.raises(RuntimeError, match="^CUDA error: out of memory$"):
+        explaining_worker_oom(broken, watch)(OPTIONS, None)
+
+
+def test_case_10_a_worker_oom_killed_under_the_cgroup_limit_is_named_and_fewer_workers_fit(tmp_path):
+    # Issue 11, case 10: 16 files of 300 MB, num_workers 4, batch_size 2, a 1.2 GiB limit. Each
+    # worker reads whole files into one buffer the size of the largest, so 4 workers need
+    # 4 x 300 MB beside the main process: the kernel kills one, and mid-read each worker holds
+    # far more than the main process, so the OOM killer picks a worker. 1 worker fits.
+    # fallocate: the reads fill the buffers as written files would, without 4.8 GB of disk writes.
+    data = tmp_path / "data"
+    data.mkdir()
+    for index in range(16):
+        with open(data / f"shard-{index:02d}.bin", "wb") as shard:
+            os.posix_fallocate(shard.fileno(), 0, 300_000_000)
+    config = write_config(tmp_path, f"""
+        version: 1
+        checks:
+          dataloader:
+            path: {data}
+            batch_size: 2
+            duration: 1s
+            timeout: 60s
+            throughput: {{min: 1 samples/s}}
+        """)
+    counter = "memory.events" if cgroup.unified() else "memory.oom_control"
+    with memory_limited_cgroup(1288490188) as (directory, prefix):  # 1.2 GiB
+        runs = {workers: run_cli("run", "-c", str(config), "--set", f"dataloader.num_workers={workers}", "--format",
+                                 "json", prefix=prefix, cwd=tmp_path)
+                for workers in (4, 1)}
+        kills = int(re.search(r"^oom_kill (\d+)$", (directory / counter).read_text(), re.M)[1])
+    (crowded,), (fits, _) = (json.loads(runs[w].stdout)["results"] for w in (4, 1))
+    assert kills >= 1, "the kernel never OOM-killed anything: the case was not built"
+    assert crowded["verdict"] == "error"
+    named = re.fullmatch(
+        r"dataloader check did not finish: WorkerOomKilled: DataLoader worker \(pid.*: the kernel OOM-killed a "
+        rf"DataLoader worker under the cgroup memory limit of 1\.2 GiB \(oom_kill in {counter} rose from 0 to "
+        r"(\d+)\): raise the container's or pod's memory limit, or lower num_workers \(4\), prefetch_factor "
+        r"\(2\) or batch_size \(2\)", crowded["message"])
+    assert named and 1 <= int(named[1]) <= kills, crowded["message"]  # more workers may die after the first
+    assert (fits["id"], fits["verdict"]) == ("dataloader.throughput", "pass"), fits["message"]
