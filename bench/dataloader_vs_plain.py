@@ -23,10 +23,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from preflight.checks import dataloader  # noqa: E402
 from preflight.checks.base import Budget  # noqa: E402
-from preflight.dataset_walk import DataFile  # noqa: E402
+from preflight.io.dataset_walk import DataFile  # noqa: E402
 from preflight.checks.storage.small_files import file_loop  # noqa: E402
 from preflight.config import coerce_option  # noqa: E402
-from preflight.io_parallel import run_loops  # noqa: E402
+from preflight.io.parallel import run_loops  # noqa: E402
 from preflight.sampling import sample  # noqa: E402
 
 

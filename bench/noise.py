@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from preflight import config, runner  # noqa: E402
-from preflight.cpus import auto_workers  # noqa: E402
+from preflight.host.cpus import auto_workers  # noqa: E402
 
 FILE_BYTES = 110_000
 FIO_SECONDS, FIO_RAMP = 2, 0.33  # as the bundled storage.duration and the check's first window

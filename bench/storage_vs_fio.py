@@ -32,11 +32,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from preflight.checks import storage  # noqa: E402
 from preflight.checks.base import Budget  # noqa: E402
-from preflight.scratch import write_file, write_small_files  # noqa: E402
+from preflight.io.scratch import write_file, write_small_files  # noqa: E402
 from preflight.checks.storage.measure_io import IO  # noqa: E402
 from preflight.config import coerce_option  # noqa: E402
-from preflight.fsinfo import filesystem_of  # noqa: E402
-from preflight.io_uncached import bypass_for  # noqa: E402
+from preflight.host.fsinfo import filesystem_of  # noqa: E402
+from preflight.io.uncached import bypass_for  # noqa: E402
 from preflight.units import UnitError, parse_quantity, Dimension  # noqa: E402
 
 

@@ -57,6 +57,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("preflight: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `preflight list | head -1`: the reader has what it wanted; not a bug
+        from preflight.report.deliver import silence
+
+        silence(sys.stdout)
+        return 0
     except Exception as error:  # noqa: BLE001  the boundary for bugs: one line, details in a crash log
         return _internal_error(error, args)
 
@@ -85,10 +90,11 @@ def _write_crash_log(details: str, args: argparse.Namespace) -> str:
         UsageError: no writable temporary directory.
         OSError: the log could not be written whole (it is then removed).
     """
-    from preflight import tempdir
-    from preflight.commands.run import report_paths
+    from preflight.commands.run import destinations
+    from preflight.io import tempdir
 
-    handle, path = tempfile.mkstemp(prefix="preflight-crash-", suffix=".log", dir=tempdir.choose(report_paths(args)))
+    handle, path = tempfile.mkstemp(prefix="preflight-crash-", suffix=".log",
+                                    dir=tempdir.choose(destinations(args).files()))
     try:
         with os.fdopen(handle, "w", encoding="utf-8", errors="replace") as log:
             log.write(details)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable, Literal, Mapping
 
 from preflight import baseline as baselines
-from preflight import scratch
+from preflight.io import scratch
 from preflight import yaml_source
 from preflight.checks import CHECKS
 from preflight.checks.base import Metric, Option

@@ -24,8 +24,8 @@ import tempfile
 import time
 from typing import Any, Callable
 
-from preflight import scratch, tempdir
-from preflight.cgroup_memory import OomWatch
+from preflight.io import scratch, tempdir
+from preflight.host.cgroup_memory import OomWatch
 from preflight.checks import CHECKS
 from preflight.config import Config, Instance
 from preflight.measurement import Measurement, combine

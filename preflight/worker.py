@@ -20,7 +20,7 @@ import sys
 import traceback
 from typing import Any, TextIO
 
-from preflight import scratch
+from preflight.io import scratch
 from preflight.checks.base import Budget
 
 MAX_ERROR = 2000  # characters of an exception's message kept in the report; the log has all of it

@@ -15,7 +15,8 @@ from typing import Any, Iterator, Sequence
 
 import pytest
 
-from preflight import cgroup, config
+from preflight.host import cgroup
+from preflight import config
 from preflight.checks import CHECKS
 from preflight.checks.base import Budget
 from preflight.config import coerce_option

@@ -170,7 +170,7 @@ def test_distributed_outside_torchrun_is_a_usage_error(monkeypatch, capsys, tmp_
 
 
 def test_the_crash_handler_never_raises_without_a_crash_log_or_a_stderr(monkeypatch):
-    from preflight import tempdir
+    from preflight.io import tempdir
     from preflight.commands import validate
 
     class ClosedStream:

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from preflight import cgroup, config, runner
+from preflight.host import cgroup
+from preflight import config, runner
 from preflight.checks import CHECKS
 from preflight.report import build, json_report, junit, now
 from tests.fakes import faulty, sequence, steady

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from preflight import gpu, nvml
+from preflight.host import gpu, nvml
 from preflight.checks.base import Budget, Metric, Option
 from preflight.measurement import Measurement, not_applicable, unmeasurable
 from preflight.units import Dimension, to_unit

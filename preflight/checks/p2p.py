@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from preflight import gpu, gpu_memory
+from preflight.host import gpu, gpu_memory
 from preflight.checks.base import Budget, Metric, Option
 from preflight.measurement import Measurement, not_applicable, unmeasurable
 from preflight.sampling import sample

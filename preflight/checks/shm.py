@@ -13,7 +13,7 @@ import tempfile
 from typing import Any, Mapping
 
 from preflight.checks.base import Budget, Metric, Option
-from preflight.fsinfo import filesystem_of
+from preflight.host.fsinfo import filesystem_of
 from preflight.measurement import Measurement, unmeasurable
 from preflight.units import Dimension, to_unit
 

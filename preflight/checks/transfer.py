@@ -8,7 +8,7 @@ nvbandwidth measures about 80-90% of it for pinned H2D on a healthy link, less o
 downtrained link or from the far NUMA node. The GPU's NUMA node comes from sysfs, the
 process's from its CPU affinity. A pinned buffer of the trainer's size is allocated on
 its own, so a host memory limit is reported as one, not as a slow or broken GPU; a failed
-allocation is told apart by which memory it asked for (``preflight.gpu_memory``). Every host
+allocation is told apart by which memory it asked for (``preflight.host.gpu_memory``). Every host
 buffer is written before it is timed (``gpu.host_buffer``), and the pinned memory torch's
 caching host allocator holds is handed back to the driver when the check ends, so a worker
 reused for later checks does not keep it locked.
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from preflight import gpu, gpu_memory, hostmem, nvml
+from preflight.host import gpu, gpu_memory, hostmem, nvml
 from preflight.checks.base import Budget, Metric, Option
 from preflight.measurement import Measurement, not_applicable, unmeasurable
 from preflight.sampling import sample

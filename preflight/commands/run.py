@@ -12,10 +12,11 @@ import argparse
 import os
 import sys
 import time
-from typing import Callable, Mapping, TextIO
+from typing import Mapping, TextIO
 
-from preflight import __version__, tempdir
-from preflight.errors import ConfigError, UsageError
+from preflight import __version__
+from preflight.io import tempdir
+from preflight.errors import UsageError
 from preflight.progress import Progress
 
 
@@ -48,31 +49,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace, environ: Mapping[str, str] = os.environ, stdout: TextIO | None = None,
          stderr: TextIO | None = None) -> int:
+    """Parse, load, run, and hand the run over to ``report.deliver``; returns the exit code."""
     from preflight import config, report, runner
-    from preflight.report import console, json_report, junit
+    from preflight.report import deliver
 
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     path = config.resolve_path(args.config)
+    to = destinations(args)
     launch = _launch(args.distributed, environ)
     writes_reports = launch is None or launch.rank == 0  # in a fleet, only rank 0 writes reports
     if writes_reports:
-        for destination in report_paths(args):
-            _check_writable(destination)
+        for destination in to.files():
+            deliver.check_writable(destination)
     try:
         loaded = config.load(path, args.overrides, environ, baseline=args.baseline)
         if args.only:
             loaded = loaded.select(args.only.split(","))
     except UsageError as error:
-        _config_error(path, error, args, environ, stderr)
+        deliver.deliver_config_error(path, error, to, environ, stderr)
         raise
-    temporary = tempdir.choose(report_paths(args) if writes_reports else ())  # before measuring, not after
+    temporary = tempdir.choose(to.files() if writes_reports else ())  # before measuring, not after
     count = len(loaded.instances)
     print(f"preflight {__version__}: {count} check{'s' if count != 1 else ''} from {path}", file=stderr)
     if launch is not None:
-        from preflight import fleet
+        from preflight.fleet import orchestrate
 
-        write = lambda reports: _write_fleet(reports, args, launch.world_size, environ, stdout, stderr)  # noqa: E731
-        return fleet.run(loaded, launch, write, temporary)
+        def write(reports):  # type: ignore[no-untyped-def]
+            deliver.deliver(reports, to, environ, stdout, stderr, world_size=launch.world_size)
+
+        return orchestrate.run(loaded, launch, write, temporary)
     started, clock = report.now(), time.monotonic()
     progress = Progress(stderr)
     try:
@@ -80,112 +85,22 @@ def main(args: argparse.Namespace, environ: Mapping[str, str] = os.environ, stdo
     finally:
         progress.close()
     run_report = report.build(path, loaded.digest, results, started, time.monotonic() - clock)
-    if args.format == "json" or args.json == "-":
-        stdout.write(json_report.render(run_report))
-    else:
-        stdout.write(console.render(run_report, console.use_colour(stdout, args.color)))
-    stdout.flush()
-    writes: list[tuple[str | None, Callable[[str], None]]] = [
-        (args.json if args.json != "-" else None,
-         lambda to: report.write_atomic(to, json_report.render(run_report).encode())),
-        (args.junit_xml, lambda to: junit.write(to, [run_report])),
-        (args.save_baseline, lambda to: _save_baseline(to, run_report)),
-    ]
-    failed = []
-    for destination, deliver in writes:
-        if destination:
-            try:  # each report on its own: a full disk under one must not cost the others
-                deliver(destination)
-            except UsageError as error:
-                failed.append(str(error))
-    _integrations(run_report, args, environ, stderr)
-    if failed:
-        raise UsageError("; ".join(failed))
+    deliver.deliver([run_report], to, environ, stdout, stderr)
     return run_report.exit_code
 
 
-def report_paths(args: argparse.Namespace) -> list[str | None]:
-    """The report files ``args`` asks for (None where a flag is absent or the command has none)."""
-    return [getattr(args, name, None) for name in ("junit_xml", "json", "prometheus", "save_baseline")]
+def destinations(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """Where ``args`` (of ``run``, or of a command without report flags) asks the run to go."""
+    from preflight.report.deliver import Destinations
 
-
-def _save_baseline(path: str, run_report) -> None:  # type: ignore[no-untyped-def]
-    from preflight import baseline
-    from preflight.report import json_report, write_atomic
-
-    document = baseline.render(run_report.results, run_report.host, json_report.timestamp(run_report),
-                               run_report.config_digest)
-    write_atomic(path, document.encode())
+    return Destinations(**{field: getattr(args, field, None) or default
+                           for field, default in Destinations._field_defaults.items()})
 
 
 def _launch(requested: bool, environ: Mapping[str, str]):  # type: ignore[no-untyped-def]
     """torchrun's place for this process with ``--distributed`` or under torchrun, else None."""
-    from preflight import distributed
+    from preflight.fleet import distributed
 
     if requested or distributed.launched_by_torchrun(environ):
         return distributed.launch_from(environ)
     return None
-
-
-def _write_fleet(reports, args: argparse.Namespace, world_size: int, environ: Mapping[str, str],  # type: ignore[no-untyped-def]
-                 stdout: TextIO, stderr: TextIO) -> None:
-    """Rank 0's output of a fleet run: every node's table (or the JSON), one JSON and one JUnit file;
-    the one-report integrations (GitHub, termination message, Prometheus) get the fleet flattened."""
-    from preflight.report import console, json_report, junit, write_atomic
-    from preflight.report.merge import flatten
-
-    if args.format == "json" or args.json == "-":
-        stdout.write(json_report.render_fleet(reports, world_size))
-    else:
-        stdout.write("\n".join(console.render(report, console.use_colour(stdout, args.color)) for report in reports))
-    stdout.flush()
-    if args.json and args.json != "-":
-        write_atomic(args.json, json_report.render_fleet(reports, world_size).encode())
-    if args.junit_xml:
-        junit.write(args.junit_xml, reports)
-    if reports:
-        _integrations(flatten(reports), args, environ, stderr)
-
-
-def _integrations(run_report, args: argparse.Namespace, environ: Mapping[str, str], stderr: TextIO) -> None:  # type: ignore[no-untyped-def]
-    from preflight.report import github, kubernetes, prometheus
-
-    if args.prometheus:
-        prometheus.write(args.prometheus, run_report)
-    if github.active(environ):
-        github.publish(run_report, environ, stderr, args.junit_xml, args.json)
-    kubernetes.write(kubernetes.termination_path(args.termination_log, environ), kubernetes.summary(run_report))
-    print(kubernetes.verdict_line(run_report), file=stderr, flush=True)
-
-
-def _config_error(path: str, error: UsageError, args: argparse.Namespace, environ: Mapping[str, str],
-                  stderr: TextIO) -> None:
-    """Say why in every report that a pipeline shows ``when: always``; the CLI then prints it and exits 2."""
-    from preflight import report
-    from preflight.report import github, junit, kubernetes
-
-    message = str(error)
-    if args.junit_xml:
-        facts = report.host_facts(path)
-        report.write_atomic(args.junit_xml, junit.render_config_error(path, message, facts, report.now()))
-    if github.active(environ):
-        where = error.where if isinstance(error, ConfigError) else path
-        github.publish_config_error(where, message, environ, stderr, args.junit_xml)
-    kubernetes.write(kubernetes.termination_path(args.termination_log, environ),
-                     kubernetes.config_error_summary(message))
-
-
-def _check_writable(destination: str | None) -> None:
-    """Fail before measuring, not after, when a report could not be written."""
-    if not destination or destination == "-":
-        return
-    directory = os.path.dirname(os.path.abspath(destination))
-    if not os.path.isdir(directory):
-        raise UsageError(f"{destination}: directory {directory} does not exist: create it or choose another path")
-    try:
-        tempdir.probe(directory)
-    except OSError as error:
-        raise UsageError(f"{destination}: directory {directory} is not writable ({tempdir.reason(error)}): "
-                         f"choose a writable path") from None
-    if os.path.isdir(destination):
-        raise UsageError(f"{destination} is a directory: give a file path, like {destination.rstrip('/')}/report")

@@ -7,7 +7,7 @@ import inspect
 import pynvml
 import pytest
 
-from preflight import nvml
+from preflight.host import nvml
 from preflight.checks import cuda
 from tests.fakes.gpu import FakeCuda, FakeGpu, FakeNvml, h200
 from tests.helpers import judged, keyed

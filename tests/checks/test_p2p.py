@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import inspect
 
-from preflight import gpu
+from preflight.host import gpu
 from preflight.checks import p2p
 from preflight.checks.base import Budget
-from preflight.gpu_memory import DeviceMemoryError
+from preflight.host.gpu_memory import DeviceMemoryError
 from tests.fakes.gpu import FakeCuda, h200
 from tests.helpers import judged, keyed
 

@@ -44,8 +44,8 @@ def test_scratch_dir_inside_the_dataset_is_a_config_error(tmp_path, scratch):
 
 
 def test_a_dataset_that_is_its_filesystems_top_is_unmeasurable_rather_than_written(tmp_path, monkeypatch):
-    # As for a dataset mounted at /data: no directory above it on its filesystem (see test_scratch.py).
-    monkeypatch.setattr("preflight.scratch.parent_outside", lambda path: None)
+    # As for a dataset mounted at /data: no directory above it on its filesystem (see tests/io/test_scratch.py).
+    monkeypatch.setattr("preflight.io.scratch.parent_outside", lambda path: None)
     measured = run_check("storage", duration_s=0.3, path=str(tmp_path), data_size="16 MiB")["seq_read"]
     assert not measured.measured
     assert "preflight never writes inside it: set storage.scratch_dir" in measured.reason

@@ -9,7 +9,7 @@ import pytest
 
 from preflight.checks import transfer
 from preflight.checks.base import Budget
-from preflight.gpu_memory import DeviceFault, DeviceMemoryError, PinError
+from preflight.host.gpu_memory import DeviceFault, DeviceMemoryError, PinError
 from tests.fakes.gpu import FakeCuda, FakeGpu, FakeNvml, h200
 from tests.helpers import judged, keyed
 

@@ -15,7 +15,7 @@ import sys
 import time
 
 from preflight.checks.base import Metric, Option
-from preflight.scratch import scratch_dir
+from preflight.io.scratch import scratch_dir
 
 NAME = "faulty"
 HELP = "misbehaves as `mode` says"

@@ -3,7 +3,7 @@
 ``FakeNvml`` has pynvml's function names and raises pynvml's own ``NVMLError`` classes, built
 from real NVML error codes; its constants are copied from the installed pynvml, so a name
 the real module lacks fails here too. Every call is recorded, so tests can bind each one to
-the real function's signature, and tests/test_nvml.py checks every answer against what the
+the real function's signature, and tests/host/test_nvml.py checks every answer against what the
 real pynvml returns over ``tests.fakes.libnvml`` (the same GPUs behind the C interface), so
 the fake cannot drift from the library. Default values are those of a healthy H200 on PCIe
 Gen5 x16.
@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import pynvml
 
-from preflight import gpu
+from preflight.host import gpu
 
 _CONSTANTS = (
     "NVML_ERROR_GPU_IS_LOST", "NVML_ERROR_NO_PERMISSION", "NVML_MEMORY_ERROR_TYPE_UNCORRECTED",

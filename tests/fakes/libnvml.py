@@ -41,7 +41,7 @@ def _index(handle: Any) -> int:
 
 
 class FakeLibnvml:
-    """The C library: one method per NVML symbol pynvml calls for ``preflight.nvml.CALLS``."""
+    """The C library: one method per NVML symbol pynvml calls for ``preflight.host.nvml.CALLS``."""
 
     def __init__(self, fake: FakeNvml) -> None:
         self.fake = fake

@@ -5,7 +5,7 @@ import tempfile
 
 from preflight.checks.base import Metric, Option
 from preflight.measurement import Measurement
-from preflight.scratch import scratch_dir
+from preflight.io.scratch import scratch_dir
 from preflight.units import Dimension
 
 NAME = "steady"

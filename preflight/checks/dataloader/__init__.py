@@ -30,13 +30,13 @@ from preflight.checks.base import Budget, Metric, Option
 from preflight.checks.dataloader.files import FileSamples, collate_sizes, list_files
 from preflight.checks.dataloader.loop import BatchPuller, explaining_worker_oom
 from preflight.checks.dataloader.required import Required, visible_gpus
-from preflight.cpus import auto_workers
-from preflight.dataset_walk import DataFile, too_few
-from preflight.fsinfo import filesystem_of
-from preflight.io_uncached import bypass_for
+from preflight.host.cpus import auto_workers
+from preflight.io.dataset_walk import DataFile, too_few
+from preflight.host.fsinfo import filesystem_of
+from preflight.io.uncached import bypass_for
 from preflight.measurement import Measurement, unmeasurable
 from preflight.sampling import sample
-from preflight.scratch import choose_parent, room_for, scratch_dir, write_small_files
+from preflight.io.scratch import choose_parent, room_for, scratch_dir, write_small_files
 from preflight.units import Dimension, format_value
 
 NAME = "dataloader"

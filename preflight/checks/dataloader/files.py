@@ -2,7 +2,7 @@
 
 A sample is read as a DataLoader worker's ``open(path).read()`` would, but from the device:
 O_DIRECT into an aligned buffer, else the file's cached pages dropped first
-(``io_uncached``). ``decode="image"`` then decodes it with Pillow (an optional extra:
+(``io.uncached``). ``decode="image"`` then decodes it with Pillow (an optional extra:
 ``pip install preflight[image]``) to RGB pixels, so the decoded figure can be set beside
 the raw one. ``delay_s`` is the explicit test hook for a deliberately throttled reader: it
 sleeps that long per sample, as slow storage would. A file that vanished or turned unreadable
@@ -22,8 +22,8 @@ import io
 import os
 import time
 
-from preflight.dataset_walk import DataFile, Walk
-from preflight.io_uncached import Bypass, aligned_buffer, read_file
+from preflight.io.dataset_walk import DataFile, Walk
+from preflight.io.uncached import Bypass, aligned_buffer, read_file
 
 WALK_FACTOR = 4  # entries looked at per wanted file: non-matching or skipped entries cannot make the walk unbounded
 LOST = (FileNotFoundError, PermissionError)

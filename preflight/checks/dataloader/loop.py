@@ -17,8 +17,8 @@ import functools
 import time
 from typing import Any, Callable, Iterator, Mapping, NamedTuple, TypeVar
 
-from preflight.cgroup_memory import OomWatch
-from preflight.cpus import auto_workers
+from preflight.host.cgroup_memory import OomWatch
+from preflight.host.cpus import auto_workers
 
 T = TypeVar("T")
 

@@ -9,7 +9,7 @@ reported; ``sampling.sample``): sequential and random reads (``reads``), open+re
 many small files (``small_files``), and checkpoint writes with fsync (``writes``).
 
 Page-cache honesty: reads use O_DIRECT with aligned buffers, else drop the file's pages
-with posix_fadvise before reading (``io_uncached``); on a memory-backed filesystem, or when
+with posix_fadvise before reading (``io.uncached``); on a memory-backed filesystem, or when
 a rate reaches page-cache speed or exceeds the network link (``guard``), the value is
 marked cache-bound and ``verdict`` will not let it pass silently. ``path`` is never written:
 scratch data goes to ``scratch_dir`` on the same filesystem and is removed afterwards, and a
@@ -29,10 +29,10 @@ from preflight.checks.base import Budget, Metric, Option
 from preflight.checks.storage import measure_io
 from preflight.checks.storage.data import Found, survey
 from preflight.checks.storage.facts import facts, os_error_reason
-from preflight.dataset_walk import UNREADABLE
-from preflight.fsinfo import filesystem_of
+from preflight.io.dataset_walk import UNREADABLE
+from preflight.host.fsinfo import filesystem_of
 from preflight.measurement import Measurement, unmeasurable
-from preflight.scratch import choose_parent, scratch_dir
+from preflight.io.scratch import choose_parent, scratch_dir
 from preflight.units import Dimension
 
 NAME = "storage"

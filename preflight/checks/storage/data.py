@@ -18,8 +18,8 @@ from __future__ import annotations
 import itertools
 from typing import NamedTuple, Sequence
 
-from preflight.dataset_walk import DataFile, Walk, data_extents
-from preflight.io_uncached import ALIGNMENT
+from preflight.io.dataset_walk import DataFile, Walk, data_extents
+from preflight.io.uncached import ALIGNMENT
 
 LARGE_FILE = 8 << 20
 WALK_FACTOR = 4  # entries looked at per wanted file: unreadable or skipped entries cannot make the walk unbounded

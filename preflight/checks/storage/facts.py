@@ -5,7 +5,7 @@ from __future__ import annotations
 import errno
 import resource
 
-from preflight.fsinfo import Filesystem
+from preflight.host.fsinfo import Filesystem
 from preflight.measurement import Measurement
 from preflight.units import to_unit
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from preflight.checks.storage import reads
 from preflight.checks.storage.data import Segment
-from preflight.io_parallel import run_loops
-from preflight.io_uncached import drop_cached
+from preflight.io.parallel import run_loops
+from preflight.io.uncached import drop_cached
 
 CACHE_SHARE = 0.8
 PROBE_BYTES = 16 << 20

@@ -20,13 +20,13 @@ from typing import Any, Mapping, NamedTuple, Sequence
 from preflight.checks.base import Budget
 from preflight.checks.storage import guard, reads, small_files, writes
 from preflight.checks.storage.data import LARGE_FILE, Found, Segment, data_bytes, segments
-from preflight.dataset_walk import DataFile, data_extents, describe_files, too_few
-from preflight.fsinfo import Filesystem
-from preflight.io_parallel import Interval, Tally, in_intervals, run_loops
-from preflight.io_uncached import Bypass, bypass_for, describe
+from preflight.io.dataset_walk import DataFile, data_extents, describe_files, too_few
+from preflight.host.fsinfo import Filesystem
+from preflight.io.parallel import Interval, Tally, in_intervals, run_loops
+from preflight.io.uncached import Bypass, bypass_for, describe
 from preflight.measurement import Measurement, unmeasurable
 from preflight.sampling import sample
-from preflight.scratch import room_for, write_file, write_small_files
+from preflight.io.scratch import room_for, write_file, write_small_files
 from preflight.units import format_value, to_unit
 
 MIN_READ_BYTES = 16 << 20  # less data than this cannot keep readers busy for a window

@@ -6,9 +6,9 @@ wrapped around until the deadline (``--time_based``). A reader opens one file at
 so descriptors do not grow with the number of files.
 
 ``rand_read``: fio ``--rw=randread --direct=1 --bs=4k --iodepth=D --ramp_time --runtime``:
-D synchronous loops (processes x threads, see ``io_parallel``) each read random aligned
+D synchronous loops (processes x threads, see ``io.parallel``) each read random aligned
 blocks over all the bytes in one continuous run; every read is timed, and its completion
-time lets ``io_parallel.in_intervals`` cut the run into intervals afterwards (fio's interval logs).
+time lets ``io.parallel.in_intervals`` cut the run into intervals afterwards (fio's interval logs).
 The threads of one process share one descriptor per file (``pread`` carries its own offset).
 
 A file that vanished or turned unreadable since the walk is skipped and counted in
@@ -28,8 +28,8 @@ from array import array
 from typing import Callable, Sequence
 
 from preflight.checks.storage.data import Segment
-from preflight.io_parallel import Tally
-from preflight.io_uncached import Bypass, aligned_buffer, drop_cached, open_uncached
+from preflight.io.parallel import Tally
+from preflight.io.uncached import Bypass, aligned_buffer, drop_cached, open_uncached
 
 LOST = (FileNotFoundError, PermissionError)  # the file vanished or its mode changed after the walk
 
@@ -59,7 +59,7 @@ def _locate(parts: Sequence[Segment], start: int, end: int) -> list[Segment]:
 
 
 def sequential_loop(runs: list[list[Segment]], bypass: Bypass, block: int) -> Callable[[int], Callable[[float], Tally]]:
-    """A loop factory for ``io_parallel.run_loops``: reader i reads ``runs[i]`` over and over."""
+    """A loop factory for ``io.parallel.run_loops``: reader i reads ``runs[i]`` over and over."""
 
     def make(index: int) -> Callable[[float], Tally]:
         run = list(runs[index])

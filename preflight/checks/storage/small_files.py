@@ -3,7 +3,7 @@
 Per file the loop does what a DataLoader worker's ``open(path).read()`` does, with the
 page cache bypassed (O_DIRECT, else fadvise DONTNEED at open): metadata lookups and one
 small read, the pattern network and FUSE filesystems serve worst. Loops run in
-processes x threads (``io_parallel``), as a DataLoader's workers do; MLPerf Storage/DLIO
+processes x threads (``io.parallel``), as a DataLoader's workers do; MLPerf Storage/DLIO
 reports the same files/s and MB/s for its file-per-sample workloads. One descriptor is open
 per loop at a time, whatever the number of files; a file that vanished or turned unreadable
 since the walk is dropped and counted (``Tally.lost``).
@@ -16,9 +16,9 @@ from array import array
 from typing import Callable, Sequence
 
 from preflight.checks.storage.reads import LOST
-from preflight.dataset_walk import DataFile
-from preflight.io_parallel import Tally
-from preflight.io_uncached import Bypass, aligned_buffer, read_file
+from preflight.io.dataset_walk import DataFile
+from preflight.io.parallel import Tally
+from preflight.io.uncached import Bypass, aligned_buffer, read_file
 
 
 def file_loop(files: Sequence[DataFile], loops: int, bypass: Bypass) -> Callable[[int], Callable[[float], Tally]]:

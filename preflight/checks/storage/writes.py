@@ -14,8 +14,8 @@ import os
 import time
 from array import array
 
-from preflight.io_parallel import Tally
-from preflight.scratch import write_fsynced
+from preflight.io.parallel import Tally
+from preflight.io.scratch import write_fsynced
 
 FSYNC_BLOCK = 4096
 FSYNC_FILE_BYTES = 64 << 20  # the fsync run's file wraps here (fio --size=64M), so its space is bounded
@@ -40,7 +40,7 @@ def fsync_run(name: str, seconds: float) -> Tally:
     The writes append until the file holds ``FSYNC_FILE_BYTES``, then wrap to its start.
 
     Every fsync is timed and its completion time kept (``Tally.completions``), so the run can
-    be cut into intervals after a ramp (``io_parallel.in_intervals``): one file and one
+    be cut into intervals after a ramp (``io.parallel.in_intervals``): one file and one
     continuous run, as fio's job, because a fresh file's first fsyncs also commit its creation.
     """
     block = os.urandom(FSYNC_BLOCK)

@@ -11,10 +11,10 @@ import pytest
 
 from preflight.checks import dataloader
 from preflight.checks.dataloader.files import WALK_FACTOR
-from preflight.dataset_walk import DataFile
+from preflight.io.dataset_walk import DataFile
 from preflight.checks.storage.small_files import file_loop
 from preflight.config import Instance, Threshold
-from preflight.io_parallel import run_loops
+from preflight.io.parallel import run_loops
 from preflight.sampling import sample
 from preflight.verdict import Outcome, judge
 from tests.helpers import run_check

@@ -10,10 +10,10 @@ import signal
 import pytest
 import torch
 
-from preflight import cgroup
-from preflight.cgroup_memory import OomWatch
+from preflight.host import cgroup
+from preflight.host.cgroup_memory import OomWatch
 from preflight.checks.dataloader.loop import BatchPuller, WorkerOomKilled, explaining_worker_oom
-from preflight.cpus import auto_workers
+from preflight.host.cpus import auto_workers
 from tests.helpers import memory_limited_cgroup, run_cli, write_config
 
 EVENTS = "low 0\nhigh 0\nmax 5\noom 1\noom_kill {kills}\noom_group_kill 0\n"  # cgroup v2 memory.events

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from preflight.checks.storage import data
-from preflight.dataset_walk import DataFile
+from preflight.io.dataset_walk import DataFile
 
 MiB = 1 << 20
 

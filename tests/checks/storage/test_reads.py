@@ -7,7 +7,7 @@ import os
 import pytest
 
 from preflight.checks.storage import reads
-from preflight.io_parallel import in_intervals, run_loops
+from preflight.io.parallel import in_intervals, run_loops
 
 MiB = 1 << 20
 

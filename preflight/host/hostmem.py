@@ -11,7 +11,7 @@ import os
 import resource
 from pathlib import Path
 
-from preflight import cgroup_memory
+from preflight.host import cgroup_memory
 
 
 def memlock_limit() -> str:

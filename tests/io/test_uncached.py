@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from preflight.fsinfo import filesystem_of
-from preflight.io_uncached import aligned_buffer, bypass_for, read_file
+from preflight.host.fsinfo import filesystem_of
+from preflight.io.uncached import aligned_buffer, bypass_for, read_file
 
 
 def test_o_direct_on_this_disk_and_no_bypass_on_tmpfs(tmp_path):

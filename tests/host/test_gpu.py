@@ -7,7 +7,8 @@ import struct
 
 import pytest
 
-from preflight import config, gpu, gpu_memory, runner
+from preflight import config, runner
+from preflight.host import gpu, gpu_memory
 from tests.fakes.gpu import FakeHostAllocator
 
 CPU_BUILD = (gpu.torch_build() or {}).get("cuda") is None and (gpu.torch_build() or {}).get("hip") is None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from preflight import cpus
+from preflight.host import cpus
 
 AFFINITY = len(os.sched_getaffinity(0))
 

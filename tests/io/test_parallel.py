@@ -9,7 +9,7 @@ from array import array
 
 import pytest
 
-from preflight.io_parallel import Tally, in_intervals, run_loops
+from preflight.io.parallel import Tally, in_intervals, run_loops
 
 
 def _counting_loop(index):

@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import NamedTuple
 
-from preflight import cgroup
-from preflight.cgroup import CGROUP_ROOT, PROC_CGROUP
+from preflight.host import cgroup
+from preflight.host.cgroup import CGROUP_ROOT, PROC_CGROUP
 from preflight.units import format_value, to_unit
 
 UNLIMITED_V1 = 2**60  # v1 writes PAGE_COUNTER_MAX pages in bytes (~2^63) for "no limit"

@@ -14,7 +14,7 @@ import re
 import pynvml
 import pytest
 
-from preflight import nvml
+from preflight.host import nvml
 from tests.fakes.gpu import FakeGpu, FakeNvml
 from tests.fakes.libnvml import installed
 

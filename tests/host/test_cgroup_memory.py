@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from preflight import cgroup_memory
-from preflight.cgroup_memory import OomCount, OomWatch
+from preflight.host import cgroup_memory
+from preflight.host.cgroup_memory import OomCount, OomWatch
 
 # cgroup v2 memory.events of a container whose process the OOM killer ended once (Linux 6.x keys).
 V2_EVENTS = "low 0\nhigh 0\nmax 37\noom 1\noom_kill {kills}\noom_group_kill 0\n"

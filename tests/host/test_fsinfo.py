@@ -8,7 +8,7 @@ import shlex
 import sys
 import textwrap
 
-from preflight.fsinfo import filesystem_of
+from preflight.host.fsinfo import filesystem_of
 from tests.helpers import in_mount_namespace
 
 MOUNTINFO = """\
@@ -80,7 +80,7 @@ def test_a_real_tmpfs_at_a_path_with_escaped_and_non_ascii_characters_is_found(t
         mkdir {shlex.quote(str(mount_point / "train"))}
         {shlex.quote(sys.executable)} -c '
 import json, sys
-from preflight.fsinfo import filesystem_of
+from preflight.host.fsinfo import filesystem_of
 fs = filesystem_of(sys.argv[1])
 print(json.dumps([fs.mount_point, fs.fstype, fs.source, fs.size_bytes]))' {shlex.quote(str(mount_point / "train"))}
         """

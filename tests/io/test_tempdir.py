@@ -2,7 +2,7 @@ import sys
 
 import pytest
 
-from preflight import tempdir
+from preflight.io import tempdir
 from tests.helpers import in_read_only_root
 
 
@@ -25,7 +25,8 @@ def test_a_file_is_no_temporary_directory(tmp_path):
 
 CHOOSE = """
 import sys
-from preflight import errors, tempdir
+from preflight import errors
+from preflight.io import tempdir
 try:
     print(tempdir.choose(sys.argv[1:]))
 except errors.UsageError as error:

@@ -12,8 +12,8 @@ import math
 import os
 from pathlib import Path
 
-from preflight import cgroup
-from preflight.cgroup import CGROUP_ROOT, PROC_CGROUP
+from preflight.host import cgroup
+from preflight.host.cgroup import CGROUP_ROOT, PROC_CGROUP
 
 # DataLoader workers above ~70% of the cores tend to starve the main process (DESIGN.md field notes).
 WORKER_SHARE = 0.7

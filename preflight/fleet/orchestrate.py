@@ -28,7 +28,7 @@ from preflight import report, runner
 from preflight.checks import CHECKS
 from preflight.checks.base import Budget, scope
 from preflight.config import Config, Instance
-from preflight.distributed import Fleet, FleetError, Launch
+from preflight.fleet.distributed import Fleet, FleetError, Launch
 from preflight.report import RunReport
 from preflight.report.merge import Contribution, merge, partial
 from preflight.errors import UsageError

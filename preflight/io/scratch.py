@@ -17,7 +17,7 @@ import shutil
 import tempfile
 from typing import Callable, Iterator
 
-from preflight.dataset_walk import DataFile
+from preflight.io.dataset_walk import DataFile
 
 PREFIX = ".preflight-scratch-"
 RESERVE_BYTES = 64 << 20  # left free on a volume whatever scratch data wants

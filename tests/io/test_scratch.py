@@ -2,7 +2,7 @@ import os
 
 import pytest
 
-from preflight import scratch
+from preflight.io import scratch
 
 
 def test_is_inside_resolves_links_and_dots(tmp_path):

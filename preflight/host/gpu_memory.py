@@ -1,4 +1,4 @@
-"""How torch's GPU-side memory behaves and fails, for the torch half of the GPU seam (``preflight.gpu``).
+"""How torch's GPU-side memory behaves and fails, for the torch half of the GPU seam (``preflight.host.gpu``).
 
 Two facts the checks must get right without a GPU to try them on: which memory an allocation
 error means (host RAM for a pinned buffer, the GPU's for a device buffer, or a CUDA fault),

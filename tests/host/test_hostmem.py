@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import resource
 
-from preflight import hostmem
+from preflight.host import hostmem
 
 
 def write(root, relative, text):

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from preflight import distributed
+from preflight.fleet import distributed
 from preflight.errors import UsageError
 
 TORCHRUN_ENV = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1",

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from preflight.dataset_walk import DataFile, Walk, dataset_files, too_few
+from preflight.io.dataset_walk import DataFile, Walk, dataset_files, too_few
 from tests import datasets
 from tests.helpers import REPO, in_mount_namespace
 
@@ -43,7 +43,7 @@ def test_stays_on_the_filesystem_of_path(tree):
     """A real tmpfs mounted inside the tree (private mount namespace) is not walked, as find -xdev."""
     mount = tree / "train" / "mnt"
     mount.mkdir()
-    code = (f"from preflight.dataset_walk import dataset_files\n"
+    code = (f"from preflight.io.dataset_walk import dataset_files\n"
             f"print(sorted(f.name for f in dataset_files({str(tree)!r})))")
     script = (f"mount -t tmpfs -o size=1m tmpfs {mount} && echo data > {mount}/other.jpg && "
               f"{sys.executable} -c \"{code}\"")
@@ -99,7 +99,7 @@ def test_unreadable_files_and_directories_are_counted_for_a_user_without_access(
     if os.geteuid() != 0:
         pytest.skip("needs root to chown the fixture to another uid")
     root = datasets.mixed_permissions(tmp_path / "data", files=140, unreadable=60, size=100)
-    code = ("import json, sys; from preflight.dataset_walk import Walk; w = Walk(sys.argv[1]); "
+    code = ("import json, sys; from preflight.io.dataset_walk import Walk; w = Walk(sys.argv[1]); "
             "n = len(list(w)); print(json.dumps([n, dict(w.skipped), w.unreadable(), w.summary()]))")
     done = subprocess.run([*datasets.WITHOUT_DAC, sys.executable, "-c", code, str(root)], capture_output=True,
                           text=True, env={"PYTHONPATH": str(REPO)})

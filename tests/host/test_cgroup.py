@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from preflight import cgroup
+from preflight.host import cgroup
 
 # A Docker container on a cgroup v1 host, as /proc/self/cgroup lists it (cpu and cpuacct co-mounted).
 V1_MEMBERSHIP = """\

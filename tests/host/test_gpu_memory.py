@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from preflight import gpu_memory
-from preflight.gpu_memory import DeviceFault, DeviceMemoryError, PinError
+from preflight.host import gpu_memory
+from preflight.host.gpu_memory import DeviceFault, DeviceMemoryError, PinError
 
 GIB = 1 << 30
 # torch 2.13's messages, as its allocators and c10_cuda_check_implementation write them

@@ -1,7 +1,7 @@
 """The torch half of the GPU seam: every torch.cuda call the GPU checks make is here.
 
 ``TorchCuda`` is the one small interface the ``cuda``, ``transfer`` and ``p2p`` checks talk
-to (NVML is the other half, in ``preflight.nvml``). CPU tests pass a fake with the same
+to (NVML is the other half, in ``preflight.host.nvml``). CPU tests pass a fake with the same
 methods; the methods marked ``gpu-only`` need a device and are run for real by
 ``scripts/gpu-smoke.sh``. On ROCm builds torch.cuda drives HIP devices, so the same
 methods work there (``torch.version.hip`` is set and NVML readings are skipped).
@@ -14,7 +14,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
-from preflight.gpu_memory import EMPTY_HOST_CACHE, PinError, allocating, host_stats, pinned_bytes, torch_attribute
+from preflight.host.gpu_memory import EMPTY_HOST_CACHE, PinError, allocating, host_stats, pinned_bytes, torch_attribute
 
 
 class Device(NamedTuple):

@@ -1,0 +1,3 @@
+"""The torchrun side: joining the job's process group (``distributed``) and running one fleet run
+across its nodes (``orchestrate``): each node measures once, rank 0 merges and writes one report.
+"""

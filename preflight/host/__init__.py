@@ -1,0 +1,5 @@
+"""What the node is: CPUs and cgroup limits, host memory, filesystems, GPUs through torch and NVML.
+
+Modules here read facts of the machine and its container; they never judge them and import
+nothing above ``measurement`` and ``units``.
+"""

@@ -1,0 +1,141 @@
+"""Deliver a finished run to every destination the command line asked for.
+
+One function for a single node and for a fleet (``deliver``): stdout gets the chosen format,
+each report file is written atomically and on its own (a full disk under one must not cost
+the others), then the integrations that read one report (Prometheus, GitHub, the Kubernetes
+termination message, the compact verdict line on stderr). A closed stdout (``| head``) is not
+an error: as command-line tools do on EPIPE, preflight stops writing to it and still writes
+every file (Python's documented handling: point stdout at /dev/null, "Note on SIGPIPE").
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, Mapping, NamedTuple, Sequence, TextIO
+
+from preflight.errors import ConfigError, UsageError
+from preflight.io import tempdir
+from preflight.report import RunReport, write_atomic
+
+
+class Destinations(NamedTuple):
+    """Where a run goes, as ``preflight run``'s flags say."""
+
+    format: str = "text"  # what stdout carries: "text" (the table) or "json"
+    colour: str = "auto"
+    json: str | None = None  # a path, or "-" for stdout
+    junit_xml: str | None = None
+    prometheus: str | None = None
+    save_baseline: str | None = None
+    termination_log: str | None = None
+
+    def files(self) -> list[str]:
+        """The report files to write, for checking them before measuring."""
+        return [p for p in (self.junit_xml, self.json, self.prometheus, self.save_baseline) if p and p != "-"]
+
+
+def deliver(reports: Sequence[RunReport], to: Destinations, environ: Mapping[str, str], stdout: TextIO,
+            stderr: TextIO, world_size: int | None = None) -> None:
+    """Write ``reports`` (one node's, or each node's of a fleet of ``world_size`` ranks) everywhere ``to`` says.
+
+    Raises:
+        UsageError: one or more report files could not be written (every other one was).
+    """
+    from preflight.report import console, json_report, junit
+    from preflight.report.merge import flatten
+
+    fleet = world_size is not None
+    as_json = (lambda: json_report.render_fleet(reports, world_size)) if fleet else (  # type: ignore[arg-type]
+        lambda: json_report.render(reports[0]))
+    if to.format == "json" or to.json == "-":
+        _to_stdout(stdout, as_json())
+    else:
+        _to_stdout(stdout, "\n".join(console.render(r, console.use_colour(stdout, to.colour)) for r in reports))
+    one = flatten(reports) if fleet else reports[0]
+    writes: list[tuple[str | None, Callable[[str], None]]] = [
+        (to.json if to.json != "-" else None, lambda path: write_atomic(path, as_json().encode())),
+        (to.junit_xml, lambda path: junit.write(path, list(reports))),
+        (to.save_baseline, lambda path: _save_baseline(path, one)),
+    ]
+    failed = []
+    for destination, write in writes:
+        if destination:
+            try:
+                write(destination)
+            except UsageError as error:
+                failed.append(str(error))
+    if reports:
+        _integrations(one, to, environ, stderr)
+    if failed:
+        raise UsageError("; ".join(failed))
+
+
+def deliver_config_error(config_path: str, error: UsageError, to: Destinations, environ: Mapping[str, str],
+                         stderr: TextIO) -> None:
+    """Say why in every report a pipeline shows ``when: always``; the CLI then prints it and exits 2."""
+    from preflight import report
+    from preflight.report import github, junit, kubernetes
+
+    message = str(error)
+    if to.junit_xml:
+        facts = report.host_facts(config_path)
+        write_atomic(to.junit_xml, junit.render_config_error(config_path, message, facts, report.now()))
+    if github.active(environ):
+        where = error.where if isinstance(error, ConfigError) else config_path
+        github.publish_config_error(where, message, environ, stderr, to.junit_xml)
+    kubernetes.write(kubernetes.termination_path(to.termination_log, environ), kubernetes.config_error_summary(message))
+
+
+def check_writable(destination: str) -> None:
+    """Fail before measuring, not after, when a report could not be written.
+
+    Raises:
+        UsageError: the directory is missing or not writable, or ``destination`` is a directory.
+    """
+    directory = os.path.dirname(os.path.abspath(destination))
+    if not os.path.isdir(directory):
+        raise UsageError(f"{destination}: directory {directory} does not exist: create it or choose another path")
+    try:
+        tempdir.probe(directory)
+    except OSError as error:
+        raise UsageError(f"{destination}: directory {directory} is not writable ({tempdir.reason(error)}): "
+                         f"choose a writable path") from None
+    if os.path.isdir(destination):
+        raise UsageError(f"{destination} is a directory: give a file path, like {destination.rstrip('/')}/report")
+
+
+def _to_stdout(stdout: TextIO, text: str) -> None:
+    try:
+        stdout.write(text)
+        stdout.flush()
+    except BrokenPipeError:
+        silence(stdout)
+
+
+def silence(stream: TextIO) -> None:
+    """The reader of ``stream`` went away (EPIPE): send whatever is still written to it to /dev/null,
+    the interpreter's own flush at exit included (Python docs, "Note on SIGPIPE")."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _save_baseline(path: str, run_report: RunReport) -> None:
+    from preflight import baseline
+    from preflight.report import json_report
+
+    document = baseline.render(run_report.results, run_report.host, json_report.timestamp(run_report),
+                               run_report.config_digest)
+    write_atomic(path, document.encode())
+
+
+def _integrations(run_report: RunReport, to: Destinations, environ: Mapping[str, str], stderr: TextIO) -> None:
+    from preflight.report import github, kubernetes, prometheus
+
+    if to.prometheus:
+        prometheus.write(to.prometheus, run_report)
+    if github.active(environ):
+        github.publish(run_report, environ, stderr, to.junit_xml, to.json)
+    kubernetes.write(kubernetes.termination_path(to.termination_log, environ), kubernetes.summary(run_report))
+    print(kubernetes.verdict_line(run_report), file=stderr, flush=True)
