@@ -117,7 +117,8 @@ class _Walker:
                 raise ConfigError(self._where_in(node, error.position), error.message) from None
         elif not isinstance(value, (int, float, bool, type(None))):
             raise ConfigError(where, f"unsupported YAML value {node.value!r} ({type(value).__name__}): quote it")
-        return Located(value, where, node.value)
+        # text is "as written" once expanded: a version bound `"${DRIVER_MIN:-535.104}"` is 535.104
+        return Located(value, where, value if isinstance(value, str) else node.value)
 
     def _where_in(self, node: yaml.Node, position: int) -> str:
         """Where character ``position`` of ``node``'s text was written.
@@ -176,7 +177,7 @@ def apply_override(root: Located, assignment: str, environ: Mapping[str, str]) -
             raise ConfigError(where, error.message) from None
     if isinstance(parsed, (dict, list)):
         raise ConfigError(where, "the value must be a single scalar; set nested keys one at a time")
-    leaf = Located(parsed, where, value_text.strip())
+    leaf = Located(parsed, where, parsed if isinstance(parsed, str) else value_text.strip())
     return _set(root, keys, leaf, where)
 
 

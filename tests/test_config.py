@@ -96,13 +96,14 @@ def test_errors_are_located_and_name_the_fix(tmp_path, text, where, fragment):
 
 def test_environment_forms_read_as_docker_compose_reads_them(tmp_path):
     text = ("version: 1\nchecks:\n  storage:\n    path: ${DATA_DIR-./data}/$$x/$SUB\n"
-            "  cuda:\n    name: {match: \"^H100$\"}\n")
+            "  cuda:\n    name: {match: \"^H100$\"}\n    driver_version: {min: \"${DRIVER_MIN:-535.104}\"}\n")
     loaded = load(tmp_path, text, environ={"SUB": "train"})
     storage, cuda = loaded.instances
     assert storage.options["path"] == "./data/$x/train"
-    assert [t.match for t in cuda.thresholds] == ["^H100$"]
-    loaded = load(tmp_path, text, environ={"DATA_DIR": "/d", "SUB": "s"})
+    assert [t.match or t.min for t in cuda.thresholds] == ["^H100$", "535.104"]
+    loaded = load(tmp_path, text, ["cuda.driver_version.min=${DRIVER_MIN:-550.54}"], {"DATA_DIR": "/d", "SUB": "s"})
     assert loaded.instances[0].options["path"] == "/d/$x/s"
+    assert loaded.instances[1].thresholds[1].min == "550.54"
 
 
 def test_an_override_with_a_bad_reference_names_the_flag(tmp_path):
