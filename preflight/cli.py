@@ -116,7 +116,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="preflight",
         description="Measure whether this node can feed and run a training job, and gate on thresholds.yaml.",
-        epilog="exit codes: 0 passed (warnings allowed), 1 a check failed or errored, 2 usage or config error",
+        epilog="exit codes: 0 passed (warnings allowed), 1 a check failed or errored, 2 usage or config error, "
+               "3 internal error (a bug in preflight: stderr names the crash log)",
     )
     parser.add_argument("--version", action="version", version=f"preflight {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -3,24 +3,24 @@
 PyYAML's safe composer builds the node tree (no arbitrary objects); we walk it
 ourselves so that every value carries its ``FILE:LINE:COL``, duplicate keys are an
 error instead of a silent overwrite, aliases cannot expand into a bomb, and
-``${VAR:-default}`` is expanded in strings. ``--set`` overrides become nodes located at
-the flag that set them.
+environment references in strings (``$VAR``, ``${VAR:-default}`` and the rest of Docker
+Compose's forms, see ``interpolation``) are expanded, a mistake in one located at its
+``$``. ``--set`` overrides become nodes located at the flag that set them.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any, Mapping, NamedTuple
 
 import yaml
 
+from preflight import interpolation
 from preflight.errors import ConfigError
 
 # A safe bound on nodes visited: a real thresholds.yaml has a few hundred; an alias bomb
 # ("billion laughs") has billions.
 MAX_NODES = 20_000
 MAX_DEPTH = 50
-_ENV_REFERENCE = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
 
 
 OVERRIDE_PREFIX = "--set "  # the `where` of a value given on the command line
@@ -44,7 +44,7 @@ def load(path: str, text: str, environ: Mapping[str, str]) -> Located:
 
     Raises:
         ConfigError: invalid YAML, duplicate keys, tags or aliases that expand too far,
-            or a ``${VAR}`` reference to an unset variable without a default.
+            a malformed ``${...}``, or a reference to an unset variable without a default.
     """
     _refuse_deep_flow(path, text)
     try:
@@ -64,7 +64,7 @@ def load(path: str, text: str, environ: Mapping[str, str]) -> Located:
         raise ConfigError(f"{path}:1:1", "invalid YAML: nested too deeply") from None
     if root is None:
         raise ConfigError(f"{path}:1:1", "the file is empty: it needs `version: 1` and a `checks:` mapping")
-    return _Walker(path, environ).walk(root, depth=0)
+    return _Walker(path, text, environ).walk(root, depth=0)
 
 
 def _refuse_deep_flow(path: str, text: str) -> None:
@@ -86,8 +86,9 @@ def _refuse_deep_flow(path: str, text: str) -> None:
 
 
 class _Walker:
-    def __init__(self, path: str, environ: Mapping[str, str]) -> None:
+    def __init__(self, path: str, text: str, environ: Mapping[str, str]) -> None:
         self.path = path
+        self.text = text
         self.environ = environ
         self.visited = 0
         self.constructor = yaml.constructor.SafeConstructor()
@@ -110,10 +111,26 @@ class _Walker:
             raise ConfigError(where, f"invalid {node.tag.rsplit(':', 1)[-1]} value {node.value!r}: "
                               f"quote it if it is text") from None
         if isinstance(value, str):
-            value = expand_environment(value, self.environ, where)
+            try:
+                value = interpolation.expand(value, self.environ)
+            except interpolation.InterpolationError as error:
+                raise ConfigError(self._where_in(node, error.position), error.message) from None
         elif not isinstance(value, (int, float, bool, type(None))):
             raise ConfigError(where, f"unsupported YAML value {node.value!r} ({type(value).__name__}): quote it")
-        return Located(value, where, node.value)
+        # text is "as written" once expanded: a version bound `"${DRIVER_MIN:-535.104}"` is 535.104
+        return Located(value, where, value if isinstance(value, str) else node.value)
+
+    def _where_in(self, node: yaml.Node, position: int) -> str:
+        """Where character ``position`` of ``node``'s text was written.
+
+        Exact when the source holds the text verbatim on one line (plain, or quoted without
+        escapes); otherwise where the value starts.
+        """
+        start, source = node.start_mark, self.text[node.start_mark.index:node.end_mark.index]
+        quote = 1 if isinstance(node, yaml.ScalarNode) and node.style in ("'", '"') else 0
+        if "\n" not in source and source[quote:len(source) - quote] == node.value:
+            return f"{self.path}:{start.line + 1}:{start.column + 1 + quote + position}"
+        return _where(self.path, start)
 
     def _mapping(self, node: yaml.MappingNode, depth: int) -> dict[str, Located]:
         result: dict[str, Located] = {}
@@ -132,25 +149,6 @@ class _Walker:
         return result
 
 
-def expand_environment(text: str, environ: Mapping[str, str], where: str) -> str:
-    """Replace ``${VAR}`` and ``${VAR:-default}`` in ``text`` from ``environ``.
-
-    Raises:
-        ConfigError: ``${VAR}`` names an unset variable and gives no default.
-    """
-
-    def replace(match: re.Match[str]) -> str:
-        name, default = match["name"], match["default"]
-        value = environ.get(name)
-        if value is None or (value == "" and default is not None):
-            if default is None:
-                raise ConfigError(where, f"environment variable {name} is not set: export it or write ${{{name}:-default}}")
-            return default
-        return value
-
-    return _ENV_REFERENCE.sub(replace, text)
-
-
 def apply_override(root: Located, assignment: str, environ: Mapping[str, str]) -> Located:
     """Return ``root`` with one ``--set KEY.PATH=VALUE`` applied (VALUE is read as YAML).
 
@@ -158,7 +156,8 @@ def apply_override(root: Located, assignment: str, environ: Mapping[str, str]) -
     ``fleet`` or ``version`` addresses the top level instead.
 
     Raises:
-        ConfigError: no ``=``, an empty key, or a path through a non-mapping.
+        ConfigError: no ``=``, an empty key, a path through a non-mapping, or an environment
+            reference ``interpolation.expand`` refuses.
     """
     where = f"{OVERRIDE_PREFIX}{assignment}"
     key_text, sep, value_text = assignment.partition("=")
@@ -172,10 +171,13 @@ def apply_override(root: Located, assignment: str, environ: Mapping[str, str]) -
     except yaml.YAMLError:
         parsed = value_text
     if isinstance(parsed, str):
-        parsed = expand_environment(parsed, environ, where)
+        try:
+            parsed = interpolation.expand(parsed, environ)
+        except interpolation.InterpolationError as error:
+            raise ConfigError(where, error.message) from None
     if isinstance(parsed, (dict, list)):
         raise ConfigError(where, "the value must be a single scalar; set nested keys one at a time")
-    leaf = Located(parsed, where, value_text.strip())
+    leaf = Located(parsed, where, parsed if isinstance(parsed, str) else value_text.strip())
     return _set(root, keys, leaf, where)
 
 

@@ -195,6 +195,17 @@ def test_gitlab_template_uploads_junit_always_with_known_keys():
     _assert_cli_accepts(command)
 
 
+@pytest.mark.parametrize("where", ["action.yml exit-code output", "GitLab template comments"])
+def test_every_exit_code_is_named_where_a_pipeline_reads_it(where):
+    if where.startswith("action"):
+        text = yaml.safe_load((REPO / "action.yml").read_text())["outputs"]["exit-code"]["description"]
+    else:
+        lines = (REPO / "ci/gitlab/preflight.gitlab-ci.yml").read_text().splitlines()
+        text = " ".join(line.lstrip("# ") for line in lines if line.startswith("#"))
+    for code, meaning in [(0, "passed"), (1, "gate failed"), (2, "usage or config error"), (3, "internal error")]:
+        assert re.search(rf"\b{code} \(?(the |a |an )?{meaning}", text), (code, text)
+
+
 def test_jenkinsfile_publishes_junit_in_post_always():
     text = (REPO / "ci/jenkins/Jenkinsfile").read_text()
     post = text[text.index("post {"):]

@@ -1,4 +1,5 @@
 import json
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -46,6 +47,14 @@ def test_help_and_list_do_not_import_torch():
             "assert 'torch' not in sys.modules, 'torch was imported'\n"
         )
         subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, capture_output=True)
+
+
+def test_help_lists_every_exit_code():
+    result = run_cli("--help")
+    assert result.returncode == 0
+    epilog = " ".join(result.stdout.split("exit codes:", 1)[1].split())  # argparse rewraps it
+    assert re.fullmatch(r"0 passed .*, 1 a check failed .*, 2 usage or config error, 3 internal error .*", epilog), \
+        epilog
 
 
 def test_list_shows_every_check_with_parameters_and_units():

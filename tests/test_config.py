@@ -70,6 +70,17 @@ def test_environment_and_set_overrides(tmp_path):
         ("version: 1\nchecks:\n  shm:\n    size: {min: 1 GiB, sevrity: warn}\n", ":4:24:",
          "did you mean `severity`?"),
         ("version: 1\nchecks:\n  storage:\n    path: ${DATA}\n", ":4:11:", "environment variable DATA is not set"),
+        # an interpolation mistake points at its "$" where the source shows the text verbatim...
+        ("version: 1\nchecks:\n  storage:\n    path: ./x/${DATA_DIR-./data\n", ":4:15:",
+         "`${DATA_DIR-./data` is not closed: add `}`, or write $$ for a literal $"),
+        ("version: 1\nchecks:\n  storage:\n    path: 'a ${DATA_DIR/a/b}'\n", ":4:14:",
+         "`/` is not an interpolation operator"),
+        ("version: 1\nchecks:\n  storage: {path: \"$${DATA} ${}\"}\n", ":3:29:", "`${}` names no variable"),
+        ("version: 1\nchecks:\n  storage:\n    path: ${DATA:?mount the dataset at /data}\n", ":4:11:",
+         "environment variable DATA is not set: mount the dataset at /data"),
+        # ...and at the value where escapes or line breaks make the column uncertain
+        ("version: 1\nchecks:\n  storage:\n    path: \"\\t${1X}\"\n", ":4:11:", "`${1X}`: a variable name is"),
+        ("version: 1\nchecks:\n  storage:\n    path: a\n      b ${X\n", ":4:11:", "`${X` is not closed"),
         ("version: 1\nchecks: [1, 2\n", ":3:1:", "invalid YAML"),
         ("version: 1\nchecks:\n  cuda:\n    driver_version: {min: latest}\n", ":4:27:",
          'expected a version like "535.104"'),
@@ -81,6 +92,23 @@ def test_errors_are_located_and_name_the_fix(tmp_path, text, where, fragment):
     message = str(error.value)
     assert message.startswith(str(tmp_path / "thresholds.yaml") + where), message
     assert fragment in message
+
+
+def test_environment_forms_read_as_docker_compose_reads_them(tmp_path):
+    text = ("version: 1\nchecks:\n  storage:\n    path: ${DATA_DIR-./data}/$$x/$SUB\n"
+            "  cuda:\n    name: {match: \"^H100$\"}\n    driver_version: {min: \"${DRIVER_MIN:-535.104}\"}\n")
+    loaded = load(tmp_path, text, environ={"SUB": "train"})
+    storage, cuda = loaded.instances
+    assert storage.options["path"] == "./data/$x/train"
+    assert [t.match or t.min for t in cuda.thresholds] == ["^H100$", "535.104"]
+    loaded = load(tmp_path, text, ["cuda.driver_version.min=${DRIVER_MIN:-550.54}"], {"DATA_DIR": "/d", "SUB": "s"})
+    assert loaded.instances[0].options["path"] == "/d/$x/s"
+    assert loaded.instances[1].thresholds[1].min == "550.54"
+
+
+def test_an_override_with_a_bad_reference_names_the_flag(tmp_path):
+    with pytest.raises(ConfigError, match=r"^--set storage\.path=\$\{X/a\}: `\$\{X/a\}`: `/` is not an interpolation"):
+        load(tmp_path, VALID, ["storage.path=${X/a}"])
 
 
 def test_missing_file_is_a_usage_error(tmp_path):

@@ -73,6 +73,11 @@ EDGE_CASES = [
     "version: 1\nbaseline: [1]\nchecks:\n  storage: {seq_read: {min: 90% of baseline}}\n",
     "version: 1\nchecks:\n  storage: {seq_read: {min: 90% of baseline}, repeats: 0, retries: -1}\n",
     "version: 1\nchecks:\n  storage: {seq_read: {min: \"" + "9" * 5000 + " MB/s\"}}\n",
+    "version: 1\nchecks:\n  storage: {path: \"${A:-${B-${C:+x}}}/$$/$\"}\n",
+    "version: 1\nchecks:\n  storage: {path: \"" + "${A:-" * 20 + "x" + "}" * 20 + "\"}\n",
+    "version: 1\nchecks:\n  storage: {path: \"" + "$" * 5001 + "{\"}\n",
+    "version: 1\nchecks:\n  storage: {seq_read: {min: \"${BW:?set BW}\"}}\n",
+    "version: 1\nchecks:\n  ${CHECK:-storage}: {$KEY: x}\n",
 ]
 
 NASTY_TOKENS = [
@@ -80,6 +85,7 @@ NASTY_TOKENS = [
     "9" * 40, "1 XB", "8 KB", "0x1F", "0o17", "1_000", "[]", "{}", "[1, 2]", "{min: 1}", "''", '"', "'", ":",
     "- x", "&anchor", "*anchor", "!!str", "!!float", "!!binary aGk=", "!!set {a}", "!!timestamp 2001-12-14",
     "\t", "#", "|", ">", "%YAML 1.1", "---", "...", "\u2028", "\ufeff", "\x85", "${HOME}", "${X:-}", "\\",
+    "$", "$$", "$HOME", "${", "${}", "${1}", "${X-d}", "${X:?why}", "${X+r}", "${X/a/b}", "${A:-${B:-x}}", "$${X}",
     "1000 samples/s", "1 GB/s", "30s", "8 GiB", "warn", "fail", "storage", "check", "min", "max",
     "90% of baseline", "110 % of baseline", "baseline", "baseline: nowhere.json", "repeats", "retries: 9",
     "retry_margin: 200%",

@@ -3,9 +3,9 @@
 Built from the same definitions ``config.py`` validates with: the check registry's
 OPTIONS and METRICS tables, ``units.UNITS`` for the quantities each dimension accepts,
 and config's key constants. Editors use it through the yaml-language-server modeline
-``# yaml-language-server: $schema=thresholds.schema.json``. Strings may hold
-``${VAR:-default}`` references anywhere (expanded before validation), so every string
-schema also accepts a string containing one.
+``# yaml-language-server: $schema=thresholds.schema.json``. Strings may hold environment
+references anywhere (``$VAR``, ``${VAR:-default}``, ...: see ``interpolation``, expanded
+before validation), so every string schema also accepts a string containing one.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from preflight.checks.base import Metric, Option
 from preflight.units import UNITS, Dimension, example
 
 DRAFT_07 = "http://json-schema.org/draft-07/schema#"
-ENV_REFERENCE = {"type": "string", "pattern": r"\$\{[A-Za-z_][A-Za-z0-9_]*(:-[^}]*)?\}",
+# A "$" (after an even run of "$$", each a literal "$") starting $NAME or ${NAME...
+ENV_REFERENCE = {"type": "string", "pattern": r"(^|[^$])(\$\$)*\$\{?[A-Za-z_]",
                  "description": "expanded from the environment before validation"}
 _NUMBER = r"[+]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?"
 _VERSION = r"^\d+(\.\d+)*$"
@@ -146,7 +147,8 @@ def _threshold(metric: Metric) -> dict[str, Any]:
         return {"type": "object", "description": description, "additionalProperties": False,
                 "properties": {"match": match, "severity": severity}, "required": ["match"]}
     if metric.is_version:
-        bound: dict[str, Any] = {"anyOf": [{"type": "string", "pattern": _VERSION}, {"type": "number", "minimum": 0}]}
+        bound: dict[str, Any] = {"anyOf": [{"type": "string", "pattern": _VERSION}, {"type": "number", "minimum": 0},
+                                           ENV_REFERENCE]}
     else:
         bound = quantity(UNITS[metric.unit].dimension)
         bound = {**bound, "anyOf": [*bound["anyOf"], _RELATIVE]}

@@ -66,6 +66,11 @@ def test_every_check_option_and_metric_is_in_the_schema():
     ("version: 1\nchecks:\n  cuda:\n    name: {min: 1}\n", False),  # text takes a regex, not a bound
     ("version: 1\nchecks:\n  cuda:\n    device_count: {match: \"1\"}\n", False),  # match is for text
     ("version: 1\nchecks:\n  cuda:\n    matmul_size: 64\n    memory_allocatable: {min: 90 %}\n", True),
+    # environment references, expanded with nothing set
+    ("version: 1\nchecks:\n  storage:\n    seq_read: {min: \"${BW-1 GB/s}\"}\n", True),
+    ("version: 1\nchecks:\n  storage:\n    seq_read: {min: \"$$1 GB/s\"}\n", False),  # $$ is a literal $
+    ("version: 1\nchecks:\n  dataloader:\n    num_workers: ${WORKERS:-auto}\n", True),
+    ("version: 1\nchecks:\n  cuda:\n    driver_version: {min: \"${DRIVER_MIN:-535.104}\"}\n", True),
 ])
 def test_schema_and_config_agree(tmp_path, text, accepted):
     assert _both(tmp_path, text) == (accepted, accepted)

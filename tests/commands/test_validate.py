@@ -3,6 +3,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from tests.helpers import run_cli
+
 
 def _preflight(*args, cwd=None):
     return subprocess.run([sys.executable, "-m", "preflight", *args], capture_output=True, text=True, cwd=cwd)
@@ -34,3 +36,22 @@ def test_overrides_are_validated_too(tmp_path):
     completed = _preflight("validate", "-c", str(path), "--set", "shm.allocate=12")
     assert completed.returncode == 2
     assert "--set shm.allocate=12: `shm.allocate`: expected a size with its unit" in completed.stderr
+
+
+def test_a_malformed_reference_is_one_located_line_and_exit_2(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text("version: 1\nchecks:\n  storage:\n    path: ${DATA_DIR-./data\n")
+    completed = run_cli("validate", "-c", str(path), env={"DATA_DIR": "/mnt/data"})
+    assert (completed.returncode, completed.stdout) == (2, "")
+    assert completed.stderr == (f"preflight: error: {path}:4:11: `${{DATA_DIR-./data` is not closed: add `}}`, "
+                                f"or write $$ for a literal $\n")
+
+
+def test_a_required_variable_names_it_and_the_reason(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text("version: 1\nchecks:\n  storage:\n    path: /mnt/${DATASET:?name the dataset in DATASET}\n")
+    completed = run_cli("validate", "-c", str(path), env={"DATASET": ""})
+    assert completed.returncode == 2 and completed.stdout == ""
+    assert completed.stderr == (f"preflight: error: {path}:4:16: environment variable DATASET is empty: "
+                                f"name the dataset in DATASET\n")
+    assert run_cli("validate", "-c", str(path), env={"DATASET": "imagenet"}).returncode == 0
