@@ -18,9 +18,9 @@ LAYERS = {
     "__main__": 0, "cli": 0,
     "commands": 1,
     "fleet": 2, "runner": 2, "worker": 2,
-    "report": 3, "progress": 3,
+    "report": 3,
     "verdict": 4,
-    "config": 5, "baseline": 5, "yaml_source": 5,
+    "config": 5, "baseline": 5, "yaml_source": 5, "interpolation": 5,
     "checks": 6,
     "host": 7, "io": 7, "measurement": 7, "sampling": 7,
     "units": 8, "errors": 8, "__init__": 8,
@@ -93,5 +93,5 @@ def test_no_import_cycle():
 def test_the_package_root_holds_the_pipeline_only():
     root = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
     assert len(root) <= 13, root
-    assert set(root) <= {"__main__", "cli", "config", "yaml_source", "units", "runner", "worker", "verdict",
-                         "measurement", "sampling", "progress", "errors", "baseline"}
+    assert set(root) <= {"__main__", "cli", "config", "yaml_source", "interpolation", "units", "runner", "worker",
+                         "verdict", "measurement", "sampling", "errors", "baseline"}

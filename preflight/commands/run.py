@@ -17,7 +17,7 @@ from typing import Mapping, TextIO
 from preflight import __version__
 from preflight.io import tempdir
 from preflight.errors import UsageError
-from preflight.progress import Progress
+from preflight.report.progress import Progress
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -4,7 +4,7 @@ import io
 
 from tests.report_helpers import result
 from preflight.config import Instance
-from preflight.progress import Progress
+from preflight.report.progress import Progress
 
 INSTANCE = Instance("storage", "storage", {}, (), 120.0, 5.0, True, "t.yaml:3:3")
 
