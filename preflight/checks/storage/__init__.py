@@ -78,7 +78,9 @@ METRICS = (
            hint="make {path} readable by the job's user (chmod/chown, fsGroup in the pod's securityContext)"),
     Metric("skipped_files", "", False, "entries under path that are not samples: unreadable, vanished while "
            "walked, special files, dangling links, directory loops, other filesystems, empty files, second "
-           "links to one file (find -L -xdev -type f -size +0 -readable); the row says which"),
+           "links to one file (find -L -xdev -type f -size +0 -readable); the row says which",
+           hint="the row's note says what was skipped under {path}: fix permissions, remove dangling links and "
+                "special files, or stop the process rewriting the dataset"),
     Metric("seq_read", "MB/s", True, "sequential read throughput, 1 MB = 10^6 B; `readers` threads of "
            "`block_size` O_DIRECT reads over contiguous spans (fio --rw=read --direct=1 --bs=1M --numjobs) of "
            "path's files of 8 MiB or more (data extents only); else a scratch file beside path, as the row says",
