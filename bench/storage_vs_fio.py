@@ -33,6 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from preflight.checks import storage  # noqa: E402
 from preflight.checks.base import Budget  # noqa: E402
 from preflight.scratch import write_file, write_small_files  # noqa: E402
+from preflight.checks.storage.data import segments, survey  # noqa: E402
 from preflight.checks.storage.measure_io import IO  # noqa: E402
 from preflight.config import coerce_option  # noqa: E402
 from preflight.fsinfo import filesystem_of  # noqa: E402
@@ -78,6 +79,7 @@ def main() -> int:
     work = tempfile.mkdtemp(prefix=".preflight-bench-", dir=args.dir)
     try:
         data = write_file(os.path.join(work, "data.bin"), size, os.urandom(1 << 20))
+        parts = segments([data], size)  # IO.seq_read and rand_read take (file, start, end) segments
         fs = filesystem_of(work)
         io = IO(options, Budget(args.seconds, 600), fs, work, "")
         bypass = bypass_for(data.name, fs.memory_backed)
@@ -86,7 +88,7 @@ def main() -> int:
         seq_ours, seq_fio = [], []
         def seq_read_ours() -> None:
             warm(data.name)
-            seq_ours.append(float(io.seq_read([data], bypass, "bench").value))
+            seq_ours.append(float(io.seq_read(parts, bypass, "bench").value))
 
         def seq_read_fio() -> None:
             warm(data.name)
@@ -105,7 +107,7 @@ def main() -> int:
         # The end-to-end criterion: one reader against fio's default single job, same file.
         one_reader = IO({**options, "readers": 1}, Budget(args.seconds, 600), fs, work, "")
         warm(data.name)
-        single_ours = float(one_reader.seq_read([data], bypass, "bench").value)
+        single_ours = float(one_reader.seq_read(parts, bypass, "bench").value)
         warm(data.name)
         single = fio(args.seconds, f"--filename={data.name}", "--rw=read", "--direct=1", "--bs=1M", "--ioengine=psync")
         rows.append(("seq_read 1 reader vs fio 1 job --bs=1M", single_ours, single["read"]["bw_bytes"] / 1e6, "MB/s",
@@ -116,7 +118,7 @@ def main() -> int:
         rand = []
         for run in range(1, args.rounds + 1):
             warm(data.name)
-            iops, p50, p99 = io.rand_read([data], bypass, "bench")
+            iops, p50, p99 = io.rand_read(parts, bypass, "bench")
             warm(data.name)
             theirs = fio(args.seconds, f"--filename={data.name}", "--rw=randread", "--direct=1", "--bs=4k",
                          "--ioengine=libaio", f"--numjobs={processes}", f"--iodepth={depth // processes}")
@@ -130,8 +132,9 @@ def main() -> int:
                  ("rand_read_p50, median", column(2), column(3), "ms", "info"),
                  ("rand_read_p99, median", column(4), column(5), "ms", "info")]
         small_size = int(options["small_file_size"]) * 7 // 8
-        small = write_small_files(work, int(options["small_file_count"]), small_size)
-        files, rate = io.small(small)
+        write_small_files(work, int(options["small_file_count"]), small_size)
+        files, rate = io.small(survey(os.path.join(work, "small"), 0, int(options["small_file_size"]),
+                                      int(options["max_files"])))
         theirs = fio(args.seconds, f"--opendir={os.path.join(work, 'small')}", "--rw=read", "--direct=1",
                      f"--bs={small_size}", "--openfiles=1", "--file_service_type=sequential", "--ioengine=psync",
                      f"--numjobs={file_readers}")
