@@ -19,7 +19,7 @@ within 15%.
       reads the same file, with bench/storage_vs_fio.py's jobs (rand_read: libaio, 4 jobs x 8
       deep), and rand_read again with 32 psync jobs, preflight's own synchronous method.
   seq_read, rand_read over the small files read whole: what the check does when there is
-      no room for scratch. seq_read's 4 reader threads take contiguous quarters of the
+      no room for scratch. seq_read's 4 readers (processes) take contiguous quarters of the
       files and read each whole with one 1 MiB request; fio: 4 jobs over the same quarters,
       as small_files' jobs. rand_read reads random 4 KiB blocks of the first 128 files, 32 in
       flight; fio: the same two rand_read jobs over those 128 files, --file_service_type=random.

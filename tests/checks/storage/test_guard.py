@@ -43,3 +43,15 @@ def test_the_page_cache_probe_is_not_fooled_by_small_files(tmp_path):
         name.write_bytes(os.urandom(110_000))
         runs[index % 4].append((str(name), 0, 110_000 // 4096 * 4096))
     assert guard.page_cache_rate(runs, block=1 << 20) > 1000
+
+
+def test_the_page_cache_probe_runs_in_processes_as_seq_read_did(tmp_path):
+    """Small files read whole are read by processes (measure_io.IO.seq_read): the ceiling they are
+    judged against must be probed the same way, every run read, not a GIL-bound thread's."""
+    runs = [[], [], [], []]
+    for index in range(200):
+        name = tmp_path / f"{index:03d}.JPEG"
+        name.write_bytes(os.urandom(110_000))
+        runs[index % 4].append((str(name), 0, 110_000 // 4096 * 4096))
+    assert guard.page_cache_rate(runs, block=1 << 20, processes=4) > 1000
+    assert guard.page_cache_rate(runs, block=1 << 20, processes=2) > 1000
