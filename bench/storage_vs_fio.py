@@ -20,42 +20,25 @@ the documented equivalent of each metric:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from statistics import median
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.fio_reference import (Pair, fio, latency_ms, paired_rounds, print_table, rand_read_args,  # noqa: E402
+                                 seq_read_args, warm)
 from preflight.checks import storage  # noqa: E402
 from preflight.checks.base import Budget  # noqa: E402
 from preflight.io.scratch import write_file, write_small_files  # noqa: E402
+from preflight.checks.storage.data import segments, survey  # noqa: E402
 from preflight.checks.storage.measure_io import IO  # noqa: E402
 from preflight.config import coerce_option  # noqa: E402
 from preflight.host.fsinfo import filesystem_of  # noqa: E402
 from preflight.io.uncached import bypass_for  # noqa: E402
 from preflight.units import UnitError, parse_quantity, Dimension  # noqa: E402
-
-
-def fio(seconds: float, *args: str) -> dict:
-    command = ["fio", "--name=bench", "--output-format=json", "--group_reporting", *args]
-    if not any(a.startswith("--size=128M") for a in args):
-        command += ["--time_based", f"--runtime={seconds:g}"]
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode:
-        raise SystemExit(f"bench/storage_vs_fio: fio {' '.join(args[2:5])} failed: {done.stderr.strip()[-300:]}")
-    out = done.stdout
-    return json.loads(out[out.index("{"):])["jobs"][0]
-
-
-def warm(name: str) -> None:
-    """A buffered read of the whole file: after this the page cache holds it."""
-    with open(name, "rb") as handle:
-        while handle.read(8 << 20):
-            pass
 
 
 def main() -> int:
@@ -78,51 +61,41 @@ def main() -> int:
     work = tempfile.mkdtemp(prefix=".preflight-bench-", dir=args.dir)
     try:
         data = write_file(os.path.join(work, "data.bin"), size, os.urandom(1 << 20))
+        parts = segments([data], size)  # IO.seq_read and rand_read take (file, start, end) segments
         fs = filesystem_of(work)
         io = IO(options, Budget(args.seconds, 600), fs, work, "")
         bypass = bypass_for(data.name, fs.memory_backed)
-        rows = []
-        span = size // readers // (1 << 20) * (1 << 20)
-        seq_ours, seq_fio = [], []
-        def seq_read_ours() -> None:
-            warm(data.name)
-            seq_ours.append(float(io.seq_read([data], bypass, "bench").value))
 
-        def seq_read_fio() -> None:
+        def seq_read_ours() -> dict[str, float]:
             warm(data.name)
-            theirs = fio(args.seconds, f"--filename={data.name}", "--rw=read", "--direct=1", "--bs=1M",
-                         "--ioengine=psync", f"--numjobs={readers}", f"--size={span}", f"--offset_increment={span}")
-            seq_fio.append(theirs["read"]["bw_bytes"] / 1e6)
+            return {"seq_read": float(io.seq_read(parts, bypass, "bench").value)}
 
-        for run in range(1, args.rounds + 1):  # alternate, so load from other jobs falls on both alike
-            # ...and swap who goes first each round: on a VM the first reader after the warm-up was
-            # seen to be favoured (7 of 9 rounds), which an unswapped order turns into a bias.
-            for measure in (seq_read_ours, seq_read_fio) if run % 2 else (seq_read_fio, seq_read_ours):
-                measure()
-            rows.append((f"  seq_read round {run}", seq_ours[-1], seq_fio[-1], "MB/s", ""))
+        def seq_read_fio() -> dict[str, float]:
+            warm(data.name)
+            job = fio(args.seconds, f"--filename={data.name}", *seq_read_args(size, readers))
+            return {"seq_read": job["read"]["bw_bytes"] / 1e6}
+
+        seq = paired_rounds(args.rounds, [Pair(seq_read_ours, seq_read_fio)])["seq_read"]
+        seq_ours, seq_fio = [o for o, _ in seq], [f for _, f in seq]
+        rows = [(f"  seq_read round {run}", o, f, "MB/s", "") for run, (o, f) in enumerate(seq, 1)]
         rows.append((f"seq_read ({readers} readers, 1 MiB), median", median(seq_ours), median(seq_fio), "MB/s",
-                     "within 10%", median(o / f for o, f in zip(seq_ours, seq_fio))))
+                     "within 10%", median(o / f for o, f in seq)))
         # The end-to-end criterion: one reader against fio's default single job, same file.
         one_reader = IO({**options, "readers": 1}, Budget(args.seconds, 600), fs, work, "")
         warm(data.name)
-        single_ours = float(one_reader.seq_read([data], bypass, "bench").value)
+        single_ours = float(one_reader.seq_read(parts, bypass, "bench").value)
         warm(data.name)
         single = fio(args.seconds, f"--filename={data.name}", "--rw=read", "--direct=1", "--bs=1M", "--ioengine=psync")
         rows.append(("seq_read 1 reader vs fio 1 job --bs=1M", single_ours, single["read"]["bw_bytes"] / 1e6, "MB/s",
                      "within 25% (e2e)"))
-        # The same depth from the same number of processes: on a shared CPU, 4 busy processes
-        # get more CPU than fio's one, which flattered preflight by up to 1.5x under load.
-        processes = min(4, depth)
         rand = []
         for run in range(1, args.rounds + 1):
             warm(data.name)
-            iops, p50, p99 = io.rand_read([data], bypass, "bench")
+            iops, p50, p99 = io.rand_read(parts, bypass, "bench")
             warm(data.name)
-            theirs = fio(args.seconds, f"--filename={data.name}", "--rw=randread", "--direct=1", "--bs=4k",
-                         "--ioengine=libaio", f"--numjobs={processes}", f"--iodepth={depth // processes}")
-            clat = theirs["read"]["clat_ns"]["percentile"]
-            rand.append((iops.value, theirs["read"]["iops"], p50.value, clat["50.000000"] / 1e6, p99.value,
-                         clat["99.000000"] / 1e6))
+            theirs = fio(args.seconds, f"--filename={data.name}", *rand_read_args(depth))
+            rand.append((iops.value, theirs["read"]["iops"], p50.value, latency_ms(theirs, "50.000000"), p99.value,
+                         latency_ms(theirs, "99.000000")))
             rows.append((f"  rand_read round {run}", rand[-1][0], rand[-1][1], "IOPS", ""))
         column = lambda i: median(r[i] for r in rand)  # noqa: E731
         rows += [(f"rand_read ({depth} in flight, 4 KiB), median", column(0), column(1), "IOPS", "within 15%",
@@ -130,8 +103,9 @@ def main() -> int:
                  ("rand_read_p50, median", column(2), column(3), "ms", "info"),
                  ("rand_read_p99, median", column(4), column(5), "ms", "info")]
         small_size = int(options["small_file_size"]) * 7 // 8
-        small = write_small_files(work, int(options["small_file_count"]), small_size)
-        files, rate = io.small(small)
+        write_small_files(work, int(options["small_file_count"]), small_size)
+        files, rate = io.small(survey(os.path.join(work, "small"), 0, int(options["small_file_size"]),
+                                      int(options["max_files"])))
         theirs = fio(args.seconds, f"--opendir={os.path.join(work, 'small')}", "--rw=read", "--direct=1",
                      f"--bs={small_size}", "--openfiles=1", "--file_service_type=sequential", "--ioengine=psync",
                      f"--numjobs={file_readers}")
@@ -149,10 +123,7 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
     print(f"storage vs fio on {fs.describe()}, {args.size} file, {args.seconds:g}s per metric and round, page cache warmed "
           f"before each; preflight method: {bypass}")
-    print(f"{'metric':<42} {'preflight':>10} {'fio':>10} {'unit':<8} {'ratio':>6}  target")
-    for name, ours_value, fio_value, unit, target, *paired in rows:
-        ratio = paired[0] if paired else ours_value / fio_value
-        print(f"{name:<42} {ours_value:>10.4g} {fio_value:>10.4g} {unit:<8} {ratio:>6.2f}  {target}")
+    print_table(rows)
     print("(a median row's ratio is the median of the rounds' paired ratios: each round's two runs shared the load)")
     print(f"preflight seq_read twice in a row: {seq_ours[0]:.0f} then {seq_ours[1]:.0f} MB/s, "
           f"ratio {seq_ours[1] / seq_ours[0]:.2f} (target: within 25%)")

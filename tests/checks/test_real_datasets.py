@@ -120,7 +120,7 @@ def test_files_vanishing_during_the_run_never_take_down_the_check(tmp_path):
 
 
 def _blkio_throttle(device: int, bytes_per_s: int) -> Path:
-    group = Path("/sys/fs/cgroup/blkio/preflight-test-throttle")
+    group = Path(f"/sys/fs/cgroup/blkio/preflight-test-throttle-{os.getpid()}")  # unique: suites may run at once
     try:
         group.mkdir(exist_ok=True)
         (group / "blkio.throttle.read_bps_device").write_text(f"{os.major(device)}:{os.minor(device)} {bytes_per_s}")

@@ -29,18 +29,20 @@ PROBE_BYTES = 16 << 20
 PROBE_SECONDS = 0.3
 
 
-def page_cache_rate(runs: list[list[Segment]], block: int) -> float:
+def page_cache_rate(runs: list[list[Segment]], block: int, processes: int = 1) -> float:
     """MB/s (10^6 B/s) of the seq_read loop over the first ``PROBE_BYTES`` of ``runs``, cached.
 
-    ``runs`` are seq_read's spans, one per reader. The probed bytes are read once buffered,
-    timed for ``PROBE_SECONDS`` with one thread per run, and dropped from the cache again.
+    ``runs`` are seq_read's spans, one per reader, shared by ``processes`` as seq_read's were.
+    The probed bytes are read once buffered, timed for ``PROBE_SECONDS`` with one thread per
+    run, and dropped from the cache again.
     """
     share = max(block, PROBE_BYTES // max(1, len(runs)) // block * block)
     probed = [_first_bytes(run, share) for run in runs]
     for run in probed:
         _cache(run, drop=False)
     try:
-        tally = run_loops(reads.sequential_loop(probed, "none", block), 1, len(probed), PROBE_SECONDS)
+        tally = run_loops(reads.sequential_loop(probed, "none", block), processes, len(probed) // processes,
+                          PROBE_SECONDS)
     finally:
         for run in probed:
             _cache(run, drop=True)

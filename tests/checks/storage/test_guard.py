@@ -60,3 +60,15 @@ def test_o_direct_on_a_block_filesystem_is_trusted_and_not_probed(tmp_path, monk
                          small_file_count=100)
     assert "O_DIRECT" in measured["seq_read"].method and measured["seq_read"].value > 0
     assert not measured["seq_read"].cache_bound
+
+
+def test_the_page_cache_probe_runs_in_processes_as_seq_read_did(tmp_path):
+    """Small files read whole are read by processes (measure_io.IO.seq_read): the ceiling they are
+    judged against must be probed the same way, every run read, not a GIL-bound thread's."""
+    runs = [[], [], [], []]
+    for index in range(200):
+        name = tmp_path / f"{index:03d}.JPEG"
+        name.write_bytes(os.urandom(110_000))
+        runs[index % 4].append((str(name), 0, 110_000 // 4096 * 4096))
+    assert guard.page_cache_rate(runs, block=1 << 20, processes=4) > 1000
+    assert guard.page_cache_rate(runs, block=1 << 20, processes=2) > 1000

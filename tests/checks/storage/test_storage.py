@@ -118,6 +118,22 @@ def test_without_scratch_space_reads_use_path_and_writes_say_why(dataset, tmp_pa
     assert "is not a writable directory" in measured["seq_write"].reason
 
 
+def test_small_files_read_whole_for_seq_read_are_read_by_processes(tmp_path):
+    """No large file and no scratch: seq_read reads the small files whole, an open and a close per
+    request, which threads of one process stall on (the GIL); processes, as small_files uses."""
+    root = tmp_path / "data"
+    for index in range(160):  # 17.6 MB: above the 16 MiB a read set needs
+        folder = root / f"class{index % 4}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{index}.jpg").write_bytes(os.urandom(110_000))
+    os.sync()
+    measured = run_check("storage", 0.3, path=str(root), scratch_dir=str(tmp_path / "nope"), **SMALL_RUN)
+    seq = measured["seq_read"]
+    assert seq.measured and "small files read whole" in seq.note, seq
+    assert seq.method.startswith("4 processes x 1 threads x 1024 KiB blocks, 158 existing files read whole (16 MiB)"), \
+        seq.method  # data_size 16 MiB: 158 whole files of the 160
+
+
 def test_small_files_far_below_seq_read_point_at_shards():
     from preflight.measurement import Measurement
 
