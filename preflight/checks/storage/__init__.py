@@ -51,8 +51,9 @@ OPTIONS = (
     Option("rand_block", Dimension.SIZE, "4 KiB", "rand_read request size, as fio --bs (multiple of 4 KiB)",
            minimum=4096),
     Option("rand_depth", "int", 32, "rand_read requests in flight, as fio --iodepth", minimum=1),
-    Option("io_processes", "int_or_auto", "auto", "processes sharing rand_depth and file_readers (auto: up to 4; "
-           "threads of one Python process cannot keep small reads in flight)", minimum=1),
+    Option("io_processes", "int_or_auto", "auto", "processes sharing rand_depth, file_readers, and readers when "
+           "seq_read reads small files whole (auto: up to 4; threads of one Python process cannot keep small reads "
+           "in flight)", minimum=1),
     Option("small_file_size", Dimension.SIZE, "128 KiB", "files up to this size count as small (ImageNet: ~110 kB)"),
     Option("small_file_count", "int", 1000, "small files to read; written in scratch when path has fewer than 100",
            minimum=10),
