@@ -54,7 +54,7 @@ def deliver(reports: Sequence[RunReport], to: Destinations, environ: Mapping[str
     one = flatten(reports) if fleet else reports[0]
     writes: list[tuple[str | None, Callable[[str], None]]] = [
         (to.json if to.json != "-" else None, lambda path: write_atomic(path, as_json().encode())),
-        (to.junit_xml, lambda path: junit.write(path, list(reports))),
+        (to.junit_xml, lambda path: junit.write(path, list(reports), fleet)),
         (to.save_baseline, lambda path: _save_baseline(path, one)),
     ]
     failed = []

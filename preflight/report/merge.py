@@ -95,10 +95,14 @@ def flatten(reports: Sequence[RunReport]) -> RunReport:
     Each result's device is prefixed with its node (``storage.seq_read[node1]``,
     ``cuda.temperature[node1/cuda:0]``), so ids stay unique and name the node to drain.
     """
-    results = []
-    for report in reports:
-        node = f"node{report.facts.get('node_rank', '?')}"
-        results += [dataclasses.replace(r, device=f"{node}/{r.device}" if r.device else node) for r in report.results]
+    results = [result for report in reports for result in on_node(report)]
     first = reports[0]
     hosts = ", ".join(dict.fromkeys(report.host for report in reports))
     return dataclasses.replace(first, host=f"{len(reports)} node{'s' if len(reports) != 1 else ''} ({hosts})", results=tuple(results))
+
+
+def on_node(report: RunReport) -> tuple[Result, ...]:
+    """``report``'s results with its node in each device: ``seq_read`` on node 1 becomes
+    ``seq_read[node1]``, ``temperature[cuda:0]`` becomes ``temperature[node1/cuda:0]``."""
+    node = f"node{report.facts.get('node_rank', '?')}"
+    return tuple(dataclasses.replace(r, device=f"{node}/{r.device}" if r.device else node) for r in report.results)
