@@ -148,11 +148,26 @@ def _location(where: str, workspace: str | None) -> tuple[str, str, str] | None:
     parts = where.rsplit(":", 2)
     if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
         return None  # "--set storage.path=..." or "defaults": no line to point at
-    path = parts[0]
-    if workspace and os.path.isabs(path):
-        relative = os.path.relpath(path, workspace)
-        path = path if relative.startswith("..") else relative
-    return path, parts[1], parts[2]
+    return _workspace_relative(parts[0], workspace), parts[1], parts[2]
+
+
+def _workspace_relative(path: str, workspace: str | None) -> str:
+    """``path`` as GitHub places annotations: relative to ``$GITHUB_WORKSPACE``, the repository root.
+
+    A relative ``path`` is relative to the working directory (``-c thresholds.yaml`` run from
+    ``ci/`` is ``ci/thresholds.yaml``). Symbolic links are resolved when the plain paths do not
+    meet (a container job's workspace can be a link). A file outside the workspace keeps its
+    absolute path: GitHub cannot place it, and a relative one would point at the wrong file.
+    """
+    if not workspace:
+        return path
+    absolute = os.path.abspath(path)
+    resolved = os.path.realpath(absolute), os.path.realpath(workspace)
+    for inside, root in ((absolute, os.path.abspath(workspace)), resolved):
+        relative = os.path.relpath(inside, root)
+        if relative != os.pardir and not relative.startswith(os.pardir + os.sep):
+            return relative
+    return absolute
 
 
 def _cell(text: str) -> str:

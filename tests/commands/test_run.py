@@ -100,6 +100,21 @@ def test_config_error_still_writes_junit_github_and_termination_message(tmp_path
     assert "passed=false" in outputs.read_text() and expected.replace("`", "'") in summary.read_text()
 
 
+def test_annotations_name_the_config_relative_to_the_workspace_when_run_from_a_subfolder(tmp_path):
+    # The workspace is the repository root; the job runs `preflight run -c thresholds.yaml` from ci/.
+    ci = tmp_path / "ci"
+    ci.mkdir()
+    _config(ci, "  shm:\n    allocate: 1 MiB\n    size: {min: 1024 TiB}\n")
+    env = {"GITHUB_ACTIONS": "true", "GITHUB_WORKSPACE": str(tmp_path)}
+    completed = run_cli("run", "-c", "thresholds.yaml", cwd=ci, env=env)
+    assert completed.returncode == 1, completed.stderr
+    assert "::error file=ci/thresholds.yaml,line=6,col=5,title=preflight%3A shm.size fail::" in completed.stderr
+    _config(ci, "  shm:\n    sise: {min: 1 GiB}\n")
+    completed = run_cli("run", "-c", "thresholds.yaml", cwd=ci, env=env)
+    assert completed.returncode == 2, completed.stderr
+    assert completed.stderr.startswith("::error file=ci/thresholds.yaml,line=5,col=5,title=preflight%3A invalid config::")
+
+
 def test_unwritable_report_path_fails_before_measuring(tmp_path):
     path = _config(tmp_path, "  shm: {}\n")
     completed = _preflight("-c", str(path), "--prometheus", str(tmp_path / "missing" / "p.prom"))
