@@ -100,13 +100,14 @@ def publish(report: RunReport, environ: Mapping[str, str], log: TextIO, junit_pa
 
 
 def publish_config_error(where: str, message: str, environ: Mapping[str, str], log: TextIO,
-                         junit_path: str | None = None) -> None:
+                         junit_path: str | None = None, json_path: str | None = None) -> None:
     """A config that could not be loaded: one annotation at its place, a summary line, ``passed=false``."""
     print(annotation("error", "preflight: invalid config", message, where, environ.get("GITHUB_WORKSPACE")), file=log)
     append(environ.get("GITHUB_STEP_SUMMARY"), f"### ❌ preflight could not start\n\n`{_cell(message)}`\n")
+    json_file = json_path if json_path and json_path != "-" else ""
     append(environ.get("GITHUB_OUTPUT"), format_outputs({"passed": "false", "failed": "0", "warnings": "0",
-                                                                 "exit-code": "2", "junit-xml": junit_path or "",
-                                                                 "json": ""}))
+                                                         "exit-code": "2", "junit-xml": junit_path or "",
+                                                         "json": json_file}))
 
 
 def format_outputs(values: Mapping[str, str]) -> str:
