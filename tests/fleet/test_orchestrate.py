@@ -114,8 +114,8 @@ def test_four_ranks_write_one_merged_junit_and_json(fleet_config: Path, tmp_path
     assert properties["node_rank"] == "0" and properties["ranks"] == "0,1,2,3"
     assert properties["world_size"] == "4" and properties["hostname"] == socket.gethostname()
     names = [case.name for case in suites[0]]
-    assert names.count("seq_read") == 1  # node-local: measured once per node, not once per rank
-    assert {f"straggler[rank{r}]" for r in range(4)} <= set(names)
+    assert names.count("seq_read[node0]") == 1  # node-local: measured once per node, not once per rank
+    assert {f"straggler[node0/rank{r}]" for r in range(4)} <= set(names)
     document = json.loads(report.read_text())
     assert document["kind"] == "fleet" and document["world_size"] == 4 and document["exit_code"] == 0
     results = {r["id"]: r for r in document["hosts"][0]["results"]}
