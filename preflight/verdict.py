@@ -266,9 +266,15 @@ def judge_against_fleet(result: Result, median: float, nodes: int, ratio: float,
     The value is ``result.value / median``; it passes while at least ``ratio`` (at most
     ``1 / ratio`` for a lower-is-better metric), else gets ``severity``, even when the
     node meets the absolute threshold: a straggler drags every rank of a synchronous job.
+    Only a performance metric (``Metric.is_performance``) with a ``median`` above 0 is judged
+    so (``report.merge`` chooses them); anything else is a ValueError.
     """
-    higher = next(m.higher_is_better for m in CHECKS[result.check].METRICS if m.name == result.metric)
-    relative = float(result.value) / median if median else 0.0  # type: ignore[arg-type]
+    metric = next(m for m in CHECKS[result.check].METRICS if m.name == result.metric)
+    if not metric.is_performance or median <= 0:
+        raise ValueError(f"{result.id} cannot be compared with a fleet median of {median}: "
+                         f"only a performance metric with a median above 0 can")
+    higher = metric.higher_is_better
+    relative = float(result.value) / median  # type: ignore[arg-type]
     ok = relative >= ratio if higher else relative <= 1 / ratio
     bound = ratio if higher else 1 / ratio
     required = f"{'>=' if higher else '<='} {bound:g}x the fleet median"

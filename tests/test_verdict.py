@@ -1,3 +1,4 @@
+import pytest
 
 from preflight.config import Instance, Threshold
 from preflight.measurement import Measurement, not_applicable, unmeasurable
@@ -116,12 +117,20 @@ def test_applicable_survives_the_worker_round_trip():
 
 
 def test_lower_is_better_metrics_are_flagged_above_the_inverse_ratio() -> None:
-    # collective.straggler is lower-is-better: 2.5x the median is over 1/0.5 = 2
-    slow = Result("collective", "collective", "straggler", "pass", "m", device="rank3", value=2.5)
+    # a latency is lower-is-better: 2.5x the median is over 1/0.5 = 2
+    slow = Result("storage", "storage", "rand_read_p99", "pass", "m", device="nvme0", value=2.5, unit="ms")
     judged = judge_against_fleet(slow, median=1.0, nodes=4, ratio=0.5, severity="fail")
-    assert judged.verdict == "fail" and judged.threshold == {"max": 2.0} and judged.device == "rank3"
+    assert judged.verdict == "fail" and judged.threshold == {"max": 2.0} and judged.device == "nvme0"
     fine = judge_against_fleet(slow, median=2.0, nodes=4, ratio=0.5, severity="fail")
     assert fine.verdict == "pass" and fine.value == 1.25 and fine.hint == ""
+
+
+@pytest.mark.parametrize("metric, value, median", [("read_only", 0, 1.0), ("free_space", 8.0, 8.0),
+                                                   ("seq_read", 0.0, 0.0)])
+def test_facts_and_a_zero_median_are_never_judged_against_the_fleet(metric, value, median) -> None:
+    result = Result("storage", "storage", metric, "info", "m", value=value)
+    with pytest.raises(ValueError, match="cannot be compared with a fleet median"):
+        judge_against_fleet(result, median=median, nodes=2, ratio=0.5, severity="fail")
 
 
 def test_higher_is_better_metrics_are_flagged_below_the_ratio() -> None:

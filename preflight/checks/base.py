@@ -11,10 +11,15 @@ from __future__ import annotations
 from typing import Any, Literal, Mapping, NamedTuple, Protocol, Union, cast
 
 from preflight.measurement import Measurement
-from preflight.units import Dimension
+from preflight.units import UNITS, Dimension
 
 Scope = Literal["node", "fleet"]
 OptionKind = Union[Literal["path", "text", "int", "int_or_auto", "bool", "choice"], Dimension]
+# What a performance figure is measured in: a rate or a latency. Only these are compared with
+# the fleet median; sizes, counts, flags, percentages, temperatures, versions and texts are facts
+# (or figures derived from a compared rate) and a node is never judged by its peers' facts.
+PERFORMANCE = frozenset({Dimension.BANDWIDTH, Dimension.IOPS, Dimension.SAMPLE_RATE, Dimension.FILE_RATE,
+                         Dimension.DURATION})
 
 
 class Option(NamedTuple):
@@ -39,6 +44,15 @@ class Metric(NamedTuple):
     help: str  # what is measured and the method's source
     per_device: bool = False
     hint: str = ""  # the fix when it misses; may use {measured}, {required} and option names ({path})
+    rated: bool = False  # a rate from a specification or the driver (a link's rate), not measured: a fact
+
+    @property
+    def is_performance(self) -> bool:
+        """A measured rate or latency (``PERFORMANCE`` units, ordered, not ``rated``): the only
+        kind of metric a fleet run compares with the fleet median."""
+        unit = UNITS.get(self.unit)
+        return (unit is not None and unit.dimension in PERFORMANCE and self.higher_is_better is not None
+                and not self.rated)
 
     @property
     def is_version(self) -> bool:

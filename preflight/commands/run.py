@@ -2,8 +2,9 @@
 
 stdout carries only the chosen format (``--format text`` table or ``--format json``);
 progress, CI annotations and the compact verdict go to stderr, whose last line is always
-the verdict (or the one-line error). A config that cannot be loaded still produces the
-JUnit file, GitHub summary and termination message, each saying why, before exit 2.
+the verdict (or the one-line error). A config that cannot be loaded still produces every
+requested report (JSON, JUnit, Prometheus), the GitHub summary and the termination message,
+each saying why, before exit 2.
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ def main(args: argparse.Namespace, environ: Mapping[str, str] = os.environ, stdo
         if args.only:
             loaded = loaded.select(args.only.split(","))
     except UsageError as error:
-        deliver.deliver_config_error(path, error, to, environ, stderr)
+        deliver.deliver_config_error(path, error, to, environ, stdout, stderr,
+                                     launch.world_size if launch is not None else None)
         raise
     temporary = tempdir.choose(to.files() if writes_reports else ())  # before measuring, not after
     count = len(loaded.instances)

@@ -6,6 +6,8 @@ the others), then the integrations that read one report (Prometheus, GitHub, the
 termination message, the compact verdict line on stderr). A closed stdout (``| head``) is not
 an error: as command-line tools do on EPIPE, preflight stops writing to it and still writes
 every file (Python's documented handling: point stdout at /dev/null, "Note on SIGPIPE").
+A config that cannot be loaded is delivered too (``deliver_config_error``): every requested
+report says so, none keeps a previous run's verdict.
 """
 
 from __future__ import annotations
@@ -52,18 +54,11 @@ def deliver(reports: Sequence[RunReport], to: Destinations, environ: Mapping[str
     else:
         _to_stdout(stdout, "\n".join(console.render(r, console.use_colour(stdout, to.colour)) for r in reports))
     one = flatten(reports) if fleet else reports[0]
-    writes: list[tuple[str | None, Callable[[str], None]]] = [
+    failed = _write_each([
         (to.json if to.json != "-" else None, lambda path: write_atomic(path, as_json().encode())),
-        (to.junit_xml, lambda path: junit.write(path, list(reports))),
+        (to.junit_xml, lambda path: junit.write(path, list(reports), fleet)),
         (to.save_baseline, lambda path: _save_baseline(path, one)),
-    ]
-    failed = []
-    for destination, write in writes:
-        if destination:
-            try:
-                write(destination)
-            except UsageError as error:
-                failed.append(str(error))
+    ])
     if reports:
         _integrations(one, to, environ, stderr)
     if failed:
@@ -71,19 +66,47 @@ def deliver(reports: Sequence[RunReport], to: Destinations, environ: Mapping[str
 
 
 def deliver_config_error(config_path: str, error: UsageError, to: Destinations, environ: Mapping[str, str],
-                         stderr: TextIO) -> None:
-    """Say why in every report a pipeline shows ``when: always``; the CLI then prints it and exits 2."""
+                         stdout: TextIO, stderr: TextIO, world_size: int | None = None) -> None:
+    """Say why in every report the command line asked for; the CLI then prints it and exits 2.
+
+    JSON (exit_code 2, an ``error``, no results; the fleet shape for a rank of ``world_size``),
+    JUnit (one ConfigError case) and Prometheus (``preflight_passed 0``,
+    ``preflight_config_error 1``) replace whatever an earlier run left there: a dashboard or
+    pipeline must never read a good run's verdict after a broken config. No baseline is saved.
+    A report that cannot be written is one ``preflight: error:`` line before the config error's.
+    """
     from preflight import report
-    from preflight.report import github, junit, kubernetes
+    from preflight.report import github, json_report, junit, kubernetes, prometheus
 
     message = str(error)
-    if to.junit_xml:
-        facts = report.host_facts(config_path)
-        write_atomic(to.junit_xml, junit.render_config_error(config_path, message, facts, report.now()))
+    facts, started = report.host_facts(config_path), report.now()
+    as_json = json_report.render_config_error(config_path, message, facts, started, world_size)
+    if to.format == "json" or to.json == "-":
+        _to_stdout(stdout, as_json)
+    failed = _write_each([
+        (to.json if to.json != "-" else None, lambda path: write_atomic(path, as_json.encode())),
+        (to.junit_xml, lambda path: write_atomic(path, junit.render_config_error(config_path, message, facts,
+                                                                                 started))),
+        (to.prometheus, lambda path: write_atomic(path, prometheus.render_config_error(facts, started).encode())),
+    ])
+    for failure in failed:
+        print(f"preflight: error: {failure}", file=stderr)
     if github.active(environ):
         where = error.where if isinstance(error, ConfigError) else config_path
-        github.publish_config_error(where, message, environ, stderr, to.junit_xml)
+        github.publish_config_error(where, message, environ, stderr, to.junit_xml, to.json)
     kubernetes.write(kubernetes.termination_path(to.termination_log, environ), kubernetes.config_error_summary(message))
+
+
+def _write_each(writes: Sequence[tuple[str | None, Callable[[str], None]]]) -> list[str]:
+    """Call each write whose destination is set, each on its own; the errors of those that failed."""
+    failed = []
+    for destination, write in writes:
+        if destination:
+            try:
+                write(destination)
+            except UsageError as error:
+                failed.append(str(error))
+    return failed
 
 
 def check_writable(destination: str) -> None:

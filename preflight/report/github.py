@@ -100,13 +100,14 @@ def publish(report: RunReport, environ: Mapping[str, str], log: TextIO, junit_pa
 
 
 def publish_config_error(where: str, message: str, environ: Mapping[str, str], log: TextIO,
-                         junit_path: str | None = None) -> None:
+                         junit_path: str | None = None, json_path: str | None = None) -> None:
     """A config that could not be loaded: one annotation at its place, a summary line, ``passed=false``."""
     print(annotation("error", "preflight: invalid config", message, where, environ.get("GITHUB_WORKSPACE")), file=log)
     append(environ.get("GITHUB_STEP_SUMMARY"), f"### ❌ preflight could not start\n\n`{_cell(message)}`\n")
+    json_file = json_path if json_path and json_path != "-" else ""
     append(environ.get("GITHUB_OUTPUT"), format_outputs({"passed": "false", "failed": "0", "warnings": "0",
-                                                                 "exit-code": "2", "junit-xml": junit_path or "",
-                                                                 "json": ""}))
+                                                         "exit-code": "2", "junit-xml": junit_path or "",
+                                                         "json": json_file}))
 
 
 def format_outputs(values: Mapping[str, str]) -> str:
@@ -148,11 +149,26 @@ def _location(where: str, workspace: str | None) -> tuple[str, str, str] | None:
     parts = where.rsplit(":", 2)
     if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
         return None  # "--set storage.path=..." or "defaults": no line to point at
-    path = parts[0]
-    if workspace and os.path.isabs(path):
-        relative = os.path.relpath(path, workspace)
-        path = path if relative.startswith("..") else relative
-    return path, parts[1], parts[2]
+    return _workspace_relative(parts[0], workspace), parts[1], parts[2]
+
+
+def _workspace_relative(path: str, workspace: str | None) -> str:
+    """``path`` as GitHub places annotations: relative to ``$GITHUB_WORKSPACE``, the repository root.
+
+    A relative ``path`` is relative to the working directory (``-c thresholds.yaml`` run from
+    ``ci/`` is ``ci/thresholds.yaml``). Symbolic links are resolved when the plain paths do not
+    meet (a container job's workspace can be a link). A file outside the workspace keeps its
+    absolute path: GitHub cannot place it, and a relative one would point at the wrong file.
+    """
+    if not workspace:
+        return path
+    absolute = os.path.abspath(path)
+    resolved = os.path.realpath(absolute), os.path.realpath(workspace)
+    for inside, root in ((absolute, os.path.abspath(workspace)), resolved):
+        relative = os.path.relpath(inside, root)
+        if relative != os.pardir and not relative.startswith(os.pardir + os.sep):
+            return relative
+    return absolute
 
 
 def _cell(text: str) -> str:

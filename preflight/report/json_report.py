@@ -1,21 +1,26 @@
 """The JSON report (schema 1), documented in the README ("JSON report").
 
 Shape: ``{"schema": 1, "host", "started", "duration_s", "exit_code", "config",
-"facts": {...}, "results": [{"id", "check", "instance", "metric", "device", "value",
+"facts": {...}, "error", "results": [{"id", "check", "instance", "metric", "device", "value",
 "unit", "verdict", "threshold", "message", "hint", "note", "samples", "runs", "attempts",
 "method", "warnings", "where", "duration_s"}]}``. ``samples`` holds every sample of the
 judged measurement (of every run with ``repeats``), ``runs`` each run's value, and
 ``attempts`` the earlier measurements a ``retries`` re-measurement replaced, each with
 its value, verdict and samples. ``value`` is in the metric's canonical ``unit``, whatever unit
 the threshold was written in; a change that removes or renames a key bumps ``schema``.
+``error`` is null, except for a config that could not be loaded (exit code 2): then it is
+the one-line error and ``results`` is empty (``render_config_error``), so the file a
+pipeline or dashboard reads never keeps an earlier run's verdict.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from datetime import datetime
+from typing import Any, Mapping, Sequence
 
 from preflight.report import RunReport
+from preflight.verdict import EXIT_USAGE
 
 SCHEMA = 1
 
@@ -29,6 +34,7 @@ def to_dict(report: RunReport) -> dict[str, Any]:
         "exit_code": report.exit_code,
         "config": {"path": report.config_path, "sha256": report.config_digest},
         "facts": dict(report.facts),
+        "error": None,
         "results": [
             {
                 "id": r.id,
@@ -59,7 +65,11 @@ def to_dict(report: RunReport) -> dict[str, Any]:
 
 def timestamp(report: RunReport) -> str:
     """When the run started, as UTC ISO 8601 (``2026-11-29T15:00:00Z``)."""
-    return report.started.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _iso(report.started)
+
+
+def _iso(started: datetime) -> str:
+    return started.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def render(report: RunReport) -> str:
@@ -78,6 +88,25 @@ def render_fleet(reports: Sequence[RunReport], world_size: int) -> str:
         "kind": "fleet",
         "world_size": world_size,
         "exit_code": max(codes) if codes else 1,
+        "error": None,
         "hosts": [to_dict(report) for report in reports],
     }
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
+def render_config_error(config_path: str, message: str, facts: Mapping[str, str], started: datetime,
+                        world_size: int | None = None) -> str:
+    """The report of a run whose config could not be loaded: ``exit_code`` 2, ``error`` the
+    one-line message the CLI prints, ``results`` empty (nothing was measured).
+
+    For a fleet rank (``world_size``) it has the fleet shape with an empty ``hosts``: the
+    fleet never formed.
+    """
+    if world_size is not None:
+        document: dict[str, Any] = {"schema": SCHEMA, "kind": "fleet", "world_size": world_size,
+                                    "exit_code": EXIT_USAGE, "error": message, "hosts": []}
+    else:
+        document = {"schema": SCHEMA, "host": facts.get("hostname", ""), "started": _iso(started), "duration_s": 0.0,
+                    "exit_code": EXIT_USAGE, "config": {"path": config_path, "sha256": ""}, "facts": dict(facts),
+                    "error": message, "results": []}
     return json.dumps(document, indent=2, ensure_ascii=False) + "\n"

@@ -10,12 +10,15 @@ is the strictest reader, GitLab and GitHub reporters the most common):
   encoding: we remove them (and ANSI colour codes) from every text and attribute, decode
   invalid UTF-8 with replacement characters, and cap each text's length, before junit-xml
   sees it;
-- GitLab keeps one of several testcases with the same ``classname`` + ``name``: we make
-  every pair unique with a ``#2`` suffix;
+- GitLab and Jenkins key a testcase by ``classname`` + ``name`` across the whole file, and
+  keep one of several with the same pair: a fleet's cases name their node
+  (``seq_read[node1]``), and any pair still repeated gets a ``#2`` suffix;
 - we serialise as UTF-8 with an XML declaration, and write atomically.
 
 Mapping: one ``<testsuite name="preflight">`` per host, one ``<testcase>`` per judged
-metric (classname ``preflight.<instance>``, name ``<metric>`` or ``<metric>[<device>]``);
+metric (classname ``preflight.<instance>``, name ``<metric>`` or ``<metric>[<device>]``;
+in a fleet's report ``<metric>[node<N>]`` or ``<metric>[node<N>/<device>]``, as ``merge.flatten``
+names them, so one node's case never hides another's and Jenkins lists a metric's nodes side by side);
 a miss is ``<failure type="ThresholdNotMet">``, a crash or timeout ``<error>``, not
 applicable ``<skipped>``; "measured X, required >= Y unit" is in ``message`` and in the
 body (GitLab shows only the body), followed by the fix and the host's essentials. A
@@ -33,6 +36,7 @@ from typing import Iterable, Mapping
 import junit_xml
 
 from preflight.report import RunReport, write_atomic
+from preflight.report.merge import on_node
 from preflight.verdict import Result
 
 MAX_TEXT = 16_000  # characters per message or body; CI views truncate long before this
@@ -60,10 +64,11 @@ def clean(text: object, limit: int = MAX_TEXT) -> str:
     return result[: limit - len(marker)] + marker
 
 
-def render(reports: Iterable[RunReport]) -> bytes:
-    """The XML document (UTF-8 bytes) for one or more hosts' reports."""
+def render(reports: Iterable[RunReport], fleet: bool = False) -> bytes:
+    """The XML document (UTF-8 bytes) for one host's report, or each node's of a ``fleet`` run."""
     reports = list(reports)
-    suites = [_suite(report) for report in reports]
+    seen: dict[tuple[str, str], int] = {}  # across suites: CI systems key cases by the whole file
+    suites = [_suite(report, fleet, seen) for report in reports]
     root = _fixed(suites)
     for suite, report in zip(root.iter("testsuite"), reports):
         suite.set("time", _seconds(report.duration_s))  # wall clock: a check's metrics share its run's time
@@ -84,9 +89,9 @@ def render_config_error(config_path: str, message: str, facts: Mapping[str, str]
     return _serialise(_fixed([suite]))
 
 
-def write(path: str, reports: Iterable[RunReport]) -> None:
+def write(path: str, reports: Iterable[RunReport], fleet: bool = False) -> None:
     """Render and write atomically; raises UsageError if ``path`` cannot be written."""
-    write_atomic(path, render(reports))
+    write_atomic(path, render(reports, fleet))
 
 
 def _fixed(suites: list[junit_xml.TestSuite]) -> ET.Element:
@@ -108,9 +113,8 @@ def _seconds(value: float) -> str:
     return f"{max(value, 0.0):.3f}"
 
 
-def _suite(report: RunReport) -> junit_xml.TestSuite:
-    judged = [result for result in report.results if result.verdict != "info"]
-    seen: dict[tuple[str, str], int] = {}
+def _suite(report: RunReport, fleet: bool, seen: dict[tuple[str, str], int]) -> junit_xml.TestSuite:
+    judged = [result for result in (on_node(report) if fleet else report.results) if result.verdict != "info"]
     cases = []
     for result in judged:
         case = _case(result, report)

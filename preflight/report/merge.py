@@ -3,8 +3,10 @@
 Rank 0 receives one ``Contribution`` per rank. Each node's local rank 0 brings its node's
 ``RunReport`` (node-local checks and host facts, built on that node); rank 0 adds the
 fleet checks' results (a per-rank result goes to the node of its rank, a fleet-wide one
-to rank 0's node) and, for every ordered numeric metric measured on two or more nodes,
-a comparison with the fleet median (``verdict.judge_against_fleet``).
+to rank 0's node) and, for every performance metric (a measured rate or latency:
+``Metric.is_performance``) measured on two or more nodes, a comparison with the fleet
+median (``verdict.judge_against_fleet``). Facts (flags, counts, sizes, versions) are never
+compared, nor is a metric whose fleet median is 0: no ratio to it means anything.
 """
 
 from __future__ import annotations
@@ -61,6 +63,8 @@ def _with_comparisons(reports: list[RunReport], settings: FleetSettings) -> list
         if nodes < 2:
             continue
         median = statistics.median(float(result.value) for _, result in entries)  # type: ignore[arg-type]
+        if median <= 0:  # nothing measured on most nodes: each node's absolute threshold says it
+            continue
         for index, result in entries:
             judged = judge_against_fleet(result, median, nodes, settings.median_ratio, settings.severity)
             added.setdefault(index, []).append(judged)
@@ -73,7 +77,7 @@ def _comparable(result: Result) -> bool:
     if check is None or scope(check) == "fleet" or result.verdict not in _COMPARABLE:
         return False
     metric = next((m for m in check.METRICS if m.name == result.metric), None)
-    return (metric is not None and metric.higher_is_better is not None and not metric.is_version
+    return (metric is not None and metric.is_performance
             and isinstance(result.value, (int, float)) and not isinstance(result.value, bool))
 
 
@@ -91,10 +95,14 @@ def flatten(reports: Sequence[RunReport]) -> RunReport:
     Each result's device is prefixed with its node (``storage.seq_read[node1]``,
     ``cuda.temperature[node1/cuda:0]``), so ids stay unique and name the node to drain.
     """
-    results = []
-    for report in reports:
-        node = f"node{report.facts.get('node_rank', '?')}"
-        results += [dataclasses.replace(r, device=f"{node}/{r.device}" if r.device else node) for r in report.results]
+    results = [result for report in reports for result in on_node(report)]
     first = reports[0]
     hosts = ", ".join(dict.fromkeys(report.host for report in reports))
     return dataclasses.replace(first, host=f"{len(reports)} node{'s' if len(reports) != 1 else ''} ({hosts})", results=tuple(results))
+
+
+def on_node(report: RunReport) -> tuple[Result, ...]:
+    """``report``'s results with its node in each device: ``seq_read`` on node 1 becomes
+    ``seq_read[node1]``, ``temperature[cuda:0]`` becomes ``temperature[node1/cuda:0]``."""
+    node = f"node{report.facts.get('node_rank', '?')}"
+    return tuple(dataclasses.replace(r, device=f"{node}/{r.device}" if r.device else node) for r in report.results)

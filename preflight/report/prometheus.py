@@ -11,14 +11,19 @@ name's suffix. Per result:
 - ``preflight_threshold_met{name, check, metric, device}``: 1 pass, 0 miss or error;
 - ``preflight_results{verdict}``: how many results had each verdict;
 - ``preflight_info{version, host, config_sha256, torch, cuda, driver, gpu} 1``;
-- ``preflight_last_run_timestamp_seconds``, ``preflight_run_duration_seconds``, ``preflight_passed``.
-Versions and texts (driver, GPU name) appear only as ``preflight_info`` labels.
+- ``preflight_last_run_timestamp_seconds``, ``preflight_run_duration_seconds``, ``preflight_passed``;
+- ``preflight_config_error``: 1 when the run's config could not be loaded (exit 2), else 0.
+Versions and texts (driver, GPU name) appear only as ``preflight_info`` labels. A config
+error replaces the file too (``render_config_error``): ``preflight_passed 0``,
+``preflight_config_error 1`` and no measurements, so a good run's ``preflight_passed 1`` never
+outlives a broken config.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from datetime import datetime
+from typing import Iterable, Mapping
 
 from preflight.report import RunReport, write_atomic
 from preflight.units import UNITS, Dimension
@@ -54,16 +59,8 @@ def to_base(value: float, unit: str) -> float:
 
 def render(report: RunReport) -> str:
     """The whole textfile, ending with a newline."""
-    lines: list[str] = []
-    facts = {"version": report.facts.get("preflight", ""), **{k: report.facts.get(k, "") for k in _INFO_FACTS}}
-    facts["host"] = report.host
-    _family(lines, "preflight_info", "gauge", "preflight build, host facts and config digest", [(facts, 1)])
-    _family(lines, "preflight_last_run_timestamp_seconds", "gauge", "when the last run started (Unix time)",
-            [({}, report.started.timestamp())])
-    _family(lines, "preflight_run_duration_seconds", "gauge", "wall-clock duration of the last run",
-            [({}, report.duration_s)])
-    _family(lines, "preflight_passed", "gauge", "1 when the gate passed (exit code 0), else 0",
-            [({}, 0 if report.exit_code else 1)])
+    lines = _run(report.host, report.facts, report.started, report.duration_s, passed=not report.exit_code,
+                 config_error=False)
     counts = report.counts()
     _family(lines, "preflight_results", "gauge", "results of the last run by verdict",
             [({"verdict": v}, counts.get(v, 0)) for v in _VERDICTS])
@@ -84,6 +81,33 @@ def render(report: RunReport) -> str:
     _family(lines, "preflight_threshold_met", "gauge", "1 when the result met its threshold, 0 on a miss or error",
             met)
     return "\n".join(lines) + "\n"
+
+
+def render_config_error(facts: Mapping[str, str], started: datetime) -> str:
+    """The textfile of a run whose config could not be loaded: not passed, a config error, nothing measured."""
+    lines = _run(facts.get("hostname", ""), facts, started, 0.0, passed=False, config_error=True)
+    _family(lines, "preflight_results", "gauge", "results of the last run by verdict",
+            [({"verdict": v}, 0) for v in _VERDICTS])
+    return "\n".join(lines) + "\n"
+
+
+def _run(host: str, host_facts: Mapping[str, str], started: datetime, duration_s: float, passed: bool,
+         config_error: bool) -> list[str]:
+    """The families every textfile starts with: what ran where, when, and whether it passed."""
+    lines: list[str] = []
+    facts = {"version": host_facts.get("preflight", ""), **{k: host_facts.get(k, "") for k in _INFO_FACTS}}
+    facts["host"] = host
+    _family(lines, "preflight_info", "gauge", "preflight build, host facts and config digest", [(facts, 1)])
+    _family(lines, "preflight_last_run_timestamp_seconds", "gauge", "when the last run started (Unix time)",
+            [({}, started.timestamp())])
+    _family(lines, "preflight_run_duration_seconds", "gauge", "wall-clock duration of the last run",
+            [({}, duration_s)])
+    _family(lines, "preflight_passed", "gauge", "1 when the gate passed (exit code 0), else 0",
+            [({}, 1 if passed else 0)])
+    _family(lines, "preflight_config_error", "gauge",
+            "1 when the last run's config could not be loaded (exit code 2, nothing measured), else 0",
+            [({}, 1 if config_error else 0)])
+    return lines
 
 
 def write(path: str, report: RunReport) -> None:

@@ -100,6 +100,46 @@ def test_config_error_still_writes_junit_github_and_termination_message(tmp_path
     assert "passed=false" in outputs.read_text() and expected.replace("`", "'") in summary.read_text()
 
 
+def test_a_config_error_replaces_every_requested_report_so_none_keeps_the_last_good_verdict(tmp_path):
+    reports = {"json": tmp_path / "r.json", "junit-xml": tmp_path / "r.xml", "prometheus": tmp_path / "p.prom"}
+    flags = [item for flag, path in reports.items() for item in (f"--{flag}", str(path))]
+    path = _config(tmp_path, "  shm:\n    allocate: 1 MiB\n    size: {min: 1 MiB}\n")
+    assert _preflight("-c", str(path), *flags).returncode == 0
+    assert "preflight_passed 1" in reports["prometheus"].read_text()  # the last good run's
+
+    path = _config(tmp_path, "  shm:\n    sise: {min: 1 MiB}\n")
+    completed = _preflight("-c", str(path), *flags)
+    expected = f"{path}:5:5: unknown key `sise`: did you mean `size`?"
+    assert completed.returncode == 2 and completed.stdout == ""
+    assert completed.stderr.splitlines() == [f"preflight: error: {expected}"]
+    document = json.loads(reports["json"].read_text())
+    assert (document["schema"], document["exit_code"], document["error"], document["results"]) == (1, 2, expected, [])
+    assert document["config"]["path"] == str(path) and document["facts"]["hostname"] == document["host"]
+    prom = reports["prometheus"].read_text()
+    assert "preflight_passed 0\n" in prom and "preflight_config_error 1\n" in prom
+    assert "preflight_shm_" not in prom and "preflight_threshold_met" not in prom  # no stale measurement either
+    (case,) = [c for s in read_junit(reports["junit-xml"]) for c in s]
+    assert case.result[0].type == "ConfigError"
+
+    completed = _preflight("-c", str(path), "--format", "json")  # stdout carries the JSON report, as it asked
+    assert completed.returncode == 2 and json.loads(completed.stdout)["error"] == expected
+
+
+def test_annotations_name_the_config_relative_to_the_workspace_when_run_from_a_subfolder(tmp_path):
+    # The workspace is the repository root; the job runs `preflight run -c thresholds.yaml` from ci/.
+    ci = tmp_path / "ci"
+    ci.mkdir()
+    _config(ci, "  shm:\n    allocate: 1 MiB\n    size: {min: 1024 TiB}\n")
+    env = {"GITHUB_ACTIONS": "true", "GITHUB_WORKSPACE": str(tmp_path)}
+    completed = run_cli("run", "-c", "thresholds.yaml", cwd=ci, env=env)
+    assert completed.returncode == 1, completed.stderr
+    assert "::error file=ci/thresholds.yaml,line=6,col=5,title=preflight%3A shm.size fail::" in completed.stderr
+    _config(ci, "  shm:\n    sise: {min: 1 GiB}\n")
+    completed = run_cli("run", "-c", "thresholds.yaml", cwd=ci, env=env)
+    assert completed.returncode == 2, completed.stderr
+    assert completed.stderr.startswith("::error file=ci/thresholds.yaml,line=5,col=5,title=preflight%3A invalid config::")
+
+
 def test_unwritable_report_path_fails_before_measuring(tmp_path):
     path = _config(tmp_path, "  shm: {}\n")
     completed = _preflight("-c", str(path), "--prometheus", str(tmp_path / "missing" / "p.prom"))

@@ -63,8 +63,8 @@ def torchrun(*launcher: str, args: list[str], log: Path) -> subprocess.Popen:
                             start_new_session=True)
 
 
-def node(rank: int, port: int) -> list[str]:
-    return ["--nnodes", "3", "--node-rank", str(rank), "--nproc-per-node", "1", "--rdzv-backend", "static",
+def node(rank: int, port: int, nodes: int = 3) -> list[str]:
+    return ["--nnodes", str(nodes), "--node-rank", str(rank), "--nproc-per-node", "1", "--rdzv-backend", "static",
             "--master-addr", "127.0.0.1", "--master-port", str(port)]
 
 
@@ -114,8 +114,8 @@ def test_four_ranks_write_one_merged_junit_and_json(fleet_config: Path, tmp_path
     assert properties["node_rank"] == "0" and properties["ranks"] == "0,1,2,3"
     assert properties["world_size"] == "4" and properties["hostname"] == socket.gethostname()
     names = [case.name for case in suites[0]]
-    assert names.count("seq_read") == 1  # node-local: measured once per node, not once per rank
-    assert {f"straggler[rank{r}]" for r in range(4)} <= set(names)
+    assert names.count("seq_read[node0]") == 1  # node-local: measured once per node, not once per rank
+    assert {f"straggler[node0/rank{r}]" for r in range(4)} <= set(names)
     document = json.loads(report.read_text())
     assert document["kind"] == "fleet" and document["world_size"] == 4 and document["exit_code"] == 0
     results = {r["id"]: r for r in document["hosts"][0]["results"]}
@@ -168,6 +168,36 @@ def test_a_node_with_a_throttled_reader_is_flagged_as_the_straggler(fleet_config
     assert flags["0"]["verdict"] == flags["2"]["verdict"] == "pass"
     absolute = next(r for r in hosts[1]["results"] if r["id"] == "storage.seq_read")
     assert absolute["verdict"] == "pass"  # it meets the 1 MB/s minimum: only the fleet comparison flags it
+
+
+def test_two_nodes_name_their_node_in_junit_and_compare_only_performance(fleet_config: Path, tmp_path: Path) -> None:
+    port, logs = free_port(), [tmp_path / f"node{n}.log" for n in range(2)]
+    junit, report = tmp_path / "fleet.xml", tmp_path / "fleet.json"
+    # A generous ratio: two launchers share two cores, and a p99 latency can differ 3x between them.
+    # It changes nothing for the facts: read_only is 0 on both nodes, and 0 is below any ratio of a 0 median.
+    launchers = [torchrun(*node(n, port, nodes=2), args=["-c", str(fleet_config), "--junit-xml", str(junit),
+                                                         "--json", str(report), "--only", "storage", *PATIENT,
+                                                         "--set", "fleet.median_ratio=0.1"], log=logs[n])
+                 for n in range(2)]
+    codes = [wait(launcher) for launcher in launchers]
+
+    assert codes == [0, 0], [log.read_text()[-3000:] for log in logs]
+    hosts = json.loads(report.read_text())["hosts"]
+    assert [h["facts"]["node_rank"] for h in hosts] == ["0", "1"]
+    performance = {"seq_read", "rand_read", "rand_read_p50", "rand_read_p99", "small_files", "small_files_bandwidth",
+                   "seq_write", "fsync_p99"}
+    for host in hosts:
+        metrics = {r["metric"] for r in host["results"]}
+        assert {"read_only", "unreadable_files", "skipped_files", "free_space", "open_files_limit"} <= metrics
+        compared = {m.removesuffix(".vs_fleet_median") for m in metrics if m.endswith(".vs_fleet_median")}
+        assert "seq_read" in compared and compared <= performance, compared
+
+    suites = list(read_junit(junit))  # valid, and every (classname, name) unique across both nodes' suites
+    assert len(suites) == 2
+    for number, suite in enumerate(suites):
+        names = {case.name for case in suite}
+        assert {f"seq_read[node{number}]", f"seq_read.vs_fleet_median[node{number}]"} <= names, names
+        assert all(name.endswith(f"[node{number}]") for name in names), names
 
 
 def test_a_rank_that_never_joins_is_named_within_the_timeout(fleet_config: Path, tmp_path: Path) -> None:

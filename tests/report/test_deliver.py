@@ -48,3 +48,34 @@ def test_list_and_validate_into_a_closed_pipe_are_not_internal_errors(tmp_path):
         done = _into_a_closed_pipe(command, tmp_path)
         assert done.returncode == 0, (command, done.stderr)
         assert "internal error" not in done.stderr, (command, done.stderr)
+
+
+def test_a_config_error_on_a_fleet_rank_writes_the_fleet_shape_and_names_the_json_output(tmp_path):
+    import io
+
+    from preflight.errors import ConfigError
+    from preflight.report.deliver import Destinations, deliver_config_error
+
+    outputs = tmp_path / "output"
+    to = Destinations(json=str(tmp_path / "f.json"), termination_log=str(tmp_path / "none"))
+    error = ConfigError("f.yaml:3:5", "unknown key `sise`: did you mean `size`?")
+    deliver_config_error("f.yaml", error, to, {"GITHUB_ACTIONS": "true", "GITHUB_OUTPUT": str(outputs)},
+                         io.StringIO(), io.StringIO(), world_size=4)
+    document = json.loads((tmp_path / "f.json").read_text())
+    assert document == {"schema": 1, "kind": "fleet", "world_size": 4, "exit_code": 2, "error": str(error),
+                        "hosts": []}
+    assert f"json={tmp_path / 'f.json'}\n" in outputs.read_text()
+
+
+def test_a_config_error_report_that_cannot_be_written_costs_no_other_report(tmp_path):
+    import io
+
+    from preflight.errors import UsageError
+    from preflight.report.deliver import Destinations, deliver_config_error
+
+    to = Destinations(json=str(tmp_path / "gone" / "r.json"), prometheus=str(tmp_path / "p.prom"),
+                      termination_log=str(tmp_path / "none"))
+    stderr = io.StringIO()
+    deliver_config_error("t.yaml", UsageError("--only nope: no such check instance"), to, {}, io.StringIO(), stderr)
+    assert "preflight_config_error 1" in (tmp_path / "p.prom").read_text()
+    assert stderr.getvalue().startswith(f"preflight: error: {tmp_path / 'gone' / 'r.json'}: cannot write the report")

@@ -56,3 +56,31 @@ def test_publish_appends_to_the_runner_files(tmp_path):
     assert "passed=false\nfailed=1\n" in outputs.read_text()
     assert log.getvalue().startswith("::error file=t.yaml,line=3,col=5,title=preflight%3A storage.a fail::")
     assert github.active(env) and not github.active({"GITHUB_ACTIONS": "false"})
+
+
+def test_a_relative_config_path_is_made_relative_to_the_workspace(tmp_path, monkeypatch):
+    # The workspace is the repository root; preflight runs from its ci/ folder with `-c thresholds.yaml`.
+    (tmp_path / "ci").mkdir()
+    monkeypatch.chdir(tmp_path / "ci")
+    line = github.annotation("error", "t", "m", "thresholds.yaml:3:5", workspace=str(tmp_path))
+    assert line == "::error file=ci/thresholds.yaml,line=3,col=5,title=t::m"
+    assert github.annotation("error", "t", "m", "../thresholds.yaml:3:5", workspace=str(tmp_path)).startswith(
+        "::error file=thresholds.yaml,line=3,")
+    # Without a workspace (not in GitHub Actions) the path stays as the user wrote it.
+    assert github.annotation("error", "t", "m", "thresholds.yaml:3:5").startswith("::error file=thresholds.yaml,")
+
+
+def test_a_workspace_behind_a_symlink_still_places_the_annotation(tmp_path, monkeypatch):
+    (tmp_path / "real" / "ci").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    monkeypatch.chdir(tmp_path / "real" / "ci")
+    line = github.annotation("error", "t", "m", "thresholds.yaml:3:5", workspace=str(tmp_path / "link"))
+    assert line.startswith("::error file=ci/thresholds.yaml,line=3,")
+
+
+def test_a_config_outside_the_workspace_keeps_its_absolute_path(tmp_path, monkeypatch):
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    line = github.annotation("error", "t", "m", "t.yaml:3:5", workspace=str(tmp_path / "ws"))
+    assert line.startswith(f"::error file={github.escape_property(str(tmp_path / 'elsewhere' / 't.yaml'))},line=3,")

@@ -113,3 +113,29 @@ def test_config_error_document_has_one_error_case(tmp_path):
     error = case.result[0]
     assert isinstance(error, junitparser.Error) and error.type == "ConfigError"
     assert "did you mean `seq_read`" in error.message and "did you mean `seq_read`" in error.text
+
+
+def test_a_fleets_cases_name_their_node_so_no_node_hides_another(tmp_path):
+    # GitLab and Jenkins key testcases by classname + name over the whole file, not per suite.
+    nodes = [make_report([result("seq_read", "pass"), result("temperature", "fail", "measured 91 C, required <= 85 C",
+                                                              instance="cuda", device="cuda:0")],
+                         facts={"hostname": f"node-{n}", "node_rank": str(n)}) for n in range(2)]
+    path = tmp_path / "fleet.xml"
+    junit.write(str(path), nodes, fleet=True)
+    document = read_junit(path)  # also asserts every (classname, name) is unique in the file
+    assert [sorted(_cases_of(suite)) for suite in document] == [
+        [("preflight.cuda", "temperature[node0/cuda:0]"), ("preflight.storage", "seq_read[node0]")],
+        [("preflight.cuda", "temperature[node1/cuda:0]"), ("preflight.storage", "seq_read[node1]")]]
+
+
+def test_a_single_node_keeps_its_names_and_repeats_across_suites_are_still_unique(tmp_path):
+    reports = [make_report([result("seq_read", "pass")], facts={"hostname": f"node-{n}"}) for n in range(2)]
+    path = tmp_path / "two.xml"
+    junit.write(str(path), reports[:1])
+    assert list(_cases(read_junit(path))) == [("preflight.storage", "seq_read")]
+    junit.write(str(path), reports)  # not a fleet: no node to name, the #2 suffix still keeps them apart
+    assert list(_cases(read_junit(path))) == [("preflight.storage", "seq_read"), ("preflight.storage", "seq_read #2")]
+
+
+def _cases_of(suite):
+    return {(case.classname, case.name): case for case in suite}

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+from preflight.checks import CHECKS
+from preflight.checks.base import scope
 from preflight.config import FleetSettings
 from preflight.report import RunReport
 from preflight.report.merge import Contribution, flatten, merge, partial
@@ -68,12 +70,75 @@ def test_ratio_and_severity_are_configurable() -> None:
     assert reports[2].exit_code == 0
 
 
-def test_texts_single_nodes_and_fleet_checks_are_not_compared() -> None:
+def test_texts_sizes_single_nodes_and_fleet_checks_are_not_compared() -> None:
     (only,) = merge(fleet_of([500.0]), [], FleetSettings(), world_size=2)
     assert not [r for r in only.results if r.metric.endswith("vs_fleet_median")]
     reports = merge(fleet_of([500.0, 520.0]), [], FleetSettings(), world_size=4)
     compared = {r.id for r in reports[0].results if r.metric.endswith("vs_fleet_median")}
-    assert compared == {"storage.seq_read.vs_fleet_median", "shm.free.vs_fleet_median"}
+    assert compared == {"storage.seq_read.vs_fleet_median"}  # not shm.free: a size is a fact
+
+
+# Every metric of every check that a fleet run compares with the fleet median: measured rates
+# and latencies only. Anything else is a fact (a flag, count, size, version, text, temperature,
+# power limit, a rated link speed) or a percentage derived from a rate that is compared itself.
+COMPARED = {
+    "storage": {"seq_read", "rand_read", "rand_read_p50", "rand_read_p99", "small_files", "small_files_bandwidth",
+                "seq_write", "fsync_p99"},
+    "dataloader": {"throughput", "bandwidth", "raw_throughput"},
+    "transfer": {"h2d_pinned", "h2d_pageable", "d2h_pinned", "d2h_pageable"},
+    "p2p": {"p2p_bandwidth"},
+    "cuda": set(),
+    "shm": set(),
+    "collective": set(),  # fleet-wide already: one figure for the whole process group, or per rank vs its median
+}
+
+
+def test_only_performance_metrics_are_compared_with_the_fleet_median() -> None:
+    assert set(COMPARED) == set(CHECKS)
+    for name, check in CHECKS.items():
+        compared = {m.name for m in check.METRICS if m.is_performance and scope(check) == "node"}
+        assert compared == COMPARED[name], name
+    facts = {("storage", m) for m in ("read_only", "open_files_limit", "free_space", "unreadable_files",
+                                      "skipped_files", "filesystem")}
+    facts |= {("cuda", m) for m in ("device_count", "driver_version", "ecc_uncorrectable_volatile",
+                                    "ecc_uncorrectable_aggregate", "temperature", "memory_total", "power_limit")}
+    facts |= {("transfer", "link_rate"), ("transfer", "numa_local"), ("shm", "free")}
+    for check, metric in facts:
+        assert not next(m for m in CHECKS[check].METRICS if m.name == metric).is_performance, (check, metric)
+
+
+def storage_report(host: str, seq_read: float, read_only: int = 0, unreadable: int = 0) -> RunReport:
+    """What the storage check reports on a healthy node: facts first, then the read loops."""
+    def info(metric: str, value: float | str, unit: str = "") -> Result:
+        return Result("storage", "storage", metric, "info", "measured", value=value, unit=unit)
+
+    results = (info("filesystem", "ext4 at /", "text"), info("free_space", 64.0, "GiB"), info("read_only", read_only),
+               info("open_files_limit", 1024), info("unreadable_files", unreadable), info("skipped_files", 0),
+               Result("storage", "storage", "seq_read", "pass", "measured", value=seq_read, unit="MB/s"),
+               info("rand_read_p99", 2.0, "ms"))
+    return RunReport(host, datetime(2026, 11, 29, tzinfo=timezone.utc), 1.0, "f.yaml", "abc", results,
+                     {"hostname": host})
+
+
+def test_storage_facts_are_never_compared_and_a_healthy_fleet_passes() -> None:
+    # The reported case: read_only is 0 on every node, so its fleet median is 0, and every node
+    # failed `read_only.vs_fleet_median 0 >= 0.5x the fleet median`.
+    contributions = [Contribution(n, n, f"node-{n}", storage_report(f"node-{n}", 1000.0 + n, unreadable=3 * n))
+                     for n in range(2)]
+    reports = merge(contributions, [], FleetSettings(), world_size=2)
+    for report in reports:
+        compared = sorted(r.metric for r in report.results if r.metric.endswith(".vs_fleet_median"))
+        assert compared == ["rand_read_p99.vs_fleet_median", "seq_read.vs_fleet_median"]
+        assert report.exit_code == 0
+
+
+def test_a_metric_whose_fleet_median_is_zero_is_not_judged_against_it() -> None:
+    # Two of three nodes read nothing (0 MB/s: their absolute threshold fails them); a ratio to 0 means nothing.
+    contributions = [Contribution(n, n, f"node-{n}", storage_report(f"node-{n}", speed))
+                     for n, speed in enumerate([0.0, 0.0, 900.0])]
+    reports = merge(contributions, [], FleetSettings(), world_size=3)
+    assert not [r for report in reports for r in report.results if r.metric == "seq_read.vs_fleet_median"]
+    assert all(by_id(r)["storage.rand_read_p99.vs_fleet_median"].verdict == "pass" for r in reports)
 
 
 def test_partial_report_keeps_rank_zeros_node_and_the_fleet_error() -> None:

@@ -50,3 +50,20 @@ def test_write_is_atomic_and_leaves_no_temporary_file(tmp_path):
     prometheus.write(str(path), make_report([result("seq_read", "pass", "m", value=1.0, unit="MB/s")]))
     assert path.read_text().startswith("# HELP preflight_info")
     assert [p.name for p in tmp_path.iterdir()] == ["preflight.prom"]
+
+
+def test_a_config_error_replaces_every_measurement_with_not_passed_and_a_config_error():
+    from datetime import datetime, timezone
+
+    good = prometheus.render(make_report([result("seq_read", "pass", "m", value=1.0, unit="MB/s")]))
+    assert _samples(good)["preflight_passed"] == 1 and _samples(good)["preflight_config_error"] == 0
+    text = prometheus.render_config_error({"hostname": "node-17", "preflight": "0.1.0", "torch": "2.4.0"},
+                                          datetime(2026, 11, 29, 15, tzinfo=timezone.utc))
+    families = {family.name: family for family in parser.text_string_to_metric_families(text)}
+    assert set(families) == {"preflight_info", "preflight_last_run_timestamp_seconds", "preflight_run_duration_seconds",
+                             "preflight_passed", "preflight_config_error", "preflight_results"}
+    samples = _samples(text)
+    assert samples["preflight_passed"] == 0 and samples["preflight_config_error"] == 1
+    assert samples["preflight_last_run_timestamp_seconds"] == 1795964400
+    assert sum(v for k, v in samples.items() if k.startswith("preflight_results{")) == 0
+    assert 'host="node-17"' in next(k for k in samples if k.startswith("preflight_info{"))
