@@ -1,0 +1,61 @@
+"""The distribution is `train-preflight` wherever it is installed from; the package and the command stay `preflight`.
+
+`preflight` on the package index is an unrelated web-deployment tool (0.2.0, pinning an ancient
+`requests`): an instruction that asks the index for `preflight` installs that instead. The name
+`train-preflight` was free on the index when it was chosen (`pip download --no-deps train-preflight`:
+no matching distribution); the import package and the command stay `preflight`.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.helpers import REPO
+
+# Everything a user copies an install step or an image from.
+INSTRUCTIONS = [REPO / "README.md", REPO / "action.yml", REPO / "ci" / "github" / "preflight.yml",
+                REPO / "ci" / "gitlab" / "preflight.gitlab-ci.yml", REPO / "ci" / "jenkins" / "Jenkinsfile",
+                *sorted((REPO / "ci" / "kubernetes").rglob("*.yaml"))]
+# `pip install` (or `pip3`, `python -m pip`) with a bare `preflight` requirement: `preflight`,
+# `'preflight[image]'`, `preflight==0.1`; not `train-preflight`, a path or a git URL ending in it.
+ASKS_FOR_THE_OTHER_PREFLIGHT = re.compile(
+    r"pip3? install\b[^\n`;&|]*?(?<![\w/.+@:-])['\"]?preflight(?=[\s'\"`\[=<>~!;&|]|$)")
+
+
+def test_pyproject_names_the_distribution_train_preflight_and_keeps_the_preflight_command():
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["name"] == "train-preflight"
+    assert project["scripts"] == {"preflight": "preflight.cli:main"}
+    assert "torch" in project["dependencies"]  # bare: whatever torch the image has satisfies it
+
+
+@pytest.mark.parametrize("line, asks", [
+    ("pip install preflight", True),
+    ("pip install 'preflight[image]'", True),
+    ("python3 -m pip install --quiet preflight==0.1.0", True),
+    ("pip install train-preflight", False),
+    ("pip install 'train-preflight[image]'", False),
+    ('pip install "git+https://github.com/<owner>/preflight@v0"', False),
+    ("pip install ./preflight", False),
+    ("pip install dist/train_preflight-0.1.0-py3-none-any.whl && preflight run", False),
+])
+def test_the_pattern_tells_the_unrelated_preflight_from_ours(line, asks):
+    assert bool(ASKS_FOR_THE_OTHER_PREFLIGHT.search(line)) is asks
+
+
+@pytest.mark.parametrize("path", INSTRUCTIONS, ids=lambda p: str(p.relative_to(REPO)))
+def test_no_instruction_asks_the_package_index_for_the_unrelated_preflight(path: Path):
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        assert not ASKS_FOR_THE_OTHER_PREFLIGHT.search(line), f"{path.name}:{number}: {line.strip()}"
+
+
+@pytest.mark.parametrize("path", [REPO / "README.md", *sorted((REPO / "ci" / "kubernetes").rglob("*.yaml"))],
+                         ids=lambda p: str(p.relative_to(REPO)))
+def test_the_install_passages_name_train_preflight(path: Path):
+    assert "train-preflight" in path.read_text()
+
