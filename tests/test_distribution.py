@@ -3,7 +3,7 @@
 `preflight` on the package index is an unrelated web-deployment tool (0.2.0, pinning an ancient
 `requests`): an instruction that asks the index for `preflight` installs that instead. The name
 `train-preflight` was free on the index when it was chosen (`pip download --no-deps train-preflight`:
-no matching distribution); the import package and the command stay `preflight`.
+no matching distribution); tests/test_install.py checks the wheel built under it.
 """
 
 from __future__ import annotations
@@ -54,8 +54,15 @@ def test_no_instruction_asks_the_package_index_for_the_unrelated_preflight(path:
         assert not ASKS_FOR_THE_OTHER_PREFLIGHT.search(line), f"{path.name}:{number}: {line.strip()}"
 
 
-@pytest.mark.parametrize("path", [REPO / "README.md", *sorted((REPO / "ci" / "kubernetes").rglob("*.yaml"))],
+@pytest.mark.parametrize("path", [REPO / "README.md", REPO / "action.yml", REPO / "ci/gitlab/preflight.gitlab-ci.yml",
+                                  *sorted((REPO / "ci" / "kubernetes").rglob("*.yaml"))],
                          ids=lambda p: str(p.relative_to(REPO)))
 def test_the_install_passages_name_train_preflight(path: Path):
     assert "train-preflight" in path.read_text()
+
+
+def test_the_gitlab_template_installs_train_preflight_unless_told_otherwise():
+    job = yaml.safe_load((REPO / "ci" / "gitlab" / "preflight.gitlab-ci.yml").read_text())[".preflight"]
+    assert job["variables"]["PREFLIGHT_PACKAGE"] == "train-preflight"
+    assert job["variables"]["PREFLIGHT_CONFIG"] == ""  # ./thresholds.yaml, else the bundled default gate
 
