@@ -66,3 +66,14 @@ def test_the_gitlab_template_installs_train_preflight_unless_told_otherwise():
     assert job["variables"]["PREFLIGHT_PACKAGE"] == "train-preflight"
     assert job["variables"]["PREFLIGHT_CONFIG"] == ""  # ./thresholds.yaml, else the bundled default gate
 
+
+def test_the_readme_install_section_follows_quick_start_and_covers_the_three_ways_in():
+    readme = (REPO / "README.md").read_text()
+    headings = re.findall(r"^## (.+)$", readme, re.MULTILINE)
+    assert headings[headings.index("Quick start") + 1] == "Install"
+    section = readme.split("\n## Install\n", 1)[1].split("\n## ", 1)[0]
+    assert "python -m build" in section and "git+https://" in section  # (a) a wheel, or a git URL
+    assert "--system-site-packages" in section and "externally-managed-environment" in section  # PEP 668
+    assert re.search(r"^FROM pytorch/pytorch:\S+$", section, re.MULTILINE)  # (b) a Dockerfile layer
+    assert "python3 -m venv .venv" in section  # (c) a laptop or CI runner venv
+    assert "pip install torch " not in section.replace("pip install torch --index-url", "")  # no bare torch pull
