@@ -40,6 +40,7 @@ def _documents(path: Path) -> list[dict]:
 def _run_arguments(command: str) -> list[str]:
     """The words after `preflight run` in a shell line, with shell variables given sample values."""
     command = command.replace('"${config[@]}"', "-c thresholds.yaml").replace("$PREFLIGHT_ARGS", "")
+    command = command.replace('${PREFLIGHT_CONFIG:+-c "$PREFLIGHT_CONFIG"}', "-c thresholds.yaml")
     words = shlex.split(re.sub(r"\$\{?(\w+)\}?", r"\1-value", command))
     return words[words.index("run") + 1:]
 
@@ -188,7 +189,7 @@ def test_gitlab_template_uploads_junit_always_with_known_keys():
     job = template[".preflight"]
     assert set(job) <= GITLAB_JOB_KEYS and set(job["artifacts"]) <= GITLAB_ARTIFACT_KEYS
     assert job["artifacts"]["when"] == "always"
-    (command,) = job["script"]
+    command = job["script"][-1]  # the lines before it install preflight (tests/test_install.py runs them)
     arguments = _run_arguments(command)
     assert job["artifacts"]["reports"]["junit"] == arguments[arguments.index("--junit-xml") + 1]
     assert set(job["artifacts"]["paths"]) >= {job["artifacts"]["reports"]["junit"]}

@@ -1,0 +1,79 @@
+"""The distribution is `train-preflight` wherever it is installed from; the package and the command stay `preflight`.
+
+`preflight` on the package index is an unrelated web-deployment tool (0.2.0, pinning an ancient
+`requests`): an instruction that asks the index for `preflight` installs that instead. The name
+`train-preflight` was free on the index when it was chosen (`pip download --no-deps train-preflight`:
+no matching distribution); tests/test_install.py checks the wheel built under it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.helpers import REPO
+
+# Everything a user copies an install step or an image from.
+INSTRUCTIONS = [REPO / "README.md", REPO / "action.yml", REPO / "ci" / "github" / "preflight.yml",
+                REPO / "ci" / "gitlab" / "preflight.gitlab-ci.yml", REPO / "ci" / "jenkins" / "Jenkinsfile",
+                *sorted((REPO / "ci" / "kubernetes").rglob("*.yaml"))]
+# `pip install` (or `pip3`, `python -m pip`) with a bare `preflight` requirement: `preflight`,
+# `'preflight[image]'`, `preflight==0.1`; not `train-preflight`, a path or a git URL ending in it.
+ASKS_FOR_THE_OTHER_PREFLIGHT = re.compile(
+    r"pip3? install\b[^\n`;&|]*?(?<![\w/.+@:-])['\"]?preflight(?=[\s'\"`\[=<>~!;&|]|$)")
+
+
+def test_pyproject_names_the_distribution_train_preflight_and_keeps_the_preflight_command():
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["name"] == "train-preflight"
+    assert project["scripts"] == {"preflight": "preflight.cli:main"}
+    assert "torch" in project["dependencies"]  # bare: whatever torch the image has satisfies it
+
+
+@pytest.mark.parametrize("line, asks", [
+    ("pip install preflight", True),
+    ("pip install 'preflight[image]'", True),
+    ("python3 -m pip install --quiet preflight==0.1.0", True),
+    ("pip install train-preflight", False),
+    ("pip install 'train-preflight[image]'", False),
+    ('pip install "git+https://github.com/<owner>/preflight@v0"', False),
+    ("pip install ./preflight", False),
+    ("pip install dist/train_preflight-0.1.0-py3-none-any.whl && preflight run", False),
+])
+def test_the_pattern_tells_the_unrelated_preflight_from_ours(line, asks):
+    assert bool(ASKS_FOR_THE_OTHER_PREFLIGHT.search(line)) is asks
+
+
+@pytest.mark.parametrize("path", INSTRUCTIONS, ids=lambda p: str(p.relative_to(REPO)))
+def test_no_instruction_asks_the_package_index_for_the_unrelated_preflight(path: Path):
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        assert not ASKS_FOR_THE_OTHER_PREFLIGHT.search(line), f"{path.name}:{number}: {line.strip()}"
+
+
+@pytest.mark.parametrize("path", [REPO / "README.md", REPO / "action.yml", REPO / "ci/gitlab/preflight.gitlab-ci.yml",
+                                  *sorted((REPO / "ci" / "kubernetes").rglob("*.yaml"))],
+                         ids=lambda p: str(p.relative_to(REPO)))
+def test_the_install_passages_name_train_preflight(path: Path):
+    assert "train-preflight" in path.read_text()
+
+
+def test_the_gitlab_template_installs_train_preflight_unless_told_otherwise():
+    job = yaml.safe_load((REPO / "ci" / "gitlab" / "preflight.gitlab-ci.yml").read_text())[".preflight"]
+    assert job["variables"]["PREFLIGHT_PACKAGE"] == "train-preflight"
+    assert job["variables"]["PREFLIGHT_CONFIG"] == ""  # ./thresholds.yaml, else the bundled default gate
+
+
+def test_the_readme_install_section_follows_quick_start_and_covers_the_three_ways_in():
+    readme = (REPO / "README.md").read_text()
+    headings = re.findall(r"^## (.+)$", readme, re.MULTILINE)
+    assert headings[headings.index("Quick start") + 1] == "Install"
+    section = readme.split("\n## Install\n", 1)[1].split("\n## ", 1)[0]
+    assert "python -m build" in section and "git+https://" in section  # (a) a wheel, or a git URL
+    assert "--system-site-packages" in section and "externally-managed-environment" in section  # PEP 668
+    assert re.search(r"^FROM pytorch/pytorch:\S+$", section, re.MULTILINE)  # (b) a Dockerfile layer
+    assert "python3 -m venv .venv" in section  # (c) a laptop or CI runner venv
+    assert "pip install torch " not in section.replace("pip install torch --index-url", "")  # no bare torch pull
