@@ -45,7 +45,7 @@ OPTIONS = (
     Option("path", "path", ".", "dataset directory; every matching regular file under it (same filesystem, hidden entries skipped) is one sample"),
     Option("include", "text", "*", "comma-separated globs of files to read (\"*.jpg,*.png\", \"train/*\")"),
     Option("exclude", "text", "", "comma-separated globs of files to skip"),
-    Option("decode", "choice", "none", "`image`: decode each file with Pillow (extra `preflight[image]`) "
+    Option("decode", "choice", "none", "`image`: decode each file with Pillow (extra `train-preflight[image]`) "
            "and report the raw-bytes rate beside it", choices=("none", "image")),
     Option("synthetic", "bool", False, "random 3x224x224 float32 samples instead of files (IPC/shm, not storage)"),
     Option("batch_size", "int", 64, "samples per batch, as the job's DataLoader", minimum=1),
@@ -95,7 +95,7 @@ def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
         reason = f"{path} is not a directory: mount the dataset there or set dataloader.path"
         return [unmeasurable(m.name, reason, m.unit) for m in METRICS]
     if options["decode"] == "image" and importlib.util.find_spec("PIL") is None:
-        reason = "decode: image needs Pillow: pip install 'preflight[image]' (or pillow) in this image"
+        reason = "decode: image needs Pillow: pip install 'train-preflight[image]' (or pillow) in this image"
         return [unmeasurable(m.name, reason, m.unit) for m in METRICS]
     files, walk = list_files(path, options["include"], options["exclude"], int(options["max_files"]))
     skipped = walk.summary()

@@ -3,7 +3,7 @@
 A sample is read as a DataLoader worker's ``open(path).read()`` would, but from the device:
 O_DIRECT into an aligned buffer, else the file's cached pages dropped first
 (``io.uncached``). ``decode="image"`` then decodes it with Pillow (an optional extra:
-``pip install preflight[image]``) to RGB pixels, so the decoded figure can be set beside
+``pip install train-preflight[image]``) to RGB pixels, so the decoded figure can be set beside
 the raw one. ``delay_s`` is the explicit test hook for a deliberately throttled reader: it
 sleeps that long per sample, as slow storage would. A file that vanished or turned unreadable
 since the walk is a sample of 0 bytes that is not counted (``collate_sizes``), so another
