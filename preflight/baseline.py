@@ -24,7 +24,7 @@ from typing import Mapping, NamedTuple, Sequence
 
 from preflight.checks.base import Metric
 from preflight.errors import ConfigError, UsageError
-from preflight.units import UNITS, convert
+from preflight.units import UNITS, convert, with_article
 from preflight.yaml_source import Located
 
 SCHEMA = 1
@@ -55,7 +55,7 @@ def relative_bound(metric: Metric, node: Located) -> float | None:
         raise ConfigError(node.where, f"`{metric.name}`: write a baseline bound like `90% of baseline`, "
                           f"found {node.value!r}")
     if fraction is not None and (metric.is_version or metric.is_text):
-        raise ConfigError(node.where, f"`{metric.name}` is a {metric.unit}: it takes no baseline bound")
+        raise ConfigError(node.where, f"`{metric.name}` is {with_article(metric.unit)}: it takes no baseline bound")
     return fraction
 
 
@@ -97,8 +97,8 @@ class Source:
             if key != prefix and not key.startswith(prefix + "["):
                 continue
             if UNITS[unit].dimension is not UNITS[metric.unit].dimension:
-                raise ConfigError(node.where, f"`{prefix}`: baseline {self.path} holds {unit}, not a "
-                                  f"{UNITS[metric.unit].dimension.value}: save the baseline again")
+                raise ConfigError(node.where, f"`{prefix}`: baseline {self.path} holds {unit}, not "
+                                  f"{with_article(UNITS[metric.unit].dimension.value)}: save the baseline again")
             values[key] = convert(value, unit, metric.unit)
         if not values:
             raise ConfigError(node.where, f"`{prefix}`: baseline {self.path} has no value for it: save a "
