@@ -47,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "explain":
             from preflight.commands import explain
 
-            sys.stdout.write(explain.render(args.check))
+            sys.stdout.write(explain.render(args.name))
             return 0
         parser.print_help(sys.stderr)
         return EXIT_USAGE
@@ -125,12 +125,15 @@ def _parser() -> argparse.ArgumentParser:
     listing = commands.add_parser("list", help="list every check with its parameters and metrics")
     listing.add_argument("--markdown", action="store_true", help="as Markdown tables (the README's reference)")
     validate = commands.add_parser("validate", help="check a thresholds file without measuring anything")
-    validate.add_argument("-c", "--config", metavar="FILE",
+    validate.add_argument("file", metavar="FILE", nargs="?",
                           help="thresholds file (default: ./thresholds.yaml, else the bundled default)")
+    validate.add_argument("-c", "--config", metavar="FILE", help="the same, as `run` takes it")
     validate.add_argument("--baseline", metavar="FILE", help="baseline for `N%% of baseline` thresholds")
     validate.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
                           help="apply an override as `run --set` would (repeatable)")
     commands.add_parser("schema", help="print the JSON Schema (draft-07) of thresholds.yaml")
-    explain = commands.add_parser("explain", help="what a check measures, how, and every option and metric")
-    explain.add_argument("check", metavar="CHECK", help="a check name, as `preflight list` shows")
+    explain = commands.add_parser("explain", help="what a check or one of its metrics measures, and how")
+    explain.add_argument("name", metavar="CHECK[.METRIC]",
+                         help="a check (`storage`) or a metric (`storage.seq_read`), as `preflight list` and the "
+                              "report name them")
     return parser

@@ -62,8 +62,8 @@ def test_list_shows_every_check_with_parameters_and_units():
     assert result.returncode == 0
     for name in ("cuda:", "shm:", "storage:", "dataloader:", "transfer:"):
         assert name in result.stdout
-    assert "seq_read             MB/s" in result.stdout
-    assert "block_size       size         default 1 MiB" in result.stdout
+    assert re.search(r"^    seq_read +MB/s +higher is better$", result.stdout, re.MULTILINE)
+    assert re.search(r"^    block_size +size +default 1 MiB$", result.stdout, re.MULTILINE)
 
 
 def test_bundled_default_on_a_cpu_machine_fails_on_cuda_and_measures_the_rest(tmp_path, dataset):

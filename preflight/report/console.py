@@ -62,7 +62,7 @@ def render(report: RunReport, colour: bool = False, width: int | None = None) ->
     where = report.host
     if "node_rank" in report.facts:  # a fleet run: which node and ranks this table is
         where += f" (node {report.facts['node_rank']}, ranks {report.facts.get('ranks', '?')})"
-    lines = _wrap(f"preflight on {where} · {report.config_path}", width, "", "  ")
+    lines = wrap(f"preflight on {where} · {report.config_path}", width, "", "  ")
     results = list(report.results)
     cells = [_Cells.of(result) for result in results]
     columns = _Columns.fit(cells, width)
@@ -75,14 +75,14 @@ def render(report: RunReport, colour: bool = False, width: int | None = None) ->
     if misses:
         lines += ["", "what to fix:"]
         for ids, message, hint in _fixes(misses):
-            lines += _wrap(f"{ids}: {message}", width, "  ", "    ")
+            lines += wrap(f"{ids}: {message}", width, "  ", "    ")
             if hint:
-                lines += _wrap(hint, width, "    fix: ", "         ")
+                lines += wrap(hint, width, "    fix: ", "         ")
     counts = report.counts()
     summary = ", ".join(f"{counts[v]} {_COUNTED[v][counts[v] != 1]}" for v in _COUNTED if counts.get(v))
     verdict = "fail" if report.exit_code else "pass"
     lines += [paint(verdict, line) for line in
-              _wrap(f"== {summary or 'nothing run'} in {report.duration_s:.1f}s ==", width, "", "   ")]
+              wrap(f"== {summary or 'nothing run'} in {report.duration_s:.1f}s ==", width, "", "   ")]
     return "\n".join(lines) + "\n"
 
 
@@ -159,7 +159,7 @@ class _Columns(NamedTuple):
             if len(row.id) + 2 > self.label:
                 extra += -(-len(row.id) // width)
             if len(row.required) > self.required:
-                extra += len(_wrap(row.required, self.required)) - 1
+                extra += len(wrap(row.required, self.required)) - 1
         return extra
 
 
@@ -169,13 +169,13 @@ def _row(cells: _Cells, columns: _Columns, width: int, paint: Paint) -> list[str
     if len(cells.id) + 2 <= columns.label:
         label = f"{cells.id} ".ljust(columns.label, ".")
     else:
-        lines += _wrap(cells.id, width, "", "")
+        lines += wrap(cells.id, width, "", "")
         label = "  " + "." * (columns.label - 2) if columns.label >= 4 else " " * columns.label
     span = columns.measured + 2 + columns.required
-    required = [part.ljust(columns.required) for part in _wrap(cells.required, columns.required)] \
+    required = [part.ljust(columns.required) for part in wrap(cells.required, columns.required)] \
         if cells.required else []
     if len(cells.measured) > columns.measured:  # a long text: it spans the value columns, its requirement below
-        values = [part.ljust(span) for part in _wrap(cells.measured, span)]
+        values = [part.ljust(span) for part in wrap(cells.measured, span)]
         values += [" " * (columns.measured + 2) + part for part in required]
     else:
         values = [f"{m or '':>{columns.measured}}  {r or ''}".ljust(span)
@@ -196,10 +196,10 @@ def _note(results: list[Result], last: int, width: int) -> list[str]:
         first -= 1
     shared = results[first:last + 1]
     names = ", ".join(r.metric + (f"[{r.device}]" if r.device else "") for r in shared)
-    return _wrap(f"{names + ': ' if len(shared) > 1 else ''}{results[last].note}", width, "    └ ", "      ")
+    return wrap(f"{names + ': ' if len(shared) > 1 else ''}{results[last].note}", width, "    └ ", "      ")
 
 
-def _wrap(text: str, width: int, first: str = "", rest: str = "") -> list[str]:
+def wrap(text: str, width: int, first: str = "", rest: str = "") -> list[str]:
     """``text`` in lines of at most ``width``, after ``first`` and then ``rest``; words longer than a line are cut.
 
     Hyphens are no break points (``--gpus`` and ``--shm-size=8g`` stay whole), nor are the spaces in
