@@ -16,7 +16,6 @@ known good, not only to an absolute floor.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -119,6 +118,8 @@ def to_dict(results: Sequence[object], host: str, created: str, config_sha256: s
 
 
 def render(results: Sequence[object], host: str, created: str, config_sha256: str) -> str:
+    import json  # json only where a baseline is written or read: `validate` of most files needs neither
+
     return json.dumps(to_dict(results, host, created, config_sha256), indent=2, sort_keys=True) + "\n"
 
 
@@ -129,6 +130,8 @@ def load(path: str) -> Baseline:
         UsageError: unreadable, not JSON, not a preflight baseline, or a malformed entry;
             the message names the file and the fix.
     """
+    import json
+
     try:
         with open(path, encoding="utf-8") as handle:
             document = json.load(handle)

@@ -27,7 +27,7 @@ from preflight.units import format_value
 Verdict = Literal["pass", "fail", "warn", "error", "skip", "info"]
 GATING: tuple[Verdict, ...] = ("fail", "error")
 
-EXIT_OK, EXIT_GATE_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_GATE_FAILED = 0, 1  # EXIT_USAGE (2) is errors'; the CLI's boundary returns it
 
 
 @dataclass(frozen=True)
