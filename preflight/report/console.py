@@ -17,7 +17,7 @@ import textwrap
 from itertools import zip_longest
 from typing import Callable, NamedTuple, TextIO
 
-from preflight.report import RunReport
+from preflight.report import RunReport, tally
 from preflight.units import UNITS, format_value
 from preflight.verdict import Result
 
@@ -27,8 +27,6 @@ _VERDICT = 5  # "ERROR"
 _MEASURED_MAX = 16  # "123456 samples/s"; a longer value wraps, or spans the requirement column when it has none
 _REQUIRED_MIN = 14  # ">= 1000 files/s": the requirement column never shrinks below this for long ids
 _COLOURS = {"pass": "32", "info": "2", "skip": "33", "warn": "33", "fail": "31", "error": "31;1"}
-_COUNTED = {"fail": ("failed", "failed"), "error": ("error", "errors"), "warn": ("warning", "warnings"),
-            "pass": ("passed", "passed"), "skip": ("skipped", "skipped"), "info": ("info", "info")}
 
 Paint = Callable[[str, str], str]
 # Spaces a line must not break at: after ">=" and "<=", and between a number and its unit ("4.07 GB/s").
@@ -78,8 +76,7 @@ def render(report: RunReport, colour: bool = False, width: int | None = None) ->
             lines += wrap(f"{ids}: {message}", width, "  ", "    ")
             if hint:
                 lines += wrap(hint, width, "    fix: ", "         ")
-    counts = report.counts()
-    summary = ", ".join(f"{counts[v]} {_COUNTED[v][counts[v] != 1]}" for v in _COUNTED if counts.get(v))
+    summary = tally(report.counts())
     verdict = "fail" if report.exit_code else "pass"
     lines += [paint(verdict, line) for line in
               wrap(f"== {summary or 'nothing run'} in {report.duration_s:.1f}s ==", width, "", "   ")]
