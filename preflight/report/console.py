@@ -147,7 +147,13 @@ class _Columns(NamedTuple):
                 if best is None or key < best[0]:
                     best = (key, columns)
         assert best is not None, f"no layout fits {width} columns"  # cannot happen from MIN_WIDTH up
-        return best[1]
+        chosen = best[1]
+        # A long text with no requirement spans the measured and requirement columns: widen the latter into
+        # what the line has left, so `ext4 at / (/dev/vda, rw,relatime)` stays on one line when it can.
+        span = chosen.measured + 2 + chosen.required
+        longest_text = max([len(row.measured) for row in rows if not row.required] + [0])
+        used = chosen.label + 1 + _VERDICT + 1 + span + (1 + chosen.duration if chosen.duration else 0)
+        return chosen._replace(required=chosen.required + max(0, min(width - used, longest_text - span)))
 
     def _extra_lines(self, rows: list[_Cells], width: int) -> int:
         """Lines beyond one per row: ids moved above their row, requirements wrapped in their column."""

@@ -176,3 +176,15 @@ def test_the_summary_counts_in_words():
 
     assert summary("error", "error", "warn", "pass") == "== 2 errors, 1 warning, 1 passed in 1.2s =="
     assert summary("fail", "error", "warn", "warn", "skip") == "== 1 failed, 1 error, 2 warnings, 1 skipped in 1.2s =="
+
+
+def test_a_text_without_requirement_takes_the_room_left_on_the_line():
+    report = make_report([
+        result("size", "pass", instance="shm", value=23.54, unit="GiB", required=">= 1 GiB", duration_s=0.3),
+        result("filesystem", "info", value="ext4 at / (/dev/vda, rw,relatime)", unit="text", duration_s=10.5),
+        result("straggler", "pass", instance="collective", device="rank0", value=1.01, required="<= 1.5",
+               duration_s=3.6),
+    ])
+    rows = console.render(report, width=80).splitlines()[1:4]
+    assert re.fullmatch(r"storage\.filesystem \.+ INFO  ext4 at / \(/dev/vda, rw,relatime\) 10\.5s", rows[1])
+    assert len({len(row) for row in rows}) == 1 and all(len(row) <= 80 for row in rows)  # durations line up
