@@ -1,6 +1,6 @@
 """Start-up time of the commands people type first, against a bare interpreter, side by side.
 
-Usage: python3 bench/cli_startup.py [ROUNDS]   (default 40)
+Usage: .venv/bin/python bench/cli_startup.py [ROUNDS]   (default 40; the interpreter preflight is installed in)
 
 Each round runs, in an order that rotates from round to round, ``python -c pass``,
 ``preflight --help``, ``preflight --version`` and ``preflight validate thresholds.yaml``
@@ -71,7 +71,7 @@ def main() -> int:
         failed |= target is not None and ratio > target
         label = name if name.startswith("python") else f"preflight {name}" + (" thresholds.yaml" * (name == "validate"))
         print(f"{label:<34} {median * 1000:6.1f}ms {median / bare:5.2f}x {fastest * 1000:6.1f}ms {ratio:5.2f}x  "
-              f"{verdict}")
+              f"{verdict}".rstrip())
     return 1 if failed else 0
 
 
