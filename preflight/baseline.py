@@ -16,7 +16,6 @@ known good, not only to an absolute floor.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -24,7 +23,7 @@ from typing import Mapping, NamedTuple, Sequence
 
 from preflight.checks.base import Metric
 from preflight.errors import ConfigError, UsageError
-from preflight.units import UNITS, convert
+from preflight.units import UNITS, convert, with_article
 from preflight.yaml_source import Located
 
 SCHEMA = 1
@@ -55,7 +54,7 @@ def relative_bound(metric: Metric, node: Located) -> float | None:
         raise ConfigError(node.where, f"`{metric.name}`: write a baseline bound like `90% of baseline`, "
                           f"found {node.value!r}")
     if fraction is not None and (metric.is_version or metric.is_text):
-        raise ConfigError(node.where, f"`{metric.name}` is a {metric.unit}: it takes no baseline bound")
+        raise ConfigError(node.where, f"`{metric.name}` is {with_article(metric.unit)}: it takes no baseline bound")
     return fraction
 
 
@@ -97,8 +96,8 @@ class Source:
             if key != prefix and not key.startswith(prefix + "["):
                 continue
             if UNITS[unit].dimension is not UNITS[metric.unit].dimension:
-                raise ConfigError(node.where, f"`{prefix}`: baseline {self.path} holds {unit}, not a "
-                                  f"{UNITS[metric.unit].dimension.value}: save the baseline again")
+                raise ConfigError(node.where, f"`{prefix}`: baseline {self.path} holds {unit}, not "
+                                  f"{with_article(UNITS[metric.unit].dimension.value)}: save the baseline again")
             values[key] = convert(value, unit, metric.unit)
         if not values:
             raise ConfigError(node.where, f"`{prefix}`: baseline {self.path} has no value for it: save a "
@@ -119,6 +118,8 @@ def to_dict(results: Sequence[object], host: str, created: str, config_sha256: s
 
 
 def render(results: Sequence[object], host: str, created: str, config_sha256: str) -> str:
+    import json  # json only where a baseline is written or read: `validate` of most files needs neither
+
     return json.dumps(to_dict(results, host, created, config_sha256), indent=2, sort_keys=True) + "\n"
 
 
@@ -129,6 +130,8 @@ def load(path: str) -> Baseline:
         UsageError: unreadable, not JSON, not a preflight baseline, or a malformed entry;
             the message names the file and the fix.
     """
+    import json
+
     try:
         with open(path, encoding="utf-8") as handle:
             document = json.load(handle)

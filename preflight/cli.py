@@ -3,26 +3,31 @@
 Exit codes: 0 nothing failed or errored (warnings allowed); 1 the gate failed; 2 a usage
 or configuration error, with nothing measured; 3 an internal error (a bug: the message
 names the crash log, or where it happened when no log could be written). Importing this
-module must not import torch.
+module must not import torch, nor anything a subcommand needs: ``--help`` and ``--version``
+import argparse and nothing of preflight but this, ``errors`` and ``commands.run``'s argument
+table, so they cost about what a bare interpreter does (bench/cli_startup.py).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-import tempfile
-import traceback
-from typing import Sequence
 
 from preflight import __version__
-from preflight.errors import UsageError
-from preflight.verdict import EXIT_USAGE
+from preflight.errors import EXIT_USAGE, UsageError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (1.5 ms of a 20 ms start)
+if TYPE_CHECKING:
+    import argparse
+    from typing import Sequence
 
 EXIT_INTERNAL = 3
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if list(sys.argv[1:] if argv is None else argv) == ["--version"]:  # answered before argparse is even imported
+        print(f"preflight {__version__}")
+        return 0
     parser = _parser()
     args = parser.parse_args(argv)
     try:
@@ -47,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "explain":
             from preflight.commands import explain
 
-            sys.stdout.write(explain.render(args.check))
+            sys.stdout.write(explain.render(args.name))
             return 0
         parser.print_help(sys.stderr)
         return EXIT_USAGE
@@ -72,6 +77,8 @@ def _internal_error(error: Exception, args: argparse.Namespace) -> int:
     The log goes where ``tempdir.choose`` finds room (TMPDIR, /dev/shm, the reports'
     directory). Where there is none, the line names the innermost frame instead.
     """
+    import traceback
+
     try:
         try:
             where = f"crash log: {_write_crash_log(traceback.format_exc(), args)}"
@@ -90,6 +97,8 @@ def _write_crash_log(details: str, args: argparse.Namespace) -> str:
         UsageError: no writable temporary directory.
         OSError: the log could not be written whole (it is then removed).
     """
+    import tempfile
+
     from preflight.commands.run import destinations
     from preflight.io import tempdir
 
@@ -106,31 +115,56 @@ def _write_crash_log(details: str, args: argparse.Namespace) -> str:
 
 def _innermost_frame(error: BaseException) -> str:
     """``FILE:LINE in FUNCTION`` where ``error`` was raised, as a traceback's last frame says."""
+    import traceback
+
     frames = traceback.extract_tb(error.__traceback__)
     return f"{frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if frames else "an unknown place"
 
 
 def _parser() -> argparse.ArgumentParser:
+    import argparse
+
     from preflight.commands import run
 
     parser = argparse.ArgumentParser(
-        prog="preflight",
+        prog="preflight", formatter_class=_formatter,
         description="Measure whether this node can feed and run a training job, and gate on thresholds.yaml.",
         epilog="exit codes: 0 passed (warnings allowed), 1 a check failed or errored, 2 usage or config error, "
                "3 internal error (a bug in preflight: stderr names the crash log)",
     )
     parser.add_argument("--version", action="version", version=f"preflight {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    run.add_arguments(commands.add_parser("run", help="run the checks and gate on their thresholds"))
-    listing = commands.add_parser("list", help="list every check with its parameters and metrics")
+
+    def add(name: str, help: str) -> argparse.ArgumentParser:
+        return commands.add_parser(name, help=help, formatter_class=_formatter)
+
+    run.add_arguments(add("run", "run the checks and gate on their thresholds"))
+    listing = add("list", "list every check with its parameters and metrics")
     listing.add_argument("--markdown", action="store_true", help="as Markdown tables (the README's reference)")
-    validate = commands.add_parser("validate", help="check a thresholds file without measuring anything")
-    validate.add_argument("-c", "--config", metavar="FILE",
+    validate = add("validate", "check a thresholds file without measuring anything")
+    validate.add_argument("file", metavar="FILE", nargs="?",
                           help="thresholds file (default: ./thresholds.yaml, else the bundled default)")
+    validate.add_argument("-c", "--config", metavar="FILE", help="the same, as `run` takes it")
     validate.add_argument("--baseline", metavar="FILE", help="baseline for `N%% of baseline` thresholds")
     validate.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
                           help="apply an override as `run --set` would (repeatable)")
-    commands.add_parser("schema", help="print the JSON Schema (draft-07) of thresholds.yaml")
-    explain = commands.add_parser("explain", help="what a check measures, how, and every option and metric")
-    explain.add_argument("check", metavar="CHECK", help="a check name, as `preflight list` shows")
+    add("schema", "print the JSON Schema (draft-07) of thresholds.yaml")
+    explain = add("explain", "what a check or one of its metrics measures, and how")
+    explain.add_argument("name", metavar="CHECK[.METRIC]",
+                         help="a check (`storage`) or a metric (`storage.seq_read`), as `preflight list` and the "
+                              "report name them")
     return parser
+
+
+def _formatter(prog: str) -> argparse.HelpFormatter:
+    """argparse's help formatter at the width ``shutil.get_terminal_size`` would give it ($COLUMNS, else the
+    terminal's, else 80), found without importing shutil, which pulls in bz2, lzma and zlib: 1.3 ms of ``--help``."""
+    import argparse
+
+    columns = int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").isdigit() else 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return argparse.HelpFormatter(prog, width=(columns or 80) - 2)

@@ -16,7 +16,6 @@ Every error is a ``ConfigError`` located at ``FILE:LINE:COL`` with the fix.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import os
 import re
@@ -418,5 +417,7 @@ def _reject_unknown(body: Mapping[str, Located], allowed: Iterable[str]) -> None
 
 
 def _suggest(word: str, candidates: Iterable[str]) -> str:
+    import difflib  # only for a mistake: `validate` of a good file never pays for it
+
     close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
     return f": did you mean `{close[0]}`?" if close else ""

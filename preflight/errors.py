@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+EXIT_USAGE = 2  # a usage or configuration error, with nothing measured (here, not in verdict: `--help` stays light)
+
 
 class UsageError(Exception):
     """A user mistake (config, flag, path, environment): one line that names the place and the fix."""

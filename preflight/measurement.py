@@ -8,7 +8,6 @@ samples and computes its statistics once, when it is built. Checks produce these
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -34,6 +33,8 @@ class Stats:
 
     @classmethod
     def of(cls, samples: tuple[float, ...]) -> Stats:
+        import statistics  # here, not at the top: `preflight validate` loads the check tables, never a sample
+
         ordered = sorted(samples)
         if len(ordered) >= 2:
             q1, _, q3 = statistics.quantiles(ordered, n=4, method="inclusive")
@@ -150,11 +151,12 @@ def combine(repeats: Sequence[Measurement]) -> Measurement:
         return last
     values = tuple(float(m.value) for m in repeats)  # type: ignore[arg-type]
     warnings = tuple(dict.fromkeys(w for m in repeats for w in m.warnings if not w.startswith("noisy:")))
-    spread = Stats.of(values).spread
+    stats = Stats.of(values)
+    spread = stats.spread
     if spread > NOISY_SPREAD:
         warnings += (f"noisy: interquartile range of the {len(values)} runs is {spread:.0%} of their median",)
     return Measurement(
-        first.metric, statistics.median(values), first.unit, first.device,
+        first.metric, stats.median, first.unit, first.device,
         samples=tuple(s for m in repeats for s in m.samples), method=first.method,
         reason=next((m.reason for m in repeats if m.reason), ""), note=last.note,
         stopped=f"median of {len(values)} runs", warnings=warnings, runs=values,

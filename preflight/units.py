@@ -111,25 +111,25 @@ def parse_quantity(text: object, dimension: Dimension) -> float:
             that is not a finite number.
     """
     if isinstance(text, bool):
-        raise UnitError(f"expected a {dimension.value} like `{example(dimension)}`, found boolean {text}")
+        raise UnitError(f"expected {with_article(dimension.value)} like `{example(dimension)}`, found boolean {text}")
     if isinstance(text, (int, float)):
         if dimension is not Dimension.COUNT:
             raise UnitError(
-                f"expected a {dimension.value} with its unit like `{example(dimension)}`, found bare number {text}"
+                f"expected {with_article(dimension.value)} with its unit like `{example(dimension)}`, found bare number {text}"
             )
         try:
             return _finite(float(text), text)
         except OverflowError:
-            raise UnitError(f"{text!r:.40} is too large to be a {dimension.value}") from None
+            raise UnitError(f"{text!r:.40} is too large to be {with_article(dimension.value)}") from None
     if not isinstance(text, str):
-        raise UnitError(f"expected a {dimension.value} like `{example(dimension)}`, found {type(text).__name__}")
+        raise UnitError(f"expected {with_article(dimension.value)} like `{example(dimension)}`, found {type(text).__name__}")
     match = _QUANTITY.match(text)
     if not match:
-        raise UnitError(f"expected a {dimension.value} like `{example(dimension)}`, found {text!r}")
+        raise UnitError(f"expected {with_article(dimension.value)} like `{example(dimension)}`, found {text!r}")
     symbol = match["unit"] or ""
     if not symbol and dimension is not Dimension.COUNT:
         raise UnitError(
-            f"expected a {dimension.value} with its unit like `{example(dimension)}`, found bare number {text!r}"
+            f"expected {with_article(dimension.value)} with its unit like `{example(dimension)}`, found bare number {text!r}"
         )
     unit = UNITS.get(symbol)
     if unit is None:
@@ -138,7 +138,7 @@ def parse_quantity(text: object, dimension: Dimension) -> float:
         raise UnitError(f"unknown unit {symbol!r} in {text!r}: {fix}")
     if unit.dimension is not dimension:
         raise UnitError(
-            f"{text!r} is a {unit.dimension.value}, but a {dimension.value} is expected here "
+            f"{text!r} is {with_article(unit.dimension.value)}, but {with_article(dimension.value)} is expected here "
             f"(like `{example(dimension)}`)"
         )
     return _finite(float(match["number"]) * unit.factor, text)
@@ -164,10 +164,15 @@ def to_unit(base_value: float, symbol: str) -> float:
 
 
 def format_value(value: float | str | None, symbol: str = "") -> str:
-    """A value for people: four significant figures at most, thousands kept whole.
+    """A value for people: four significant figures at most, thousands kept whole, and a size or
+    bandwidth in the prefix a person would say (``readable``): ``64 MiB``, not ``0.0625 GiB``.
+
+    Display only: a report's ``value`` stays in the metric's canonical unit.
 
     >>> format_value(2080.44, "MB/s")
-    '2080 MB/s'
+    '2.08 GB/s'
+    >>> format_value(0.0625, "GiB")
+    '64 MiB'
     >>> format_value(0.012346, "ms")
     '0.01235 ms'
     """
@@ -175,6 +180,7 @@ def format_value(value: float | str | None, symbol: str = "") -> str:
         return "-"
     if isinstance(value, str):
         return value
+    value, symbol = readable(value, symbol)
     if value != 0 and abs(value) < 1000:
         digits = max(0, 3 - int(math.floor(math.log10(abs(value)))))
         text = f"{value:.{digits}f}"
@@ -183,3 +189,76 @@ def format_value(value: float | str | None, symbol: str = "") -> str:
     else:
         text = f"{value:.0f}"
     return f"{text} {symbol}".strip() if symbol != "%" else f"{text}%"
+
+
+# Prefix families, smallest first; a size or bandwidth moves only within its own family, so a
+# binary figure stays binary (64 MiB) and a decimal one decimal (993.6 kB). Bytes count as binary.
+_FAMILIES = ((("B", "kB", "MB", "GB", "TB"), 1000.0), (("B", "KiB", "MiB", "GiB", "TiB"), 1024.0))
+
+
+def readable(value: float, symbol: str) -> tuple[float, str]:
+    """``value`` in ``symbol`` re-expressed with the prefix that puts it in [1, 1000) (1024 for binary).
+
+    ``readable(0.0625, "GiB") == (64.0, "MiB")``, ``readable(4070, "MB/s") == (4.07, "GB/s")``;
+    other units, zero and non-finite values come back unchanged, as does a value beyond the
+    largest or smallest prefix. Rounded to four significant figures first, so 1023.99 MiB is 1 GiB.
+    """
+    per_second = symbol.endswith("/s")
+    prefix = symbol[:-2] if per_second else symbol
+    families = [f for f in _FAMILIES if prefix in f[0]]
+    if not families or value == 0 or not math.isfinite(value):
+        return value, symbol
+    names, step = families[-1] if prefix == "B" else families[0]
+    index = names.index(prefix)
+    value = float(f"{value:.4g}")
+    while abs(value) < 1 and index > 0:
+        value, index = value * step, index - 1
+    while abs(float(f"{value:.4g}")) >= step and index < len(names) - 1:
+        value, index = value / step, index + 1
+    return value, names[index] + ("/s" if per_second else "")
+
+
+# Letters whose names start with a vowel sound: "an MB/s" (em-bee), "an NVMe", "an HTTP", but "a GB/s".
+_VOWEL_LETTERS = set("AEFHILMNORSX")
+# Words whose spelling misleads: "a unit", "a user", "a one-line fix", "an hour", "an honest".
+_CONSONANT_SOUND = ("one", "once", "uni", "use", "usa", "usi", "usu", "uti", "ubi", "uint", "eu", "ewe", "uran", "ure")
+_VOWEL_SOUND = ("hour", "honest", "honor", "honour", "heir")
+
+
+def with_article(phrase: str) -> str:
+    """``phrase`` after "a" or "an", chosen by how its first word is read aloud.
+
+    A number is read as a number (an 8 MiB copy, an 11 GB file, an 18x18 matmul, a 100 ms
+    window); an acronym or unit symbol letter by letter (an IOPS, an MB/s, a GiB, a CPU);
+    a word by its spelling, with the usual exceptions (a unit, a user, an hour).
+    """
+    word = phrase.lstrip("`'\"(")
+    if not word:
+        return f"a {phrase}"
+    if word[0].isdigit():
+        vowel = _number_starts_with_vowel(re.match(r"[\d,]*", word).group().replace(",", ""))  # type: ignore[union-attr]
+    elif _is_acronym(word):
+        vowel = word[0].upper() in _VOWEL_LETTERS
+    else:
+        lower = word.lower()
+        vowel = (lower[0] in "aeiou" and not lower.startswith(_CONSONANT_SOUND)) or lower.startswith(_VOWEL_SOUND)
+    return f"{'an' if vowel else 'a'} {phrase}"
+
+
+def _number_starts_with_vowel(digits: str) -> bool:
+    """Eight, eighteen, eighty, eleven (thousand, million): the numbers read with a leading vowel."""
+    digits = digits.lstrip("0") or "0"
+    if digits[0] == "8":
+        return True
+    lead = digits[: len(digits) % 3 or 3]  # the group read first: "11" of 11,000; "110" of 110,000
+    return lead in ("11", "18")
+
+
+def _is_acronym(word: str) -> bool:
+    """IOPS, MB/s, GiB, NVMe, H100: read letter by letter (two capitals among the first three characters,
+    or one capital and no lowercase letter after it)."""
+    head = re.match(r"[A-Za-z0-9]+", word)
+    token = head.group() if head else word
+    if not token[0].isupper():
+        return False
+    return len(token) == 1 or sum(c.isupper() for c in token[:3]) >= 2 or token[1:2].isdigit()

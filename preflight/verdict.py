@@ -27,7 +27,7 @@ from preflight.units import format_value
 Verdict = Literal["pass", "fail", "warn", "error", "skip", "info"]
 GATING: tuple[Verdict, ...] = ("fail", "error")
 
-EXIT_OK, EXIT_GATE_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_GATE_FAILED = 0, 1  # EXIT_USAGE (2) is errors'; the CLI's boundary returns it
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class Result:
     duration_s: float = 0.0
     method: str = ""
     where: str = ""  # FILE:LINE:COL of the threshold, for CI annotations
-    required: str = ""  # the threshold in words (">= 1000 MB/s")
+    required: str = ""  # the threshold in words (">= 1 GB/s")
     warnings: tuple[str, ...] = field(default=())
     runs: tuple[float, ...] = ()  # with `repeats`: each run's value (the median of these is `value`)
     attempts: tuple[Attempt, ...] = ()  # with `retries`: the earlier measurements that missed narrowly
@@ -145,7 +145,7 @@ def exit_code(results: Sequence[Result]) -> int:
 
 
 def requirement(threshold: Threshold, unit: str) -> str:
-    """The threshold in words: ``>= 1000 MB/s``, ``<= 85 C``, ``between 1 and 2 GiB``, ``matches /H100/``,
+    """The threshold in words: ``>= 1 GB/s``, ``<= 85 C``, ``between 1 and 2 GiB``, ``matches /H100/``,
     ``>= 90% of baseline``."""
     if threshold.match is not None:
         return f"matches /{threshold.match}/"

@@ -43,7 +43,7 @@ def test_a_saved_baseline_passes_the_same_node_and_fails_a_throttled_reader(tmp_
     assert cli.main(["run", "-c", str(same), "--json", str(tmp_path / "same.json")]) == 0
     [result] = json.loads((tmp_path / "same.json").read_text())["results"]
     assert result["verdict"] == "pass" and result["threshold"] == {"min": pytest.approx(base / 2)}
-    assert re.search(r"required >= [\d.]+ MB/s \(50% of baseline [\d.]+ MB/s\)$", result["message"])
+    assert re.search(r"required >= [\d.]+ [kMG]B/s \(50% of baseline [\d.]+ [kMG]B/s\)$", result["message"])
 
     slow = write_config(tmp_path, GATED.format(data=data, throttle="10 MB/s"), "slow.yaml")
     assert cli.main(["run", "-c", str(slow), "--json", str(tmp_path / "slow.json")]) == 1

@@ -49,6 +49,27 @@ def test_help_and_list_do_not_import_torch():
         subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, capture_output=True)
 
 
+# What `--help` and `--version` may import of preflight: the parser and the argument table of `run`, no check,
+# no config, no YAML, no torch (bench/cli_startup.py times them against a bare interpreter).
+_LIGHT = {"preflight", "preflight.cli", "preflight.errors", "preflight.commands", "preflight.commands.run"}
+
+
+@pytest.mark.parametrize("args, allowed", [(["--help"], _LIGHT), (["run", "--help"], _LIGHT),
+                                           (["validate", "--help"], _LIGHT),
+                                           (["--version"], {"preflight", "preflight.cli", "preflight.errors"})])
+def test_help_and_version_import_no_check_config_or_torch(args, allowed):
+    code = (
+        "import sys\nfrom preflight.cli import main\n"
+        f"try:\n    main({args!r})\nexcept SystemExit:\n    pass\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in ('preflight', 'torch', 'yaml', 'argparse'))))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    imported = set(done.stdout.splitlines()[-1].split())
+    assert imported - {"argparse"} <= allowed, sorted(imported - allowed)
+    if args == ["--version"]:
+        assert done.stdout.splitlines()[0] == "preflight 0.1.0" and "argparse" not in imported  # before the parser
+
+
 def test_help_lists_every_exit_code():
     result = run_cli("--help")
     assert result.returncode == 0
@@ -62,8 +83,8 @@ def test_list_shows_every_check_with_parameters_and_units():
     assert result.returncode == 0
     for name in ("cuda:", "shm:", "storage:", "dataloader:", "transfer:"):
         assert name in result.stdout
-    assert "seq_read             MB/s" in result.stdout
-    assert "block_size       size         default 1 MiB" in result.stdout
+    assert re.search(r"^    seq_read +MB/s +higher is better$", result.stdout, re.MULTILINE)
+    assert re.search(r"^    block_size +size +default 1 MiB$", result.stdout, re.MULTILINE)
 
 
 def test_bundled_default_on_a_cpu_machine_fails_on_cuda_and_measures_the_rest(tmp_path, dataset):

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from preflight.units import Dimension, UnitError, convert, format_value, parse_quantity
+from preflight.units import Dimension, UnitError, convert, format_value, parse_quantity, readable, with_article
 
 
 @pytest.mark.parametrize(
@@ -31,6 +31,9 @@ def test_parses_quantities_into_base_units(text, dimension, expected):
     "text, dimension, fragment",
     [
         ("8 GiB", Dimension.BANDWIDTH, "is a size, but a bandwidth is expected"),
+        ("20000 IOPS", Dimension.SIZE, "'20000 IOPS' is an IOPS, but a size is expected"),
+        ("8 GiB", Dimension.IOPS, "'8 GiB' is a size, but an IOPS is expected"),
+        ("fast", Dimension.IOPS, "expected an IOPS like `20000 IOPS`"),
         (1000, Dimension.BANDWIDTH, "found bare number 1000"),
         ("1000", Dimension.BANDWIDTH, "found bare number '1000'"),
         ("1 k", Dimension.SIZE, "unknown unit 'k'"),
@@ -63,8 +66,46 @@ def test_convert_between_decimal_and_binary_prefixes():
 
 @pytest.mark.parametrize(
     "value, unit, text",
-    [(2080.44, "MB/s", "2080 MB/s"), (0.012346, "ms", "0.01235 ms"), (23.54057, "GiB", "23.54 GiB"),
+    [(2080.44, "MB/s", "2.08 GB/s"), (0.012346, "ms", "0.01235 ms"), (9999.4, "samples/s", "9999 samples/s"), (23.54057, "GiB", "23.54 GiB"),
      (0.0, "", "0"), (None, "MB/s", "-"), ("H100", "text", "H100"), (95.0, "%", "95%"), (1.0, "GiB", "1 GiB")],
 )
 def test_format_value_keeps_four_significant_figures(value, unit, text):
     assert format_value(value, unit) == text
+
+
+@pytest.mark.parametrize(
+    "value, unit, text",
+    [(0.0625, "GiB", "64 MiB"),  # Docker's default /dev/shm, as a person says it
+     (0.9936, "MB", "993.6 kB"), (4070.0, "MB/s", "4.07 GB/s"), (0.0005, "GB/s", "500 kB/s"),
+     (1023.99, "MiB", "1 GiB"),  # rounded before choosing, never "1024 MiB"
+     (1000.0, "MiB", "1000 MiB"), (1048576.0, "GiB", "1024 TiB"), (67108864.0, "B", "64 MiB"),
+     (0.5, "B", "0.5 B"), (0.0, "GiB", "0 GiB"), (-0.5, "GiB", "-512 MiB"),
+     (77143.0, "IOPS", "77143 IOPS"), (0.0625, "s", "0.0625 s"), (90.0, "%", "90%")],
+)
+def test_sizes_and_bandwidths_take_the_prefix_a_person_would_say(value, unit, text):
+    assert format_value(value, unit) == text
+
+
+def test_readable_stays_in_the_family_and_leaves_other_units_alone():
+    assert readable(0.0625, "GiB") == (64.0, "MiB")
+    assert readable(2500.0, "kB") == (2.5, "MB")  # decimal stays decimal
+    assert readable(2048.0, "KiB/s") == (2.0, "MiB/s")  # binary stays binary
+    assert readable(0.5, "ms") == (0.5, "ms") and readable(12345.0, "") == (12345.0, "")
+    assert readable(float("inf"), "GB/s") == (float("inf"), "GB/s")
+
+
+@pytest.mark.parametrize(
+    "phrase, expected",
+    [("IOPS", "an IOPS"), ("MB/s", "an MB/s"), ("GB/s", "a GB/s"), ("GiB", "a GiB"), ("NVMe drive", "an NVMe drive"),
+     ("H100", "an H100"), ("CPU build", "a CPU build"), ("USB stick", "a USB stick"),
+     ("size", "a size"), ("bandwidth", "a bandwidth"), ("sample rate", "a sample rate"), ("file rate", "a file rate"),
+     ("duration", "a duration"), ("percentage", "a percentage"), ("count", "a count"), ("text", "a text"),
+     ("version", "a version"), ("interval", "an interval"), ("overlay", "an overlay"), ("unit", "a unit"),
+     ("user", "a user"), ("one-line fix", "a one-line fix"), ("hour", "an hour"), ("uint8", "a uint8"),
+     ("docker", "a docker"), ("kubernetes", "a kubernetes"),
+     ("8 MiB", "an 8 MiB"), ("64 MiB", "a 64 MiB"), ("8192x8192", "an 8192x8192"), ("1024x1024", "a 1024x1024"),
+     ("11 GB", "an 11 GB"), ("18000 files", "an 18000 files"), ("110 ms", "a 110 ms"), ("80 s", "an 80 s"),
+     ("1 GiB", "a 1 GiB"), ("0.5 s", "a 0.5 s")],
+)
+def test_the_article_follows_the_sound_of_the_next_word(phrase, expected):
+    assert with_article(phrase) == expected

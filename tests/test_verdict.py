@@ -22,7 +22,7 @@ def test_pass_fail_and_warn_follow_the_threshold():
     [capped] = judge(instance(thresholds=[seq_read(high=920.0)]), measured)
     assert (passed.verdict, failed.verdict, warned.verdict, capped.verdict) == ("pass", "fail", "warn", "fail")
     assert failed.value == 950.0  # the median of the samples is what is compared
-    assert failed.message == "measured 950 MB/s, required >= 1000 MB/s"
+    assert failed.message == "measured 950 MB/s, required >= 1 GB/s"
     assert capped.message == "measured 950 MB/s, required <= 920 MB/s"
     assert failed.samples == (900.0, 950.0, 1000.0)
     assert failed.where == "t.yaml:3:5"
@@ -85,7 +85,7 @@ def test_shm_hint_names_the_fix_with_the_numbers():
     threshold = Threshold("size", 8.0, None, "fail", "t.yaml:4:5")
     [result] = judge(Instance("shm", "shm", {"path": "/dev/shm", "allocate": 1}, (threshold,), 60, 1, True, ""),
                      outcome)
-    assert result.hint.startswith("/dev/shm has 0.0625 GiB, >= 8 GiB is needed: start the container with "
+    assert result.hint.startswith("/dev/shm has 64 MiB, >= 8 GiB is needed: start the container with "
                                   "--shm-size=8g")
 
 

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from preflight.host import gpu, nvml
 from preflight.checks.base import Budget, Metric, Option
 from preflight.measurement import Measurement, not_applicable, unmeasurable
-from preflight.units import Dimension, to_unit
+from preflight.units import Dimension, to_unit, with_article
 
 NAME = "cuda"
 HELP = "CUDA devices and driver (torch, NVML), per-GPU health (ECC, PCIe link, clocks) and a smoke kernel"
@@ -143,7 +143,7 @@ def _smoke(cuda: gpu.TorchCuda, index: int, options: Mapping[str, Any], where: s
         matmul = Measurement("matmul_error", error, "", device=where,
                              method=f"{size}x{size} float32 matmul, GPU vs CPU, TF32 off")
     except RuntimeError as failure:
-        matmul = unmeasurable("matmul_error", f"the GPU failed a {size}x{size} matmul ({_first_line(failure)}); "
+        matmul = unmeasurable("matmul_error", f"the GPU failed {with_article(f'{size}x{size}')} matmul ({_first_line(failure)}); "
                                               f"check dmesg for Xid errors", "", where)
     try:
         allocated, free = cuda.allocate_share(index, share)

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from preflight.checks.base import Budget, Metric, Option
 from preflight.host.fsinfo import filesystem_of
 from preflight.measurement import Measurement, unmeasurable
-from preflight.units import Dimension, to_unit
+from preflight.units import Dimension, format_value, to_unit
 
 _FIX = (
     "{path} has {measured}, {required} is needed: start the container with --shm-size=8g, or in Kubernetes "
@@ -61,7 +61,7 @@ def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
 
 def _allocatable(path: str, wanted: int) -> Measurement:
     """Reserve ``wanted`` bytes; on ENOSPC halve until a reservation succeeds (or < 1 MiB)."""
-    method = f"posix_fallocate of {to_unit(wanted, 'GiB'):g} GiB in {path}"
+    method = f"posix_fallocate of {_size(wanted)} in {path}"
     size = wanted
     while size >= 1 << 20:
         try:
@@ -72,6 +72,10 @@ def _allocatable(path: str, wanted: int) -> Measurement:
                 return unmeasurable("allocatable", f"cannot allocate in {path}: {error.strerror}", "GiB")
             size //= 2
             continue
-        reason = "" if size == wanted else f"only {to_unit(size, 'GiB'):.3g} GiB of {to_unit(wanted, 'GiB'):g} GiB could be reserved"
+        reason = "" if size == wanted else f"only {_size(size)} of {_size(wanted)} could be reserved"
         return Measurement("allocatable", to_unit(size, "GiB"), "GiB", method=method, reason=reason)
     return Measurement("allocatable", 0.0, "GiB", method=method, reason=f"not even 1 MiB could be reserved in {path}")
+
+
+def _size(nbytes: int) -> str:
+    return format_value(to_unit(nbytes, "GiB"), "GiB")

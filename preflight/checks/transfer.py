@@ -22,7 +22,7 @@ from preflight.host import gpu, gpu_memory, hostmem, nvml
 from preflight.checks.base import Budget, Metric, Option
 from preflight.measurement import Measurement, not_applicable, unmeasurable
 from preflight.sampling import sample
-from preflight.units import Dimension, format_value, to_unit
+from preflight.units import Dimension, format_value, to_unit, with_article
 
 NAME = "transfer"
 HELP = "pinned and pageable H2D/D2H bandwidth per GPU (nvbandwidth method), vs the PCIe link, NUMA placement"
@@ -112,7 +112,7 @@ def _copy(cuda: gpu.TorchCuda, index: int, metric: str, size: int, budget_s: flo
         return unmeasurable(metric, hostmem.pinned_failure(gpu_memory.pinned_block(size), _first_line(error), root,
                                                            requested=size), "GB/s", where)
     except gpu_memory.DeviceMemoryError as error:
-        return unmeasurable(metric, f"{where} has no room for a {format_value(to_unit(size, 'MiB'), 'MiB')} copy "
+        return unmeasurable(metric, f"{where} has no room for {with_article(format_value(to_unit(size, 'MiB'), 'MiB'))} copy "
                                     f"buffer ({_first_line(error)}): another process holds its memory (see "
                                     f"nvidia-smi), or lower transfer.size", "GB/s", where)
     except RuntimeError as error:  # gpu_memory.DeviceFault and anything else CUDA raised mid-copy

@@ -1,42 +1,137 @@
-"""``preflight explain CHECK``: what a check measures, its method and sources, its options and metrics.
+"""``preflight explain CHECK`` or ``CHECK.METRIC``: what it measures, how, and its options and metrics.
 
-Generated from the check module's docstring and its OPTIONS/METRICS tables, like ``list``.
+Generated from the check module's docstring and its OPTIONS/METRICS tables, like ``list``, and
+printed as plain text: the docstrings' reStructuredText markup (double backticks, roles, link
+targets) is taken out and their paragraphs are wrapped to the terminal.
 """
 
 from __future__ import annotations
 
 import inspect
+import re
 
 from preflight.checks import CHECKS
-from preflight.checks.base import Metric
-from preflight.commands.list_checks import metric_line, option_line
+from preflight.checks.base import Check, Metric
+from preflight.commands.list_checks import Columns, metric_lines, option_lines, unit_name
 from preflight.config import _suggest
 from preflight.errors import UsageError
+from preflight.report.console import terminal_width, wrap
 from preflight.units import UNITS, example
 
 
-def render(name: str) -> str:
-    """The explanation as text.
+def render(name: str, width: int | None = None) -> str:
+    """The explanation of a check (``storage``) or of one of its metrics (``storage.seq_read``, also
+    ``cuda.temperature[cuda:0]`` as a report names it), every line within ``width``.
 
     Raises:
-        UsageError: ``name`` is not a registered check; the message suggests the closest.
+        UsageError: not a registered check, or not a metric of it; the message suggests the closest.
     """
-    if name not in CHECKS:
-        raise UsageError(f"unknown check `{name}`{_suggest(name, CHECKS)} (`preflight list` shows them all)")
-    check = CHECKS[name]
-    lines = [f"{name}: {check.HELP}", "", inspect.cleandoc(check.__doc__ or ""), ""]
+    width = width or terminal_width()
+    check_name, _, metric_name = re.sub(r"\[[^\]]*\]$", "", name).partition(".")
+    if check_name not in CHECKS:
+        raise UsageError(f"unknown check `{check_name}`{_suggest(check_name, CHECKS)} (`preflight list` shows "
+                         f"them all)")
+    check = CHECKS[check_name]
+    if not metric_name:
+        return _check(check_name, check, width)
+    metrics = {metric.name: metric for metric in check.METRICS}
+    if metric_name not in metrics:
+        raise UsageError(f"`{check_name}` has no metric `{metric_name}`{_suggest(metric_name, metrics)} "
+                         f"(`preflight explain {check_name}` lists them)")
+    return _metric(check_name, check, metrics[metric_name], width)
+
+
+def _check(name: str, check: Check, width: int) -> str:
+    columns = Columns.of([check])
+    lines = wrap(f"{name}: {check.HELP}", width, "", "  ") + [""] + _docstring(check, width) + [""]
     if check.OPTIONS:
         lines.append("parameters (name, kind, default):")
-        lines += [f"  {option_line(option)}" for option in check.OPTIONS]
+        lines += [line for option in check.OPTIONS for line in option_lines(option, columns, width, "  ")]
         lines.append("")
     lines.append("metrics (name, unit, direction):")
-    lines += [f"  {metric_line(metric)}" for metric in check.METRICS]
+    lines += [line for metric in check.METRICS for line in metric_lines(metric, columns, width, "  ")]
     hints = [(metric.name, metric.hint) for metric in check.METRICS if metric.hint]
     if hints:
-        lines += ["", "fixes suggested on a miss:"] + [f"  {metric}: {hint}" for metric, hint in hints]
+        lines += ["", "fixes suggested on a miss:"]
+        lines += [line for metric, hint in hints for line in wrap(f"{metric}: {_fields(hint)}", width, "  ", "    ")]
     lines += ["", "in thresholds.yaml:", "  checks:", f"    {name}:"]
-    lines += [f"      {metric.name}: {{min: {_example(metric)}}}" for metric in check.METRICS if not metric.is_text][:3]
+    lines += [_threshold(metric) for metric in check.METRICS if not metric.is_text][:3]
+    lines += ["", f"`preflight explain {name}.METRIC` explains one metric."]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _metric(name: str, check: Check, metric: Metric, width: int) -> str:
+    """What one metric measures, its unit and direction, the check's method and source, and its fix."""
+    label = f"{name}.{metric.name}"
+    lines = wrap(f"{label}: {metric.help}", width, "", "  ") + [""]
+    unit = unit_name(metric)
+    if not (metric.is_text or metric.is_version or metric.unit == ""):
+        dimension = UNITS[metric.unit].dimension
+        unit += f" (a threshold may use any {dimension.value} unit, like {example(dimension)})"
+    facts = [("unit", unit), ("direction", _direction(metric))]
+    if metric.per_device:
+        facts.append(("per device", f"one result per GPU, named like {label}[cuda:0]"))
+    facts.append(("method", " ".join(_plain(_summary(check)).split())))
+    if metric.hint:
+        facts.append(("fix on a miss", _fields(metric.hint)))
+    for key, text in facts:
+        lines += wrap(text, width, f"  {key + ':':<15}", " " * 17)
+    lines += ["", "in thresholds.yaml:", "  checks:", f"    {name}:"]
+    lines += [_threshold(metric), "", f"`preflight explain {name}` explains the whole check."]
+    return "\n".join(lines) + "\n"
+
+
+def _direction(metric: Metric) -> str:
+    if metric.is_text:
+        return "none: a text, judged by a regular expression (`match`)"
+    return {True: "higher is better (a threshold is a `min`)", False: "lower is better (a threshold is a `max`)",
+            None: "not ordered"}[metric.higher_is_better]
+
+
+def _summary(check: Check) -> str:
+    """The docstring's first line and its ``Method:`` paragraph, if it has one: how the check measures, and whose
+    method it follows."""
+    paragraphs = inspect.cleandoc(check.__doc__ or "").split("\n\n")
+    method = [p for p in paragraphs[1:] if p.startswith("Method:")]
+    return "\n".join(paragraphs[:1] + [p.removeprefix("Method:").strip() for p in method[:1]])
+
+
+def _docstring(check: Check, width: int) -> list[str]:
+    """The check's docstring as plain text: markup taken out, paragraphs rewrapped, indented blocks kept as they are."""
+    lines: list[str] = []
+    for paragraph in _plain(inspect.cleandoc(check.__doc__ or "")).split("\n\n"):
+        if paragraph.startswith(" "):  # a literal block (a formula): its line breaks are its meaning
+            lines += paragraph.splitlines()
+        else:
+            lines += wrap(" ".join(paragraph.split()), width)
+        lines.append("")
+    return lines[:-1]
+
+
+_ROLE = re.compile(r":[\w:.-]+:`~?(?:[^`<]*<)?([^`>]+)>?`")  # :func:`x`, :class:`~a.B` -> B, :ref:`text <target>`
+_LINK = re.compile(r"`([^`<]+?)\s*<([^>]+)>`_{1,2}")  # `text <https://...>`_
+_LITERAL = re.compile(r"``([^`]+)``")
+
+
+def _plain(text: str) -> str:
+    """reStructuredText to plain text: ``x`` and :role:`x` become x, `text <url>`_ becomes text (url),
+    and a ``::`` ending a paragraph becomes ``:``."""
+    text = _LINK.sub(r"\1 (\2)", text)
+    text = _ROLE.sub(lambda m: m.group(1).rsplit(".", 1)[-1] if "~" in m.group(0) else m.group(1), text)
+    text = _LITERAL.sub(r"\1", text)
+    return re.sub(r"(\S)::$", r"\1:", text, flags=re.MULTILINE)
+
+
+def _fields(hint: str) -> str:
+    """A hint template for reading: ``{measured}`` and ``{path}`` shown as ``<measured>`` and ``<path>``."""
+    return re.sub(r"\{(\w+)\}", r"<\1>", hint)
+
+
+def _threshold(metric: Metric) -> str:
+    """The metric's line in a thresholds.yaml example: a bound on the side its direction says."""
+    bound = "match: H100" if metric.is_text else \
+        f"{'max' if metric.higher_is_better is False else 'min'}: {_example(metric)}"
+    return f"      {metric.name}: {{{bound}}}"
 
 
 def _example(metric: Metric) -> str:

@@ -6,34 +6,63 @@ check reference is ``preflight list --markdown``, and a test keeps the two ident
 
 from __future__ import annotations
 
+from typing import Iterable, NamedTuple
+
 from preflight.checks import CHECKS
-from preflight.checks.base import Metric, Option
+from preflight.checks.base import Check, Metric, Option
+from preflight.report.console import terminal_width, wrap
 from preflight.units import Dimension, example
 
 _DIRECTION = {True: "higher is better", False: "lower is better", None: "text"}
 
 
-def render() -> str:
+def render(width: int | None = None) -> str:
+    """Every check: its help, then each option (name, kind, default) and metric (name, unit, direction) on an
+    aligned line with its help wrapped beneath, every line within ``width`` (by default the terminal's, else 80)."""
+    width = width or terminal_width()
+    columns = Columns.of(CHECKS.values())
     lines: list[str] = []
     for name, check in CHECKS.items():
-        lines.append(f"{name}: {check.HELP}")
+        lines += wrap(f"{name}: {check.HELP}", width, "", "  ")
         if check.OPTIONS:
             lines.append("  parameters:")
-            lines += [f"    {option_line(option)}" for option in check.OPTIONS]
+            lines += [line for option in check.OPTIONS for line in option_lines(option, columns, width, "    ")]
         lines.append("  metrics:")
-        lines += [f"    {metric_line(metric)}" for metric in check.METRICS]
+        lines += [line for metric in check.METRICS for line in metric_lines(metric, columns, width, "    ")]
         lines.append("")
     return "\n".join(lines)
 
 
-def option_line(option: Option) -> str:
-    """``name  kind  default D  help`` on one line (``list`` and ``explain``)."""
-    return f"{option.name:<16} {_kind(option, plain=True):<12} default {_default(option):<10} {option.help}"
+class Columns(NamedTuple):
+    """Widths that line up every check's options and metrics, whatever the longest name."""
+
+    option: int
+    kind: int
+    default: int
+    metric: int
+    unit: int
+
+    @classmethod
+    def of(cls, checks: Iterable[Check]) -> Columns:
+        checks = list(checks)
+        options = [option for check in checks for option in check.OPTIONS]
+        metrics = [metric for check in checks for metric in check.METRICS]
+        return cls(max(len(o.name) for o in options), max(len(_kind(o, plain=True)) for o in options),
+                   max(len(_default(o)) for o in options), max(len(m.name) for m in metrics),
+                   max(len(unit_name(m)) for m in metrics))
 
 
-def metric_line(metric: Metric) -> str:
-    """``name  unit  direction: help`` on one line (``list`` and ``explain``)."""
-    return f"{metric.name:<20} {_unit(metric):<10} {_direction(metric)}: {metric.help}"
+def option_lines(option: Option, columns: Columns, width: int, indent: str) -> list[str]:
+    """``name  kind  default D``, then the help beneath (``list`` and ``explain``)."""
+    head = (f"{indent}{option.name:<{columns.option}}  {_kind(option, plain=True):<{columns.kind}}  "
+            f"default {_default(option)}")
+    return wrap(head, width, "", indent + "  ") + wrap(option.help, width, indent + "    ", indent + "    ")
+
+
+def metric_lines(metric: Metric, columns: Columns, width: int, indent: str) -> list[str]:
+    """``name  unit  direction``, then the help (what is measured, and how) beneath (``list`` and ``explain``)."""
+    head = f"{indent}{metric.name:<{columns.metric}}  {unit_name(metric):<{columns.unit}}  {direction(metric)}"
+    return wrap(head, width, "", indent + "  ") + wrap(metric.help, width, indent + "    ", indent + "    ")
 
 
 def render_markdown() -> str:
@@ -46,7 +75,7 @@ def render_markdown() -> str:
             lines += [f"| `{o.name}` | {_kind(o)} | `{_default(o)}` | {_escape(o.help)} |" for o in check.OPTIONS]
             lines.append("")
         lines += ["| metric | unit | direction | what and how |", "| --- | --- | --- | --- |"]
-        lines += [f"| `{m.name}` | {_unit(m)} | {_direction(m)} | {_escape(m.help)} |" for m in check.METRICS]
+        lines += [f"| `{m.name}` | {unit_name(m)} | {direction(m)} | {_escape(m.help)} |" for m in check.METRICS]
         lines.append("")
     return "\n".join(lines)
 
@@ -57,7 +86,7 @@ def _kind(option: Option, plain: bool = False) -> str:
             return option.kind.value
         return f"{option.kind.value} (`{example(option.kind)}`)" if option.kind is not Dimension.COUNT else "number"
     if option.kind == "choice":
-        return " \\| ".join(option.choices)
+        return "|".join(option.choices) if plain else " \\| ".join(option.choices)
     return {"int_or_auto": "int or auto"}.get(option.kind, option.kind)
 
 
@@ -67,11 +96,11 @@ def _default(option: Option) -> str:
     return str(option.default).lower() if isinstance(option.default, bool) else str(option.default)
 
 
-def _unit(metric: Metric) -> str:
+def unit_name(metric: Metric) -> str:
     return metric.unit or "count"
 
 
-def _direction(metric: Metric) -> str:
+def direction(metric: Metric) -> str:
     direction = "not ordered" if metric.higher_is_better is None and not metric.is_text else \
         _DIRECTION[metric.higher_is_better]
     return direction + (", per device" if metric.per_device else "")

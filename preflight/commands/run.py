@@ -13,12 +13,16 @@ import argparse
 import os
 import sys
 import time
-from typing import Mapping, TextIO
 
 from preflight import __version__
-from preflight.io import tempdir
 from preflight.errors import UsageError
-from preflight.report.progress import Progress
+
+TYPE_CHECKING = False  # as in cli: typing is not imported for `--help`
+if TYPE_CHECKING:
+    from typing import Mapping, TextIO
+
+# Only what the parser needs is imported here: `preflight --help` builds this command's arguments and
+# must stay as fast as a bare interpreter (bench/cli_startup.py); main() imports the run's machinery.
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,7 +56,9 @@ def main(args: argparse.Namespace, environ: Mapping[str, str] = os.environ, stdo
          stderr: TextIO | None = None) -> int:
     """Parse, load, run, and hand the run over to ``report.deliver``; returns the exit code."""
     from preflight import config, report, runner
+    from preflight.io import tempdir
     from preflight.report import deliver
+    from preflight.report.progress import Progress
 
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     path = config.resolve_path(args.config)

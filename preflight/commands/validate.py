@@ -1,4 +1,4 @@
-"""``preflight validate -c FILE``: load and check a thresholds file exactly as ``run`` would, measuring nothing.
+"""``preflight validate [FILE]`` (or ``-c FILE``, as ``run`` takes it): load and check a thresholds file exactly as ``run`` would, measuring nothing.
 
 Prints one line per instance (``storage (storage): 1 threshold, timeout 120s``) and exits 0;
 an invalid file raises the same ``ConfigError`` as ``run`` (``FILE:LINE:COL: ...``, exit 2).
@@ -11,11 +11,16 @@ import sys
 from typing import TextIO
 
 from preflight import config
+from preflight.errors import UsageError
 
 
 def main(args: argparse.Namespace, stdout: TextIO | None = None) -> int:
     stdout = stdout or sys.stdout
-    path = config.resolve_path(args.config)
+    given = getattr(args, "file", None)
+    if given and args.config and given != args.config:
+        raise UsageError(f"two thresholds files, {given} and -c {args.config}: give one, as "
+                         f"`preflight validate FILE` or `-c FILE`")
+    path = config.resolve_path(given or args.config)
     loaded = config.load(path, args.overrides, baseline=getattr(args, "baseline", None))
     count = sum(len(instance.thresholds) for instance in loaded.instances)
     stdout.write(f"{path}: valid, {len(loaded.instances)} checks, {count} thresholds\n")

@@ -31,8 +31,8 @@ from preflight.config import Config, Instance
 from preflight.fleet.distributed import Fleet, FleetError, Launch
 from preflight.report import RunReport
 from preflight.report.merge import Contribution, merge, partial
-from preflight.errors import UsageError
-from preflight.verdict import EXIT_GATE_FAILED, EXIT_USAGE, Outcome, Result, exit_code, judge
+from preflight.errors import EXIT_USAGE, UsageError
+from preflight.verdict import EXIT_GATE_FAILED, Outcome, Result, exit_code, judge
 
 WriteReports = Callable[[list[RunReport]], None]
 

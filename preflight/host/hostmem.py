@@ -12,12 +12,18 @@ import resource
 from pathlib import Path
 
 from preflight.host import cgroup_memory
+from preflight.units import format_value, with_article
 
 
 def memlock_limit() -> str:
     """RLIMIT_MEMLOCK (soft), for people: ``"unlimited"`` or ``"64 MiB"``."""
     soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
-    return "unlimited" if soft == resource.RLIM_INFINITY else f"{soft / 2**20:g} MiB"
+    return "unlimited" if soft == resource.RLIM_INFINITY else _size(soft)
+
+
+def _size(nbytes: float) -> str:
+    """``64 MiB``, ``1.5 GiB``: a byte count as a person would say it."""
+    return format_value(float(nbytes), "B")
 
 
 def mem_available(root: str = "/") -> int | None:
@@ -57,20 +63,19 @@ def pinned_failure(size: int, error: str, root: str = "/", environ: dict[str, st
     behalf. None of this is a GPU fault (CUDA C++ Best Practices Guide, "Pinned Memory").
     ``requested``: what the caller asked for, when the allocator rounded it up to ``size``.
     """
-    gib = 2**30
     facts = [f"RLIMIT_MEMLOCK {memlock_limit()}"]
     available, limit = mem_available(root), cgroup_memory_limit(root)
-    facts.append(f"MemAvailable {available / gib:.1f} GiB" if available is not None else "MemAvailable unknown")
-    facts.append(f"cgroup memory limit {limit / gib:.1f} GiB" if limit is not None else "no cgroup memory limit")
+    facts.append(f"MemAvailable {_size(available)}" if available is not None else "MemAvailable unknown")
+    facts.append(f"cgroup memory limit {_size(limit)}" if limit is not None else "no cgroup memory limit")
     runtime = container_runtime(root, environ)
     fix = {
         "docker": "raise --memory and run with --ulimit memlock=-1",
         "podman": "raise --memory and run with --ulimit memlock=-1",
         "kubernetes": "raise the pod's memory limit (pinned pages count against it) and the node's memlock ulimit",
     }.get(runtime, "free host memory or raise `ulimit -l`")
-    where = f" in a {runtime} container" if runtime else ""
-    asked = f" ({requested / gib:.2f} GiB requested, rounded up)" if requested not in (None, size) else ""
-    return (f"could not pin {size / gib:.2f} GiB{asked} of host memory{where} ({error}); {', '.join(facts)}: {fix}; "
+    where = f" in {with_article(runtime)} container" if runtime else ""
+    asked = f" ({_size(requested)} requested, rounded up)" if requested not in (None, size) else ""
+    return (f"could not pin {_size(size)}{asked} of host memory{where} ({error}); {', '.join(facts)}: {fix}; "
             f"this is a host memory limit, not a GPU fault")
 
 

@@ -42,6 +42,17 @@ class RunReport:
         return collections.Counter(result.verdict for result in self.results)
 
 
+# How a count of each verdict reads: "1 error", "2 errors", "1 warning", "3 passed".
+_COUNTED = {"fail": ("failed", "failed"), "error": ("error", "errors"), "warn": ("warning", "warnings"),
+            "pass": ("passed", "passed"), "skip": ("skipped", "skipped"), "info": ("info", "info")}
+
+
+def tally(counts: Mapping[str, int], info: bool = True) -> str:
+    """``12 failed, 1 error, 2 warnings, 9 passed, 10 info``: each verdict that occurred, in that order."""
+    return ", ".join(f"{counts[v]} {words[counts[v] != 1]}" for v, words in _COUNTED.items()
+                     if counts.get(v) and (info or v != "info"))
+
+
 def build(config_path: str, config_digest: str, results: Sequence[Result], started: datetime,
           duration_s: float) -> RunReport:
     """Assemble the report; host facts come from ``host_facts`` and the cuda check's results."""

@@ -1,20 +1,38 @@
 """The console table: one line per result with dot leaders, then failures with their fixes.
 
-Colour only on a terminal and never when ``NO_COLOR`` is set (no-color.org).
+Every line fits the width: the terminal's when stdout is one, else 80 columns (a CI log, a
+pipe). Columns are as wide as their longest cell: an id too long for its column goes on a
+line of its own above its row, a requirement too long for its column wraps inside it, the
+duration column is shown only when every id fits beside it, and notes and fixes wrap with
+a hanging indent. Colour only on a terminal and never when ``NO_COLOR`` is set (no-color.org).
 """
 
 from __future__ import annotations
 
 import os
-from typing import TextIO
+import re
+import shutil
+import sys
+import textwrap
+from itertools import zip_longest
+from typing import Callable, NamedTuple, TextIO
 
-from preflight.report import RunReport
-from preflight.units import format_value
+from preflight.report import RunReport, tally
+from preflight.units import UNITS, format_value
 from preflight.verdict import Result
 
-WIDTH = 46
+DEFAULT_WIDTH = 80  # when stdout is not a terminal
+MIN_WIDTH = 40  # narrower terminals get 40-column lines
+_VERDICT = 5  # "ERROR"
+_MEASURED_MAX = 16  # "123456 samples/s"; a longer value wraps, or spans the requirement column when it has none
+_REQUIRED_MIN = 14  # ">= 1000 files/s": the requirement column never shrinks below this for long ids
 _COLOURS = {"pass": "32", "info": "2", "skip": "33", "warn": "33", "fail": "31", "error": "31;1"}
-_PLURAL = {"fail": "failed", "error": "error", "warn": "warnings", "pass": "passed", "skip": "skipped", "info": "info"}
+
+Paint = Callable[[str, str], str]
+# Spaces a line must not break at: after ">=" and "<=", and between a number and its unit ("4.07 GB/s").
+_UNIT_SYMBOLS = "|".join(re.escape(s) for s in sorted(UNITS, key=len, reverse=True) if s)
+_GLUED = re.compile(rf"(?<=[<>]=) |(?<=\d) (?=(?:{_UNIT_SYMBOLS})(?![\w/]))")
+_GLUE = "\x00"  # stands for a glued space while wrapping; never in a report's text
 
 
 def use_colour(stream: TextIO, choice: str = "auto") -> bool:
@@ -24,30 +42,44 @@ def use_colour(stream: TextIO, choice: str = "auto") -> bool:
     return "NO_COLOR" not in os.environ and hasattr(stream, "isatty") and stream.isatty()
 
 
-def render(report: RunReport, colour: bool = False) -> str:
-    """The whole table as text, ending with the ``== 1 failed, 12 passed in 41.2s ==`` line."""
+def terminal_width(stream: TextIO | None = None) -> int:
+    """The columns to fit: the terminal's (``shutil.get_terminal_size``) when ``stream`` is one, else 80."""
+    stream = stream or sys.stdout
+    if hasattr(stream, "isatty") and stream.isatty():
+        return max(MIN_WIDTH, shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns)
+    return DEFAULT_WIDTH
+
+
+def render(report: RunReport, colour: bool = False, width: int | None = None) -> str:
+    """The whole table as text, ending with the ``== 1 failed, 12 passed in 41.2s ==`` line.
+
+    ``width``: the columns every line fits in (at least 40); by default ``terminal_width()``.
+    """
+    width = max(MIN_WIDTH, width or terminal_width())
     paint = _painter(colour)
     where = report.host
     if "node_rank" in report.facts:  # a fleet run: which node and ranks this table is
         where += f" (node {report.facts['node_rank']}, ranks {report.facts.get('ranks', '?')})"
-    lines = [f"preflight on {where} · {report.config_path}"]
+    lines = wrap(f"preflight on {where} · {report.config_path}", width, "", "  ")
     results = list(report.results)
+    cells = [_Cells.of(result) for result in results]
+    columns = _Columns.fit(cells, width)
     for index, result in enumerate(results):
-        lines.append(_row(result, paint))
+        lines += _row(cells[index], columns, width, paint)
         following = results[index + 1] if index + 1 < len(results) else None
         if result.note and not (following and following.note == result.note and following.instance == result.instance):
-            lines.append(_note(results, index))
+            lines += _note(results, index, width)
     misses = [r for r in report.results if r.verdict in ("fail", "error", "warn")]
     if misses:
         lines += ["", "what to fix:"]
         for ids, message, hint in _fixes(misses):
-            lines.append(f"  {ids}: {message}")
+            lines += wrap(f"{ids}: {message}", width, "  ", "    ")
             if hint:
-                lines.append(f"    fix: {hint}")
-    counts = report.counts()
-    summary = ", ".join(f"{counts[v]} {_PLURAL[v]}" for v in _PLURAL if counts.get(v))
+                lines += wrap(hint, width, "    fix: ", "         ")
+    summary = tally(report.counts())
     verdict = "fail" if report.exit_code else "pass"
-    lines.append(paint(verdict, f"== {summary or 'nothing run'} in {report.duration_s:.1f}s =="))
+    lines += [paint(verdict, line) for line in
+              wrap(f"== {summary or 'nothing run'} in {report.duration_s:.1f}s ==", width, "", "   ")]
     return "\n".join(lines) + "\n"
 
 
@@ -70,17 +102,96 @@ def _fixes(misses: list[Result]) -> list[tuple[str, str, str]]:
     return fixes
 
 
-def _row(result: Result, paint: object) -> str:
-    label = f"{result.id} ".ljust(WIDTH, ".")
-    measured = format_value(result.value, "" if result.unit in ("version", "text") else result.unit)
-    if result.value is None:
-        measured = "not run" if result.verdict == "error" else "not measured"
-    verdict = paint(result.verdict, f"{result.verdict.upper():<5}")  # type: ignore[operator]
-    return f"{label} {verdict} {measured:>16}  {result.required:<20} {result.duration_s:5.1f}s"
+class _Cells(NamedTuple):
+    """One result's row as text, before it is laid out."""
+
+    id: str
+    verdict: str
+    measured: str
+    required: str
+    duration: str
+
+    @classmethod
+    def of(cls, result: Result) -> _Cells:
+        measured = format_value(result.value, "" if result.unit in ("version", "text") else result.unit)
+        if result.value is None:
+            measured = "not run" if result.verdict == "error" else "not measured"
+        return cls(result.id, result.verdict, measured, result.required, f"{result.duration_s:.1f}s")
 
 
+class _Columns(NamedTuple):
+    """Widths of the label (id and dot leaders), measured, required and duration columns; duration 0: not shown."""
 
-def _note(results: list[Result], last: int) -> str:
+    label: int
+    measured: int
+    required: int
+    duration: int
+
+    @classmethod
+    def fit(cls, rows: list[_Cells], width: int) -> _Columns:
+        """The widths that fit ``width`` with the fewest extra lines (ids on lines of their own, wrapped
+        requirements); among those, the duration column when it costs no line, then the widest requirement."""
+        measured = max([len(row.measured) for row in rows if len(row.measured) <= _MEASURED_MAX] + [1])
+        natural = max([len(row.required) for row in rows] + [0])
+        duration = max([len(row.duration) for row in rows] + [0])
+        longest_id = max([len(row.id) for row in rows] + [0])
+        fixed = 1 + _VERDICT + 1 + measured + 2  # " VERDICT measured  "
+        best: tuple[tuple[int, bool, int], _Columns] | None = None
+        for shown in (duration, 0):
+            for required in range(min(natural, _REQUIRED_MIN), natural + 1):
+                label = width - fixed - required - (1 + shown if shown else 0)
+                if label < 0:
+                    continue
+                columns = cls(min(label, longest_id + 4), measured, required, shown)
+                key = (columns._extra_lines(rows, width), not shown, -required)
+                if best is None or key < best[0]:
+                    best = (key, columns)
+        assert best is not None, f"no layout fits {width} columns"  # cannot happen from MIN_WIDTH up
+        chosen = best[1]
+        # A long text with no requirement spans the measured and requirement columns: widen the latter into
+        # what the line has left, so `ext4 at / (/dev/vda, rw,relatime)` stays on one line when it can.
+        span = chosen.measured + 2 + chosen.required
+        longest_text = max([len(row.measured) for row in rows if not row.required] + [0])
+        used = chosen.label + 1 + _VERDICT + 1 + span + (1 + chosen.duration if chosen.duration else 0)
+        return chosen._replace(required=chosen.required + max(0, min(width - used, longest_text - span)))
+
+    def _extra_lines(self, rows: list[_Cells], width: int) -> int:
+        """Lines beyond one per row: ids moved above their row, requirements wrapped in their column."""
+        extra = 0
+        for row in rows:
+            if len(row.id) + 2 > self.label:
+                extra += -(-len(row.id) // width)
+            if len(row.required) > self.required:
+                extra += len(wrap(row.required, self.required)) - 1
+        return extra
+
+
+def _row(cells: _Cells, columns: _Columns, width: int, paint: Paint) -> list[str]:
+    """The row's lines: the id alone first when it does not fit its column, then the values, wrapped in theirs."""
+    lines = []
+    if len(cells.id) + 2 <= columns.label:
+        label = f"{cells.id} ".ljust(columns.label, ".")
+    else:
+        lines += wrap(cells.id, width, "", "")
+        label = "  " + "." * (columns.label - 2) if columns.label >= 4 else " " * columns.label
+    span = columns.measured + 2 + columns.required
+    required = [part.ljust(columns.required) for part in wrap(cells.required, columns.required)] \
+        if cells.required else []
+    if len(cells.measured) > columns.measured:  # a long text: it spans the value columns, its requirement below
+        values = [part.ljust(span) for part in wrap(cells.measured, span)]
+        values += [" " * (columns.measured + 2) + part for part in required]
+    else:
+        values = [f"{m or '':>{columns.measured}}  {r or ''}".ljust(span)
+                  for m, r in zip_longest([cells.measured], required)]
+    verdict = paint(cells.verdict, f"{cells.verdict.upper():<{_VERDICT}}")
+    duration = f" {cells.duration:>{columns.duration}}" if columns.duration else ""
+    lines.append(f"{label} {verdict} {values[0]}{duration}".rstrip())
+    indent = " " * (columns.label + 1 + _VERDICT + 1)
+    lines += [(indent + value).rstrip() for value in values[1:]]
+    return lines
+
+
+def _note(results: list[Result], last: int, width: int) -> list[str]:
     """The note under the last of the rows that share it, naming them when there are several."""
     first = last
     while first > 0 and (results[first - 1].note, results[first - 1].instance) == (results[last].note,
@@ -88,10 +199,21 @@ def _note(results: list[Result], last: int) -> str:
         first -= 1
     shared = results[first:last + 1]
     names = ", ".join(r.metric + (f"[{r.device}]" if r.device else "") for r in shared)
-    return f"    └ {names + ': ' if len(shared) > 1 else ''}{results[last].note}"
+    return wrap(f"{names + ': ' if len(shared) > 1 else ''}{results[last].note}", width, "    └ ", "      ")
 
 
-def _painter(colour: bool):  # type: ignore[no-untyped-def]
+def wrap(text: str, width: int, first: str = "", rest: str = "") -> list[str]:
+    """``text`` in lines of at most ``width``, after ``first`` and then ``rest``; words longer than a line are cut.
+
+    Hyphens are no break points (``--gpus`` and ``--shm-size=8g`` stay whole), nor are the spaces in
+    ``>= 10 GB/s`` (``_GLUED``).
+    """
+    lines = textwrap.wrap(_GLUED.sub(_GLUE, text.replace(_GLUE, " ")), width, initial_indent=first,
+                          subsequent_indent=rest, break_long_words=True, break_on_hyphens=False)
+    return [line.replace(_GLUE, " ") for line in lines] or [first.rstrip()]
+
+
+def _painter(colour: bool) -> Paint:
     def paint(verdict: str, text: str) -> str:
         return f"\033[{_COLOURS[verdict]}m{text}\033[0m" if colour else text
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Mapping
 
-from preflight.report import RunReport
+from preflight.report import RunReport, tally
 from preflight.verdict import Result
 
 TERMINATION_LOG = "/dev/termination-log"
@@ -27,10 +27,7 @@ def termination_path(explicit: str | None, environ: Mapping[str, str]) -> str:
 
 def verdict_line(report: RunReport) -> str:
     """The compact last line on stderr: ``preflight: FAILED on node-17: 2 failed, 5 passed (shm.size, ...)``."""
-    counts = report.counts()
-    totals = ", ".join(f"{counts[v]} {word}" for v, word in
-                       (("fail", "failed"), ("error", "errors"), ("warn", "warnings"), ("pass", "passed"),
-                        ("skip", "skipped")) if counts.get(v))
+    totals = tally(report.counts(), info=False)
     state = "FAILED" if report.exit_code else "PASSED"
     gating = [r.id for r in report.results if r.verdict in ("fail", "error")]
     named = f" ({', '.join(gating[:3])}{', ...' if len(gating) > 3 else ''})" if gating else ""

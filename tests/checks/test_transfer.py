@@ -90,9 +90,9 @@ def test_a_pinned_allocation_failure_is_explained_as_a_host_limit(tmp_path, sysf
     result = judged(tmp_path, "transfer", GATE, run(sysfs, refused))["transfer.pinned_alloc"]
     assert result.verdict == "fail"
     assert result.message.startswith(
-        "measured 0 GiB, required >= 8 GiB (could not pin 8.00 GiB of host memory in a docker container "
+        "measured 0 GiB, required >= 8 GiB (could not pin 8 GiB of host memory in a docker container "
         "(CUDA error: out of memory); RLIMIT_MEMLOCK ")
-    assert result.message.endswith("MemAvailable 4.0 GiB, cgroup memory limit 16.0 GiB: raise --memory and run with "
+    assert result.message.endswith("MemAvailable 4 GiB, cgroup memory limit 16 GiB: raise --memory and run with "
                                    "--ulimit memlock=-1; this is a host memory limit, not a GPU fault)")
 
 
@@ -100,7 +100,7 @@ def test_a_pinned_copy_that_cannot_pin_fails_with_the_same_explanation(tmp_path,
     unpinned = FakeCuda(rates={("h2d", True): PinError("host buffer of 67108864 bytes came back unpinned"),
                                ("h2d", False): 19.8, ("d2h", True): 55.6, ("d2h", False): 17.2})
     results = judged(tmp_path, "transfer", GATE, run(sysfs, unpinned))
-    assert "could not pin 0.06 GiB of host memory in a docker container (host buffer of 67108864 bytes came back " \
+    assert "could not pin 64 MiB of host memory in a docker container (host buffer of 67108864 bytes came back " \
            "unpinned)" in results["transfer.h2d_pinned[cuda:0]"].message
     assert results["transfer.pinned_speedup[cuda:0]"].message.startswith(
         "could not measure: needs both h2d_pinned and h2d_pageable")
@@ -212,7 +212,7 @@ def test_a_failed_rounded_pin_names_the_block_it_asked_the_driver_for(tmp_path, 
     refused = FakeCuda(pin_error=PinError("CUDA error: out of memory"))
     measured = keyed(run(sysfs, refused, options={"size": 64 << 20, "pinned_size": 3 << 30}))
     assert measured["pinned_alloc"].reason.startswith(
-        "could not pin 4.00 GiB (3.00 GiB requested, rounded up) of host memory in a docker container")
+        "could not pin 4 GiB (3 GiB requested, rounded up) of host memory in a docker container")
 
 
 def test_pinned_memory_is_released_when_the_check_ends(sysfs):

@@ -1,22 +1,80 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from preflight.checks import CHECKS
 from preflight.commands import explain
 from preflight.errors import UsageError
 
+# reStructuredText that must not reach a terminal: ``literals``, :roles:`x`, `links <url>`_, a `::` paragraph end.
+_MARKUP = re.compile(r"``|:[a-z]+:`|`_|\S::$", re.MULTILINE)
+
 
 @pytest.mark.parametrize("name", list(CHECKS))
 def test_explains_every_check_from_its_tables(name):
-    text = explain.render(name)
+    text = explain.render(name, width=80)
     check = CHECKS[name]
-    assert text.startswith(f"{name}: {check.HELP}\n")
+    assert " ".join(text.split()).startswith(f"{name}: {check.HELP} ")
     for item in (*check.OPTIONS, *check.METRICS):
-        assert f"  {item.name} " in text
-    assert check.__doc__.strip().splitlines()[0] in text
+        assert re.search(rf"^  {item.name}  ", text, re.MULTILINE), item.name
+    first_line = check.__doc__.strip().splitlines()[0].replace("``", "")
+    assert first_line in " ".join(text.split())
+
+
+@pytest.mark.parametrize("name", list(CHECKS))
+def test_plain_text_within_the_width(name):
+    text = explain.render(name, width=80)
+    assert not _MARKUP.search(text), _MARKUP.search(text)
+    # Only a docstring's literal block (collective's busbw formulas) keeps its own line breaks.
+    assert all(len(line) <= 80 for line in text.splitlines() if not line.startswith("    algbw") and
+               not line.startswith("    busbw")), text
+
+
+def test_plain_turns_rst_into_text():
+    assert explain._plain("``x`` and :func:`os.fsync` and :class:`~a.b.Stats`") == "x and os.fsync and Stats"
+    assert explain._plain("see `nccl-tests <https://github.com/NVIDIA/nccl-tests>`_") == \
+        "see nccl-tests (https://github.com/NVIDIA/nccl-tests)"
+    assert explain._plain("turned into::\n\n    a = b") == "turned into:\n\n    a = b"
+
+
+def test_a_metric_is_explained_on_its_own():
+    text = explain.render("storage.seq_read", width=80)
+    flat = " ".join(text.split())
+    metric = next(m for m in CHECKS["storage"].METRICS if m.name == "seq_read")
+    assert flat.startswith(f"storage.seq_read: {metric.help} ")
+    assert "unit: MB/s (a threshold may use any bandwidth unit, like 1.5 GB/s)" in flat
+    assert "direction: higher is better (a threshold is a `min`)" in flat
+    assert "method: Storage I/O on the dataset path, measured as fio measures it" in flat  # the check's method
+    assert "fix on a miss: <path> reads at <measured>:" in flat  # the hint, its fields named for a reader
+    assert "      seq_read: {min: 1.5 GB/s}" in text.splitlines()
+    assert "parameters" not in text and "rand_read" not in text  # one metric, not the whole check
+    assert all(len(line) <= 80 for line in text.splitlines())
+
+
+def test_a_lower_is_better_per_device_metric_says_so():
+    text = " ".join(explain.render("cuda.temperature", width=80).split())
+    assert "unit: C (a threshold may use any temperature unit, like 85 C)" in text
+    assert "direction: lower is better (a threshold is a `max`)" in text
+    assert "per device: one result per GPU, named like cuda.temperature[cuda:0]" in text
+    assert "temperature: {max: 85 C}" in text
+    assert "method: CUDA as the job's torch and the driver (NVML) see it" in text
+
+
+def test_a_result_id_from_a_report_is_accepted():
+    assert explain.render("cuda.temperature[cuda:0]", width=80) == explain.render("cuda.temperature", width=80)
+    assert "name: {match: H100}" in explain.render("cuda.name", width=80)
 
 
 def test_unknown_check_suggests_the_closest():
     with pytest.raises(UsageError, match=r"unknown check `strage`: did you mean `storage`\?"):
         explain.render("strage")
+    with pytest.raises(UsageError, match=r"unknown check `strage`: did you mean `storage`\?"):
+        explain.render("strage.seq_read")
+
+
+def test_unknown_metric_suggests_the_closest():
+    with pytest.raises(UsageError, match=r"`storage` has no metric `seq_raed`: did you mean `seq_read`\? "
+                                         r"\(`preflight explain storage` lists them\)"):
+        explain.render("storage.seq_raed")

@@ -66,7 +66,7 @@ def test_failing_run_in_github_actions_writes_summary_outputs_and_capped_annotat
     message = termination.read_text()
     assert len(message.encode()) <= 1024
     assert message.startswith("preflight FAILED on ") and "12 of 12 thresholds failed. shm0.size: measured " in message
-    assert "shm0.size: measured " in message and "required >= 1048576 GiB" in message
+    assert "shm0.size: measured " in message and "required >= 1024 TiB" in message
     document = read_junit(junit_path)
     assert sum(isinstance(c.result[0], junitparser.Failure) for s in document for c in s) == 12
     assert "preflight_threshold_met{" in prom.read_text() and "preflight_passed 0" in prom.read_text()

@@ -55,3 +55,22 @@ def test_a_required_variable_names_it_and_the_reason(tmp_path):
     assert completed.stderr == (f"preflight: error: {path}:4:16: environment variable DATASET is empty: "
                                 f"name the dataset in DATASET\n")
     assert run_cli("validate", "-c", str(path), env={"DATASET": "imagenet"}).returncode == 0
+
+
+def test_the_file_may_be_given_positionally(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text("version: 1\nchecks:\n  shm:\n    size: {min: 1 GiB}\n")
+    positional, flag = _preflight("validate", str(path)), _preflight("validate", "-c", str(path))
+    assert positional.returncode == flag.returncode == 0, positional.stderr
+    assert positional.stdout == flag.stdout and positional.stdout.startswith(f"{path}: valid, 1 checks")
+    assert _preflight("validate", str(path), "-c", str(path)).returncode == 0  # the same file twice is no conflict
+
+
+def test_two_different_files_are_a_usage_error(tmp_path):
+    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    for path in (first, second):
+        path.write_text("version: 1\nchecks:\n  shm: {}\n")
+    completed = _preflight("validate", str(first), "-c", str(second))
+    assert completed.returncode == 2 and completed.stdout == ""
+    assert completed.stderr == (f"preflight: error: two thresholds files, {first} and -c {second}: give one, as "
+                                f"`preflight validate FILE` or `-c FILE`\n")

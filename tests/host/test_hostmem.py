@@ -42,9 +42,9 @@ def test_a_pinned_failure_outside_a_container_names_memlock_and_ram(tmp_path):
     write(tmp_path, "proc/meminfo", "MemAvailable: 1048576 kB\n")
     message = hostmem.pinned_failure(4 << 30, "cudaHostAlloc failed", str(tmp_path), {})
     soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
-    memlock = "unlimited" if soft == resource.RLIM_INFINITY else f"{soft / 2**20:g} MiB"
-    assert message == (f"could not pin 4.00 GiB of host memory (cudaHostAlloc failed); RLIMIT_MEMLOCK {memlock}, "
-                       f"MemAvailable 1.0 GiB, no cgroup memory limit: free host memory or raise `ulimit -l`; "
+    memlock = "unlimited" if soft == resource.RLIM_INFINITY else hostmem._size(soft)
+    assert message == (f"could not pin 4 GiB of host memory (cudaHostAlloc failed); RLIMIT_MEMLOCK {memlock}, "
+                       f"MemAvailable 1 GiB, no cgroup memory limit: free host memory or raise `ulimit -l`; "
                        f"this is a host memory limit, not a GPU fault")
 
 

@@ -111,7 +111,7 @@ def test_unreadable_files_and_directories_are_counted_for_a_user_without_access(
 
 def test_too_few_files_are_not_a_dataset():
     assert too_few([DataFile("a", 100_000)] * 3, "x") == (
-        "x holds 3 data files (0.3 MB), under the 100 files and 8 MiB (or 64 MiB of shards) a dataset figure needs")
+        "x holds 3 data files (300 kB), under the 100 files and 8 MiB (or 64 MiB of shards) a dataset figure needs")
     assert too_few([DataFile("a", 110_000)] * 100, "x") == ""  # ImageNet-sized samples
     assert too_few([DataFile("a", 11 << 20)] * 6, "x") == ""  # a few shards
     assert too_few([DataFile("a", 1000)] * 5000, "x") != ""  # 5 MB of files: not enough bytes

@@ -35,3 +35,10 @@ def test_writes_only_to_an_existing_writable_file(tmp_path):
     assert kubernetes.write(str(missing), "why") and missing.read_text() == "why"
     assert kubernetes.termination_path(None, {"PREFLIGHT_TERMINATION_LOG": "/t"}) == "/t"
     assert kubernetes.termination_path(None, {}) == "/dev/termination-log"
+
+
+def test_the_verdict_line_counts_in_words():
+    report = make_report([result("a", "error"), result("b", "warn"), result("c", "fail"), result("d", "fail"),
+                          result("e", "info", value=1.0)])
+    assert kubernetes.verdict_line(report) == ("preflight: FAILED on node-17: 2 failed, 1 error, 1 warning "
+                                               "(storage.a, storage.c, storage.d)")

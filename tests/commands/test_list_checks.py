@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from preflight.checks import CHECKS
+from preflight.commands import list_checks
+
+_HEAD = re.compile(r"^    (\S+)( +)(\S+)")  # an option or metric line: name, the gap, kind or unit
+
+
+@pytest.mark.parametrize("width", [60, 80, 120])
+def test_every_line_fits_the_width(width):
+    assert max(len(line) for line in list_checks.render(width=width).splitlines()) <= width
+
+
+def test_columns_stay_aligned_on_the_longest_names():
+    section, columns = "", {"parameters": set(), "metrics": set()}
+    for line in list_checks.render(width=80).splitlines():
+        if line in ("  parameters:", "  metrics:"):
+            section = line.strip(" :")
+        elif not line.startswith("  "):
+            section = ""
+        elif section and (head := _HEAD.match(line)):
+            columns[section].add(head.start(3))  # where the kind (parameters) or unit (metrics) starts
+            assert len(head.group(2)) >= 2, line  # never glued to a long name
+    assert len(columns["parameters"]) == len(columns["metrics"]) == 1, columns
+    longest = max((m.name for check in CHECKS.values() for m in check.METRICS), key=len)
+    assert longest == "ecc_uncorrectable_aggregate" and columns["metrics"] == {4 + len(longest) + 2}
+
+
+def test_help_is_wrapped_beneath_its_name():
+    lines = list_checks.render(width=80).splitlines()
+    index = next(i for i, line in enumerate(lines) if line.startswith("    seq_read "))
+    metric = next(m for m in CHECKS["storage"].METRICS if m.name == "seq_read")
+    help_lines = []
+    for line in lines[index + 1:]:
+        if not line.startswith("        "):
+            break
+        help_lines.append(line.strip())
+    assert " ".join(help_lines) == " ".join(metric.help.split())
+
+
+def test_a_choice_reads_as_plain_text():
+    text = list_checks.render(width=120)
+    assert "none|image" in text and "\\|" not in text
