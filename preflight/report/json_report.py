@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any, Mapping, Sequence
 
 from preflight.report import RunReport
-from preflight.verdict import EXIT_USAGE
+from preflight.errors import EXIT_USAGE
 
 SCHEMA = 1
 
