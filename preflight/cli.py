@@ -140,7 +140,8 @@ def _parser() -> argparse.ArgumentParser:
 
     run.add_arguments(add("run", "run the checks and gate on their thresholds"))
     listing = add("list", "list every check with its parameters and metrics")
-    listing.add_argument("--markdown", action="store_true", help="as Markdown tables (the README's reference)")
+    listing.add_argument("--markdown", action="store_true",
+                         help="as Markdown tables (the reference in docs/configuration.md)")
     validate = add("validate", "check a thresholds file without measuring anything")
     validate.add_argument("file", metavar="FILE", nargs="?",
                           help="thresholds file (default: ./thresholds.yaml, else the bundled default)")

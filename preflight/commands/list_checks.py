@@ -1,7 +1,7 @@
 """``preflight list``: every check, its options with defaults and its metrics with units.
 
-Generated from the checks' own tables (the registry in ``preflight.checks``); the README's
-check reference is ``preflight list --markdown``, and a test keeps the two identical.
+Generated from the checks' own tables (the registry in ``preflight.checks``); the check reference
+in docs/configuration.md is ``preflight list --markdown``, and a test keeps the two identical.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def metric_lines(metric: Metric, columns: Columns, width: int, indent: str) -> l
 
 
 def render_markdown() -> str:
-    """The README's check reference: one section per check, a table of parameters and of metrics."""
+    """The check reference of docs/configuration.md: one section per check, a table of parameters and of metrics."""
     lines: list[str] = []
     for name, check in CHECKS.items():
         lines += [f"#### `{name}`", "", check.HELP[0].upper() + check.HELP[1:] + ".", ""]
