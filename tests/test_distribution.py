@@ -17,8 +17,9 @@ import yaml
 from tests.helpers import REPO
 
 # Everything a user copies an install step or an image from.
-INSTRUCTIONS = [REPO / "README.md", REPO / "action.yml", REPO / "ci" / "github" / "preflight.yml",
-                REPO / "ci" / "gitlab" / "preflight.gitlab-ci.yml", REPO / "ci" / "jenkins" / "Jenkinsfile",
+INSTRUCTIONS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "action.yml",
+                REPO / "ci" / "github" / "preflight.yml", REPO / "ci" / "gitlab" / "preflight.gitlab-ci.yml",
+                REPO / "ci" / "jenkins" / "Jenkinsfile",
                 *sorted((REPO / "ci" / "kubernetes").rglob("*.yaml"))]
 # `pip install` (or `pip3`, `python -m pip`) with a bare `preflight` requirement: `preflight`,
 # `'preflight[image]'`, `preflight==0.1`; not `train-preflight`, a path or a git URL ending in it.
@@ -54,7 +55,8 @@ def test_no_instruction_asks_the_package_index_for_the_unrelated_preflight(path:
         assert not ASKS_FOR_THE_OTHER_PREFLIGHT.search(line), f"{path.name}:{number}: {line.strip()}"
 
 
-@pytest.mark.parametrize("path", [REPO / "README.md", REPO / "action.yml", REPO / "ci/gitlab/preflight.gitlab-ci.yml",
+@pytest.mark.parametrize("path", [REPO / "README.md", REPO / "docs/install.md", REPO / "docs/ci.md", REPO / "action.yml",
+                                  REPO / "ci/gitlab/preflight.gitlab-ci.yml",
                                   *sorted((REPO / "ci" / "kubernetes").rglob("*.yaml"))],
                          ids=lambda p: str(p.relative_to(REPO)))
 def test_the_install_passages_name_train_preflight(path: Path):
@@ -67,13 +69,24 @@ def test_the_gitlab_template_installs_train_preflight_unless_told_otherwise():
     assert job["variables"]["PREFLIGHT_CONFIG"] == ""  # ./thresholds.yaml, else the bundled default gate
 
 
-def test_the_readme_install_section_follows_quick_start_and_covers_the_three_ways_in():
-    readme = (REPO / "README.md").read_text()
-    headings = re.findall(r"^## (.+)$", readme, re.MULTILINE)
-    assert headings[headings.index("Quick start") + 1] == "Install"
-    section = readme.split("\n## Install\n", 1)[1].split("\n## ", 1)[0]
+def _covers_the_three_ways_in(section: str) -> None:
     assert "python -m build" in section and "git+https://" in section  # (a) a wheel, or a git URL
     assert "--system-site-packages" in section and "externally-managed-environment" in section  # PEP 668
     assert re.search(r"^FROM pytorch/pytorch:\S+$", section, re.MULTILINE)  # (b) a Dockerfile layer
     assert "python3 -m venv .venv" in section  # (c) a laptop or CI runner venv
     assert "pip install torch " not in section.replace("pip install torch --index-url", "")  # no bare torch pull
+
+
+def test_the_readme_install_section_follows_quick_start_and_covers_the_three_ways_in():
+    readme = (REPO / "README.md").read_text()
+    headings = re.findall(r"^## (.+)$", readme, re.MULTILINE)
+    assert headings[headings.index("Quick start") + 1] == "Install"
+    section = readme.split("\n## Install\n", 1)[1].split("\n## ", 1)[0]
+    _covers_the_three_ways_in(section)
+    assert "(docs/install.md)" in section  # the details
+
+
+def test_the_install_page_covers_the_three_ways_in_and_keeping_torch():
+    page = (REPO / "docs" / "install.md").read_text()
+    _covers_the_three_ways_in(page)
+    assert "-c keep-torch.txt" in page  # torch stays as it is, as a rule
