@@ -1,6 +1,6 @@
 """Load and validate thresholds.yaml into instances of checks with their thresholds.
 
-The file's shape (see DESIGN.md and the README reference)::
+The file's shape (see DESIGN.md and docs/configuration.md)::
 
     version: 1
     defaults: {timeout: 120s, duration: 5s, severity: fail}

@@ -1,4 +1,4 @@
-"""The JSON report (schema 1), documented in the README ("JSON report").
+"""The JSON report (schema 1), documented in docs/reports.md ("JSON").
 
 Shape: ``{"schema": 1, "host", "started", "duration_s", "exit_code", "config",
 "facts": {...}, "error", "results": [{"id", "check", "instance", "metric", "device", "value",
