@@ -279,7 +279,8 @@ def test_the_action_installs_into_a_venv_on_an_externally_managed_python_and_kee
                                      "PREFLIGHT_JSON": "report.json", "PREFLIGHT_ARGS": "--only shm",
                                      "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md")}, work)
     assert ran.returncode == 0, ran.stdout + ran.stderr
-    assert f"{Path(python).parents[1]}/lib/" in ran.stdout and "/preflight/thresholds.yaml" in ran.stdout
+    header = next(line for line in ran.stderr.splitlines() if " from " in line)  # stderr: not wrapped to 80 columns
+    assert f"{Path(python).parents[1]}/lib/" in header and header.endswith("/preflight/thresholds.yaml"), header
     assert _github_file(outputs)["passed"] == "true"
     assert (work / "junit.xml").exists() and (work / "report.json").exists()
 

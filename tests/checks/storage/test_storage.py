@@ -130,7 +130,7 @@ def test_small_files_read_whole_for_seq_read_are_read_by_processes(tmp_path):
     measured = run_check("storage", 0.3, path=str(root), scratch_dir=str(tmp_path / "nope"), **SMALL_RUN)
     seq = measured["seq_read"]
     assert seq.measured and "small files read whole" in seq.note, seq
-    assert seq.method.startswith("4 processes x 1 threads x 1024 KiB blocks, 158 existing files read whole (16 MiB)"), \
+    assert seq.method.startswith("4 processes x 1 threads x 1 MiB blocks, 158 existing files read whole (16 MiB)"), \
         seq.method  # data_size 16 MiB: 158 whole files of the 160
 
 
