@@ -85,8 +85,8 @@ def blame(error: BaseException) -> str:
     as text (``Caught ValueError in DataLoader worker process 0. Original Traceback ...``);
     that text is read for the exception's line and frames.
     """
-    text = str(error)
-    if "Original Traceback" in text:
+    text = error.args[0] if error.args and isinstance(error.args[0], str) else str(error)  # KeyError quotes str()
+    if "Original Traceback" in text and any(map(_FRAME.match, text.splitlines())):
         lines = text.splitlines()
         frames = [(m["file"], int(m["line"]), m["name"]) for m in map(_FRAME.match, lines) if m]
         last = max(i for i, line in enumerate(lines) if _FRAME.match(line))
