@@ -127,7 +127,7 @@ def test_a_factory_that_returns_no_dataset_is_a_one_line_error_at_validate(tmp_p
 def test_an_exception_in_getitem_on_the_50th_sample_is_the_checks_error_naming_the_jobs_frame(tmp_path):
     path = _job(tmp_path, """
         dataset: "jobpkg.data:make"
-        dataset_args: {fail_at: 49}
+        dataset_args: {n: 60, fail_at: 49}  # shuffled: every epoch of 60 reaches the 50th sample
         python_path: [src]
         num_workers: 2
         batch_size: 10
