@@ -150,7 +150,7 @@ def _measure_job_dataset(options: Mapping[str, Any], budget: Budget) -> list[Mea
             job = user.build(options)
         except UserCodeError as error:
             raise usercode.UserCodeRaised(f"dataloader.{error.option}: {error}") from None
-        kind = "iterable" if _iterable(job[0]) else f"{len(job[0])} samples" if hasattr(job[0], "__len__") else "map-style"
+        kind = "iterable" if _iterable(job[0]) else f"{len(job[0])} samples"  # a DataLoader needs its len()
         source = (f"{options['dataset']}(**dataset_args) ({type(job[0]).__name__}, {kind}), collate_fn="
                   f"{options['collate_fn'] or 'default_collate'}")
         try:

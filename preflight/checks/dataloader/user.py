@@ -23,7 +23,7 @@ def build(options: Mapping[str, Any]) -> tuple[Any, Callable[..., Any] | None]:
 
     Raises:
         UserCodeError: the factory or collate_fn cannot be imported or called, or the factory's
-            value is not a Dataset. Never iterates the dataset.
+            value is not a Dataset (or a map-style one without ``__len__``). Never iterates the dataset.
     """
     import torch.utils.data
 
@@ -39,6 +39,9 @@ def build(options: Mapping[str, Any]) -> tuple[Any, Callable[..., Any] | None]:
         raise UserCodeError("dataset", f"{spec}(**dataset_args) returned {kind.__module__}.{kind.__qualname__}, not a "
                             f"torch.utils.data.Dataset or IterableDataset: name the factory that returns the job's "
                             f"dataset")
+    if not isinstance(dataset, torch.utils.data.IterableDataset) and not hasattr(dataset, "__len__"):
+        raise UserCodeError("dataset", f"{spec}(**dataset_args) returned a map-style {type(dataset).__name__} without "
+                            f"__len__, which a DataLoader's sampler needs: define __len__, or subclass IterableDataset")
     collate = usercode.load(options["collate_fn"], "collate_fn") if options["collate_fn"] else None
     return dataset, collate
 

@@ -179,3 +179,22 @@ def test_count_batch_counts_the_first_tensors_first_dimension_and_every_tensors_
 def test_count_batch_refuses_what_it_cannot_count():
     with pytest.raises(TypeError, match="make collate_fn return tensors"):
         count_batch(object())
+
+
+def test_a_collate_fn_and_a_map_style_dataset_without_len_are_checked_at_validate(tmp_path):
+    path = _job(tmp_path, """
+        dataset: "jobpkg.data:make"
+        collate_fn: "jobpkg.data:no_such_collate"
+        python_path: [src]
+    """)
+    completed = run_cli("validate", str(path))
+    assert completed.returncode == 2
+    assert (f"{path}:6:17: dataloader.collate_fn: cannot import jobpkg.data:no_such_collate: jobpkg.data has no "
+            f"`no_such_collate`") in completed.stderr
+    (tmp_path / "src" / "jobpkg" / "data.py").write_text(PACKAGE + "\n\ndef lenless():\n"
+                                                        "    return torch.utils.data.Dataset()\n")
+    path.write_text(path.read_text().replace("jobpkg.data:make", "jobpkg.data:lenless").replace(
+        '    collate_fn: "jobpkg.data:no_such_collate"\n', ""))
+    completed = run_cli("validate", str(path))
+    assert completed.returncode == 2
+    assert "returned a map-style Dataset without __len__, which a DataLoader's sampler needs" in completed.stderr
