@@ -33,17 +33,17 @@ class UserCodeRaised(Exception):
 def on_path(directories: Sequence[str]) -> Iterator[None]:
     """``directories`` first on ``sys.path`` inside the block; afterwards the old path, and the modules
     imported from those directories forgotten."""
-    saved = list(sys.path)
+    saved, loaded = list(sys.path), set(sys.modules)
     sys.path[:0] = [d for d in directories if d not in sys.path[:len(directories)]]
     importlib.invalidate_caches()  # a directory written since the last import is seen
     try:
         yield
     finally:
         sys.path[:] = saved
-        roots = [os.path.join(os.path.realpath(d), "") for d in directories]
-        for name, module in list(sys.modules.items()):
-            origin = getattr(module, "__file__", None) or ""
-            if roots and os.path.realpath(origin).startswith(tuple(roots)):
+        roots = tuple(os.path.join(os.path.realpath(d), "") for d in directories)
+        for name in set(sys.modules) - loaded:  # only what the block imported: never preflight's own modules
+            origin = getattr(sys.modules[name], "__file__", None) or ""
+            if roots and os.path.realpath(origin).startswith(roots):
                 del sys.modules[name]
 
 

@@ -68,3 +68,11 @@ def test_import_failures_name_the_python_error_and_the_fix(tmp_path, body, messa
     with usercode.on_path([root]), pytest.raises(UserCodeError) as error:
         usercode.load("jobpkg.data:make", "dataset")
     assert str(error.value) == message and error.value.option == "dataset"
+
+
+def test_on_path_never_forgets_a_module_imported_before_it(tmp_path):
+    import preflight.checks.usercode as before
+
+    with usercode.on_path([str(usercode.__file__).rsplit("/preflight/", 1)[0]]):  # python_path: [.] at the repo root
+        pass
+    assert sys.modules["preflight.checks.usercode"] is before
