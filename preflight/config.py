@@ -74,6 +74,7 @@ class Instance:
     repeats: int = 1  # runs of the check; the median of their values is judged
     retries: int = 0  # re-measurements allowed when a miss is within retry_margin of its bound
     retry_margin: float = 0.10  # as a fraction of the bound
+    option_where: Mapping[str, str] = field(default_factory=dict)  # FILE:LINE:COL of each option given
 
 
 @dataclass(frozen=True)
@@ -152,10 +153,11 @@ def load(path: str, overrides: Iterable[str] = (), environ: Mapping[str, str] | 
     for assignment in overrides:
         root = yaml_source.apply_override(root, assignment, environ)
     digest = hashlib.sha256(data + "\0".join(overrides).encode()).hexdigest()
-    return Config(path, _instances(root, baselines.Source(path, baseline, root)), digest, _fleet(root))
+    base = os.path.dirname(os.path.abspath(path))
+    return Config(path, _instances(root, baselines.Source(path, baseline, root), base), digest, _fleet(root))
 
 
-def _instances(root: Located, baseline: baselines.Source) -> tuple[Instance, ...]:
+def _instances(root: Located, baseline: baselines.Source, base: str) -> tuple[Instance, ...]:
     top = _mapping(root, "the top level")
     _reject_unknown(top, TOP_LEVEL_KEYS)
     version = top.get("version")
@@ -172,7 +174,7 @@ def _instances(root: Located, baseline: baselines.Source) -> tuple[Instance, ...
     checks = _mapping(top["checks"], "checks")
     if not checks:
         raise ConfigError(top["checks"].where, "`checks:` is empty: add at least one check (see `preflight list`)")
-    return tuple(_instance(name, node, defaults, baseline) for name, node in checks.items())
+    return tuple(_instance(name, node, defaults, baseline, base) for name, node in checks.items())
 
 
 def _fleet(root: Located) -> FleetSettings:
@@ -196,7 +198,8 @@ def _fleet(root: Located) -> FleetSettings:
     return FleetSettings(timeout_s, backend, float(ratio), severity)
 
 
-def _instance(name: str, node: Located, defaults: Mapping[str, Any], baseline: baselines.Source) -> Instance:
+def _instance(name: str, node: Located, defaults: Mapping[str, Any], baseline: baselines.Source,
+              base: str) -> Instance:
     body = _mapping(node, f"check `{name}`") if node.value is not None else {}
     check_name = _text(body["check"]) if "check" in body else name
     if check_name not in CHECKS:
@@ -214,7 +217,8 @@ def _instance(name: str, node: Located, defaults: Mapping[str, Any], baseline: b
 
     severity = _severity(body.get("severity", defaults["severity"]))
     parsed_options = {
-        option.name: coerce_option(option, body.get(option.name), f"{name}.{option.name}") for option in check.OPTIONS
+        option.name: coerce_option(option, body.get(option.name), f"{name}.{option.name}", base)
+        for option in check.OPTIONS
     }
     for option in check.OPTIONS:
         if option.outside:
@@ -235,8 +239,9 @@ def _instance(name: str, node: Located, defaults: Mapping[str, Any], baseline: b
     if margin > 100:
         raise ConfigError(_node(body.get("retry_margin", defaults["retry_margin"])).where,
                           f"`{name}.retry_margin` must be at most 100%, found {margin:g}%")
+    option_where = {option.name: body[option.name].where for option in check.OPTIONS if option.name in body}
     return Instance(name, check_name, parsed_options, thresholds, timeout_s, duration_s, required, node.where,
-                    repeats, retries, margin / 100)
+                    repeats, retries, margin / 100, option_where)
 
 
 def _refuse_inside(name: str, option: Option, options: Mapping[str, Any], node: Located | None) -> None:
@@ -248,10 +253,12 @@ def _refuse_inside(name: str, option: Option, options: Mapping[str, Any], node: 
                           f"same filesystem, or leave it out to use the one above it")
 
 
-def coerce_option(option: Option, node: Located | None, label: str) -> Any:
+def coerce_option(option: Option, node: Located | None, label: str, base: str = ".") -> Any:
     """Parse one option value (or its default, written as a user would) into its type.
 
-    Quantities become base units (bytes, seconds); ``int_or_auto`` gives an int or "auto".
+    Quantities become base units (bytes, seconds); ``int_or_auto`` gives an int or "auto";
+    ``paths`` gives absolute directories, relative ones taken from ``base`` (the config file's
+    directory; the working directory for a ``--set`` value); ``mapping`` gives plain values.
 
     Raises:
         ConfigError: the value does not fit the option's kind, choices or minimum.
@@ -266,6 +273,13 @@ def coerce_option(option: Option, node: Located | None, label: str) -> Any:
             if not isinstance(value, bool):
                 raise UnitError(f"expected true or false, found {value!r}")
             result = value
+        elif kind == "paths":
+            return _directories(node, label, os.getcwd() if where.startswith(OVERRIDE_PREFIX) else base)
+        elif kind == "mapping":
+            if not isinstance(value, dict):
+                raise UnitError(f"expected a mapping of names to values, like {{root: /data, size: 224}}, "
+                                f"found {value!r}")
+            return plain(node)
         elif kind in ("int", "int_or_auto"):
             if kind == "int_or_auto" and value == "auto":
                 return "auto"
@@ -291,6 +305,32 @@ def coerce_option(option: Option, node: Located | None, label: str) -> Any:
     if option.maximum is not None and isinstance(result, (int, float)) and result > option.maximum:
         raise ConfigError(where, f"`{label}` must be at most {option.maximum:g}, found {value!r}")
     return result
+
+
+def _directories(node: Located, label: str, base: str) -> list[str]:
+    """A ``paths`` option: a list of directories (or one, as ``--set`` gives it), each made absolute from ``base``."""
+    entries = node.value if isinstance(node.value, list) else [node]
+    found = []
+    for entry in entries:
+        if not isinstance(entry, Located) or not isinstance(entry.value, str) or not entry.value:
+            shown = entry.value if isinstance(entry, Located) else entry
+            raise ConfigError(getattr(entry, "where", node.where), f"`{label}`: expected a list of directories, "
+                              f"like [src], found {shown!r}")
+        directory = os.path.normpath(os.path.join(base, os.path.expanduser(entry.value)))
+        if not os.path.isdir(directory):
+            raise ConfigError(entry.where, f"`{label}`: {entry.value} ({directory}) is not a directory: paths here "
+                              f"are relative to the config file's directory ({base})")
+        found.append(directory)
+    return found
+
+
+def plain(node: Located) -> Any:
+    """The plain value of a ``Located`` tree (mappings, lists and scalars), where each was written forgotten."""
+    if isinstance(node.value, dict):
+        return {key: plain(child) for key, child in node.value.items()}
+    if isinstance(node.value, list):
+        return [plain(child) for child in node.value]
+    return node.value
 
 
 def _threshold(metric: Metric, node: Located, default_severity: Severity, instance: str,

@@ -22,6 +22,7 @@ from typing import Any, TextIO
 
 from preflight.io import scratch
 from preflight.checks.base import Budget
+from preflight.checks.usercode import UserCodeRaised
 
 MAX_ERROR = 2000  # characters of an exception's message kept in the report; the log has all of it
 
@@ -54,9 +55,10 @@ def describe(error: Exception) -> str:
     """One line for the report: the exception's type and message, capped at ``MAX_ERROR`` characters.
 
     A ``MemoryError`` (an allocation refused under a memory limit such as RLIMIT_AS or a
-    container's) says so and names the fix.
+    container's) says so and names the fix. The job's own code raising (``UserCodeRaised``)
+    is already one line that names its exception.
     """
-    text = " ".join(f"{type(error).__name__}: {error}".split())
+    text = " ".join((str(error) if isinstance(error, UserCodeRaised) else f"{type(error).__name__}: {error}").split())
     if len(text) > MAX_ERROR:
         text = text[: MAX_ERROR - 30] + f"... [{len(text) - MAX_ERROR + 30} more characters]"
     if isinstance(error, MemoryError):

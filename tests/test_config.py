@@ -222,3 +222,34 @@ def test_a_bad_default_is_named_where_it_was_written(tmp_path):
         load(tmp_path, "version: 1\ndefaults: {duration: 2}\nchecks:\n  shm: {}\n")
     assert str(error.value).endswith("thresholds.yaml:2:22: `defaults.duration`: expected a duration with its unit "
                                      "like `30s`, found bare number 2")
+
+
+def test_python_path_is_relative_to_the_config_file_and_dataset_args_stay_plain(tmp_path, monkeypatch):
+    (tmp_path / "job" / "src").mkdir(parents=True)
+    path = write_config(tmp_path / "job", """
+        version: 1
+        checks:
+          dataloader:
+            python_path: [src, "."]
+            dataset_args: {root: /data, sizes: [224, 256], crop: {ratio: 0.875}}
+    """)
+    monkeypatch.chdir(tmp_path)
+    options = config.load(str(path.relative_to(tmp_path)), environ={}).instances[0].options
+    assert options["python_path"] == [str(tmp_path / "job" / "src"), str(tmp_path / "job")]
+    assert options["dataset_args"] == {"root": "/data", "sizes": [224, 256], "crop": {"ratio": 0.875}}
+    assert config.load(str(path), environ={}, overrides=["dataloader.python_path=job"]).instances[0].options[
+        "python_path"] == [str(tmp_path / "job")]  # one directory from the command line, relative to it
+
+
+@pytest.mark.parametrize("body, where, message", [
+    ("python_path: [src, nowhere]", "4:24", "`dataloader.python_path`: nowhere ({dir}/nowhere) is not a directory: "
+                                            "paths here are relative to the config file's directory ({dir})"),
+    ("python_path: [1]", "4:19", "`dataloader.python_path`: expected a list of directories, like [src], found 1"),
+    ("dataset_args: [1, 2]", "4:19", "`dataloader.dataset_args`: expected a mapping of names to values"),
+])
+def test_python_path_and_dataset_args_mistakes_are_located(tmp_path, body, where, message):
+    (tmp_path / "src").mkdir()
+    path = write_config(tmp_path, f"version: 1\nchecks:\n  dataloader:\n    {body}\n")
+    with pytest.raises(ConfigError) as error:
+        config.load(str(path), environ={})
+    assert str(error.value).startswith(f"{path}:{where}: " + message.format(dir=tmp_path))

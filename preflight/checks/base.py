@@ -14,7 +14,9 @@ from preflight.measurement import Measurement
 from preflight.units import UNITS, Dimension
 
 Scope = Literal["node", "fleet"]
-OptionKind = Union[Literal["path", "text", "int", "int_or_auto", "bool", "choice"], Dimension]
+# "paths": a list of directories, relative to the config file's directory (``python_path``);
+# "mapping": keys to plain YAML values, passed on as they are (``dataset_args``).
+OptionKind = Union[Literal["path", "paths", "text", "int", "int_or_auto", "bool", "choice", "mapping"], Dimension]
 # What a performance figure is measured in: a rate or a latency. Only these are compared with
 # the fleet median; sizes, counts, flags, percentages, temperatures, versions and texts are facts
 # (or figures derived from a compared rate) and a node is never judged by its peers' facts.
@@ -77,10 +79,20 @@ class Check(Protocol):
     METRICS: tuple[Metric, ...]  # what measure() may return
     # SCOPE (optional, default "node"): "node" checks run once per node in a worker process;
     # "fleet" checks run in every torchrun rank at once, inside its process group.
+    # check_user_code(options) (optional): import and build the job's own code that options name
+    # (``preflight validate`` only; never iterates data); raises ``UserCodeError`` naming the option.
 
     def measure(self, options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
         """Measure every metric this check can on this machine; never judge them."""
         ...
+
+
+class UserCodeError(Exception):
+    """The job's own code that option ``option`` names cannot be used: one line, with the Python error and the fix."""
+
+    def __init__(self, option: str, message: str) -> None:
+        super().__init__(message)
+        self.option = option
 
 
 def scope(check: Check) -> Scope:

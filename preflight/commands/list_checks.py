@@ -87,11 +87,11 @@ def _kind(option: Option, plain: bool = False) -> str:
         return f"{option.kind.value} (`{example(option.kind)}`)" if option.kind is not Dimension.COUNT else "number"
     if option.kind == "choice":
         return "|".join(option.choices) if plain else " \\| ".join(option.choices)
-    return {"int_or_auto": "int or auto"}.get(option.kind, option.kind)
+    return {"int_or_auto": "int or auto", "paths": "list of paths"}.get(option.kind, option.kind)
 
 
 def _default(option: Option) -> str:
-    if option.default == "":
+    if option.default in ("", [], {}):
         return "(none)"
     return str(option.default).lower() if isinstance(option.default, bool) else str(option.default)
 

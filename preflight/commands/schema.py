@@ -133,6 +133,11 @@ def _option(option: Option) -> dict[str, Any]:
         schema = {"anyOf": forms + ([{"const": "auto"}] if kind == "int_or_auto" else [])}
     elif kind == "choice":
         schema = {"anyOf": [{"enum": list(option.choices)}, ENV_REFERENCE]}
+    elif kind == "paths":
+        directory = {"type": "string", "minLength": 1}
+        schema = {"anyOf": [{"type": "array", "items": directory}, directory]}
+    elif kind == "mapping":
+        schema = {"type": "object"}
     else:
         schema = {"type": "string", "minLength": 1 if kind == "path" else 0}
     return {**schema, "description": option.help, "default": option.default}

@@ -2,6 +2,10 @@
 
 Prints one line per instance (``storage (storage): 1 threshold, timeout 120s``) and exits 0;
 an invalid file raises the same ``ConfigError`` as ``run`` (``FILE:LINE:COL: ...``, exit 2).
+Beyond ``run``'s load, it imports the job's own code an instance names (``dataset:``) and
+builds it once through the check's ``check_user_code``, never iterating it: a factory that
+cannot be imported or returns no Dataset is a ``ConfigError`` at the option's line. (``run``
+leaves that code to the worker, under the check's timeout.)
 """
 
 from __future__ import annotations
@@ -11,7 +15,9 @@ import sys
 from typing import TextIO
 
 from preflight import config
-from preflight.errors import UsageError
+from preflight.checks import CHECKS
+from preflight.checks.base import UserCodeError
+from preflight.errors import ConfigError, UsageError
 
 
 def main(args: argparse.Namespace, stdout: TextIO | None = None) -> int:
@@ -22,9 +28,27 @@ def main(args: argparse.Namespace, stdout: TextIO | None = None) -> int:
                          f"`preflight validate FILE` or `-c FILE`")
     path = config.resolve_path(given or args.config)
     loaded = config.load(path, args.overrides, baseline=getattr(args, "baseline", None))
+    for instance in loaded.instances:
+        check_user_code(instance)
     count = sum(len(instance.thresholds) for instance in loaded.instances)
     stdout.write(f"{path}: valid, {len(loaded.instances)} checks, {count} thresholds\n")
     for instance in loaded.instances:
         names = ", ".join(t.metric for t in instance.thresholds) or "no thresholds (measured only)"
         stdout.write(f"  {instance.name} ({instance.check}, timeout {instance.timeout_s:g}s): {names}\n")
     return 0
+
+
+def check_user_code(instance: config.Instance) -> None:
+    """Import and build the job's code ``instance`` names, if its check has any (``check_user_code``).
+
+    Raises:
+        ConfigError: at the offending option's place (else the instance's), with the Python error.
+    """
+    hook = getattr(CHECKS[instance.check], "check_user_code", None)
+    if hook is None:
+        return
+    try:
+        hook(instance.options)
+    except UserCodeError as error:
+        where = instance.option_where.get(error.option, instance.where)
+        raise ConfigError(where, f"{instance.name}.{error.option}: {error}") from None

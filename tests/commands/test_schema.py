@@ -81,3 +81,21 @@ def test_cli_prints_the_schema_without_importing_torch():
             "assert 'torch' not in sys.modules, 'torch imported'; sys.exit(rc)")
     completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(completed.stdout) == schema.build()
+
+
+@pytest.mark.parametrize("text, accepted", [
+    ('dataset: "pkg.mod:make"\n    dataset_args: {root: /data, size: 224}\n    python_path: [src]\n', True),
+    ("python_path: src\n", True),  # one directory, as --set gives it
+    ("dataset_args: [1, 2]\n", False),
+    ("python_path: [1]\n", False),
+])
+def test_the_job_dataset_options_agree_with_config(tmp_path, text, accepted):
+    (tmp_path / "src").mkdir()
+    assert _both(tmp_path, f"version: 1\nchecks:\n  dataloader:\n    {text}") == (accepted, accepted)
+
+
+def test_the_examples_validate_against_the_schema():
+    from tests.helpers import REPO
+
+    for path in sorted((REPO / "examples").rglob("thresholds*.yaml")):
+        assert list(VALIDATOR.iter_errors(yaml.safe_load(path.read_text()))) == [], path

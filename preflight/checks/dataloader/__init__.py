@@ -7,6 +7,10 @@ under ``path`` (include/exclude globs), one file per sample, each read cold (``f
 With ``decode: image`` each sample is also decoded (Pillow) and the raw-bytes rate is
 measured beside it, so a decode-bound node is called decode-bound, not storage-bound.
 With ``synthetic: true`` samples are random 3x224x224 tensors: IPC and collation only.
+With ``dataset: "package.module:factory"`` the loader reads the job's own Dataset instead
+(``user``: built in this worker with ``python_path`` on ``sys.path``, called with
+``dataset_args``, the job's ``collate_fn`` if named); an exception the job's code raises is
+the check's error, one line naming it and the job's frames (``usercode.blame``).
 A path holding too few files to stand for a dataset (``dataset_walk.too_few``: a few stray
 files in a working directory) is never judged as one: the loader reads an ImageNet-shaped
 scratch set written beside it, and the row says so (``Measurement.note``). A path where no
@@ -26,9 +30,11 @@ import importlib.util
 import os
 from typing import Any, Mapping
 
-from preflight.checks.base import Budget, Metric, Option
+from preflight.checks import usercode
+from preflight.checks.base import Budget, Metric, Option, UserCodeError
+from preflight.checks.dataloader import user
 from preflight.checks.dataloader.files import FileSamples, collate_sizes, list_files
-from preflight.checks.dataloader.loop import BatchPuller, explaining_worker_oom
+from preflight.checks.dataloader.loop import BatchPuller, explaining_worker_oom, sizes_or_tensor
 from preflight.checks.dataloader.required import Required, visible_gpus
 from preflight.host.cpus import auto_workers
 from preflight.io.dataset_walk import DataFile, too_few
@@ -40,8 +46,16 @@ from preflight.io.scratch import choose_parent, room_for, scratch_dir, write_sma
 from preflight.units import Dimension, format_value
 
 NAME = "dataloader"
-HELP = "samples/s of a real torch DataLoader over the dataset files, accelerator utilization, required rate"
+HELP = ("samples/s of a real torch DataLoader over the dataset files or the job's own Dataset, accelerator "
+        "utilization, required rate")
 OPTIONS = (
+    Option("dataset", "text", "", "the job's own Dataset: \"package.module:factory\", a callable returning a "
+           "torch Dataset or IterableDataset (transforms included); empty: the files under path"),
+    Option("dataset_args", "mapping", {}, "keyword arguments passed to the dataset factory ({root: /data, size: 224})"),
+    Option("collate_fn", "text", "", "the job's collate function, \"package.module:name\" (with dataset; "
+           "default: torch's default_collate)"),
+    Option("python_path", "paths", [], "directories put first on sys.path to import dataset and collate_fn "
+           "(relative to this file), e.g. [src]"),
     Option("path", "path", ".", "dataset directory; every matching regular file under it (same filesystem, hidden entries skipped) is one sample"),
     Option("include", "text", "*", "comma-separated globs of files to read (\"*.jpg,*.png\", \"train/*\")"),
     Option("exclude", "text", "", "comma-separated globs of files to skip"),
@@ -70,7 +84,8 @@ METRICS = (
     Metric("throughput", "samples/s", True, "samples delivered per second after warm-up (median of windows); "
            "decoded when decode: image", hint="the loader delivers {measured}: raise num_workers if CPUs are "
            "idle, else use a faster volume or pack files into shards (WebDataset, LMDB)"),
-    Metric("bandwidth", "MB/s", True, "bytes of sample files delivered per second, 1 MB = 10^6 B (files only)"),
+    Metric("bandwidth", "MB/s", True, "bytes delivered per second, 1 MB = 10^6 B: of the sample files read, or "
+           "with dataset: of the batches' tensors (nbytes) delivered to the training loop"),
     Metric("raw_throughput", "samples/s", True, "samples/s reading the same files without decoding "
            "(decode: image only): what storage alone delivers"),
     Metric("accelerator_utilization", "%", True, "emulated compute time / wall time with step_time per batch, "
@@ -79,6 +94,7 @@ METRICS = (
            "(1 + headroom); `{min: 100 %}` means the node can feed its GPUs"),
 )
 
+check_user_code = user.check_user_code  # the protocol's hook: `preflight validate` builds the job's dataset once
 WARMUP_BATCHES_PER_WORKER = 2
 SYNTHETIC_SHAPE = (3, 224, 224)
 SCRATCH_SET = (1000, 110_000)  # files, bytes each: ImageNet's median JPEG is about 110 kB
@@ -87,6 +103,8 @@ SCRATCH_SET = (1000, 110_000)  # files, bytes each: ImageNet's median JPEG is ab
 @explaining_worker_oom
 def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
     """Measure the loader built from ``options``; metrics that do not apply are left out."""
+    if options["dataset"]:
+        return _measure_job_dataset(options, budget)
     if options["synthetic"]:
         return _measure(options, budget, None, "synthetic 3x224x224 float32 samples (measures IPC and collation, "
                         "not storage)", "")
@@ -125,17 +143,47 @@ def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
         return _measure(options, budget, scratch, source, f"on an ImageNet-shaped scratch set: {too_little}")
 
 
+def _measure_job_dataset(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
+    """The loader over the job's own Dataset; what its code raises becomes one line naming it (``UserCodeRaised``)."""
+    with usercode.on_path(options["python_path"]):
+        try:
+            job = user.build(options)
+        except UserCodeError as error:
+            raise usercode.UserCodeRaised(f"dataloader.{error.option}: {error}") from None
+        kind = "iterable" if _iterable(job[0]) else f"{len(job[0])} samples"  # a DataLoader needs its len()
+        source = (f"{options['dataset']}(**dataset_args) ({type(job[0]).__name__}, {kind}), collate_fn="
+                  f"{options['collate_fn'] or 'default_collate'}")
+        try:
+            return _measure(options, budget, None, source, "", job)
+        except Exception as error:  # noqa: BLE001  only the job's own exceptions are re-worded
+            if "Original Traceback" not in str(error) and not usercode.blame_frames(error):
+                raise  # preflight's or torch's own failure (a dead worker): as it is
+            raise usercode.UserCodeRaised(f"dataloader.dataset: {usercode.blame(error)}: raised while the "
+                                          f"DataLoader loaded batches") from None
+
+
+def _iterable(dataset: Any) -> bool:
+    import torch.utils.data
+
+    return isinstance(dataset, torch.utils.data.IterableDataset)
+
+
 def _measure(options: Mapping[str, Any], budget: Budget, files: list[DataFile] | None, source: str,
-             note: str) -> list[Measurement]:
-    """The loader over ``files`` (None: synthetic samples), every row carrying ``note``."""
+             note: str, job: tuple[Any, Any] | None = None) -> list[Measurement]:
+    """The loader over ``files``, else the ``job``'s (dataset, collate_fn), else synthetic samples; every row
+    carrying ``note``."""
     import torch
 
     workers = auto_workers() if options["num_workers"] == "auto" else int(options["num_workers"])
     pin = bool(options["pin_memory"]) and torch.cuda.is_available()
     decode = options["decode"] if files is not None else "none"
     fs = None
-    if files is None:
-        dataset: Any = SyntheticImages()
+    shuffle, collate, count = files is not None, None if files is None else collate_sizes, sizes_or_tensor
+    if job is not None:
+        dataset: Any = job[0]
+        shuffle, collate, count = not _iterable(dataset), job[1], user.count_batch
+    elif files is None:
+        dataset = SyntheticImages()
     else:
         fs = filesystem_of(os.path.dirname(files[0].name))  # the directory stays when a file vanishes
         bypass = bypass_for([f.name for f in files[:100]], fs.memory_backed)
@@ -144,9 +192,9 @@ def _measure(options: Mapping[str, Any], budget: Budget, files: list[DataFile] |
 
     def make_loader(data: Any) -> Any:
         return torch.utils.data.DataLoader(
-            data, batch_size=int(options["batch_size"]), shuffle=files is not None, num_workers=workers,
+            data, batch_size=int(options["batch_size"]), shuffle=shuffle, num_workers=workers,
             pin_memory=pin, prefetch_factor=int(options["prefetch_factor"]) if workers else None,
-            persistent_workers=workers > 0, collate_fn=None if files is None else collate_sizes)
+            persistent_workers=workers > 0, collate_fn=collate)
 
     method = (f"DataLoader(batch_size={options['batch_size']}, num_workers={workers}, pin_memory={pin}, "
               f"prefetch_factor={options['prefetch_factor'] if workers else None}) over {source}")
@@ -158,7 +206,7 @@ def _measure(options: Mapping[str, Any], budget: Budget, files: list[DataFile] |
         results.append(Measurement("raw_throughput", samples=tuple(w[0] for w in raw_windows), unit="samples/s",
                                    method=method + ", raw bytes, not decoded", stopped=raw_windows.stopped))
         raw_rate = results[-1].value
-    puller = BatchPuller(make_loader(dataset))
+    puller = BatchPuller(make_loader(dataset), count=count)
     windows = _windows(puller, max(1, workers), budget)
     what = ", decoded with Pillow" if decode == "image" else ""
     throughput = Measurement("throughput", samples=tuple(w[0] for w in windows), unit="samples/s",
@@ -167,6 +215,10 @@ def _measure(options: Mapping[str, Any], budget: Budget, files: list[DataFile] |
     results.append(throughput)
     if files is not None:
         results.append(Measurement("bandwidth", samples=tuple(w[1] for w in windows), unit="MB/s", method=method,
+                                   stopped=windows.stopped))
+    elif job is not None:
+        results.append(Measurement("bandwidth", samples=tuple(w[1] for w in windows), unit="MB/s",
+                                   method=method + ", bytes of the batches' tensors delivered to the training loop",
                                    stopped=windows.stopped))
     if float(options["step_time"]) > 0:
         results.append(_utilization(puller, float(options["step_time"]), int(options["batch_size"]), workers,

@@ -63,12 +63,25 @@ def explaining_worker_oom(measure: Callable[[Mapping[str, Any], Any], T],
     return measured
 
 
-class BatchPuller:
-    """Pulls batches from an endless loader iterator; counts samples, bytes and compute time."""
+def sizes_or_tensor(batch: Any) -> tuple[int, int]:
+    """(samples, bytes) of our own batches: a ``collate_sizes`` pair, or one stacked tensor."""
+    if isinstance(batch, tuple):
+        return batch
+    return len(batch), batch.element_size() * batch.nelement()
 
-    def __init__(self, loader: Any, step_time_s: float = 0.0) -> None:
+
+class BatchPuller:
+    """Pulls batches from an endless loader iterator; counts samples, bytes and compute time.
+
+    ``count(batch) -> (samples, bytes)`` reads a batch: ``sizes_or_tensor`` for preflight's own
+    datasets, ``user.count_batch`` for the job's. The loader is restarted at the end of an epoch.
+    """
+
+    def __init__(self, loader: Any, step_time_s: float = 0.0,
+                 count: Callable[[Any], tuple[int, int]] = sizes_or_tensor) -> None:
         self.loader = loader
         self.step_time_s = step_time_s
+        self.count = count
         self.iterator: Iterator[Any] = iter(loader)
 
     def _next(self) -> tuple[int, int]:
@@ -76,10 +89,11 @@ class BatchPuller:
             batch = next(self.iterator)
         except StopIteration:
             self.iterator = iter(self.loader)
-            batch = next(self.iterator)
-        if isinstance(batch, tuple):
-            return batch
-        return len(batch), batch.element_size() * batch.nelement()
+            try:
+                batch = next(self.iterator)
+            except StopIteration:
+                raise ValueError("the DataLoader yields no batch: the dataset is empty") from None
+        return self.count(batch)
 
     def skip(self, batches: int) -> None:
         """Warm-up: take ``batches`` steps (workers starting, prefetch filling) and discard them."""

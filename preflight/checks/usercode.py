@@ -1,0 +1,132 @@
+"""The job's own code, named in the config as ``"package.module:callable"``: imported, called, and blamed.
+
+Serves the checks layer (any check that runs user code: the dataloader's ``dataset``). The
+code is imported with the config's ``python_path`` directories first on ``sys.path``
+(``on_path``), which is restored afterwards, and the modules imported from those directories
+are forgotten, so the next check in the same worker starts clean. A failure becomes one line
+that names the Python error and the last frames of the user's own files (``blame``), whether
+the exception was raised here or re-raised by torch from a DataLoader worker, whose original
+traceback only survives as text.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import re
+import sys
+import traceback
+from typing import Any, Callable, Iterator, Sequence
+
+from preflight.checks.base import UserCodeError
+
+FRAMES = 2  # user frames quoted, innermost first
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<name>.+)$')
+
+
+class UserCodeRaised(Exception):
+    """The job's code raised while a check ran it; ``str()`` is the one line the report shows."""
+
+
+@contextlib.contextmanager
+def on_path(directories: Sequence[str]) -> Iterator[None]:
+    """``directories`` first on ``sys.path`` inside the block; afterwards the old path, and the modules
+    imported from those directories forgotten."""
+    saved, loaded = list(sys.path), set(sys.modules)
+    sys.path[:0] = [d for d in directories if d not in sys.path[:len(directories)]]
+    importlib.invalidate_caches()  # a directory written since the last import is seen
+    try:
+        yield
+    finally:
+        sys.path[:] = saved
+        roots = tuple(os.path.join(os.path.realpath(d), "") for d in directories)
+        for name in set(sys.modules) - loaded:  # only what the block imported: never preflight's own modules
+            origin = getattr(sys.modules[name], "__file__", None) or ""
+            if roots and os.path.realpath(origin).startswith(roots):
+                del sys.modules[name]
+
+
+def load(spec: str, option: str) -> Callable[..., Any]:
+    """The callable that ``spec`` (``"package.module:name"``) names; import it with ``on_path`` around.
+
+    Raises:
+        UserCodeError: ``spec`` is malformed, cannot be imported, lacks the name, or is not callable.
+    """
+    module_name, sep, attribute = spec.partition(":")
+    if not sep or not module_name or not attribute.replace(".", "").isidentifier():
+        raise UserCodeError(option, f"expected \"package.module:callable\", found {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name and (module_name == error.name or module_name.startswith(error.name + ".")):
+            raise UserCodeError(option, f"cannot import {spec} ({_one_line(error)}): add the directory that "
+                                f"holds `{error.name.split('.')[0]}` to python_path") from None
+        raise UserCodeError(option, f"cannot import {spec}: {module_name} failed to import ({_one_line(error)}"
+                            f"{blame_frames(error)}): install what it needs in this image") from None
+    except Exception as error:  # noqa: BLE001  whatever the user's module raises while importing
+        raise UserCodeError(option, f"cannot import {spec}: {module_name} raised {_one_line(error)}"
+                            f"{blame_frames(error)} while importing: fix the module") from None
+    target: Any = module
+    for part in attribute.split("."):
+        if not hasattr(target, part):
+            raise UserCodeError(option, f"cannot import {spec}: {module_name} has no `{attribute}`: check the "
+                                f"name after the colon")
+        target = getattr(target, part)
+    if not callable(target):
+        raise UserCodeError(option, f"{spec} is a {type(target).__name__}, not callable: name a function or class")
+    return target
+
+
+def blame(error: BaseException) -> str:
+    """One line: ``ValueError: bad sample 49 (at mypkg/data.py:12 in __getitem__)``.
+
+    A DataLoader worker's exception arrives re-raised by torch with the original traceback
+    as text (``Caught ValueError in DataLoader worker process 0. Original Traceback ...``);
+    that text is read for the exception's line and frames.
+    """
+    text = error.args[0] if error.args and isinstance(error.args[0], str) else str(error)  # KeyError quotes str()
+    if "Original Traceback" in text and any(map(_FRAME.match, text.splitlines())):
+        lines = text.splitlines()
+        frames = [(m["file"], int(m["line"]), m["name"]) for m in map(_FRAME.match, lines) if m]
+        last = max(i for i, line in enumerate(lines) if _FRAME.match(line))
+        rest = [line for line in lines[last + 1:] if not line.startswith("    ")]
+        return " ".join(" ".join(rest).split()) + _where(frames)
+    return _one_line(error) + blame_frames(error)
+
+
+def blame_frames(error: BaseException) -> str:
+    """`` (at FILE:LINE in NAME, from ...)`` for the innermost frames outside Python's and torch's own files."""
+    return _where([(f.filename, f.lineno or 0, f.name) for f in traceback.extract_tb(error.__traceback__)])
+
+
+def _where(frames: list[tuple[str, int, str]]) -> str:
+    ours = [f for f in frames if not _library(f[0])]
+    if not ours:
+        return ""
+    shown = [f"{_short(path)}:{line} in {name}" for path, line, name in reversed(ours[-FRAMES:])]
+    return f" (at {', from '.join(shown)})"
+
+
+def _library(path: str) -> bool:
+    """A frame of Python's, torch's or preflight's own files (not the job's)."""
+    parts = path.replace("\\", "/").split("/")
+    return (path.startswith("<") or "site-packages" in parts or "dist-packages" in parts
+            or path.startswith(_OWN))
+
+
+_OWN = (os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ""),  # preflight
+        os.path.join(os.path.dirname(os.__file__), ""))  # the standard library
+
+
+def _short(path: str) -> str:
+    """The file as its package names it (``mypkg/data.py``): the part below the first sys.path entry holding it."""
+    real = os.path.realpath(path)
+    for entry in sorted((os.path.realpath(p) for p in sys.path if p), key=len, reverse=True):
+        if real.startswith(os.path.join(entry, "")):
+            return os.path.relpath(real, entry)
+    return "/".join(path.split("/")[-2:])
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(f"{type(error).__name__}: {error}".split())

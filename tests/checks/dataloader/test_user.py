@@ -1,0 +1,200 @@
+"""The job's own Dataset, end to end through the CLI: a real package imported through python_path.
+
+Each test writes a small package under ``tmp_path/src`` (``jobpkg.data``) and a config beside
+it naming ``python_path: [src]``, so the import really goes through the config's directory.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from preflight.checks.dataloader.user import count_batch
+from tests.helpers import run_cli
+
+SAMPLE_S = 0.004  # each sample sleeps this long: one process delivers at most 250 samples/s
+SAMPLE_BYTES = 3 * 8 * 8 * 4 + 8  # a 3x8x8 float32 tensor and an int label (collated into int64)
+PACKAGE = '''
+import time
+
+import torch
+
+
+class Squares(torch.utils.data.Dataset):
+    def __init__(self, n, fail_at=-1):
+        self.n, self.fail_at = n, fail_at
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, index):
+        time.sleep({sample_s})
+        if index == self.fail_at:
+            raise ValueError(f"bad sample {{index}}")
+        return torch.full((3, 8, 8), float(index)), index
+
+
+class Stuck(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        while True:
+            time.sleep(3600)
+        yield
+
+
+def make(n=1000, fail_at=-1):
+    return Squares(n, fail_at)
+
+
+def stuck():
+    return Stuck()
+
+
+def not_a_dataset(n=1000):
+    return list(range(n))
+'''.format(sample_s=SAMPLE_S)
+
+
+def _job(tmp_path: Path, body: str) -> Path:
+    package = tmp_path / "src" / "jobpkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "data.py").write_text(PACKAGE)
+    path = tmp_path / "thresholds.yaml"
+    path.write_text("version: 1\ndefaults: {duration: 1.5s, timeout: 60s}\nchecks:\n  dataloader:\n"
+                    + textwrap.indent(textwrap.dedent(body).strip() + "\n", "    "))
+    return path
+
+
+def _run(path: Path, *args: str) -> tuple[int, dict]:
+    completed = run_cli("run", "-c", str(path), "--format", "json", *args, cwd=path.parent.parent)
+    return completed.returncode, json.loads(completed.stdout)
+
+
+def test_a_factory_in_the_jobs_package_is_imported_through_python_path_and_measured(tmp_path):
+    path = _job(tmp_path, """
+        dataset: "jobpkg.data:make"
+        dataset_args: {n: 400}
+        python_path: [src]
+        num_workers: 0
+        batch_size: 10
+    """)
+    assert run_cli("validate", str(path)).returncode == 0
+    code, report = _run(path)  # run from elsewhere: python_path is relative to the config file
+    results = {r["metric"]: r for r in report["results"]}
+    assert code == 0, report
+    rate = results["throughput"]["value"]
+    assert 0.6 / SAMPLE_S < rate <= 1.02 / SAMPLE_S  # one process, SAMPLE_S per sample: at most 250/s
+    assert "over jobpkg.data:make(**dataset_args) (Squares, 400 samples), collate_fn=default_collate" \
+        in results["throughput"]["method"]
+    assert "tensors delivered to the training loop" in results["bandwidth"]["method"]
+    # bandwidth is the batches' tensor bytes: samples/s x bytes per sample, in MB (10^6 B)
+    assert results["bandwidth"]["value"] == pytest.approx(rate * SAMPLE_BYTES / 1e6, rel=0.02)
+
+
+def test_a_factory_that_cannot_be_imported_is_located_at_validate(tmp_path):
+    path = _job(tmp_path, """
+        dataset: "jobpkg.data:make"
+    """)  # no python_path: jobpkg is not importable
+    completed = run_cli("validate", str(path), cwd=tmp_path.parent)
+    assert completed.returncode == 2 and completed.stdout == ""
+    assert completed.stderr == (f"preflight: error: {path}:5:14: dataloader.dataset: cannot import jobpkg.data:make "
+                                f"(ModuleNotFoundError: No module named 'jobpkg'): add the directory that holds "
+                                f"`jobpkg` to python_path\n")
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("jobpkg.data:not_a_dataset", "jobpkg.data:not_a_dataset(**dataset_args) returned builtins.list, not a "
+                                  "torch.utils.data.Dataset or IterableDataset"),
+    ("jobpkg.data:mkae", "cannot import jobpkg.data:mkae: jobpkg.data has no `mkae`"),
+    ("jobpkg.data:time", "jobpkg.data:time is a module, not callable"),
+    ("jobpkg.data", "expected \"package.module:callable\", found 'jobpkg.data'"),
+])
+def test_a_factory_that_returns_no_dataset_is_a_one_line_error_at_validate(tmp_path, spec, message):
+    path = _job(tmp_path, f"""
+        dataset: "{spec}"
+        python_path: [src]
+    """)
+    completed = run_cli("validate", str(path))
+    assert completed.returncode == 2
+    assert completed.stderr.startswith(f"preflight: error: {path}:5:14: dataloader.dataset: {message}")
+    assert completed.stderr.count("\n") == 1
+
+
+def test_an_exception_in_getitem_on_the_50th_sample_is_the_checks_error_naming_the_jobs_frame(tmp_path):
+    path = _job(tmp_path, """
+        dataset: "jobpkg.data:make"
+        dataset_args: {n: 60, fail_at: 49}  # shuffled: every epoch of 60 reaches the 50th sample
+        python_path: [src]
+        num_workers: 2
+        batch_size: 10
+    """)
+    code, report = _run(path)
+    assert code == 1
+    [result] = report["results"]
+    line = PACKAGE.splitlines().index('            raise ValueError(f"bad sample {index}")') + 1
+    assert result["verdict"] == "error"
+    assert ("dataloader.dataset: ValueError: bad sample 49 (at jobpkg/data.py:" + str(line)
+            + " in __getitem__): raised while the DataLoader loaded batches") in result["message"]
+
+
+def test_an_iterable_dataset_that_hangs_is_a_timeout(tmp_path):
+    path = _job(tmp_path, """
+        dataset: "jobpkg.data:stuck"
+        python_path: [src]
+        num_workers: 1
+        timeout: 5s
+    """)
+    code, report = _run(path)
+    assert code == 1
+    [result] = report["results"]
+    assert result["verdict"] == "error" and "timed out after 5s and was killed" in result["message"]
+
+
+def test_the_factory_runs_only_in_the_worker_at_run(tmp_path):
+    # a factory that cannot be imported is the check's error at run (the CLI process never imports it)
+    path = _job(tmp_path, """
+        dataset: "jobpkg.data:make"
+    """)
+    code, report = _run(path)
+    assert code == 1
+    assert "cannot import jobpkg.data:make (ModuleNotFoundError" in report["results"][0]["message"]
+
+
+@pytest.mark.parametrize("batch, expected", [
+    (torch.zeros(7, 3, 4), (7, 7 * 12 * 4)),
+    ((torch.zeros(5, 2, dtype=torch.uint8), torch.arange(5)), (5, 10 + 5 * 8)),
+    ({"image": torch.zeros(4, 2, dtype=torch.float16), "meta": {"id": torch.arange(4)}}, (4, 16 + 32)),
+    ([{"x": torch.zeros(3)}], (3, 12)),  # a list whose first tensor is nested: still that tensor's length
+    (torch.tensor(2.0), (1, 4)),  # a 0-d tensor is one sample
+    (["a.jpg", "b.jpg"], (2, 0)),  # no tensor: a list of samples
+])
+def test_count_batch_counts_the_first_tensors_first_dimension_and_every_tensors_bytes(batch, expected):
+    assert count_batch(batch) == expected
+
+
+def test_count_batch_refuses_what_it_cannot_count():
+    with pytest.raises(TypeError, match="make collate_fn return tensors"):
+        count_batch(object())
+
+
+def test_a_collate_fn_and_a_map_style_dataset_without_len_are_checked_at_validate(tmp_path):
+    path = _job(tmp_path, """
+        dataset: "jobpkg.data:make"
+        collate_fn: "jobpkg.data:no_such_collate"
+        python_path: [src]
+    """)
+    completed = run_cli("validate", str(path))
+    assert completed.returncode == 2
+    assert (f"{path}:6:17: dataloader.collate_fn: cannot import jobpkg.data:no_such_collate: jobpkg.data has no "
+            f"`no_such_collate`") in completed.stderr
+    (tmp_path / "src" / "jobpkg" / "data.py").write_text(PACKAGE + "\n\ndef lenless():\n"
+                                                        "    return torch.utils.data.Dataset()\n")
+    path.write_text(path.read_text().replace("jobpkg.data:make", "jobpkg.data:lenless").replace(
+        '    collate_fn: "jobpkg.data:no_such_collate"\n', ""))
+    completed = run_cli("validate", str(path))
+    assert completed.returncode == 2
+    assert "returned a map-style Dataset without __len__, which a DataLoader's sampler needs" in completed.stderr
