@@ -44,6 +44,9 @@ SKIPPED = {  # reason: (one, several)
 }
 UNREADABLE = ("unreadable", "unreadable_dir")
 
+WALK_FACTOR = 4  # entries looked at per wanted file (``Walk.for_files``): skipped entries cannot unbound a walk
+LOST = (FileNotFoundError, PermissionError)  # what reading a file raises when it vanished or turned unreadable since
+
 MIN_SAMPLES = 100  # distinct files below which a file-based figure is a loop over a few files, not a dataset
 MIN_SAMPLE_BYTES = 8 << 20
 MIN_SHARD_BYTES = 64 << 20
@@ -74,6 +77,12 @@ class Walk:
         self.looked_at = 0
         self.truncated = False
         self._seen: set[tuple[int, int]] = set()
+
+    @classmethod
+    def for_files(cls, path: str, max_files: int) -> Walk:
+        """A walk for callers that want ``max_files`` data files: it looks at ``WALK_FACTOR`` times as
+        many entries at most, so unreadable, skipped or non-matching entries cannot make it unbounded."""
+        return cls(path, max_entries=max_files * WALK_FACTOR)
 
     def __iter__(self) -> Iterator[DataFile]:
         try:
@@ -171,11 +180,6 @@ def _ancestors(path: str) -> set[tuple[int, int]]:
         if parent == current:
             return found
         current = parent
-
-
-def dataset_files(path: str) -> Iterator[DataFile]:
-    """Data files under ``path`` as ``Walk`` finds them, without the skip counts."""
-    return iter(Walk(path))
 
 
 def too_few(files: list[DataFile], where: str) -> str:

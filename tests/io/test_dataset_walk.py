@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from preflight.io.dataset_walk import DataFile, Walk, dataset_files, too_few
+from preflight.io.dataset_walk import DataFile, Walk, too_few
 from tests import datasets
 from tests.helpers import REPO, in_mount_namespace
 
@@ -35,16 +35,16 @@ def test_walks_regular_non_empty_files_in_sorted_order_skipping_hidden_and_follo
 
 
 def test_a_file_path_is_its_own_dataset_and_a_missing_path_is_empty(tree):
-    assert [f[:2] for f in dataset_files(str(tree / "train" / "img0.jpg"))] == [(str(tree / "train" / "img0.jpg"), 20)]
-    assert list(dataset_files(str(tree / "nope"))) == []
+    assert [f[:2] for f in Walk(str(tree / "train" / "img0.jpg"))] == [(str(tree / "train" / "img0.jpg"), 20)]
+    assert list(Walk(str(tree / "nope"))) == []
 
 
 def test_stays_on_the_filesystem_of_path(tree):
     """A real tmpfs mounted inside the tree (private mount namespace) is not walked, as find -xdev."""
     mount = tree / "train" / "mnt"
     mount.mkdir()
-    code = (f"from preflight.io.dataset_walk import dataset_files\n"
-            f"print(sorted(f.name for f in dataset_files({str(tree)!r})))")
+    code = (f"from preflight.io.dataset_walk import Walk\n"
+            f"print(sorted(f.name for f in Walk({str(tree)!r})))")
     script = (f"mount -t tmpfs -o size=1m tmpfs {mount} && echo data > {mount}/other.jpg && "
               f"{sys.executable} -c \"{code}\"")
     result = in_mount_namespace(script)

@@ -10,7 +10,7 @@ since the walk is a sample of 0 bytes that is not counted (``collate_sizes``), s
 process rewriting the dataset cannot end the measurement.
 
 The walk (``dataset_walk.Walk``) follows symbolic links as the job's ``open()`` does and is
-bounded: it stops after ``max_files`` matching files or ``WALK_FACTOR`` times as many entries,
+bounded: it stops after ``max_files`` matching files or ``Walk.for_files``' limit on entries,
 so its time and memory do not grow with the dataset. A shuffled loader reads any file, so
 the first files in walk order stand for the rest.
 """
@@ -22,11 +22,9 @@ import io
 import os
 import time
 
-from preflight.io.dataset_walk import DataFile, Walk
+from preflight.io.dataset_walk import LOST, DataFile, Walk
 from preflight.io.uncached import Bypass, aligned_buffer, read_file
 
-WALK_FACTOR = 4  # entries looked at per wanted file: non-matching or skipped entries cannot make the walk unbounded
-LOST = (FileNotFoundError, PermissionError)
 
 
 def list_files(path: str, include: str, exclude: str, max_files: int) -> tuple[list[DataFile], Walk]:
@@ -38,7 +36,7 @@ def list_files(path: str, include: str, exclude: str, max_files: int) -> tuple[l
     """
     includes = [g.strip() for g in include.split(",") if g.strip()] or ["*"]
     excludes = [g.strip() for g in exclude.split(",") if g.strip()]
-    walk = Walk(path, max_entries=max_files * WALK_FACTOR)
+    walk = Walk.for_files(path, max_files)
     found: list[DataFile] = []
     for candidate in walk:
         relative, name = os.path.relpath(candidate.name, path), os.path.basename(candidate.name)

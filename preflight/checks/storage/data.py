@@ -22,7 +22,6 @@ from preflight.io.dataset_walk import DataFile, Walk, data_extents
 from preflight.io.uncached import ALIGNMENT
 
 LARGE_FILE = 8 << 20
-WALK_FACTOR = 4  # entries looked at per wanted file: unreadable or skipped entries cannot make the walk unbounded
 
 Segment = tuple[str, int, int]  # a file, and the [start, end) byte range of it that is read
 
@@ -36,7 +35,7 @@ class Found(NamedTuple):
 
 def survey(path: str, wanted_bytes: int, small_size: int, max_files: int) -> Found:
     """Files under ``path`` as ``dataset_walk.Walk`` finds them (at most ``max_files`` of them)."""
-    walk = Walk(path, max_entries=max_files * WALK_FACTOR)
+    walk = Walk.for_files(path, max_files)
     seen = list(itertools.islice(walk, max_files))
     small = [f for f in seen if f.size <= small_size]
     large, total = [], 0

@@ -29,9 +29,9 @@ from typing import Callable, Sequence
 
 from preflight.checks.storage.data import Segment
 from preflight.io.parallel import Tally
+from preflight.io.dataset_walk import LOST
 from preflight.io.uncached import Bypass, aligned_buffer, drop_cached, open_uncached
 
-LOST = (FileNotFoundError, PermissionError)  # the file vanished or its mode changed after the walk
 
 
 def spans(parts: Sequence[Segment], readers: int, block: int) -> list[list[Segment]]:

@@ -15,8 +15,7 @@ import time
 from array import array
 from typing import Callable, Sequence
 
-from preflight.checks.storage.reads import LOST
-from preflight.io.dataset_walk import DataFile
+from preflight.io.dataset_walk import LOST, DataFile
 from preflight.io.parallel import Tally
 from preflight.io.uncached import Bypass, aligned_buffer, read_file
 

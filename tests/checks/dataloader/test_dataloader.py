@@ -10,7 +10,7 @@ import tempfile
 import pytest
 
 from preflight.checks import dataloader
-from preflight.checks.dataloader.files import WALK_FACTOR
+from preflight.io.dataset_walk import WALK_FACTOR
 from preflight.io.dataset_walk import DataFile
 from preflight.checks.storage.small_files import file_loop
 from preflight.config import Instance, Threshold
