@@ -69,7 +69,11 @@ def test_the_random_loop_records_when_each_read_completed(tmp_path):
     assert all(tally.started < c <= tally.started + tally.elapsed_s + 0.05 for c in tally.completions)
     windows = in_intervals(tally, ramp_s=0.1, window_s=0.05)
     assert len(windows) == int((tally.elapsed_s - 0.1) / 0.05) >= 3
-    assert all(w.ops_per_s > 0 for w in windows)
+    # Every read completed after the ramp and inside the whole windows lands in exactly one of them;
+    # a window may be empty when a loaded runner deschedules both readers for 50 ms.
+    end = tally.started + 0.1 + 0.05 * len(windows)
+    inside = sum(tally.started + 0.1 <= c < end for c in tally.completions)
+    assert sum(len(w.latencies) for w in windows) == inside > 0
 
 
 def test_the_random_loop_reads_only_inside_its_segments(tmp_path):
