@@ -16,15 +16,12 @@ Every error is a ``ConfigError`` located at ``FILE:LINE:COL`` with the fix.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Literal, Mapping
+from typing import Any, Iterable, Literal, Mapping, NamedTuple
 
 from preflight import baseline as baselines
-from preflight.io import scratch
 from preflight import yaml_source
 from preflight.checks import CHECKS
 from preflight.checks.base import Metric, Option
@@ -42,11 +39,11 @@ DEFAULTS = {"timeout": "120s", "duration": "5s", "severity": "fail", "repeats": 
 MAX_REPEATS, MAX_RETRIES = 20, 5
 FLEET_DEFAULTS = {"timeout": "300s", "backend": "auto", "median_ratio": 0.5, "severity": "fail"}
 BACKENDS = ("auto", "nccl", "gloo")
+NO_MAPPING: Mapping[str, Any] = {}  # the default of the records' mapping fields; never written to
 _VERSION = re.compile(r"^\d+(\.\d+)*$")
 
 
-@dataclass(frozen=True)
-class Threshold:
+class Threshold(NamedTuple):
     """A declared bound on one metric, in the metric's canonical unit (versions as text)."""
 
     metric: str
@@ -55,12 +52,11 @@ class Threshold:
     severity: Severity
     where: str  # FILE:LINE:COL of the metric's key, for annotations
     match: str | None = None  # a regular expression a text metric must contain (re.search)
-    relative: Mapping[str, float] = field(default_factory=dict)  # {"min": 0.9} for `min: 90% of baseline`
-    baseline: Mapping[str, float] = field(default_factory=dict)  # result id -> baseline value, metric's unit
+    relative: Mapping[str, float] = NO_MAPPING  # {"min": 0.9} for `min: 90% of baseline`
+    baseline: Mapping[str, float] = NO_MAPPING  # result id -> baseline value, metric's unit
 
 
-@dataclass(frozen=True)
-class Instance:
+class Instance(NamedTuple):
     """One configured run of a check: its options (parsed), thresholds and limits."""
 
     name: str
@@ -74,11 +70,10 @@ class Instance:
     repeats: int = 1  # runs of the check; the median of their values is judged
     retries: int = 0  # re-measurements allowed when a miss is within retry_margin of its bound
     retry_margin: float = 0.10  # as a fraction of the bound
-    option_where: Mapping[str, str] = field(default_factory=dict)  # FILE:LINE:COL of each option given
+    option_where: Mapping[str, str] = NO_MAPPING  # FILE:LINE:COL of each option given
 
 
-@dataclass(frozen=True)
-class FleetSettings:
+class FleetSettings(NamedTuple):
     """The ``fleet:`` section: how a ``torchrun`` run joins, waits and compares nodes.
 
     ``timeout_s`` bounds joining the process group and every collective or barrier, so a
@@ -93,12 +88,18 @@ class FleetSettings:
     severity: Severity = "fail"
 
 
-@dataclass(frozen=True)
-class Config:
+class Config(NamedTuple):
     path: str
     instances: tuple[Instance, ...]
-    digest: str  # sha256 of the file's bytes and the overrides, for reports
+    source: bytes  # the file's bytes and the overrides, which ``digest`` names
     fleet: FleetSettings = FleetSettings()
+
+    @property
+    def digest(self) -> str:
+        """sha256 (hex) of the file's bytes and the overrides, for reports."""
+        import hashlib  # here, not at the top: `validate` starts faster without loading OpenSSL
+
+        return hashlib.sha256(self.source).hexdigest()
 
     def select(self, ids: Iterable[str]) -> Config:
         """Keep only the named instances (``--only storage,shm``).
@@ -112,7 +113,7 @@ class Config:
             if name not in names:
                 raise UsageError(f"--only {name}: no such check instance in {self.path}{_suggest(name, names)}")
         kept = tuple(i for i in self.instances if i.name in wanted)
-        return Config(self.path, kept, self.digest, self.fleet)
+        return Config(self.path, kept, self.source, self.fleet)
 
 
 def bundled_path() -> Path:
@@ -152,9 +153,9 @@ def load(path: str, overrides: Iterable[str] = (), environ: Mapping[str, str] | 
     overrides = list(overrides)
     for assignment in overrides:
         root = yaml_source.apply_override(root, assignment, environ)
-    digest = hashlib.sha256(data + "\0".join(overrides).encode()).hexdigest()
+    source = data + "\0".join(overrides).encode()
     base = os.path.dirname(os.path.abspath(path))
-    return Config(path, _instances(root, baselines.Source(path, baseline, root), base), digest, _fleet(root))
+    return Config(path, _instances(root, baselines.Source(path, baseline, root), base), source, _fleet(root))
 
 
 def _instances(root: Located, baseline: baselines.Source, base: str) -> tuple[Instance, ...]:
@@ -247,7 +248,11 @@ def _instance(name: str, node: Located, defaults: Mapping[str, Any], baseline: b
 def _refuse_inside(name: str, option: Option, options: Mapping[str, Any], node: Located | None) -> None:
     """The read-only guarantee: a directory we write (``scratch_dir``) never lies inside the dataset."""
     value, protected = options[option.name], options[option.outside]
-    if node is not None and value and scratch.is_inside(value, protected):
+    if node is None or not value:
+        return
+    from preflight.io.scratch import is_inside  # here, not at the top: most configs set no scratch_dir
+
+    if is_inside(value, protected):
         raise ConfigError(node.where, f"`{name}.{option.name}` ({value}) is inside `{name}.{option.outside}` "
                           f"({protected}), which preflight never writes: choose a directory outside it on the "
                           f"same filesystem, or leave it out to use the one above it")

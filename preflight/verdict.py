@@ -151,7 +151,7 @@ def requirement(threshold: Threshold, unit: str) -> str:
         return f"matches /{threshold.match}/"
     if threshold.relative and threshold.min is None and threshold.max is None:
         words = {key: f"{fraction:.0%} of baseline" for key, fraction in threshold.relative.items()}
-        threshold = replace(threshold, min=words.get("min"), max=words.get("max"))
+        threshold = threshold._replace(min=words.get("min"), max=words.get("max"))
     low, high = (format_value(b, unit) if isinstance(b, float) else b for b in (threshold.min, threshold.max))
     if threshold.min is not None and threshold.max is not None:
         return f"between {low} and {high}"
@@ -169,7 +169,7 @@ def against_baseline(threshold: Threshold, result_id: str) -> Threshold | None:
     base = threshold.baseline.get(result_id)
     if base is None:
         return None
-    return replace(threshold, **{key: fraction * base for key, fraction in threshold.relative.items()})
+    return threshold._replace(**{key: fraction * base for key, fraction in threshold.relative.items()})
 
 
 def _judge_one(instance: Instance, metric: Metric, threshold: Threshold, m: Measurement,

@@ -48,7 +48,7 @@ def load(path: str, text: str, environ: Mapping[str, str]) -> Located:
     """
     _refuse_deep_flow(path, text)
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         where = _where(path, mark) if mark else f"{path}:1:1"

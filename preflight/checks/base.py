@@ -8,10 +8,12 @@ from the same tables. A check measures; it never sees a threshold.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Mapping, NamedTuple, Protocol, Union, cast
+from typing import TYPE_CHECKING, Any, Literal, Mapping, NamedTuple, Protocol, Union, cast
 
-from preflight.measurement import Measurement
 from preflight.units import UNITS, Dimension
+
+if TYPE_CHECKING:
+    from preflight.measurement import Measurement
 
 Scope = Literal["node", "fleet"]
 # "paths": a list of directories, relative to the config file's directory (``python_path``);

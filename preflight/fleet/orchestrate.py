@@ -53,7 +53,7 @@ def run(config: Config, launch: Launch, write: WriteReports, temp_dir: str | Non
         fleet.join()
         _say(launch, f"joined a fleet of {launch.world_size} ranks")
         if launch.local_rank == 0:
-            results = runner.run(dataclasses.replace(config, instances=node_checks), progress=_progress(launch),
+            results = runner.run(config._replace(instances=node_checks), progress=_progress(launch),
                                  temp_dir=temp_dir)
             own = report.build(config.path, config.digest, results, started, time.monotonic() - clock)
         node_budget = sum(instance.timeout_s for instance in node_checks) + config.fleet.timeout_s

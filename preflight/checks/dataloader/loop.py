@@ -33,9 +33,9 @@ class WorkerOomKilled(RuntimeError):
     """The kernel OOM-killed a DataLoader worker under the cgroup's memory limit."""
 
 
-def explaining_worker_oom(measure: Callable[[Mapping[str, Any], Any], T],
-                          watch: Callable[[], OomWatch] = OomWatch.start) -> Callable[[Mapping[str, Any], Any], T]:
-    """Wrap a check's ``measure(options, budget)``: name a DataLoader worker's OOM kill, with the fix.
+def explaining_worker_oom(measure: Callable[..., T],
+                          watch: Callable[[], OomWatch] = OomWatch.start) -> Callable[..., T]:
+    """Wrap a check's ``measure(options, budget, ...)``: name a DataLoader worker's OOM kill, with the fix.
 
     ``watch`` takes the cgroup's OOM-kill count before any loader starts. When ``measure``
     raises torch's dead-worker RuntimeError and the count rose, ``WorkerOomKilled`` is raised
@@ -45,10 +45,10 @@ def explaining_worker_oom(measure: Callable[[Mapping[str, Any], Any], T],
     """
 
     @functools.wraps(measure)
-    def measured(options: Mapping[str, Any], budget: Any) -> T:
+    def measured(options: Mapping[str, Any], *rest: Any) -> T:
         oom = watch()
         try:
-            return measure(options, budget)
+            return measure(options, *rest)
         except RuntimeError as error:
             evidence = oom.evidence() if "DataLoader worker" in str(error) else ""
             if not evidence:

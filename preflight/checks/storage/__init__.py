@@ -16,23 +16,18 @@ scratch data goes to ``scratch_dir`` on the same filesystem and is removed after
 figure measured on scratch data says so in its row (``Measurement.note``). Each group of
 metrics fails on its own: an error while reading (a full volume, a vanished file, a low
 open-file limit) makes that group unmeasurable with the reason, never the whole check.
+
+This module holds the check's tables, which ``validate``, ``list`` and ``explain`` read; the
+measuring code (``measuring``) is imported only when the check runs, to keep those commands'
+start-up short (``bench/cli_startup.py``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import os
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Mapping
 
 from preflight.checks.base import Budget, Metric, Option
-from preflight.checks.storage import measure_io
-from preflight.checks.storage.data import Found, survey
-from preflight.checks.storage.facts import facts, os_error_reason
-from preflight.io.dataset_walk import UNREADABLE
-from preflight.host.fsinfo import filesystem_of
-from preflight.measurement import Measurement, unmeasurable
-from preflight.io.scratch import choose_parent, scratch_dir
+from preflight.measurement import Measurement
 from preflight.units import Dimension
 
 NAME = "storage"
@@ -64,8 +59,6 @@ OPTIONS = (
            "4x as many entries), so walk time and memory stay bounded", minimum=1),
 )
 
-SHARDS_HINT = ("small files read at {small:.0f} MB/s against {seq:.0f} MB/s sequential: pack them into shards "
-               "(WebDataset tar, LMDB, TFRecord) so each read is large")
 METRICS = (
     Metric("filesystem", "text", None, "type, mount point, device and options of path's filesystem "
            "(/proc/self/mountinfo, proc(5))"),
@@ -106,81 +99,6 @@ METRICS = (
 
 def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
     """Measure every metric on ``options["path"]``; unmeasurable ones say why in one line."""
-    path = options["path"]
-    if not os.path.exists(path):
-        reason = f"{path} does not exist: mount the dataset or set storage.path"
-        return [unmeasurable(m.name, reason, m.unit) for m in METRICS]
-    for option in ("block_size", "rand_block"):
-        if int(options[option]) % 4096:
-            reason = f"storage.{option} must be a multiple of 4 KiB for O_DIRECT, found {options[option]} B"
-            return [unmeasurable(m.name, reason, m.unit) for m in METRICS]
-    fs = filesystem_of(path)
-    results = facts(fs, path)
-    found = survey(path, int(options["data_size"]), int(options["small_file_size"]), int(options["max_files"]))
-    results += _walk_metrics(found, path)
-    parent, no_scratch = choose_parent(path, options["scratch_dir"], "storage.scratch_dir")
-    with _scratch(parent, path) as (scratch, scratch_error):
-        io = measure_io.IO(options, budget, fs, scratch, no_scratch or scratch_error)
-        results += _isolated(lambda: io.reads(found), measure_io.READ_METRICS, path)
-        results += _isolated(lambda: io.small(found), (("small_files", "files/s"), ("small_files_bandwidth", "MB/s")),
-                             path)
-        results += _isolated(io.writes, (("seq_write", "MB/s"), ("fsync_p99", "ms")), path)
-    caveat = fs.caveat()
-    if caveat and fs.kind != "memory":
-        results = [_with_hint(m, f"{path} is on {fs.fstype} ({caveat}): mount the dataset volume itself")
-                   for m in results]
-    return _shards_hint(results)
+    from preflight.checks.storage import measuring
 
-
-def _walk_metrics(found: Found, path: str) -> list[Measurement]:
-    """``unreadable_files`` and ``skipped_files`` from the walk that chose the data."""
-    walk = found.walk
-    method = f"walk of {path}: {walk.looked_at} entries looked at, {len(found.files)} data files"
-    unreadable = walk.unreadable()
-    return [
-        Measurement("unreadable_files", float(unreadable), "", method=method,
-                    note=f"{walk.summary(UNREADABLE)}: the job stops at the first with PermissionError" if unreadable else ""),
-        Measurement("skipped_files", float(sum(walk.skipped.values())), "", method=method, note=walk.summary()),
-    ]
-
-
-def _isolated(measure_group: Callable[[], list[Measurement]], metrics: Sequence[tuple[str, str]],
-              path: str) -> list[Measurement]:
-    """Run one group of metrics; an OSError makes just that group unmeasurable, with its reason and fix."""
-    try:
-        return measure_group()
-    except OSError as error:
-        reason = os_error_reason(error, path)
-        return [unmeasurable(name, reason, unit) for name, unit in metrics]
-
-
-@contextlib.contextmanager
-def _scratch(parent: str | None, path: str) -> Iterator[tuple[str | None, str]]:
-    if parent is None:
-        yield None, ""
-        return
-    try:
-        context = scratch_dir(parent, protect=path)
-        directory = context.__enter__()
-    except OSError as error:
-        yield None, f"cannot create scratch space in {parent} ({error.strerror}): set storage.scratch_dir"
-        return
-    try:
-        yield directory, ""
-    finally:
-        context.__exit__(None, None, None)
-
-
-def _with_hint(m: Measurement, hint: str) -> Measurement:
-    if not m.measured or m.hint or m.unit == "text":
-        return m
-    return dataclasses.replace(m, hint=hint)
-
-
-def _shards_hint(results: list[Measurement]) -> list[Measurement]:
-    by_name = {m.metric: m for m in results}
-    seq, small = by_name.get("seq_read"), by_name.get("small_files_bandwidth")
-    if not (seq and small and seq.measured and small.measured) or small.value >= 0.25 * seq.value:  # type: ignore[operator]
-        return results
-    hint = SHARDS_HINT.format(small=small.value, seq=seq.value)
-    return [dataclasses.replace(m, hint=hint) if m.metric in ("small_files", "small_files_bandwidth") else m for m in results]
+    return measuring.measure(options, budget, METRICS)

@@ -10,6 +10,7 @@ import tempfile
 import pytest
 
 from preflight.checks import dataloader
+from preflight.checks.dataloader.files import list_files
 from preflight.io.dataset_walk import WALK_FACTOR
 from preflight.io.dataset_walk import DataFile
 from preflight.checks.storage.small_files import file_loop
@@ -87,9 +88,9 @@ def test_include_and_exclude_globs_and_a_bounded_walk(tmp_path):
     for name in ("a.jpg", "b.jpg", "c.txt", "sub/d.jpg", "sub/skip/e.jpg"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes(b"x" * 10)
-    listed, _ = dataloader.list_files(str(tmp_path), "*.jpg", "sub/skip/*", 100)
+    listed, _ = list_files(str(tmp_path), "*.jpg", "sub/skip/*", 100)
     assert [os.path.relpath(f.name, tmp_path) for f in listed] == ["a.jpg", "b.jpg", "sub/d.jpg"]
-    two, walk = dataloader.list_files(str(tmp_path), "*", "", 2)
+    two, walk = list_files(str(tmp_path), "*", "", 2)
     assert [os.path.relpath(f.name, tmp_path) for f in two] == ["a.jpg", "b.jpg"]  # the first in walk order
     assert walk.looked_at <= 2 * WALK_FACTOR
 

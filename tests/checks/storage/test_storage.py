@@ -11,6 +11,7 @@ import tempfile
 import pytest
 
 from preflight.checks import storage
+from preflight.checks.storage import measuring
 from preflight.config import Instance, Threshold
 from preflight.verdict import Outcome, judge
 from tests.helpers import in_mount_namespace, run_check, write_config
@@ -139,10 +140,10 @@ def test_small_files_far_below_seq_read_point_at_shards():
 
     results = [Measurement("seq_read", 2000.0, "MB/s"), Measurement("small_files_bandwidth", 40.0, "MB/s"),
                Measurement("small_files", 400.0, "files/s")]
-    hinted = storage._shards_hint(results)
+    hinted = measuring._shards_hint(results)
     assert "WebDataset" in hinted[1].hint and "40 MB/s against 2000 MB/s" in hinted[1].hint
     assert hinted[2].hint == hinted[1].hint and hinted[0].hint == ""
-    assert storage._shards_hint([results[0], Measurement("small_files_bandwidth", 900.0, "MB/s")])[1].hint == ""
+    assert measuring._shards_hint([results[0], Measurement("small_files_bandwidth", 900.0, "MB/s")])[1].hint == ""
 
 
 def test_a_read_only_bind_mount_is_reported_read_only_through_the_cli(dataset, tmp_path):

@@ -1,0 +1,105 @@
+"""The storage check's measuring: facts, the walk of the data, then each group of I/O metrics isolated.
+
+Imported by ``storage.measure`` when the check runs (see the package's docstring for the method).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+from preflight.checks.base import Budget, Metric
+from preflight.checks.storage import measure_io
+from preflight.checks.storage.data import Found, survey
+from preflight.checks.storage.facts import facts, os_error_reason
+from preflight.host.fsinfo import filesystem_of
+from preflight.io.dataset_walk import UNREADABLE
+from preflight.io.scratch import choose_parent, scratch_dir
+from preflight.measurement import Measurement, unmeasurable
+
+SHARDS_HINT = ("small files read at {small:.0f} MB/s against {seq:.0f} MB/s sequential: pack them into shards "
+               "(WebDataset tar, LMDB, TFRecord) so each read is large")
+
+
+def measure(options: Mapping[str, Any], budget: Budget, metrics: Sequence[Metric]) -> list[Measurement]:
+    """Measure every one of ``metrics`` on ``options["path"]``; unmeasurable ones say why in one line."""
+    path = options["path"]
+    if not os.path.exists(path):
+        reason = f"{path} does not exist: mount the dataset or set storage.path"
+        return [unmeasurable(m.name, reason, m.unit) for m in metrics]
+    for option in ("block_size", "rand_block"):
+        if int(options[option]) % 4096:
+            reason = f"storage.{option} must be a multiple of 4 KiB for O_DIRECT, found {options[option]} B"
+            return [unmeasurable(m.name, reason, m.unit) for m in metrics]
+    fs = filesystem_of(path)
+    results = facts(fs, path)
+    found = survey(path, int(options["data_size"]), int(options["small_file_size"]), int(options["max_files"]))
+    results += _walk_metrics(found, path)
+    parent, no_scratch = choose_parent(path, options["scratch_dir"], "storage.scratch_dir")
+    with _scratch(parent, path) as (scratch, scratch_error):
+        io = measure_io.IO(options, budget, fs, scratch, no_scratch or scratch_error)
+        results += _isolated(lambda: io.reads(found), measure_io.READ_METRICS, path)
+        results += _isolated(lambda: io.small(found), (("small_files", "files/s"), ("small_files_bandwidth", "MB/s")),
+                             path)
+        results += _isolated(io.writes, (("seq_write", "MB/s"), ("fsync_p99", "ms")), path)
+    caveat = fs.caveat()
+    if caveat and fs.kind != "memory":
+        results = [_with_hint(m, f"{path} is on {fs.fstype} ({caveat}): mount the dataset volume itself")
+                   for m in results]
+    return _shards_hint(results)
+
+
+def _walk_metrics(found: Found, path: str) -> list[Measurement]:
+    """``unreadable_files`` and ``skipped_files`` from the walk that chose the data."""
+    walk = found.walk
+    method = f"walk of {path}: {walk.looked_at} entries looked at, {len(found.files)} data files"
+    unreadable = walk.unreadable()
+    return [
+        Measurement("unreadable_files", float(unreadable), "", method=method,
+                    note=f"{walk.summary(UNREADABLE)}: the job stops at the first with PermissionError" if unreadable else ""),
+        Measurement("skipped_files", float(sum(walk.skipped.values())), "", method=method, note=walk.summary()),
+    ]
+
+
+def _isolated(measure_group: Callable[[], list[Measurement]], metrics: Sequence[tuple[str, str]],
+              path: str) -> list[Measurement]:
+    """Run one group of metrics; an OSError makes just that group unmeasurable, with its reason and fix."""
+    try:
+        return measure_group()
+    except OSError as error:
+        reason = os_error_reason(error, path)
+        return [unmeasurable(name, reason, unit) for name, unit in metrics]
+
+
+@contextlib.contextmanager
+def _scratch(parent: str | None, path: str) -> Iterator[tuple[str | None, str]]:
+    if parent is None:
+        yield None, ""
+        return
+    try:
+        context = scratch_dir(parent, protect=path)
+        directory = context.__enter__()
+    except OSError as error:
+        yield None, f"cannot create scratch space in {parent} ({error.strerror}): set storage.scratch_dir"
+        return
+    try:
+        yield directory, ""
+    finally:
+        context.__exit__(None, None, None)
+
+
+def _with_hint(m: Measurement, hint: str) -> Measurement:
+    if not m.measured or m.hint or m.unit == "text":
+        return m
+    return dataclasses.replace(m, hint=hint)
+
+
+def _shards_hint(results: list[Measurement]) -> list[Measurement]:
+    by_name = {m.metric: m for m in results}
+    seq, small = by_name.get("seq_read"), by_name.get("small_files_bandwidth")
+    if not (seq and small and seq.measured and small.measured) or small.value >= 0.25 * seq.value:  # type: ignore[operator]
+        return results
+    hint = SHARDS_HINT.format(small=small.value, seq=seq.value)
+    return [dataclasses.replace(m, hint=hint) if m.metric in ("small_files", "small_files_bandwidth") else m for m in results]
