@@ -16,8 +16,11 @@ files in a working directory) is never judged as one: the loader reads an ImageN
 scratch set written beside it, and the row says so (``Measurement.note``). A path where no
 file matches at all is unmeasurable (a wrong path or glob must fail, not pass on scratch).
 
-Method: warm-up batches are discarded, then samples/s over repeated time windows, median
-compared (as MLPerf Storage/DLIO report samples/s after the first steps). With
+Method: ``worker_pools`` fresh worker pools are measured in turn, each for an equal share of
+the duration; in each, warm-up batches are discarded, then samples/s over repeated time
+windows (as MLPerf Storage/DLIO report samples/s after the first steps). The figure is the
+pools' mean and ``samples`` holds each pool's rate: a pool's rate can depend on where its
+workers started (``measuring._pooled``), as a job's does each epoch. With
 ``step_time``, a second phase emulates the GPU (``loop``) and reports accelerator
 utilization as MLPerf Storage defines it. With ``samples_per_gpu``, the throughput is also
 reported as a share of the required rate (``required``), with the arithmetic shown.
@@ -56,6 +59,9 @@ OPTIONS = (
     Option("num_workers", "int_or_auto", "auto", "worker processes; auto = 70% of the CPUs the cgroup allows"),
     Option("pin_memory", "bool", True, "pin batches in page-locked memory (ignored without a CUDA device)"),
     Option("prefetch_factor", "int", 2, "batches each worker loads ahead", minimum=1),
+    Option("worker_pools", "int", 4, "fresh worker pools measured in turn, each for an equal share of duration; "
+           "the figures are their mean (a pool's rate can hang on where its workers started, as an epoch's does)",
+           minimum=1),
     Option("max_files", "int", 10000, "files under path to read (the first in walk order; the walk stops "
            "there, and after 4x as many entries), so walk time and memory stay bounded", minimum=1),
     Option("scratch_dir", "text", "", "writable directory outside path for the scratch set used when path holds "
