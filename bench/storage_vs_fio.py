@@ -164,7 +164,7 @@ def _pairs(io: IO, parts: list, bypass: str, data: str, small: str, size: int, s
     def writes_fio() -> Figures:
         scratch = os.path.dirname(data)
         write = fio(seconds, f"--filename={os.path.join(scratch, 'fio-write.dat')}", "--rw=write", "--bs=1M",
-                    "--size=128M", "--end_fsync=1", "--ioengine=psync", "--loops=4")
+                    "--size=128M", "--end_fsync=1", "--ioengine=psync")  # one new file, as ours: a checkpoint
         sync = fio(seconds / 2, f"--filename={os.path.join(scratch, 'fio-fsync.dat')}", "--rw=write", "--bs=4k",
                    "--fsync=1", "--size=64M", "--file_append=1", "--ioengine=psync")
         for name in ("fio-write.dat", "fio-fsync.dat"):
