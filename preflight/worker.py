@@ -46,6 +46,9 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         check = importlib.import_module(job["module"])
         measurements = check.measure(job["options"], Budget(job["duration_s"], job["timeout_s"]))
         return {"measurements": [m.to_dict() for m in measurements]}
+    except UserCodeRaised as error:  # the job's own code: say where the config named it
+        where = job.get("option_where", {}).get(error.option, "")
+        return {"error": (f"{where}: " if where else "") + describe(error)}
     except Exception as error:  # noqa: BLE001  any failure of a check is its result, fail closed
         print(traceback.format_exc(), file=sys.stderr)
         return {"error": describe(error)}

@@ -26,7 +26,15 @@ _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<nam
 
 
 class UserCodeRaised(Exception):
-    """The job's code raised while a check ran it; ``str()`` is the one line the report shows."""
+    """The job's code raised while a check ran it; ``str()`` is the one line the report shows.
+
+    ``option`` names the option that points at that code (``dataset``), so the report can
+    say where the config wrote it (``Instance.option_where``).
+    """
+
+    def __init__(self, message: str, option: str = "") -> None:
+        super().__init__(message)
+        self.option = option
 
 
 @contextlib.contextmanager

@@ -79,7 +79,7 @@ def _measure_job_dataset(options: Mapping[str, Any], budget: Budget) -> list[Mea
         try:
             job = user.build(options)
         except UserCodeError as error:
-            raise usercode.UserCodeRaised(f"dataloader.{error.option}: {error}") from None
+            raise usercode.UserCodeRaised(f"dataloader.{error.option}: {error}", error.option) from None
         kind = "iterable" if _iterable(job[0]) else f"{len(job[0])} samples"  # a DataLoader needs its len()
         source = (f"{options['dataset']}(**dataset_args) ({type(job[0]).__name__}, {kind}), collate_fn="
                   f"{options['collate_fn'] or 'default_collate'}")
@@ -89,7 +89,7 @@ def _measure_job_dataset(options: Mapping[str, Any], budget: Budget) -> list[Mea
             if "Original Traceback" not in str(error) and not usercode.blame_frames(error):
                 raise  # preflight's or torch's own failure (a dead worker): as it is
             raise usercode.UserCodeRaised(f"dataloader.dataset: {usercode.blame(error)}: raised while the "
-                                          f"DataLoader loaded batches") from None
+                                          f"DataLoader loaded batches", "dataset") from None
 
 
 def _iterable(dataset: Any) -> bool:

@@ -137,8 +137,19 @@ def test_an_exception_in_getitem_on_the_50th_sample_is_the_checks_error_naming_t
     [result] = report["results"]
     line = PACKAGE.splitlines().index('            raise ValueError(f"bad sample {index}")') + 1
     assert result["verdict"] == "error"
-    assert ("dataloader.dataset: ValueError: bad sample 49 (at jobpkg/data.py:" + str(line)
-            + " in __getitem__): raised while the DataLoader loaded batches") in result["message"]
+    assert (f"{path}:5:14: dataloader.dataset: ValueError: bad sample 49 (at jobpkg/data.py:{line} in "
+            f"__getitem__): raised while the DataLoader loaded batches") in result["message"]
+
+
+def test_a_factory_that_cannot_be_imported_at_run_is_located_in_the_checks_error(tmp_path):
+    path = _job(tmp_path, """
+        dataset: "jobpkg.data:make"
+    """)  # no python_path: jobpkg is not importable (run without validate first)
+    code, report = _run(path)
+    [result] = report["results"]
+    assert code == 1 and result["verdict"] == "error"
+    assert (f"{path}:5:14: dataloader.dataset: cannot import jobpkg.data:make (ModuleNotFoundError: No module "
+            f"named 'jobpkg'): add the directory that holds `jobpkg` to python_path") in result["message"]
 
 
 def test_an_iterable_dataset_that_hangs_is_a_timeout(tmp_path):
