@@ -4,15 +4,18 @@ Prints one line per instance (``storage (storage): 1 threshold, timeout 120s``) 
 an invalid file raises the same ``ConfigError`` as ``run`` (``FILE:LINE:COL: ...``, exit 2).
 Beyond ``run``'s load, it imports the job's own code an instance names (``dataset:``) and
 builds it once through the check's ``check_user_code``, never iterating it: a factory that
-cannot be imported or returns no Dataset is a ``ConfigError`` at the option's line. (``run``
-leaves that code to the worker, under the check's timeout.)
+cannot be imported or returns no Dataset is a ``ConfigError`` at the option's line, and so is
+one that does not return within the instance's timeout (a factory waiting on a hung mount).
+(``run`` leaves that code to the worker, under the check's timeout.)
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
-from typing import TextIO
+from typing import Iterator, TextIO
 
 from preflight import config
 from preflight.checks import CHECKS
@@ -48,7 +51,31 @@ def check_user_code(instance: config.Instance) -> None:
     if hook is None:
         return
     try:
-        hook(instance.options)
+        with _deadline(instance.timeout_s):
+            hook(instance.options)
     except UserCodeError as error:
         where = instance.option_where.get(error.option, instance.where)
         raise ConfigError(where, f"{instance.name}.{error.option}: {error}") from None
+    except _TimedOut:
+        raise ConfigError(instance.where, f"{instance.name}: the job's code did not return within the timeout of "
+                          f"{instance.timeout_s:g}s when built once: does its factory wait on a mount or the "
+                          f"network? Fix that, or raise {instance.name}.timeout") from None
+
+
+class _TimedOut(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float) -> Iterator[None]:
+    """Raise ``_TimedOut`` in the block after ``seconds`` (SIGALRM: the main thread, Python code, Unix)."""
+    def expire(signum: int, frame: object) -> None:
+        raise _TimedOut
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

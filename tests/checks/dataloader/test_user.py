@@ -53,6 +53,10 @@ def stuck():
     return Stuck()
 
 
+def slow_to_build():
+    time.sleep(3600)
+
+
 def not_a_dataset(n=1000):
     return list(range(n))
 '''.format(sample_s=SAMPLE_S)
@@ -104,6 +108,19 @@ def test_a_factory_that_cannot_be_imported_is_located_at_validate(tmp_path):
     assert completed.stderr == (f"preflight: error: {path}:5:14: dataloader.dataset: cannot import jobpkg.data:make "
                                 f"(ModuleNotFoundError: No module named 'jobpkg'): add the directory that holds "
                                 f"`jobpkg` to python_path\n")
+
+
+def test_a_factory_that_does_not_return_is_a_one_line_error_at_validate_after_the_timeout(tmp_path):
+    path = _job(tmp_path, """
+        dataset: "jobpkg.data:slow_to_build"
+        python_path: [src]
+        timeout: 1s
+    """)
+    completed = run_cli("validate", str(path))
+    assert completed.returncode == 2 and completed.stdout == ""
+    assert completed.stderr == (f"preflight: error: {path}:5:5: dataloader: the job's code did not return within "
+                                f"the timeout of 1s when built once: does its factory wait on a mount or the "
+                                f"network? Fix that, or raise dataloader.timeout\n")
 
 
 @pytest.mark.parametrize("spec, message", [
