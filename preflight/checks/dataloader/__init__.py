@@ -77,7 +77,8 @@ OPTIONS = (
            "throttled reader (to rehearse a failing gate); 0 in real use"),
 )
 METRICS = (
-    Metric("throughput", "samples/s", True, "samples delivered per second after warm-up (mean of the worker pools' rates); "
+    Metric("throughput", "samples/s", True, "samples delivered per second after warm-up (mean of the worker "
+           "pools' rates); "
            "decoded when decode: image", hint="the loader delivers {measured}: raise num_workers if CPUs are "
            "idle, else use a faster volume or pack files into shards (WebDataset, LMDB)"),
     Metric("bandwidth", "MB/s", True, "bytes delivered per second, 1 MB = 10^6 B: of the sample files read, or "
