@@ -205,8 +205,9 @@ def _instance(name: str, node: Located, defaults: Mapping[str, Any], baseline: b
     check_name = _text(body["check"]) if "check" in body else name
     if check_name not in CHECKS:
         where = body["check"].where if "check" in body else node.key_location
-        raise ConfigError(where, f"unknown check `{check_name}`{_suggest(check_name, CHECKS)}; add `check: <name>` "
-                          f"to make `{name}` an instance of a known check")
+        suggestion = _suggest(check_name, CHECKS)
+        raise ConfigError(where, f"unknown check `{check_name}`" + (f"{suggestion} Or add" if suggestion else ": add")
+                          + f" `check: <name>` to make `{name}` an instance of a known check")
     check = CHECKS[check_name]
     options = {option.name: option for option in check.OPTIONS}
     metrics = {metric.name: metric for metric in check.METRICS}

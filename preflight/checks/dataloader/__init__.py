@@ -20,17 +20,17 @@ Method: ``worker_pools`` fresh worker pools are measured in turn, each for an eq
 the duration; in each, warm-up batches are discarded, then samples/s over repeated time
 windows (as MLPerf Storage/DLIO report samples/s after the first steps). The figure is the
 pools' mean and ``samples`` holds each pool's rate: a pool's rate can depend on where its
-workers started (``measuring._pooled``), as a job's does each epoch. With
+workers started, as a job's does each epoch. With
 ``step_time``, a second phase emulates the GPU (``loop``) and reports accelerator
 utilization as MLPerf Storage defines it. With ``samples_per_gpu``, the throughput is also
 reported as a share of the required rate (``required``), with the arithmetic shown.
-
-This module holds the check's tables, which ``validate``, ``list`` and ``explain`` read; the
-measuring code (``measuring``) is imported only when the check runs, to keep those commands'
-start-up short (``bench/cli_startup.py``).
 """
 
 from __future__ import annotations
+
+# This module holds the check's tables, which `validate`, `list` and `explain` read; the measuring
+# code (`measuring`) is imported only when the check runs, to keep their start-up short
+# (bench/cli_startup.py).
 
 from typing import Any, Mapping
 

@@ -40,7 +40,8 @@ def measure(options: Mapping[str, Any], budget: Budget, metrics: Sequence[Metric
                         "not storage)", "")
     path = options["path"]
     if not os.path.isdir(path):
-        reason = f"{path} is not a directory: mount the dataset there or set dataloader.path"
+        reason = (f"{path} is not a directory: point dataloader.path at the dataset's directory" if os.path.exists(path)
+                  else f"{path} does not exist: mount the dataset or set dataloader.path")
         return [unmeasurable(m.name, reason, m.unit) for m in metrics]
     if options["decode"] == "image" and importlib.util.find_spec("PIL") is None:
         reason = "decode: image needs Pillow: pip install 'train-preflight[image]' (or pillow) in this image"

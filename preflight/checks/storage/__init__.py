@@ -16,13 +16,13 @@ scratch data goes to ``scratch_dir`` on the same filesystem and is removed after
 figure measured on scratch data says so in its row (``Measurement.note``). Each group of
 metrics fails on its own: an error while reading (a full volume, a vanished file, a low
 open-file limit) makes that group unmeasurable with the reason, never the whole check.
-
-This module holds the check's tables, which ``validate``, ``list`` and ``explain`` read; the
-measuring code (``measuring``) is imported only when the check runs, to keep those commands'
-start-up short (``bench/cli_startup.py``).
 """
 
 from __future__ import annotations
+
+# This module holds the check's tables, which `validate`, `list` and `explain` read; the measuring
+# code (`measuring`) is imported only when the check runs, to keep their start-up short
+# (bench/cli_startup.py).
 
 from typing import Any, Mapping
 

@@ -105,7 +105,11 @@ def test_no_matching_files_is_unmeasurable_with_the_fix(tmp_path):
 def test_a_missing_dataset_directory_says_so(tmp_path):
     measured = run_check("dataloader", path=str(tmp_path / "nope"))
     assert measured["throughput"].value is None
-    assert measured["throughput"].reason == f"{tmp_path / 'nope'} is not a directory: mount the dataset there or set dataloader.path"
+    assert measured["throughput"].reason == f"{tmp_path / 'nope'} does not exist: mount the dataset or set dataloader.path"
+    (tmp_path / "file").write_bytes(b"x")
+    measured = run_check("dataloader", path=str(tmp_path / "file"))
+    assert measured["throughput"].reason == (f"{tmp_path / 'file'} is not a directory: point dataloader.path at the "
+                                             f"dataset's directory")
 
 
 def test_decode_image_reports_the_raw_rate_beside_the_decoded_one(tmp_path):
