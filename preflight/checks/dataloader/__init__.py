@@ -6,6 +6,9 @@ under ``path`` (include/exclude globs), one file per sample, each read cold (``f
 ``num_workers: auto`` sizes the pool from the CPUs the cgroup quota allows (``cpus``).
 With ``decode: image`` each sample is also decoded (Pillow) and the raw-bytes rate is
 measured beside it, so a decode-bound node is called decode-bound, not storage-bound.
+With ``format: tar`` the files are WebDataset tar shards (``shards``): samples are the members
+grouped by key, each worker streams its own shards whole, as webdataset does; a damaged shard
+is read up to the damage and named in the row's note.
 With ``synthetic: true`` samples are random 3x224x224 tensors: IPC and collation only.
 With ``dataset: "package.module:factory"`` the loader reads the job's own Dataset instead
 (``user``: built in this worker with ``python_path`` on ``sys.path``, called with
@@ -46,9 +49,13 @@ OPTIONS = (
            "default: torch's default_collate)"),
     Option("python_path", "paths", [], "directories put first on sys.path to import dataset and collate_fn "
            "(relative to this file), e.g. [src]"),
-    Option("path", "path", ".", "dataset directory; every matching regular file under it (same filesystem, hidden entries skipped) is one sample"),
+    Option("path", "path", ".", "dataset directory; every matching regular file under it (same filesystem, hidden "
+           "entries skipped) is one sample, or with format: tar one shard"),
     Option("include", "text", "*", "comma-separated globs of files to read (\"*.jpg,*.png\", \"train/*\")"),
     Option("exclude", "text", "", "comma-separated globs of files to skip"),
+    Option("format", "choice", "files", "`files`: each file is one sample; `tar`: the files are WebDataset tar shards "
+           "(include: \"*.tar\"), samples grouped by key, each worker streaming its own shards",
+           choices=("files", "tar")),
     Option("decode", "choice", "none", "`image`: decode each file with Pillow (extra `train-preflight[image]`) "
            "and report the raw-bytes rate beside it", choices=("none", "image")),
     Option("synthetic", "bool", False, "random 3x224x224 float32 samples instead of files (IPC/shm, not storage)"),
