@@ -225,6 +225,8 @@ def _instance(name: str, node: Located, defaults: Mapping[str, Any], baseline: b
     for option in check.OPTIONS:
         if option.outside:
             _refuse_inside(name, option, parsed_options, body.get(option.name))
+        if option.ignored_with and option.name in body:
+            _refuse_ignored(name, option, check.OPTIONS, parsed_options, body)
     thresholds = tuple(
         _threshold(metrics[key], value, severity, name, baseline) for key, value in body.items() if key in metrics
     )
@@ -257,6 +259,20 @@ def _refuse_inside(name: str, option: Option, options: Mapping[str, Any], node: 
         raise ConfigError(node.where, f"`{name}.{option.name}` ({value}) is inside `{name}.{option.outside}` "
                           f"({protected}), which preflight never writes: choose a directory outside it on the "
                           f"same filesystem, or leave it out to use the one above it")
+
+
+def _refuse_ignored(name: str, option: Option, declared: Iterable[Option], options: Mapping[str, Any],
+                    body: Mapping[str, Located]) -> None:
+    """An option given a value it would be measured without (``Option.ignored_with``) is an error, never ignored."""
+    involved = (option.name, *option.ignored_with)
+    defaults = {o.name: coerce_option(o, None, o.name) for o in declared if o.name in involved}
+    if options[option.name] == defaults[option.name]:
+        return
+    for other in option.ignored_with:
+        if options[other] != defaults[other] and other in body:
+            raise ConfigError(body[option.name].where, f"`{name}.{option.name}` has no effect while "
+                              f"`{name}.{other}` is set ({body[other].where}): remove `{option.name}`, or remove "
+                              f"`{other}` to use it")
 
 
 def coerce_option(option: Option, node: Located | None, label: str, base: str = ".") -> Any:

@@ -37,6 +37,9 @@ class Option(NamedTuple):
     minimum: float | None = None
     maximum: float | None = None
     outside: str = ""  # a directory that must not lie inside the (read-only) directory this option names
+    # Options that make this one pointless: while one of them differs from its default, giving this one a
+    # value other than its default is a config error (it would be silently ignored).
+    ignored_with: tuple[str, ...] = ()
 
 
 class Metric(NamedTuple):

@@ -114,7 +114,22 @@ def _instance(name: str, check: Any) -> dict[str, Any]:
             properties[key] = _setting(key)
     properties.update({option.name: _option(option) for option in check.OPTIONS})
     properties.update({metric.name: _threshold(metric) for metric in check.METRICS})
-    return {"type": "object", "description": check.HELP, "additionalProperties": False, "properties": properties}
+    found = {"type": "object", "description": check.HELP, "additionalProperties": False, "properties": properties}
+    ignored = _ignored(check.OPTIONS)
+    return {**found, "allOf": ignored} if ignored else found
+
+
+def _ignored(options: Any) -> list[dict[str, Any]]:
+    """``Option.ignored_with`` as draft-07 if/then: while the other option is given a non-default value, this
+    one keeps its default (or an environment reference, which only ``config`` can expand)."""
+    defaults = {option.name: option.default for option in options}
+    rules = []
+    for option in options:
+        for other in option.ignored_with:
+            given = {"required": [other], "properties": {other: {"not": {"const": defaults[other]}}}}
+            kept = {"properties": {option.name: {"anyOf": [{"const": defaults[option.name]}, ENV_REFERENCE]}}}
+            rules.append({"if": given, "then": kept})
+    return rules
 
 
 def _option(option: Option) -> dict[str, Any]:

@@ -88,6 +88,10 @@ def test_cli_prints_the_schema_without_importing_torch():
     ("python_path: src\n", True),  # one directory, as --set gives it
     ("dataset_args: [1, 2]\n", False),
     ("python_path: [1]\n", False),
+    ('dataset: "pkg.mod:make"\n    path: /data\n', False),  # ignored with the job's dataset: refused
+    ('dataset: "pkg.mod:make"\n    path: .\n    format: files\n', True),  # the defaults, written out
+    ("synthetic: true\n    format: tar\n", False),
+    ("synthetic: false\n    format: tar\n    decode: image\n", True),
 ])
 def test_the_job_dataset_options_agree_with_config(tmp_path, text, accepted):
     (tmp_path / "src").mkdir()

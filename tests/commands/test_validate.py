@@ -3,6 +3,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers import run_cli
 
 
@@ -74,3 +76,38 @@ def test_two_different_files_are_a_usage_error(tmp_path):
     assert completed.returncode == 2 and completed.stdout == ""
     assert completed.stderr == (f"preflight: error: two thresholds files, {first} and -c {second}: give one, as "
                                 f"`preflight validate FILE` or `-c FILE`\n")
+
+
+@pytest.mark.parametrize("given, line", [
+    ('dataset: "job.data:make"\n    path: /data\n', "path"),
+    ('dataset: "job.data:make"\n    include: "*.jpg"\n', "include"),
+    ('dataset: "job.data:make"\n    exclude: "val/*"\n', "exclude"),
+    ('dataset: "job.data:make"\n    decode: image\n', "decode"),
+    ('dataset: "job.data:make"\n    format: tar\n', "format"),
+    ("synthetic: true\n    format: tar\n", "format"),
+    ("synthetic: true\n    max_files: 50\n", "max_files"),
+    ('dataset: "job.data:make"\n    synthetic: true\n', "synthetic"),
+])
+def test_an_option_the_loader_would_ignore_is_refused_at_its_line(tmp_path, given, line):
+    """Issue 13: with the job's dataset, or synthetic samples, the options that choose and read files did
+    nothing and the run said nothing. Now validate names the option's place and the way out."""
+    path = tmp_path / "t.yaml"
+    path.write_text(f"version: 1\nchecks:\n  dataloader:\n    {given}")
+    completed = _preflight("validate", "-c", str(path))
+    other = given.split(":")[0]
+    column = 6 + len(line) + 1  # after "    KEY: "
+    assert (completed.returncode, completed.stdout) == (2, "")
+    assert completed.stderr == (
+        f"preflight: error: {path}:5:{column}: `dataloader.{line}` has no effect while `dataloader.{other}` is set "
+        f"({path}:4:{6 + len(other) + 1}): remove `{line}`, or remove `{other}` to use it\n")
+
+
+def test_a_default_value_given_beside_the_dataset_or_synthetic_is_no_error(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text("version: 1\nchecks:\n  dataloader:\n    synthetic: true\n    format: files\n    path: .\n")
+    completed = _preflight("validate", "-c", str(path))
+    assert completed.returncode == 0, completed.stderr
+    overridden = _preflight("validate", "-c", str(path), "--set", "dataloader.format=tar")
+    assert overridden.returncode == 2
+    assert "--set dataloader.format=tar: `dataloader.format` has no effect while `dataloader.synthetic` is set" \
+        in overridden.stderr

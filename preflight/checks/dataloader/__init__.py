@@ -6,6 +6,9 @@ under ``path`` (include/exclude globs), one file per sample, each read cold (``f
 ``num_workers: auto`` sizes the pool from the CPUs the cgroup quota allows (``cpus``).
 With ``decode: image`` each sample is also decoded (Pillow) and the raw-bytes rate is
 measured beside it, so a decode-bound node is called decode-bound, not storage-bound.
+With ``format: tar`` the files are WebDataset tar shards (``shards``): samples are the members
+grouped by key, each worker streams its own shards whole, as webdataset does; a damaged shard
+is read up to the damage and named in the row's note.
 With ``synthetic: true`` samples are random 3x224x224 tensors: IPC and collation only.
 With ``dataset: "package.module:factory"`` the loader reads the job's own Dataset instead
 (``user``: built in this worker with ``python_path`` on ``sys.path``, called with
@@ -39,6 +42,9 @@ from preflight.measurement import Measurement
 from preflight.units import Dimension
 
 NAME = "dataloader"
+# The options that only the files under path use: giving one with the job's dataset or synthetic samples,
+# which read no file, is a config error rather than a setting silently ignored (config._refuse_ignored).
+FILES_ONLY = ("dataset", "synthetic")
 HELP = ("samples/s of a real torch DataLoader over the dataset files or the job's own Dataset, accelerator "
         "utilization, required rate")
 OPTIONS = (
@@ -49,12 +55,18 @@ OPTIONS = (
            "default: torch's default_collate)"),
     Option("python_path", "paths", [], "directories put first on sys.path to import dataset and collate_fn "
            "(relative to this file), e.g. [src]"),
-    Option("path", "path", ".", "dataset directory; every matching regular file under it (same filesystem, hidden entries skipped) is one sample"),
-    Option("include", "text", "*", "comma-separated globs of files to read (\"*.jpg,*.png\", \"train/*\")"),
-    Option("exclude", "text", "", "comma-separated globs of files to skip"),
+    Option("path", "path", ".", "dataset directory; every matching regular file under it (same filesystem, hidden "
+           "entries skipped) is one sample, or with format: tar one shard", ignored_with=FILES_ONLY),
+    Option("include", "text", "*", "comma-separated globs of files to read (\"*.jpg,*.png\", \"train/*\")",
+           ignored_with=FILES_ONLY),
+    Option("exclude", "text", "", "comma-separated globs of files to skip", ignored_with=FILES_ONLY),
+    Option("format", "choice", "files", "`files`: each file is one sample; `tar`: the files are WebDataset tar shards "
+           "(include: \"*.tar\"), samples grouped by key, each worker streaming its own shards",
+           choices=("files", "tar"), ignored_with=FILES_ONLY),
     Option("decode", "choice", "none", "`image`: decode each file with Pillow (extra `train-preflight[image]`) "
-           "and report the raw-bytes rate beside it", choices=("none", "image")),
-    Option("synthetic", "bool", False, "random 3x224x224 float32 samples instead of files (IPC/shm, not storage)"),
+           "and report the raw-bytes rate beside it", choices=("none", "image"), ignored_with=FILES_ONLY),
+    Option("synthetic", "bool", False, "random 3x224x224 float32 samples instead of files (IPC/shm, not storage)",
+           ignored_with=("dataset",)),
     Option("batch_size", "int", 64, "samples per batch, as the job's DataLoader", minimum=1),
     Option("num_workers", "int_or_auto", "auto", "worker processes; auto = 70% of the CPUs the cgroup allows"),
     Option("pin_memory", "bool", True, "pin batches in page-locked memory (ignored without a CUDA device)"),
@@ -63,10 +75,11 @@ OPTIONS = (
            "the figures are their mean (a pool's rate can hang on where its workers started, as an epoch's does)",
            minimum=1),
     Option("max_files", "int", 10000, "files under path to read (the first in walk order; the walk stops "
-           "there, and after 4x as many entries), so walk time and memory stay bounded", minimum=1),
+           "there, and after 4x as many entries), so walk time and memory stay bounded", minimum=1,
+           ignored_with=FILES_ONLY),
     Option("scratch_dir", "text", "", "writable directory outside path for the scratch set used when path holds "
            "too few files (default: the nearest writable directory above path on its filesystem)",
-           outside="path"),
+           outside="path", ignored_with=FILES_ONLY),
     Option("step_time", Dimension.DURATION, "0s", "emulated GPU compute per batch (DLIO computation_time); "
            "> 0 measures accelerator_utilization"),
     Option("samples_per_gpu", Dimension.SAMPLE_RATE, "0 samples/s", "what one GPU consumes; > 0 reports "
@@ -74,7 +87,7 @@ OPTIONS = (
     Option("gpus", "int_or_auto", "auto", "GPUs to feed; auto = the visible CUDA devices", minimum=1),
     Option("headroom", Dimension.PERCENT, "0 %", "margin on the required rate (20 % asks for 1.2x)"),
     Option("sample_delay", Dimension.DURATION, "0s", "test hook: sleep this long per sample read, a deliberately "
-           "throttled reader (to rehearse a failing gate); 0 in real use"),
+           "throttled reader (to rehearse a failing gate); 0 in real use", ignored_with=FILES_ONLY),
 )
 METRICS = (
     Metric("throughput", "samples/s", True, "samples delivered per second after warm-up (mean of the worker "

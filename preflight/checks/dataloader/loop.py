@@ -29,6 +29,10 @@ class Window(NamedTuple):
     utilization_pct: float  # emulated compute time / wall time, 100 when step_time is 0
 
 
+class EmptyLoader(ValueError):
+    """The DataLoader yields no batch at all, even after a restart: its dataset holds no sample."""
+
+
 class WorkerOomKilled(RuntimeError):
     """The kernel OOM-killed a DataLoader worker under the cgroup's memory limit."""
 
@@ -92,7 +96,7 @@ class BatchPuller:
             try:
                 batch = next(self.iterator)
             except StopIteration:
-                raise ValueError("the DataLoader yields no batch: the dataset is empty") from None
+                raise EmptyLoader("the DataLoader yields no batch: the dataset is empty") from None
         return self.count(batch)
 
     def skip(self, batches: int) -> None:

@@ -1,4 +1,4 @@
-"""The dataloader check's measuring: the files, the job's Dataset or synthetic samples through a DataLoader.
+"""The dataloader check's measuring: the files, tar shards, the job's Dataset or synthetic samples through a DataLoader.
 
 Imported by ``dataloader.measure`` when the check runs (see the package's docstring for the method).
 """
@@ -12,9 +12,9 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from preflight.checks import usercode
 from preflight.checks.base import Budget, Metric, UserCodeError
-from preflight.checks.dataloader import user
+from preflight.checks.dataloader import shards, user
 from preflight.checks.dataloader.files import FileSamples, collate_sizes, list_files
-from preflight.checks.dataloader.loop import BatchPuller, explaining_worker_oom, sizes_or_tensor
+from preflight.checks.dataloader.loop import BatchPuller, EmptyLoader, Window, explaining_worker_oom, sizes_or_tensor
 from preflight.checks.dataloader.required import Required, visible_gpus
 from preflight.host.cpus import auto_workers
 from preflight.io.dataset_walk import DataFile, too_few
@@ -57,6 +57,16 @@ def measure(options: Mapping[str, Any], budget: Budget, metrics: Sequence[Metric
         return [unmeasurable(m.name, reason, m.unit) for m in metrics]
     globs = f" (include={options['include']!r} exclude={options['exclude']!r})"
     too_little = too_few(files, path + (globs if (options["include"], options["exclude"]) != ("*", "") else ""))
+    if options["format"] == "tar":
+        if too_little:
+            reason = f"{too_little}: point dataloader.path at the shards (no scratch set stands in for tar shards)"
+            return [unmeasurable(m.name, reason, m.unit) for m in metrics]
+        source = (f"{len(files)} tar shards (WebDataset) under {path}" + (f" ({skipped} skipped)" if skipped else "")
+                  + ", each streamed whole, cold")
+        try:
+            return _measure(options, budget, files, source, f"skipped under {path}: {skipped}" if skipped else "")
+        except _NoSample as error:
+            return [unmeasurable(m.name, str(error), m.unit) for m in metrics]
     if not too_little:
         return _measure(options, budget, files, source, f"skipped under {path}: {skipped}" if skipped else "")
     if options["decode"] == "image":
@@ -72,6 +82,10 @@ def measure(options: Mapping[str, Any], budget: Budget, metrics: Sequence[Metric
         scratch = write_small_files(directory, count, size)
         source = f"{count} scratch files of {size // 1000} kB in ImageNet-style class folders, cold cache per file"
         return _measure(options, budget, scratch, source, f"on an ImageNet-shaped scratch set: {too_little}")
+
+
+class _NoSample(Exception):
+    """No sample could be read from any shard: the reason, for every metric."""
 
 
 def _measure_job_dataset(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
@@ -110,6 +124,7 @@ def _measure(options: Mapping[str, Any], budget: Budget, files: list[DataFile] |
     decode = options["decode"] if files is not None else "none"
     fs = None
     shuffle, collate, count = files is not None, None if files is None else collate_sizes, sizes_or_tensor
+    tally = shards.ShardTally()
     if job is not None:
         dataset: Any = job[0]
         shuffle, collate, count = not _iterable(dataset), job[1], user.count_batch
@@ -118,7 +133,10 @@ def _measure(options: Mapping[str, Any], budget: Budget, files: list[DataFile] |
     else:
         fs = filesystem_of(os.path.dirname(files[0].name))  # the directory stays when a file vanishes
         bypass = bypass_for([f.name for f in files[:100]], fs.memory_backed)
-        dataset = FileSamples(files, bypass, decode, float(options["sample_delay"]))
+        samples: Any = shards.ShardSamples if options["format"] == "tar" else FileSamples
+        if options["format"] == "tar":  # an IterableDataset: each worker streams its own shards, in order
+            shuffle, collate, count = False, shards.collate_items, tally
+        dataset = samples(files, bypass, decode, float(options["sample_delay"]))
         source += f" ({bypass})"
 
     def make_loader(data: Any) -> Any:
@@ -130,23 +148,42 @@ def _measure(options: Mapping[str, Any], budget: Budget, files: list[DataFile] |
     pools = int(options["worker_pools"])
     method = (f"DataLoader(batch_size={options['batch_size']}, num_workers={workers}, pin_memory={pin}, "
               f"prefetch_factor={options['prefetch_factor'] if workers else None}) over {source}")
+    tar = files is not None and options["format"] == "tar"
+
+    def take(pulling: BatchPuller, share: Budget, min_windows: int) -> _Taken:
+        try:
+            return _windows(pulling, max(1, workers), share, min_windows)
+        except EmptyLoader:  # no shard holds a member named KEY.EXT: reported below, with the shards' problems
+            if not tar:
+                raise
+            return _Taken([Window(0.0, 0.0, 0.0)])
+
     results: list[Measurement] = []
     raw_rate = None
     if decode == "image":
-        raw_data = FileSamples(files, bypass, "none", float(options["sample_delay"]))  # type: ignore[arg-type]
-        raw = _pooled(lambda: BatchPuller(make_loader(raw_data)), max(1, workers), budget, pools)
+        raw_data = samples(files, bypass, "none", float(options["sample_delay"]))
+        raw = _pooled(lambda: BatchPuller(make_loader(raw_data), count=count), take, budget, pools)
         results.append(Measurement("raw_throughput", raw.rate, "samples/s", samples=raw.rates,
                                    method=method + raw.method + ", raw bytes, not decoded", stopped=raw.stopped))
         raw_rate = raw.rate
-    taken = _pooled(lambda: BatchPuller(make_loader(dataset), count=count), max(1, workers), budget, pools)
+    taken = _pooled(lambda: BatchPuller(make_loader(dataset), count=count), take, budget, pools)
+    if tar:
+        count_files = len(files)  # type: ignore[arg-type]
+        problems = tally.note(count_files)
+        if not any(taken.rates):  # every shard damaged, or no member named KEY.EXT
+            raise _NoSample(f"no sample could be read from the {count_files} files under {options['path']}"
+                            + (f" ({problems})" if problems else "") + ": point dataloader.path at WebDataset tar "
+                            "shards, and include at their names (\"*.tar\")")
+        note = "; ".join(part for part in (note, problems) if part)
     what = ", decoded with Pillow" if decode == "image" else ""
     throughput = Measurement("throughput", taken.rate, "samples/s", samples=taken.rates,
                              method=method + taken.method + what, stopped=taken.stopped,
                              hint=_decode_hint(raw_rate, taken.rate) if raw_rate else "")
     results.append(throughput)
     if files is not None:
+        bytes_are = ", payload bytes of the samples' members (tar headers and padding not counted)" if tar else ""
         results.append(Measurement("bandwidth", taken.mb_rate, "MB/s", samples=taken.mb_rates,
-                                   method=method + taken.method, stopped=taken.stopped))
+                                   method=method + taken.method + bytes_are, stopped=taken.stopped))
     elif job is not None:
         results.append(Measurement("bandwidth", taken.mb_rate, "MB/s", samples=taken.mb_rates,
                                    method=method + taken.method + ", bytes of the batches' tensors delivered to "
@@ -208,7 +245,8 @@ class Pools(NamedTuple):
         return f", mean of {len(self.rates)} fresh worker pools" if len(self.rates) > 1 else ""
 
 
-def _pooled(start_pool: Callable[[], BatchPuller], workers: int, budget: Budget, pools: int) -> Pools:
+def _pooled(start_pool: Callable[[], BatchPuller], take: Callable[[BatchPuller, Budget, int], _Taken],
+            budget: Budget, pools: int) -> Pools:
     """Measure ``pools`` fresh worker pools in turn, each for an equal share of the budget.
 
     A pool's rate can depend on state fixed when its workers start (which CPUs they land on,
@@ -225,7 +263,7 @@ def _pooled(start_pool: Callable[[], BatchPuller], workers: int, budget: Budget,
     for _ in range(pools):
         puller = None  # drop the previous pool first: its workers exit before the next pool's start
         puller = start_pool()
-        windows = _windows(puller, workers, share, min_windows=max(2, -(-5 // pools)))
+        windows = take(puller, share, max(2, -(-5 // pools)))
         rates.append(sum(w.samples_per_s for w in windows) / len(windows))  # windows of equal length
         mb_rates.append(sum(w.mb_per_s for w in windows) / len(windows))
     return Pools(tuple(rates), tuple(mb_rates), windows.stopped, puller)  # type: ignore[arg-type]

@@ -1,0 +1,267 @@
+"""The dataset the loader reads with ``format: tar``: WebDataset shards, streamed, one sample per key.
+
+The format is WebDataset's (https://github.com/webdataset/webdataset#the-webdataset-format):
+a shard is a POSIX tar file; a sample is the consecutive members that share a key, the key
+being the member's path up to the first dot of its base name (``train/n0001_12.jpg`` and
+``train/n0001_12.cls`` are one sample, key ``train/n0001_12``); a member whose base name has
+no dot is not part of any sample, as webdataset's ``base_plus_ext`` skips it. Shards are read
+as webdataset reads them: whole, front to back, by ``tarfile`` in stream mode (``r|*``, so
+gzip/bz2/xz shards work too), each DataLoader worker streaming its own shards
+(``get_worker_info``: worker w of W takes shards w, w+W, w+2W, ...; with fewer shards than
+workers the extra workers idle, as webdataset's would).
+
+Reads come from the device, as the files path's do (``io.uncached``): the shard is opened with
+O_DIRECT and read in aligned ``CHUNK`` blocks, else its cached pages are dropped with
+``posix_fadvise(DONTNEED)`` when it is opened (fio's ``--invalidate=1``), once per shard and
+per epoch, so a re-read shard is a device read again.
+
+A damaged shard never ends the measurement: the samples read before the damage count, the
+sample being read at the damage does not (for a shard cut between members, the last sample,
+whose other members may be what was cut), and the shard is named in the item's ``problem``
+(``collate_items`` gathers them, ``ShardTally`` keeps them for the report's note). Damage is
+what tar(1) would complain of: unexpected end of data (truncated member), an invalid header,
+or, for an uncompressed shard, an archive that stops without tar's two zero end-of-archive
+blocks (a shard cut at a header, or garbage where a header should be: ``tarfile`` itself
+stops there silently).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import posixpath
+import tarfile
+import time
+import zlib
+from typing import Iterator, NamedTuple, Sequence
+
+import torch.utils.data  # this module is imported only when the check measures (see measuring)
+
+from preflight.checks.dataloader.files import decode_image
+from preflight.io.dataset_walk import LOST, DataFile
+from preflight.io.uncached import Bypass, aligned_buffer, open_uncached
+
+CHUNK = 1 << 20  # bytes per device read: a sequential stream, as fio's --bs=1M
+IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
+END_OF_ARCHIVE = 1024  # two zero blocks of 512 bytes (POSIX.1-2001, ustar)
+DAMAGE = (tarfile.TarError, EOFError, zlib.error, OSError)  # what reading a damaged or vanished shard raises
+
+
+class ShardError(Exception):
+    """A shard that cannot be read to its end: its name and what tar would say about it."""
+
+
+class ShardItem(NamedTuple):
+    """What the dataset yields per sample: counted, or a problem with no sample."""
+
+    samples: int  # 1 for a sample delivered, 0 for a problem report
+    bytes: int  # payload bytes of the sample's members (tar headers and padding not counted)
+    key: str  # "SHARD:KEY" (shard base name), unique over the dataset
+    problem: str  # "" or "SHARD: what is wrong"
+
+
+class ShardBatch(NamedTuple):
+    """A collated batch of ``ShardItem``s (``collate_items``): what the loader delivered, and what went wrong."""
+
+    samples: int
+    bytes: int
+    keys: tuple[str, ...]  # of the samples counted
+    damaged: tuple[str, ...]  # "SHARD: what is wrong", a shard read up to its damage
+    incomplete: tuple[str, ...]  # "SHARD: sample KEY has no image member ...", a sample not counted
+
+
+class Sample(NamedTuple):
+    """One WebDataset sample: its key and its members' bytes, as webdataset's ``group_by_keys`` yields it."""
+
+    key: str
+    members: dict[str, bytes]  # extension (after the key's dot, lower case) -> bytes
+
+
+def split_key(name: str) -> tuple[str, str] | None:
+    """(key, extension) of a member path by WebDataset's rule, or None when the base name has no dot.
+
+    ``train/n0001_12.seg.png`` -> ``("train/n0001_12", "seg.png")``: the key is everything up to
+    the first dot of the base name, the extension the rest, lower-cased (webdataset's
+    ``base_plus_ext``, https://github.com/webdataset/webdataset#the-webdataset-format). A hidden
+    base name (``.x``) is no member of a sample.
+    """
+    directory, base = posixpath.split(name)
+    if "." not in base or base.startswith("."):
+        return None
+    stem, extension = base.split(".", 1)
+    return posixpath.join(directory, stem), extension.lower()
+
+
+class _DeviceStream:
+    """A file read front to back in ``CHUNK`` blocks into an aligned buffer (O_DIRECT-safe); ``read(n)`` as a file."""
+
+    def __init__(self, name: str, bypass: Bypass, buffer: mmap.mmap) -> None:
+        self.fd = open_uncached(name, bypass)
+        self.buffer, self.offset = buffer, 0  # offset: the file position of the next device read
+        self.pending = memoryview(b"")
+
+    def read(self, size: int = -1) -> bytes:
+        parts, wanted = [], size if size >= 0 else 1 << 62
+        while wanted > 0:
+            if not self.pending:
+                got = os.preadv(self.fd, [self.buffer], self.offset)
+                if got == 0:
+                    break
+                self.offset += got
+                self.pending = memoryview(self.buffer)[:got]
+            part = self.pending[:wanted]
+            parts.append(bytes(part))
+            self.pending, wanted = self.pending[len(part):], wanted - len(part)
+        return b"".join(parts)
+
+    def close(self) -> None:
+        self.pending = memoryview(b"")
+        os.close(self.fd)
+
+
+def read_shard(name: str, bypass: Bypass, buffer: mmap.mmap) -> Iterator[Sample]:
+    """The samples of shard ``name`` in stored order, read from the device; ``buffer`` is an aligned ``CHUNK``.
+
+    Raises:
+        ShardError: the shard is damaged or vanished; the samples yielded before stay valid,
+            the one being read is dropped.
+    """
+    stream = None
+    try:
+        stream = _DeviceStream(name, bypass, buffer)
+        # tarfile's default bufsize (10 KiB), as webdataset opens shards: with 1 MiB, its stream buffer is
+        # re-sliced on every header read and the loader ran at half the rate (bench/loose_vs_shards.py)
+        with tarfile.open(fileobj=stream, mode="r|*") as tar:  # type: ignore[call-overload]
+            current: Sample | None = None
+            for member in tar:
+                split = split_key(member.name) if member.isreg() else None
+                if split is None:
+                    continue
+                if current is None or current.key != split[0]:  # a new key: the previous sample is whole
+                    if current is not None:
+                        yield current
+                    current = Sample(split[0], {})
+                current.members[split[1]] = tar.extractfile(member).read()  # type: ignore[union-attr]
+            _check_end(name, tar)
+            if current is not None:
+                yield current
+    except ShardError:
+        raise
+    except DAMAGE as error:
+        raise ShardError(f"{os.path.basename(name)}: {_words(error)}") from None
+    finally:
+        if stream is not None:
+            stream.close()
+
+
+def _check_end(name: str, tar: tarfile.TarFile) -> None:
+    """Raise ShardError when an uncompressed shard stops before tar's end-of-archive blocks (see module doc)."""
+    if getattr(tar.fileobj, "comptype", "tar") != "tar":
+        return  # a compressed stream's own end check (gzip's trailer) catches a cut shard
+    end = tar.offset  # where the member headers stopped
+    fd = os.open(name, os.O_RDONLY)  # 1 KiB at any 512-byte offset: no O_DIRECT alignment to meet
+    try:
+        tail = os.pread(fd, END_OF_ARCHIVE, end)
+    finally:
+        os.close(fd)
+    if len(tail) < END_OF_ARCHIVE:
+        raise ShardError(f"{os.path.basename(name)}: ends at byte {end + len(tail)} without tar's end-of-archive "
+                         f"blocks: truncated")
+    if tail.strip(b"\0"):
+        raise ShardError(f"{os.path.basename(name)}: invalid tar header at byte {end}: corrupt")
+
+
+def _words(error: BaseException) -> str:
+    if isinstance(error, LOST):
+        return f"{error.strerror or type(error).__name__} (gone or unreadable since the walk)"
+    return str(error) or type(error).__name__
+
+
+class ShardSamples(torch.utils.data.IterableDataset):
+    """IterableDataset of WebDataset shards, one ``ShardItem`` per sample.
+
+    Each worker streams its shards (module doc) and yields one ``ShardItem`` per sample:
+    ``(1, payload bytes, key, "")``; with ``decode="image"`` the sample's image member
+    (``IMAGE_EXTENSIONS``) is decoded with Pillow first, and a sample without one is a
+    problem item ``(0, 0, key, "SHARD: sample KEY has no image member ...")``. A damaged
+    shard yields ``(0, 0, "", "SHARD: ...")`` after its good samples. ``delay_s`` sleeps per
+    sample (the throttled-reader test hook, as ``FileSamples``). Bytes are the members' payload
+    (``ShardItem.bytes``); the device also reads each member's 512-byte header and padding.
+
+    Raises (from iteration, in the worker): ImportError when Pillow is missing and OSError when an
+    image member is not an image Pillow reads (``decode_image``), as the job's decoder would.
+    """
+
+    def __init__(self, shards: Sequence[DataFile], bypass: Bypass, decode: str = "none",
+                 delay_s: float = 0.0) -> None:
+        self.shards = [s.name for s in shards]
+        self.bypass, self.decode, self.delay_s = bypass, decode, delay_s
+        self.buffer = None  # allocated in each worker: an mmap cannot be pickled
+
+    def mine(self) -> list[str]:
+        """The shards this DataLoader worker reads: every W-th from its id (all of them outside a worker)."""
+        info = torch.utils.data.get_worker_info()
+        return self.shards if info is None else self.shards[info.id::info.num_workers]
+
+    def __iter__(self) -> Iterator[ShardItem]:
+        if self.buffer is None:
+            self.buffer = aligned_buffer(CHUNK)
+        for name in self.mine():
+            shard = os.path.basename(name)
+            try:
+                for sample in read_shard(name, self.bypass, self.buffer):
+                    yield self._item(shard, sample)
+            except ShardError as error:
+                yield ShardItem(0, 0, "", str(error))
+
+    def _item(self, shard: str, sample: Sample) -> ShardItem:
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        key = f"{shard}:{sample.key}"
+        if self.decode == "image":
+            image = next((sample.members[e] for e in IMAGE_EXTENSIONS if e in sample.members), None)
+            if image is None:
+                return ShardItem(0, 0, key, f"{shard}: sample {sample.key} has no image member "
+                                 f"({', '.join(IMAGE_EXTENSIONS)}): not counted")
+            decode_image(image)
+        return ShardItem(1, sum(len(data) for data in sample.members.values()), key, "")
+
+
+def collate_items(batch: list[ShardItem]) -> ShardBatch:
+    """Collate ``ShardItem``s into a ``ShardBatch``: sample count, payload bytes, the samples' keys, and the
+    problems (a damaged shard has no key; a sample without an image member has one). Runs in the worker."""
+    problems = [i for i in batch if i.problem]
+    return ShardBatch(sum(i.samples for i in batch), sum(i.bytes for i in batch),
+                      tuple(i.key for i in batch if i.samples), tuple(i.problem for i in problems if not i.key),
+                      tuple(i.problem for i in problems if i.key))
+
+
+class ShardTally:
+    """``BatchPuller``'s ``count``: (samples, bytes) of a ``ShardBatch``, keeping the problems it carried.
+
+    Each problem is kept once however many epochs repeat it, at most ``KEEP`` of each kind.
+    """
+
+    KEEP = 1000
+
+    def __init__(self) -> None:
+        self.damaged: dict[str, None] = {}  # insertion-ordered sets
+        self.incomplete: dict[str, None] = {}
+
+    def __call__(self, batch: ShardBatch) -> tuple[int, int]:
+        for kept, found in ((self.damaged, batch.damaged), (self.incomplete, batch.incomplete)):
+            for problem in found:
+                if len(kept) < self.KEEP:
+                    kept[problem] = None
+        return batch.samples, batch.bytes
+
+    def note(self, shards: int) -> str:
+        """The problems in words for the report's note, "" when none: how many, and the first of each kind."""
+        parts = []
+        if self.damaged:
+            parts.append(f"{len(self.damaged)} of {shards} shards damaged, read up to the damage "
+                         f"(first: {next(iter(self.damaged))})")
+        if self.incomplete:
+            parts.append(f"{len(self.incomplete)} samples without an image member not counted "
+                         f"(first: {next(iter(self.incomplete))})")
+        return "; ".join(parts)

@@ -1,0 +1,179 @@
+"""``format: tar``: WebDataset shards streamed by DataLoader workers, counted sample by sample."""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+from collections import defaultdict
+
+import pytest
+import torch.utils.data
+
+from preflight.checks.dataloader import shards
+from preflight.io.dataset_walk import DataFile
+from preflight.io.uncached import aligned_buffer, bypass_for
+from tests import datasets
+from tests.helpers import run_check
+
+SIZE = 1000  # bytes of each sample's .jpg member; its .cls member is 1 byte ("0".."9")
+SAMPLE_ON_DISK = 512 + 1024 + 512 + 512  # tar header + data padded to 512, for the .jpg and the .cls
+
+
+@pytest.fixture(scope="module")
+def hundred_shards(tmp_path_factory):
+    """100 shards x 100 samples: 10,000 samples of 1,001 payload bytes (10 MB: a dataset, not too few files)."""
+    return datasets.tar_shards(tmp_path_factory.mktemp("shards"), shards=100, per_shard=100, size=SIZE)
+
+
+def _shards(root) -> list[DataFile]:
+    return [DataFile(str(p), p.stat().st_size) for p in sorted(root.glob("*.tar"))]
+
+
+def _tagged(batch):
+    """Collate in the worker, tagged with the worker's id."""
+    return torch.utils.data.get_worker_info().id, shards.collate_items(batch)
+
+
+def test_webdataset_keys_are_the_path_up_to_the_first_dot_of_the_base_name():
+    assert shards.split_key("n0001_12.jpg") == ("n0001_12", "jpg")
+    assert shards.split_key("train/n0001_12.seg.PNG") == ("train/n0001_12", "seg.png")
+    assert shards.split_key("v1.2/a.cls") == ("v1.2/a", "cls")  # dots in directories do not count
+    assert shards.split_key("train/README") is None
+    assert shards.split_key("train/.hidden") is None
+
+
+def test_two_workers_read_every_sample_of_100_shards_exactly_once(hundred_shards):
+    files = _shards(hundred_shards)
+    dataset = shards.ShardSamples(files, bypass_for(files[0].name, memory_backed=False))
+    loader = torch.utils.data.DataLoader(dataset, batch_size=64, num_workers=2, collate_fn=_tagged)
+    samples = size = 0
+    keys: list[str] = []
+    readers: dict[str, set[int]] = defaultdict(set)
+    for worker, batch in loader:
+        samples, size = samples + batch.samples, size + batch.bytes
+        keys += batch.keys
+        for key in batch.keys:
+            readers[key.split(":")[0]].add(worker)
+        assert batch.damaged == batch.incomplete == ()
+    assert samples == len(keys) == len(set(keys)) == 10_000
+    assert size == 10_000 * (SIZE + 1)
+    # shard s is streamed whole by worker s % 2, and by no other
+    assert {shard: workers for shard, workers in readers.items()} == {
+        f"shard-{s:06d}.tar": {s % 2} for s in range(100)}
+
+
+def test_the_measured_check_names_the_shards_and_its_bytes_per_sample_are_exact(hundred_shards):
+    measured = run_check("dataloader", 0.6, path=str(hundred_shards), format="tar", num_workers=2, batch_size=32)
+    throughput, bandwidth = measured["throughput"], measured["bandwidth"]
+    assert throughput.value > 0 and throughput.note == ""
+    assert f"over 100 tar shards (WebDataset) under {hundred_shards}" in throughput.method
+    assert "O_DIRECT" in throughput.method or "fadvise" in throughput.method
+    # same windows: MB/s over samples/s is the payload per sample, 1,001 B (a count of batches, of shard
+    # bytes or of headers would be off)
+    assert [b / t for b, t in zip(bandwidth.samples, throughput.samples)] == pytest.approx(
+        [(SIZE + 1) / 1e6] * len(throughput.samples), rel=1e-9)
+
+
+@pytest.fixture()
+def one_shard(tmp_path):
+    root = datasets.tar_shards(tmp_path / "one", shards=1, per_shard=100, size=SIZE)
+    name = root / "shard-000000.tar"
+    assert name.stat().st_size >= 100 * SAMPLE_ON_DISK + 1024
+    return name
+
+
+def _read(name) -> tuple[list[str], str]:
+    keys, problem = [], ""
+    try:
+        for sample in shards.read_shard(str(name), "O_DIRECT", aligned_buffer(shards.CHUNK)):
+            keys.append(sample.key)
+            assert set(sample.members) == {"jpg", "cls"}
+    except shards.ShardError as error:
+        problem = str(error)
+    return keys, problem
+
+
+def _cut(name, at: int) -> None:
+    with open(name, "r+b") as handle:
+        handle.truncate(at)
+
+
+def test_a_whole_shard_reads_100_samples_in_stored_order(one_shard):
+    keys, problem = _read(one_shard)
+    assert (keys, problem) == ([f"000000{i:04d}" for i in range(100)], "")
+
+
+def test_a_shard_cut_inside_a_member_keeps_the_samples_before_it(one_shard):
+    _cut(one_shard, 40 * SAMPLE_ON_DISK + 700)  # inside sample 40's .jpg data
+    keys, problem = _read(one_shard)
+    assert len(keys) == 40 and keys[-1] == "0000000039"
+    assert problem == "shard-000000.tar: unexpected end of data"
+
+
+def test_a_shard_cut_between_members_is_truncated_and_its_last_sample_is_not_trusted(one_shard):
+    _cut(one_shard, 40 * SAMPLE_ON_DISK)  # tarfile stops there silently: no end-of-archive blocks
+    keys, problem = _read(one_shard)
+    assert len(keys) == 39  # sample 39 may have had more members
+    assert problem == (f"shard-000000.tar: ends at byte {40 * SAMPLE_ON_DISK} without tar's end-of-archive blocks: "
+                       f"truncated")
+
+
+def test_garbage_where_a_header_should_be_is_corrupt(one_shard):
+    with open(one_shard, "r+b") as handle:
+        handle.seek(50 * SAMPLE_ON_DISK)
+        handle.write(b"\x07" * 512)
+    keys, problem = _read(one_shard)
+    assert len(keys) == 49
+    assert problem == f"shard-000000.tar: invalid tar header at byte {50 * SAMPLE_ON_DISK}: corrupt"
+
+
+def test_damaged_shards_are_counted_in_a_note_and_the_rest_is_measured(tmp_path):
+    root = datasets.tar_shards(tmp_path / "shards", shards=100, per_shard=100, size=SIZE)
+    _cut(root / "shard-000007.tar", 10 * SAMPLE_ON_DISK + 700)
+    (root / "shard-000042.tar").write_bytes(os.urandom(50_000))  # not a tar file at all
+    measured = run_check("dataloader", 0.5, path=str(root), format="tar", num_workers=2, batch_size=32)
+    assert measured["throughput"].value > 0
+    note = measured["throughput"].note
+    assert note.startswith("2 of 100 shards damaged, read up to the damage (first: shard-0000")
+    assert "shard-000007.tar: unexpected end of data" in note or "shard-000042.tar: invalid header" in note
+
+
+def test_files_that_are_not_shards_are_unmeasurable_with_the_fix(tmp_path):
+    for index in range(120):
+        (tmp_path / f"{index}.jpg").write_bytes(os.urandom(80_000))
+    measured = run_check("dataloader", 0.5, path=str(tmp_path), format="tar", num_workers=1, batch_size=8)
+    assert measured["throughput"].value is None and measured["bandwidth"].value is None
+    reason = measured["throughput"].reason
+    assert reason.startswith(f"no sample could be read from the 120 files under {tmp_path} (120 of 120 shards "
+                             f"damaged, read up to the damage (first: ")
+    assert reason.endswith(': point dataloader.path at WebDataset tar shards, and include at their names ("*.tar")')
+
+
+def test_decode_image_decodes_each_samples_image_member_and_skips_a_sample_without_one(tmp_path):
+    from PIL import Image
+
+    noise = os.urandom(256 * 256 * 3 + 100)
+    root = tmp_path / "png-shards"
+    root.mkdir()
+    for s in range(100):  # 100 shards of 2 PNG samples (~400 kB each shard), and one sample with a label only
+        with tarfile.open(root / f"shard-{s:06d}.tar", "w") as tar:
+            for i in range(2):
+                encoded = io.BytesIO()
+                Image.frombytes("RGB", (256, 256), noise[s + i:][:256 * 256 * 3]).save(encoded, "PNG")
+                members = [(f"{s:06d}{i:04d}.png", encoded.getvalue()), (f"{s:06d}{i:04d}.cls", b"3")]
+                if s == 5 and i == 1:
+                    members = members[1:]
+                for member, data in members:
+                    info = tarfile.TarInfo(member)
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+    os.sync()
+    measured = run_check("dataloader", 0.6, path=str(root), format="tar", decode="image", num_workers=1,
+                         batch_size=4)
+    raw, decoded = measured["raw_throughput"].value, measured["throughput"].value
+    assert raw > 1.5 * decoded  # decoding 256x256 PNG noise costs far more than reading its 200 kB
+    assert measured["throughput"].hint.startswith("decode-bound")
+    assert "decoded with Pillow" in measured["throughput"].method
+    assert measured["throughput"].note == ("1 samples without an image member not counted (first: shard-000005.tar: "
+                                           "sample 0000050001 has no image member (jpg, jpeg, png, webp): not counted)")
