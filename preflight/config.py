@@ -285,6 +285,9 @@ def coerce_option(option: Option, node: Located | None, label: str, base: str = 
                 raise UnitError(f"expected a mapping of names to values, like {{root: /data, size: 224}}, "
                                 f"found {value!r}")
             return plain(node)
+        elif kind == "shape":
+            return _shape([v.value if isinstance(v, Located) else v for v in value] if isinstance(value, list)
+                          else value)
         elif kind in ("int", "int_or_auto"):
             if kind == "int_or_auto" and value == "auto":
                 return "auto"
@@ -310,6 +313,17 @@ def coerce_option(option: Option, node: Located | None, label: str, base: str = 
     if option.maximum is not None and isinstance(result, (int, float)) and result > option.maximum:
         raise ConfigError(where, f"`{label}` must be at most {option.maximum:g}, found {value!r}")
     return result
+
+
+def _shape(value: Any) -> list[int]:
+    """A ``shape`` option: ``[3, 224, 224]``, or ``"3,224,224"`` as ``--set`` and ``${VAR}`` give it."""
+    parts = value.split(",") if isinstance(value, str) else value
+    if isinstance(parts, list) and parts and all(isinstance(p, int) and not isinstance(p, bool) or
+                                                 isinstance(p, str) and p.strip().isdigit() for p in parts):
+        shape = [int(p) for p in parts]
+        if all(size > 0 for size in shape):
+            return shape
+    raise UnitError(f"expected a shape, a list of positive whole numbers like [3, 224, 224], found {value!r}")
 
 
 def _directories(node: Located, label: str, base: str) -> list[str]:

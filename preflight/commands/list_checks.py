@@ -87,7 +87,7 @@ def _kind(option: Option, plain: bool = False) -> str:
         return f"{option.kind.value} (`{example(option.kind)}`)" if option.kind is not Dimension.COUNT else "number"
     if option.kind == "choice":
         return "|".join(option.choices) if plain else " \\| ".join(option.choices)
-    return {"int_or_auto": "int or auto", "paths": "list of paths"}.get(option.kind, option.kind)
+    return {"int_or_auto": "int or auto", "paths": "list of paths", "shape": "list of ints"}.get(option.kind, option.kind)
 
 
 def _default(option: Option) -> str:
