@@ -90,19 +90,32 @@ def timed(step: Callable[[], int], device: str, budget: Budget) -> tuple[list[Wi
             run steps for budget/10 s, each boundary marked (CUDA events or host clock)
             window rate = samples / sum(step times)
     """
+    windows, stopped = interleaved((step,), device, budget)
+    return [w[0] for w in windows], stopped
+
+
+def interleaved(steps: Sequence[Callable[[], int]], device: str, budget: Budget) -> tuple[list[tuple[Window, ...]], str]:
+    """``timed`` for several kinds of step at once: each sample is one window of each, in turn.
+
+    Interleaving puts a shared machine's changing load on every kind alike, so their ratio holds
+    where two phases run one after the other would not. With several steps, the budget is
+    ``budget.duration_s`` per step and sampling stops on the spread of the last step's rate over
+    the first's; with one, on the spread of its rate.
+    """
     with _autotuned(device):
-        for _ in range(WARMUP_STEPS):
-            step()
         seconds = max(0.05, budget.duration_s / 10)
         timeline = timeline_for(device)
-        window(step, timeline(), seconds)
-        taken: list[Window] = []
+        for step in steps:
+            for _ in range(WARMUP_STEPS):
+                step()
+            window(step, timeline(), seconds)
+        taken: list[tuple[Window, ...]] = []
 
         def one() -> float:
-            taken.append(window(step, timeline(), seconds))
-            return taken[-1].samples_per_s
+            taken.append(tuple(window(step, timeline(), seconds) for step in steps))
+            return taken[-1][-1].samples_per_s / (taken[-1][0].samples_per_s if len(steps) > 1 else 1.0)
 
-        stopped = sample(one, budget.duration_s, warmup=0, min_samples=5, target_spread=0.05).stopped
+        stopped = sample(one, budget.duration_s * len(steps), warmup=0, min_samples=5, target_spread=0.05).stopped
     return taken, stopped
 
 

@@ -61,6 +61,18 @@ def broken():
 '''.format()
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One intra-op thread while a test measures: on a shared 2-CPU machine, two threads wait on each other's
+    straggler and a step's time swings 2-5x between windows (1 thread: 1100 samples/s steady; 2: 100-600)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture
 def src(tmp_path: Path) -> Path:
     package = tmp_path / "src" / "jobpkg"
