@@ -39,6 +39,10 @@ class Option(NamedTuple):
     minimum: float | None = None
     maximum: float | None = None
     outside: str = ""  # a directory that must not lie inside the (read-only) directory this option names
+    # (check, metric) that may supply the value from another instance of the same run: written
+    # `measured` (the instance named after that check) or `{from: <instance>}`; the runner runs
+    # that instance first and passes its judged figure (``runner.resolve``). () for none.
+    measured_by: tuple[str, str] = ()
 
 
 class Metric(NamedTuple):

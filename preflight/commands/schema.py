@@ -143,6 +143,10 @@ def _option(option: Option) -> dict[str, Any]:
                             {"type": "string", "pattern": r"^\s*\d+(\s*,\s*\d+)*\s*$"}, ENV_REFERENCE]}
     else:
         schema = {"type": "string", "minLength": 1 if kind == "path" else 0}
+    if option.measured_by:  # `measured`, or `{from: <instance>}` of the producing check
+        producer = {"type": "object", "additionalProperties": False, "required": ["from"],
+                    "properties": {"from": {"type": "string", "minLength": 1}}}
+        schema = {"anyOf": [schema, {"const": "measured"}, producer]}
     return {**schema, "description": option.help, "default": option.default}
 
 

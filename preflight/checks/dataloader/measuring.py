@@ -60,7 +60,7 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source) -> list
     if float(options["step_time"]) > 0:
         results.append(_utilization(puller, float(options["step_time"]), int(options["batch_size"]), workers,
                                     budget, method, throughput))
-    if float(options["samples_per_gpu"]) > 0:
+    if _per_gpu(options["samples_per_gpu"]) != 0:
         results.append(_versus_required(options, throughput))
     fs = built.fs
     if fs is not None and fs.caveat():
@@ -122,12 +122,28 @@ def _decode_hint(raw_rate: float, windows: _Taken) -> str:
             f"volume, a local NVMe cache, or shards (WebDataset, LMDB)")
 
 
+def _per_gpu(given: Any) -> float | str:
+    """samples/s one GPU consumes: the option's quantity, or the figure the runner passed from a producer
+    (``runner.resolve``: ``{"from", "metric", "value", "source"}``), or why that figure is missing."""
+    if not isinstance(given, dict):
+        return float(given)
+    if given.get("value") is None:
+        return (f"samples_per_gpu: {given['from']}.{given['metric']} is not available: "
+                f"{given.get('reason') or 'the runner passed no figure'}")
+    return float(given["value"])
+
+
 def _versus_required(options: Mapping[str, Any], throughput: Measurement) -> Measurement:
+    per_gpu = _per_gpu(options["samples_per_gpu"])
+    if isinstance(per_gpu, str):
+        return unmeasurable("throughput_vs_required", per_gpu, "%")
     gpus = visible_gpus() if options["gpus"] == "auto" else int(options["gpus"])
     if gpus < 1:
         return unmeasurable("throughput_vs_required", "no CUDA device is visible to count GPUs: set "
                             "dataloader.gpus to the number the job uses", "%")
-    required = Required(float(options["samples_per_gpu"]), gpus, float(options["headroom"]))
+    given = options["samples_per_gpu"]
+    source = given.get("source", "") if isinstance(given, dict) else ""
+    required = Required(per_gpu, gpus, float(options["headroom"]), source)
     share = tuple(100 * s / required.rate for s in throughput.samples)
     reason = f"{format_value(throughput.value, 'samples/s')} of {required.arithmetic()}"
     return Measurement("throughput_vs_required", samples=share, unit="%", method=throughput.method, reason=reason,
