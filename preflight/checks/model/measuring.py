@@ -200,12 +200,14 @@ def failing_step(options: Mapping[str, Any], device: str) -> Iterator[list[str]]
 
 @contextlib.contextmanager
 def _autotuned(device: str) -> Iterator[None]:
-    """cuDNN picks its fastest kernels during warm-up (``cudnn.benchmark``, as NVIDIA's training scripts set it)."""
+    """``device`` current (events record on its stream, not cuda:0's) and cuDNN picking its fastest kernels during
+    warm-up (``cudnn.benchmark``, as NVIDIA's training scripts set it); both restored afterwards."""
     import torch
 
     saved = torch.backends.cudnn.benchmark
     torch.backends.cudnn.benchmark = device.startswith("cuda")
     try:
-        yield
+        with torch.cuda.device(torch.device(device)) if device.startswith("cuda") else contextlib.nullcontext():
+            yield
     finally:
         torch.backends.cudnn.benchmark = saved
