@@ -175,7 +175,9 @@ def _instances(root: Located, baseline: baselines.Source, base: str) -> tuple[In
     checks = _mapping(top["checks"], "checks")
     if not checks:
         raise ConfigError(top["checks"].where, "`checks:` is empty: add at least one check (see `preflight list`)")
-    return tuple(_instance(name, node, defaults, baseline, base) for name, node in checks.items())
+    instances = tuple(_instance(name, node, defaults, baseline, base) for name, node in checks.items())
+    _producers(instances, root.where.rsplit(":", 2)[0])
+    return instances
 
 
 def _fleet(root: Located) -> FleetSettings:
@@ -288,6 +290,8 @@ def coerce_option(option: Option, node: Located | None, label: str, base: str = 
     if node is None:
         node = Located(option.default, f"default of {label}")
     value, where, kind = node.value, node.where, option.kind
+    if option.measured_by and (value == "measured" or isinstance(value, dict)):
+        return _producer(option, node, label)
     try:
         if isinstance(kind, Dimension):
             result: Any = parse_quantity(value, kind)
@@ -302,6 +306,9 @@ def coerce_option(option: Option, node: Located | None, label: str, base: str = 
                 raise UnitError(f"expected a mapping of names to values, like {{root: /data, size: 224}}, "
                                 f"found {value!r}")
             return plain(node)
+        elif kind == "shape":
+            return _shape([v.value if isinstance(v, Located) else v for v in value] if isinstance(value, list)
+                          else value)
         elif kind in ("int", "int_or_auto"):
             if kind == "int_or_auto" and value == "auto":
                 return "auto"
@@ -321,12 +328,59 @@ def coerce_option(option: Option, node: Located | None, label: str, base: str = 
             if kind == "path" and not result:
                 raise UnitError("expected a path, found an empty string")
     except UnitError as error:
-        raise ConfigError(where, f"`{label}`: {error}") from None
+        measured = f", or `measured` (the `{option.measured_by[0]}` instance's figure)" if option.measured_by else ""
+        raise ConfigError(where, f"`{label}`: {error}{measured}") from None
     if option.minimum is not None and isinstance(result, (int, float)) and result < option.minimum:
         raise ConfigError(where, f"`{label}` must be at least {option.minimum:g}, found {value!r}")
     if option.maximum is not None and isinstance(result, (int, float)) and result > option.maximum:
         raise ConfigError(where, f"`{label}` must be at most {option.maximum:g}, found {value!r}")
     return result
+
+
+def _producer(option: Option, node: Located, label: str) -> dict[str, str]:
+    """``measured`` or ``{from: <instance>}``: the instance whose figure supplies the option (checked in ``_producers``)."""
+    check, metric = option.measured_by
+    if node.value == "measured":
+        return {"from": check, "metric": metric}
+    given = _mapping(node, f"`{label}`")
+    _reject_unknown(given, ("from",))
+    if "from" not in given or not isinstance(given["from"].value, str) or not given["from"].value:
+        raise ConfigError(node.where, f"`{label}`: expected `measured`, `{{from: <{check} instance>}}` or a "
+                          f"quantity like `{option.default}`")
+    return {"from": given["from"].value, "metric": metric}
+
+
+def _producers(instances: tuple[Instance, ...], path: str) -> None:
+    """Every ``measured``/``{from: ...}`` option names an instance of the check that measures it, in this file.
+
+    Raises:
+        ConfigError: at the option, naming the instance it expected and the fix.
+    """
+    kinds = {instance.name: instance.check for instance in instances}
+    for instance in instances:
+        for option in CHECKS[instance.check].OPTIONS:
+            value = instance.options[option.name]
+            if not option.measured_by or not isinstance(value, dict):
+                continue
+            check, metric = option.measured_by
+            producer, where = value["from"], instance.option_where.get(option.name, instance.where)
+            if producer == instance.name or kinds.get(producer) != check:
+                found = f"`{producer}` is a `{kinds[producer]}` instance" if producer in kinds else \
+                    f"{path} has no instance named `{producer}`"
+                raise ConfigError(where, f"`{instance.name}.{option.name}` reads {metric} from a `{check}` instance, "
+                                  f"but {found}: add `{check}:` under checks, or name one with `{option.name}: "
+                                  f"{{from: <instance>}}`{_suggest(producer, [n for n, c in kinds.items() if c == check])}")
+
+
+def _shape(value: Any) -> list[int]:
+    """A ``shape`` option: ``[3, 224, 224]``, or ``"3,224,224"`` as ``--set`` and ``${VAR}`` give it."""
+    parts = value.split(",") if isinstance(value, str) else value
+    if isinstance(parts, list) and parts and all(isinstance(p, int) and not isinstance(p, bool) or
+                                                 isinstance(p, str) and p.strip().isdigit() for p in parts):
+        shape = [int(p) for p in parts]
+        if all(size > 0 for size in shape):
+            return shape
+    raise UnitError(f"expected a shape, a list of positive whole numbers like [3, 224, 224], found {value!r}")
 
 
 def _directories(node: Located, label: str, base: str) -> list[str]:

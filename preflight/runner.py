@@ -6,6 +6,10 @@ workers included), removes the scratch directories it announced, starts a fresh 
 for the next check and goes on. SIGTERM and SIGINT end the run the same way, with the
 interrupted check and those not yet run reported as errors, so a report is always written.
 
+Checks that read other checks (``samples_per_gpu: measured``): each producer instance runs
+before its consumers (``ordered``), and the consumer's option is filled with the producer's
+judged figure, or with why there is none (``resolve``); results stay in config order.
+
 Noise: an instance with ``repeats: N`` runs N times and each metric's runs are combined
 (``measurement.combine``: the median of their values is judged); with ``retries: K``, a
 miss within ``retry_margin`` of its bound (``verdict.near_miss``) is re-measured up to K
@@ -22,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
 from preflight.io import scratch, tempdir
 from preflight.host.cgroup_memory import OomWatch
@@ -219,11 +223,12 @@ def run(config: Config, progress: ProgressCallback = lambda instance, results: N
 
     for signum in previous:
         signal.signal(signum, interrupt)
-    pending = list(config.instances)
+    pending = ordered(config.instances)
+    done: dict[str, tuple[list[Result], Outcome]] = {}  # what producers measured, for their consumers
     current: Instance | None = None
     try:
         while pending:
-            current = instance = pending.pop(0)
+            current = instance = resolve(pending.pop(0), done)
             progress(instance, None)
             earlier: list[list[Result]] = []
             while True:
@@ -234,6 +239,7 @@ def run(config: Config, progress: ProgressCallback = lambda instance, results: N
                     continue
                 break
             judged = record_attempts(judged, earlier)
+            done[instance.name] = (judged, outcome)
             results += judged
             current = None
             progress(instance, judged)
@@ -250,7 +256,77 @@ def run(config: Config, progress: ProgressCallback = lambda instance, results: N
             signal.signal(signum, handler)
         if worker is not None:
             worker.stop()
-    return results
+    place = {instance.name: index for index, instance in enumerate(config.instances)}
+    return sorted(results, key=lambda result: place.get(result.instance, len(place)))  # stable: config order
+
+
+def producers(instance: Instance) -> list[str]:
+    """The instances whose figures ``instance``'s options read (``Option.measured_by``), in option order."""
+    options = instance.options
+    return [options[o.name]["from"] for o in CHECKS[instance.check].OPTIONS
+            if o.measured_by and isinstance(options[o.name], dict)]
+
+
+def ordered(instances: Sequence[Instance]) -> list[Instance]:
+    """``instances`` in config order, except that each producer runs before the instances that read it.
+
+    ``config`` refuses a producer that is missing or of the wrong check, and one check never reads
+    its own kind, so there is no cycle; a producer left out (``--only``) is skipped here and its
+    consumer says so (``resolve``).
+    """
+    by_name = {instance.name: instance for instance in instances}
+    placed: list[Instance] = []
+
+    def place(instance: Instance) -> None:
+        if instance in placed:
+            return
+        for name in producers(instance):
+            if name in by_name and name != instance.name:
+                place(by_name[name])
+        placed.append(instance)
+
+    for instance in instances:
+        place(instance)
+    return placed
+
+
+Done = Mapping[str, "tuple[Sequence[Result], Outcome]"]  # instance name -> its judged results and raw outcome
+
+
+def resolve(instance: Instance, done: Done) -> Instance:
+    """``instance`` with each option that reads a producer filled in from the producer's run in ``done``.
+
+    The option's ``{"from", "metric"}`` gains ``value`` (the fastest device's figure, in the metric's
+    unit) and ``source``, or ``reason`` when the producer did not run, errored, failed its own
+    threshold or could not measure: the consumer then reports its dependent metrics unmeasurable
+    with that reason (fail closed), never a figure from another run.
+    """
+    options = dict(instance.options)
+    for option in CHECKS[instance.check].OPTIONS:
+        wanted = options[option.name]
+        if option.measured_by and isinstance(wanted, dict):
+            options[option.name] = {**wanted, **_figure(wanted["from"], wanted["metric"], done)}
+    return instance._replace(options=options)
+
+
+def _figure(producer: str, metric: str, done: Done) -> dict[str, Any]:
+    if producer not in done:
+        return {"reason": f"the `{producer}` instance did not run (left out with --only?): run both"}
+    judged, outcome = done[producer]
+    if outcome.error:
+        return {"reason": f"the `{producer}` instance errored: {outcome.error}"}
+    failed = next((r for r in judged if r.metric == metric and r.verdict == "fail"), None)
+    if failed is not None:
+        return {"reason": f"`{failed.id}` failed: {failed.message}"}
+    rows = [m for m in outcome.measurements if m.metric == metric]
+    missing = next((m for m in rows if not isinstance(m.value, (int, float))), None)
+    if missing is not None or not rows:
+        where = f"[{missing.device}]" if missing is not None and missing.device else ""
+        why = missing.reason if missing is not None else "the check reported no value"
+        return {"reason": f"`{producer}.{metric}{where}` was not measured: {why}"}
+    values = [float(m.value) for m in rows]  # type: ignore[arg-type]
+    return {"value": max(values), "source": f"{producer}.{metric}, fastest of {len(values)} "
+                                            f"device{'s' if len(values) != 1 else ''}"}
 
 
 def _measure(worker: Worker | None, instance: Instance, temp_dir: str) -> tuple[Outcome, Worker | None]:

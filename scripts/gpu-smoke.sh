@@ -99,7 +99,37 @@ if [ -n "$missing" ]; then
 fi
 "$py" -c "import preflight; print('preflight from', preflight.__file__)"
 
-echo "== preflight: cuda, transfer, p2p (thresholds in ${config#"$PWD"/})"
+echo "== data and model for the model and pipeline checks"
+# An ImageNet-shaped folder for the pipeline's DataLoader: 256 files of 110 kB (ImageNet's median
+# JPEG) in 16 class folders, enough to be read as a dataset rather than a few cached files. Kept
+# between runs in OUTDIR; the bytes are random, since the pipeline reads files, it does not decode them.
+data="$out/imagenet-shaped"
+"$py" - "$data" <<'PY' || problems+=("could not write the pipeline's data under $data")
+import os, sys
+
+root, files, size = sys.argv[1], 256, 110_000
+for index in range(files):
+    folder = os.path.join(root, f"n{index % 16:08d}")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{index:05d}.JPEG")
+    if not os.path.isfile(path) or os.path.getsize(path) != size:
+        with open(path, "wb") as out:
+            out.write(os.urandom(size))
+print(f"{files} files of {size // 1000} kB under {root}")
+PY
+export SMOKE_DATA="$data"
+# resnet50 needs torchvision, which pins one torch: use it where the image has a matching one, else the
+# built-in tiny CNN (the checks then say the step runs, not how fast ResNet-50 trains)
+if "$py" -c "import torchvision.models" >/dev/null 2>&1; then
+    export SMOKE_MODEL=resnet50
+else
+    export SMOKE_MODEL=tiny
+    echo "torchvision is not importable here: model and pipeline train the built-in tiny CNN, not resnet50" \
+         "(pip install 'train-preflight[vision]' in an image whose torch matches it)"
+fi
+echo "model: $SMOKE_MODEL"
+
+echo "== preflight: cuda, transfer, p2p, model, pipeline (thresholds in ${config#"$PWD"/})"
 rm -f "$out/report.json"
 "$py" -m preflight run -c "$config" --json "$out/report.json" --junit-xml "$out/report.xml"
 gate=$?

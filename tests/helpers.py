@@ -37,11 +37,20 @@ def run_check(name: str, duration_s: float = 1.0, **options: Any) -> dict[str, M
     assert not unknown, f"not options of {name}: {unknown}"
     parsed = {
         option.name: coerce_option(
-            option, Located(options[option.name], "test") if option.name in options else None, option.name
+            option, _located(options[option.name]) if option.name in options else None, option.name
         )
         for option in check.OPTIONS
     }
     return keyed(check.measure(parsed, Budget(duration_s, 60.0)))
+
+
+def _located(value: Any) -> Located:
+    """``value`` as the YAML loader gives it: every mapping value and list item ``Located`` too."""
+    if isinstance(value, dict):
+        return Located({key: _located(item) for key, item in value.items()}, "test")
+    if isinstance(value, list):
+        return Located([_located(item) for item in value], "test")
+    return Located(value, "test")
 
 
 def keyed(measurements: Sequence[Measurement]) -> dict[str, Measurement]:

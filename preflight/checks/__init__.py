@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from preflight.checks import collective, cuda, dataloader, p2p, shm, storage, transfer
+from preflight.checks import collective, cuda, dataloader, model, p2p, pipeline, shm, storage, transfer
 from preflight.checks.base import Check
 
 CHECKS: dict[str, Check] = {
@@ -10,6 +10,8 @@ CHECKS: dict[str, Check] = {
     "shm": shm,
     "storage": storage,
     "dataloader": dataloader,
+    "model": model,
+    "pipeline": pipeline,
     "transfer": transfer,
     "p2p": p2p,
     "collective": collective,

@@ -17,8 +17,10 @@ if TYPE_CHECKING:
 
 Scope = Literal["node", "fleet"]
 # "paths": a list of directories, relative to the config file's directory (``python_path``);
-# "mapping": keys to plain YAML values, passed on as they are (``dataset_args``).
-OptionKind = Union[Literal["path", "paths", "text", "int", "int_or_auto", "bool", "choice", "mapping"], Dimension]
+# "mapping": keys to plain YAML values, passed on as they are (``dataset_args``);
+# "shape": a tensor shape, a list of positive whole numbers ([3, 224, 224]; "3,224,224" from --set).
+OptionKind = Union[Literal["path", "paths", "text", "int", "int_or_auto", "bool", "choice", "mapping", "shape"],
+                   Dimension]
 # What a performance figure is measured in: a rate or a latency. Only these are compared with
 # the fleet median; sizes, counts, flags, percentages, temperatures, versions and texts are facts
 # (or figures derived from a compared rate) and a node is never judged by its peers' facts.
@@ -40,6 +42,10 @@ class Option(NamedTuple):
     # Options that make this one pointless: while one of them differs from its default, giving this one a
     # value other than its default is a config error (it would be silently ignored).
     ignored_with: tuple[str, ...] = ()
+    # (check, metric) that may supply the value from another instance of the same run: written
+    # `measured` (the instance named after that check) or `{from: <instance>}`; the runner runs
+    # that instance first and passes its judged figure (``runner.resolve``). () for none.
+    measured_by: tuple[str, str] = ()
 
 
 class Metric(NamedTuple):

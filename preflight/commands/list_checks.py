@@ -82,12 +82,15 @@ def render_markdown() -> str:
 
 def _kind(option: Option, plain: bool = False) -> str:
     if isinstance(option.kind, Dimension):
+        measured = " or measured" if option.measured_by else ""
         if plain:
-            return option.kind.value
-        return f"{option.kind.value} (`{example(option.kind)}`)" if option.kind is not Dimension.COUNT else "number"
+            return option.kind.value + measured
+        if option.kind is Dimension.COUNT:
+            return "number" + measured
+        return f"{option.kind.value} (`{example(option.kind)}`){' or `measured`' if measured else ''}"
     if option.kind == "choice":
         return "|".join(option.choices) if plain else " \\| ".join(option.choices)
-    return {"int_or_auto": "int or auto", "paths": "list of paths"}.get(option.kind, option.kind)
+    return {"int_or_auto": "int or auto", "paths": "list of paths", "shape": "list of ints"}.get(option.kind, option.kind)
 
 
 def _default(option: Option) -> str:

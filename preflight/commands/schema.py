@@ -153,8 +153,15 @@ def _option(option: Option) -> dict[str, Any]:
         schema = {"anyOf": [{"type": "array", "items": directory}, directory]}
     elif kind == "mapping":
         schema = {"type": "object"}
+    elif kind == "shape":
+        schema = {"anyOf": [{"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1},
+                            {"type": "string", "pattern": r"^\s*\d+(\s*,\s*\d+)*\s*$"}, ENV_REFERENCE]}
     else:
         schema = {"type": "string", "minLength": 1 if kind == "path" else 0}
+    if option.measured_by:  # `measured`, or `{from: <instance>}` of the producing check
+        producer = {"type": "object", "additionalProperties": False, "required": ["from"],
+                    "properties": {"from": {"type": "string", "minLength": 1}}}
+        schema = {"anyOf": [schema, {"const": "measured"}, producer]}
     return {**schema, "description": option.help, "default": option.default}
 
 

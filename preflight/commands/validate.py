@@ -62,7 +62,7 @@ def check_user_code(instance: config.Instance) -> None:
                           f"network? Fix that, or raise {instance.name}.timeout") from None
 
 
-class _TimedOut(Exception):
+class _TimedOut(BaseException):  # as KeyboardInterrupt: the job's `except Exception` must not swallow it
     pass
 
 

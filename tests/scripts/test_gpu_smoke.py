@@ -9,6 +9,7 @@ why, with the errors first.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -63,6 +64,12 @@ def test_the_bundle_and_the_smoke_script_run_offline_and_fail_for_want_of_a_gpu(
     assert reasons[0].startswith("no GPU: measured 0, required >= 1 (no CUDA device: torch ")
     assert reasons[1].startswith("bench/transfer_reference.py exited 1: no GPU measurement: no CUDA device")
     assert (out / "report.json").exists() and (out / "report.xml").exists()
+    # model and pipeline fall back to the CPU and the built-in tiny CNN (no torchvision here), and measure
+    assert "torchvision is not importable here" in run.stdout and "model: tiny" in run.stdout
+    report = {r["id"]: r for r in json.loads((out / "report.json").read_text())["results"]}
+    for key in ("model.samples_per_s[cpu]", "model_bf16.step_time_p50[cpu]", "pipeline.input_bound[cpu]"):
+        assert report[key]["value"] is not None and report[key]["verdict"] != "error", report[key]
+    assert "over 256 files under" in report["pipeline.samples_per_s[cpu]"]["method"]
 
 
 def test_without_wheels_it_names_what_is_missing_and_how_to_get_it(tmp_path, bare_image):

@@ -83,7 +83,8 @@ OPTIONS = (
     Option("step_time", Dimension.DURATION, "0s", "emulated GPU compute per batch (DLIO computation_time); "
            "> 0 measures accelerator_utilization"),
     Option("samples_per_gpu", Dimension.SAMPLE_RATE, "0 samples/s", "what one GPU consumes; > 0 reports "
-           "throughput_vs_required"),
+           "throughput_vs_required; `measured`: the `model` instance's samples_per_s from this run (fastest "
+           "GPU), or `{from: <model instance>}`", measured_by=("model", "samples_per_s")),
     Option("gpus", "int_or_auto", "auto", "GPUs to feed; auto = the visible CUDA devices", minimum=1),
     Option("headroom", Dimension.PERCENT, "0 %", "margin on the required rate (20 % asks for 1.2x)"),
     Option("sample_delay", Dimension.DURATION, "0s", "test hook: sleep this long per sample read, a deliberately "

@@ -1,154 +1,49 @@
 """The dataloader check's measuring: the files, tar shards, the job's Dataset or synthetic samples through a DataLoader.
 
-Imported by ``dataloader.measure`` when the check runs (see the package's docstring for the method).
+Imported by ``dataloader.measure`` when the check runs (see the package's docstring for the method);
+what the loader reads and the loader itself come from ``source``, which the pipeline check shares.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import os
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
-from preflight.checks import usercode
-from preflight.checks.base import Budget, Metric, UserCodeError
-from preflight.checks.dataloader import shards, user
-from preflight.checks.dataloader.files import FileSamples, collate_sizes, list_files
-from preflight.checks.dataloader.loop import BatchPuller, EmptyLoader, Window, explaining_worker_oom, sizes_or_tensor
+from preflight.checks.base import Budget, Metric
+from preflight.checks.dataloader.loop import BatchPuller, EmptyLoader, Window, explaining_worker_oom
 from preflight.checks.dataloader.required import Required, visible_gpus
-from preflight.host.cpus import auto_workers
-from preflight.io.dataset_walk import DataFile, too_few
-from preflight.host.fsinfo import filesystem_of
-from preflight.io.uncached import bypass_for
+from preflight.checks.dataloader.source import Source, loader_for, opened
 from preflight.measurement import Measurement, unmeasurable
 from preflight.sampling import sample
-from preflight.io.scratch import choose_parent, room_for, scratch_dir, write_small_files
 from preflight.units import format_value
 
 WARMUP_BATCHES_PER_WORKER = 2
-SYNTHETIC_SHAPE = (3, 224, 224)
-SCRATCH_SET = (1000, 110_000)  # files, bytes each: ImageNet's median JPEG is about 110 kB
 
 
 @explaining_worker_oom
 def measure(options: Mapping[str, Any], budget: Budget, metrics: Sequence[Metric]) -> list[Measurement]:
     """Measure the loader built from ``options``; of ``metrics``, those that do not apply are left out."""
-    if options["dataset"]:
-        return _measure_job_dataset(options, budget)
-    if options["synthetic"]:
-        return _measure(options, budget, None, "synthetic 3x224x224 float32 samples (measures IPC and collation, "
-                        "not storage)", "")
-    path = options["path"]
-    if not os.path.isdir(path):
-        reason = (f"{path} is not a directory: point dataloader.path at the dataset's directory" if os.path.exists(path)
-                  else f"{path} does not exist: mount the dataset or set dataloader.path")
-        return [unmeasurable(m.name, reason, m.unit) for m in metrics]
-    if options["decode"] == "image" and importlib.util.find_spec("PIL") is None:
-        reason = "decode: image needs Pillow: pip install 'train-preflight[image]' (or pillow) in this image"
-        return [unmeasurable(m.name, reason, m.unit) for m in metrics]
-    files, walk = list_files(path, options["include"], options["exclude"], int(options["max_files"]))
-    skipped = walk.summary()
-    source = (f"{len(files)} files under {path}" + (f" ({skipped} skipped)" if skipped else "")
-              + ", cold cache per file")
-    if not files:
-        reason = (f"no readable files under {path} match include={options['include']!r} "
-                  f"exclude={options['exclude']!r}" + (f" ({skipped} skipped)" if skipped else "")
-                  + ": point dataloader.path at the dataset")
-        return [unmeasurable(m.name, reason, m.unit) for m in metrics]
-    globs = f" (include={options['include']!r} exclude={options['exclude']!r})"
-    too_little = too_few(files, path + (globs if (options["include"], options["exclude"]) != ("*", "") else ""))
-    if options["format"] == "tar":
-        if too_little:
-            reason = f"{too_little}: point dataloader.path at the shards (no scratch set stands in for tar shards)"
-            return [unmeasurable(m.name, reason, m.unit) for m in metrics]
-        source = (f"{len(files)} tar shards (WebDataset) under {path}" + (f" ({skipped} skipped)" if skipped else "")
-                  + ", each streamed whole, cold")
+    with opened(options) as source:
+        if isinstance(source, str):
+            return [unmeasurable(m.name, source, m.unit) for m in metrics]
         try:
-            return _measure(options, budget, files, source, f"skipped under {path}: {skipped}" if skipped else "")
+            return _measure(options, budget, source)
         except _NoSample as error:
             return [unmeasurable(m.name, str(error), m.unit) for m in metrics]
-    if not too_little:
-        return _measure(options, budget, files, source, f"skipped under {path}: {skipped}" if skipped else "")
-    if options["decode"] == "image":
-        reason = f"{too_little}: point dataloader.path at the dataset (scratch bytes cannot be decoded as images)"
-        return [unmeasurable(m.name, reason, m.unit) for m in metrics]
-    parent, no_scratch = choose_parent(path, options["scratch_dir"], "dataloader.scratch_dir")
-    count, size = SCRATCH_SET
-    no_room = no_scratch or room_for(parent, count * (size + 4096))  # type: ignore[arg-type]
-    if no_room:
-        reason = f"{too_little}: point dataloader.path at the dataset; no scratch set either: {no_room}"
-        return [unmeasurable(m.name, reason, m.unit) for m in metrics]
-    with scratch_dir(parent, protect=path) as directory:  # type: ignore[arg-type]
-        scratch = write_small_files(directory, count, size)
-        source = f"{count} scratch files of {size // 1000} kB in ImageNet-style class folders, cold cache per file"
-        return _measure(options, budget, scratch, source, f"on an ImageNet-shaped scratch set: {too_little}")
 
 
 class _NoSample(Exception):
     """No sample could be read from any shard: the reason, for every metric."""
 
 
-def _measure_job_dataset(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
-    """The loader over the job's own Dataset; what its code raises becomes one line naming it (``UserCodeRaised``)."""
-    with usercode.on_path(options["python_path"]):
-        try:
-            job = user.build(options)
-        except UserCodeError as error:
-            raise usercode.UserCodeRaised(f"dataloader.{error.option}: {error}", error.option) from None
-        kind = "iterable" if _iterable(job[0]) else f"{len(job[0])} samples"  # a DataLoader needs its len()
-        source = (f"{options['dataset']}(**dataset_args) ({type(job[0]).__name__}, {kind}), collate_fn="
-                  f"{options['collate_fn'] or 'default_collate'}")
-        try:
-            return _measure(options, budget, None, source, "", job)
-        except Exception as error:  # noqa: BLE001  only the job's own exceptions are re-worded
-            if "Original Traceback" not in str(error) and not usercode.blame_frames(error):
-                raise  # preflight's or torch's own failure (a dead worker): as it is
-            raise usercode.UserCodeRaised(f"dataloader.dataset: {usercode.blame(error)}: raised while the "
-                                          f"DataLoader loaded batches", "dataset") from None
-
-
-def _iterable(dataset: Any) -> bool:
-    import torch.utils.data
-
-    return isinstance(dataset, torch.utils.data.IterableDataset)
-
-
-def _measure(options: Mapping[str, Any], budget: Budget, files: list[DataFile] | None, source: str,
-             note: str, job: tuple[Any, Any] | None = None) -> list[Measurement]:
-    """The loader over ``files``, else the ``job``'s (dataset, collate_fn), else synthetic samples; every row
-    carrying ``note``."""
-    import torch
-
-    workers = auto_workers() if options["num_workers"] == "auto" else int(options["num_workers"])
-    pin = bool(options["pin_memory"]) and torch.cuda.is_available()
+def _measure(options: Mapping[str, Any], budget: Budget, source: Source) -> list[Measurement]:
+    """The loader over ``source``; every measured row carrying its note."""
+    built = loader_for(options, source)
+    method, workers, pools = built.method, built.workers, int(options["worker_pools"])
+    files = source.files
     decode = options["decode"] if files is not None else "none"
-    fs = None
-    shuffle, collate, count = files is not None, None if files is None else collate_sizes, sizes_or_tensor
-    tally = shards.ShardTally()
-    if job is not None:
-        dataset: Any = job[0]
-        shuffle, collate, count = not _iterable(dataset), job[1], user.count_batch
-    elif files is None:
-        dataset = SyntheticImages()
-    else:
-        fs = filesystem_of(os.path.dirname(files[0].name))  # the directory stays when a file vanishes
-        bypass = bypass_for([f.name for f in files[:100]], fs.memory_backed)
-        samples: Any = shards.ShardSamples if options["format"] == "tar" else FileSamples
-        if options["format"] == "tar":  # an IterableDataset: each worker streams its own shards, in order
-            shuffle, collate, count = False, shards.collate_items, tally
-        dataset = samples(files, bypass, decode, float(options["sample_delay"]))
-        source += f" ({bypass})"
-
-    def make_loader(data: Any) -> Any:
-        return torch.utils.data.DataLoader(
-            data, batch_size=int(options["batch_size"]), shuffle=shuffle, num_workers=workers,
-            pin_memory=pin, prefetch_factor=int(options["prefetch_factor"]) if workers else None,
-            persistent_workers=workers > 0, collate_fn=collate)
-
-    pools = int(options["worker_pools"])
-    method = (f"DataLoader(batch_size={options['batch_size']}, num_workers={workers}, pin_memory={pin}, "
-              f"prefetch_factor={options['prefetch_factor'] if workers else None}) over {source}")
     tar = files is not None and options["format"] == "tar"
+    note = source.note
 
     def take(pulling: BatchPuller, share: Budget, min_windows: int) -> _Taken:
         try:
@@ -161,17 +56,16 @@ def _measure(options: Mapping[str, Any], budget: Budget, files: list[DataFile] |
     results: list[Measurement] = []
     raw_rate = None
     if decode == "image":
-        raw_data = samples(files, bypass, "none", float(options["sample_delay"]))
-        raw = _pooled(lambda: BatchPuller(make_loader(raw_data), count=count), take, budget, pools)
+        raw_built = loader_for(options, source, decode="none")
+        raw = _pooled(lambda: BatchPuller(raw_built.fresh(), count=raw_built.count), take, budget, pools)
         results.append(Measurement("raw_throughput", raw.rate, "samples/s", samples=raw.rates,
                                    method=method + raw.method + ", raw bytes, not decoded", stopped=raw.stopped))
         raw_rate = raw.rate
-    taken = _pooled(lambda: BatchPuller(make_loader(dataset), count=count), take, budget, pools)
+    taken = _pooled(lambda: BatchPuller(built.fresh(), count=built.count), take, budget, pools)
     if tar:
-        count_files = len(files)  # type: ignore[arg-type]
-        problems = tally.note(count_files)
+        problems = built.count.note(len(files))  # type: ignore[attr-defined,arg-type]
         if not any(taken.rates):  # every shard damaged, or no member named KEY.EXT
-            raise _NoSample(f"no sample could be read from the {count_files} files under {options['path']}"
+            raise _NoSample(f"no sample could be read from the {len(files)} files under {options['path']}"  # type: ignore[arg-type]
                             + (f" ({problems})" if problems else "") + ": point dataloader.path at WebDataset tar "
                             "shards, and include at their names (\"*.tar\")")
         note = "; ".join(part for part in (note, problems) if part)
@@ -184,7 +78,7 @@ def _measure(options: Mapping[str, Any], budget: Budget, files: list[DataFile] |
         bytes_are = ", payload bytes of the samples' members (tar headers and padding not counted)" if tar else ""
         results.append(Measurement("bandwidth", taken.mb_rate, "MB/s", samples=taken.mb_rates,
                                    method=method + taken.method + bytes_are, stopped=taken.stopped))
-    elif job is not None:
+    elif source.job is not None:
         results.append(Measurement("bandwidth", taken.mb_rate, "MB/s", samples=taken.mb_rates,
                                    method=method + taken.method + ", bytes of the batches' tensors delivered to "
                                    "the training loop", stopped=taken.stopped))
@@ -192,8 +86,9 @@ def _measure(options: Mapping[str, Any], budget: Budget, files: list[DataFile] |
     if float(options["step_time"]) > 0:
         results.append(_utilization(puller, float(options["step_time"]), int(options["batch_size"]), workers,
                                     budget, method, throughput))
-    if float(options["samples_per_gpu"]) > 0:
+    if _per_gpu(options["samples_per_gpu"]) != 0:
         results.append(_versus_required(options, throughput))
+    fs = built.fs
     if fs is not None and fs.caveat():
         results = [_on_caveat(m, fs.caveat(), fs.memory_backed, options["path"]) for m in results]
     return [dataclasses.replace(m, note=note) if note and m.measured else m for m in results]
@@ -296,27 +191,31 @@ def _decode_hint(raw_rate: float, decoded: float) -> str:
             f"volume, a local NVMe cache, or shards (WebDataset, LMDB)")
 
 
+def _per_gpu(given: Any) -> float | str:
+    """samples/s one GPU consumes: the option's quantity, or the figure the runner passed from a producer
+    (``runner.resolve``: ``{"from", "metric", "value", "source"}``), or why that figure is missing."""
+    if not isinstance(given, dict):
+        return float(given)
+    if given.get("value") is None:
+        return (f"samples_per_gpu: {given['from']}.{given['metric']} is not available: "
+                f"{given.get('reason') or 'the runner passed no figure'}")
+    return float(given["value"])
+
+
 def _versus_required(options: Mapping[str, Any], throughput: Measurement) -> Measurement:
+    per_gpu = _per_gpu(options["samples_per_gpu"])
+    if isinstance(per_gpu, str):
+        return unmeasurable("throughput_vs_required", per_gpu, "%")
     gpus = visible_gpus() if options["gpus"] == "auto" else int(options["gpus"])
     if gpus < 1:
         return unmeasurable("throughput_vs_required", "no CUDA device is visible to count GPUs: set "
                             "dataloader.gpus to the number the job uses", "%")
-    required = Required(float(options["samples_per_gpu"]), gpus, float(options["headroom"]))
+    given = options["samples_per_gpu"]
+    source = given.get("source", "") if isinstance(given, dict) else ""
+    required = Required(per_gpu, gpus, float(options["headroom"]), source)
     share = tuple(100 * s / required.rate for s in throughput.samples)
     reason = f"{format_value(throughput.value, 'samples/s')} of {required.arithmetic()}"
     return Measurement("throughput_vs_required", 100 * float(throughput.value) / required.rate, "%",  # type: ignore[arg-type]
                        samples=share, method=throughput.method, reason=reason,
                        stopped=throughput.stopped, hint=f"this node can feed {float(throughput.value) / required.rate * gpus:.1f} "  # type: ignore[arg-type]
                        f"of its {gpus} GPUs at {required.arithmetic()}: see the throughput fix")
-
-
-class SyntheticImages:
-    """Map-style dataset of random 3x224x224 float32 tensors (ImageNet-sized, 588 KiB each)."""
-
-    def __len__(self) -> int:
-        return 1 << 30
-
-    def __getitem__(self, index: int) -> Any:
-        import torch
-
-        return torch.rand(SYNTHETIC_SHAPE)

@@ -11,6 +11,7 @@ class Required(NamedTuple):
     per_gpu: float  # samples/s one GPU consumes
     gpus: int
     headroom_pct: float  # extra margin, 20 for 20 %
+    source: str = ""  # where per_gpu was measured ("model.samples_per_s, fastest of 8 devices"); "" when configured
 
     @property
     def rate(self) -> float:
@@ -18,10 +19,12 @@ class Required(NamedTuple):
         return self.per_gpu * self.gpus * (1 + self.headroom_pct / 100)
 
     def arithmetic(self) -> str:
-        """``300 samples/s/GPU x 8 GPUs x 1.2 headroom = 2880 samples/s``."""
+        """``300 samples/s/GPU x 8 GPUs x 1.2 headroom = 2880 samples/s``, with the source of the per-GPU
+        rate in brackets after it when it was measured."""
         margin = f" x {1 + self.headroom_pct / 100:g} headroom" if self.headroom_pct else ""
         gpus = f"{self.gpus} GPU{'s' if self.gpus != 1 else ''}"
-        return (f"{format_value(self.per_gpu, 'samples/s')}/GPU x {gpus}{margin} = "
+        source = f" ({self.source})" if self.source else ""
+        return (f"{format_value(self.per_gpu, 'samples/s')}/GPU{source} x {gpus}{margin} = "
                 f"{format_value(self.rate, 'samples/s')}")
 
 

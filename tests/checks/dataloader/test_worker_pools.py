@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import textwrap
 
-from preflight.yaml_source import Located
 from tests.helpers import run_check
 
 PACKAGE = textwrap.dedent('''
@@ -46,8 +45,8 @@ PACKAGE = textwrap.dedent('''
 def _runs(tmp_path, pools: int, runs: int) -> list:
     (tmp_path / "startstate.py").write_text(PACKAGE)
     counter = tmp_path / f"starts-{pools}"
-    return [run_check("dataloader", 1.0, dataset="startstate:make", dataset_args={"counter": Located(str(counter), "test")},
-                      python_path=[Located(str(tmp_path), "test")], num_workers=1, batch_size=8, worker_pools=pools)["throughput"]
+    return [run_check("dataloader", 1.0, dataset="startstate:make", dataset_args={"counter": str(counter)},
+                      python_path=[str(tmp_path)], num_workers=1, batch_size=8, worker_pools=pools)["throughput"]
             for _ in range(runs)]
 
 

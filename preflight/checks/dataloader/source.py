@@ -1,0 +1,203 @@
+"""What a DataLoader reads and the loader itself, built from the dataloader options: one place for both checks.
+
+``opened(options)`` decides what the loader reads, as the dataloader check's docstring says:
+the job's own Dataset (``dataset``), synthetic samples (``synthetic``), the files under ``path``
+(WebDataset tar shards with ``format: tar``, ``shards``), or an ImageNet-shaped scratch set
+beside a path with too few files; it yields a ``Source``, or
+the one-line reason nothing can be read. It is a context manager because a scratch set lives
+only while it is read, and because an exception the job's Dataset raises while the block runs
+is re-worded there to name the job's frames (``usercode.UserCodeRaised``).
+``loader_for(options, source)`` builds the ``torch.utils.data.DataLoader`` with the job's
+settings, and ``Loader.fresh()`` another over the same data: a fresh pool of workers. The ``dataloader`` check measures the loader alone; the ``pipeline`` check feeds
+its batches to the model's training step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
+
+from preflight.checks import usercode
+from preflight.checks.base import UserCodeError
+from preflight.checks.dataloader import shards, user
+from preflight.checks.dataloader.files import FileSamples, collate_sizes, list_files
+from preflight.checks.dataloader.loop import sizes_or_tensor
+from preflight.host.cpus import auto_workers
+from preflight.host.fsinfo import Filesystem, filesystem_of
+from preflight.io.dataset_walk import DataFile, too_few
+from preflight.io.scratch import choose_parent, room_for, scratch_dir, write_small_files
+from preflight.io.uncached import Bypass, bypass_for
+
+SYNTHETIC_SHAPE = (3, 224, 224)
+SCRATCH_SET = (1000, 110_000)  # files, bytes each: ImageNet's median JPEG is about 110 kB
+
+
+class Source(NamedTuple):
+    """What the loader reads: ``files``, else the ``job``'s (dataset, collate_fn), else synthetic samples."""
+
+    files: list[DataFile] | None
+    description: str  # for the method column
+    note: str  # what a reader of the table must know (scratch data, skipped files); "" if nothing
+    job: tuple[Any, Any] | None = None
+
+
+class Loader(NamedTuple):
+    """A DataLoader over a ``Source``, how to count its batches, and what the report says about it."""
+
+    loader: Any
+    count: Callable[[Any], tuple[int, int]]  # batch -> (samples, bytes); a shards.ShardTally for tar shards
+    method: str
+    workers: int
+    fs: Filesystem | None  # the files' filesystem; None for synthetic samples and the job's Dataset
+    bypass: Bypass | None
+    fresh: Callable[[], Any]  # another DataLoader like ``loader``: its iterator starts a fresh pool of workers
+
+
+@contextlib.contextmanager
+def opened(options: Mapping[str, Any], check: str = "dataloader") -> Iterator[Source | str]:
+    """Yield what the loader built from ``options`` reads, or why nothing can be read (one line, with the fix).
+
+    ``check`` names the instance's check in the fixes ("set dataloader.path").
+
+    Raises:
+        usercode.UserCodeRaised: the job's dataset cannot be built, or raised while the block read it.
+    """
+    if options["dataset"]:
+        with _job_dataset(options, check) as source:
+            yield source
+        return
+    if options["synthetic"]:
+        shape = "x".join(map(str, synthetic_shape(options)))
+        yield Source(None, f"synthetic {shape} float32 samples (measures IPC and collation, not storage)", "")
+        return
+    path = options["path"]
+    if not os.path.isdir(path):
+        yield (f"{path} is not a directory: point {check}.path at the dataset's directory" if os.path.exists(path)
+               else f"{path} does not exist: mount the dataset or set {check}.path")
+        return
+    if options["decode"] == "image" and importlib.util.find_spec("PIL") is None:
+        yield "decode: image needs Pillow: pip install 'train-preflight[image]' (or pillow) in this image"
+        return
+    files, walk = list_files(path, options["include"], options["exclude"], int(options["max_files"]))
+    skipped = walk.summary()
+    if not files:
+        yield (f"no readable files under {path} match include={options['include']!r} "
+               f"exclude={options['exclude']!r}" + (f" ({skipped} skipped)" if skipped else "")
+               + f": point {check}.path at the dataset")
+        return
+    globs = f" (include={options['include']!r} exclude={options['exclude']!r})"
+    too_little = too_few(files, path + (globs if (options["include"], options["exclude"]) != ("*", "") else ""))
+    if options.get("format") == "tar":
+        if too_little:
+            yield f"{too_little}: point {check}.path at the shards (no scratch set stands in for tar shards)"
+            return
+        yield Source(files, f"{len(files)} tar shards (WebDataset) under {path}" + (f" ({skipped} skipped)" if skipped
+                     else "") + ", each streamed whole, cold", f"skipped under {path}: {skipped}" if skipped else "")
+        return
+    if not too_little:
+        yield Source(files, f"{len(files)} files under {path}" + (f" ({skipped} skipped)" if skipped else "")
+                     + ", cold cache per file", f"skipped under {path}: {skipped}" if skipped else "")
+        return
+    if options["decode"] == "image":
+        yield f"{too_little}: point {check}.path at the dataset (scratch bytes cannot be decoded as images)"
+        return
+    parent, no_scratch = choose_parent(path, options["scratch_dir"], f"{check}.scratch_dir")
+    count, size = SCRATCH_SET
+    no_room = no_scratch or room_for(parent, count * (size + 4096))  # type: ignore[arg-type]
+    if no_room:
+        yield f"{too_little}: point {check}.path at the dataset; no scratch set either: {no_room}"
+        return
+    with scratch_dir(parent, protect=path) as directory:  # type: ignore[arg-type]
+        scratch = write_small_files(directory, count, size)
+        yield Source(scratch, f"{count} scratch files of {size // 1000} kB in ImageNet-style class folders, cold "
+                     f"cache per file", f"on an ImageNet-shaped scratch set: {too_little}")
+
+
+@contextlib.contextmanager
+def _job_dataset(options: Mapping[str, Any], check: str) -> Iterator[Source]:
+    """The job's own Dataset; what its code raises becomes one line naming it (``UserCodeRaised``)."""
+    with usercode.on_path(options["python_path"]):
+        try:
+            job = user.build(options)
+        except UserCodeError as error:
+            raise usercode.UserCodeRaised(f"{check}.{error.option}: {error}", error.option) from None
+        kind = "iterable" if iterable(job[0]) else f"{len(job[0])} samples"  # a DataLoader needs its len()
+        description = (f"{options['dataset']}(**dataset_args) ({type(job[0]).__name__}, {kind}), collate_fn="
+                       f"{options['collate_fn'] or 'default_collate'}")
+        try:
+            yield Source(None, description, "", job)
+        except Exception as error:  # noqa: BLE001  only the job's own exceptions are re-worded
+            if "Original Traceback" not in str(error) and not usercode.blame_frames(error):
+                raise  # preflight's or torch's own failure (a dead worker): as it is
+            raise usercode.UserCodeRaised(f"{check}.dataset: {usercode.blame(error)}: raised while the "
+                                          f"DataLoader loaded batches", "dataset") from None
+
+
+def iterable(dataset: Any) -> bool:
+    """Whether ``dataset`` is a ``torch.utils.data.IterableDataset`` (no sampler, no shuffle)."""
+    import torch.utils.data
+
+    return isinstance(dataset, torch.utils.data.IterableDataset)
+
+
+def synthetic_shape(options: Mapping[str, Any]) -> tuple[int, ...]:
+    """The synthetic samples' shape: the model's ``input_shape`` where the options have one (pipeline), else 3x224x224."""
+    return tuple(options.get("input_shape") or SYNTHETIC_SHAPE)
+
+
+def loader_for(options: Mapping[str, Any], source: Source, decode: str | None = None) -> Loader:
+    """A ``torch.utils.data.DataLoader`` over ``source`` with the job's settings from ``options``.
+
+    ``decode`` overrides ``options["decode"]`` for the files (``"none"``: the raw-bytes loader).
+    ``pin_memory`` is honoured only where a CUDA device is visible, as torch itself warns otherwise.
+    """
+    import torch
+
+    workers = auto_workers() if options["num_workers"] == "auto" else int(options["num_workers"])
+    pin = bool(options["pin_memory"]) and torch.cuda.is_available()
+    fs, bypass = None, None
+    shuffle, collate, count = source.files is not None, None, sizes_or_tensor
+    description = source.description
+    if source.job is not None:
+        dataset: Any = source.job[0]
+        shuffle, collate, count = not iterable(dataset), source.job[1], user.count_batch
+    elif source.files is None:
+        dataset = SyntheticImages(synthetic_shape(options))
+    else:
+        files = source.files
+        fs = filesystem_of(os.path.dirname(files[0].name))  # the directory stays when a file vanishes
+        bypass = bypass_for([f.name for f in files[:100]], fs.memory_backed)
+        if options.get("format") == "tar":  # an IterableDataset: each worker streams its own shards, in order
+            dataset = shards.ShardSamples(files, bypass, decode or options["decode"], float(options["sample_delay"]))
+            shuffle, collate, count = False, shards.collate_items, shards.ShardTally()
+        else:
+            dataset = FileSamples(files, bypass, decode or options["decode"], float(options["sample_delay"]))
+            collate = collate_sizes
+        description += f" ({bypass})"
+
+    def fresh() -> Any:
+        return torch.utils.data.DataLoader(
+            dataset, batch_size=int(options["batch_size"]), shuffle=shuffle, num_workers=workers,
+            pin_memory=pin, prefetch_factor=int(options["prefetch_factor"]) if workers else None,
+            persistent_workers=workers > 0, collate_fn=collate)
+
+    method = (f"DataLoader(batch_size={options['batch_size']}, num_workers={workers}, pin_memory={pin}, "
+              f"prefetch_factor={options['prefetch_factor'] if workers else None}) over {description}")
+    return Loader(fresh(), count, method, workers, fs, bypass, fresh)
+
+
+class SyntheticImages:
+    """Map-style dataset of random float32 tensors of ``shape`` (default 3x224x224: ImageNet-sized, 588 KiB each)."""
+
+    def __init__(self, shape: Sequence[int] = SYNTHETIC_SHAPE) -> None:
+        self.shape = tuple(shape)
+
+    def __len__(self) -> int:
+        return 1 << 30
+
+    def __getitem__(self, index: int) -> Any:
+        import torch
+
+        return torch.rand(self.shape)

@@ -1,0 +1,84 @@
+"""The model a step trains: torchvision's ResNets, the built-in ``tiny`` CNN, or the job's own factory.
+
+Built on the CPU with random weights; the caller moves it to the device. torchvision is an
+optional extra, and its wheels pin one torch version, so a missing or mismatched torchvision is
+``Unavailable`` (the check's metrics become unmeasurable with the fix), never an install here.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, Mapping
+
+from preflight.checks import usercode
+from preflight.checks.base import UserCodeError
+
+VISION_FIX = ("pip install 'train-preflight[vision]' (torchvision) in an image whose torch matches it: each "
+              "torchvision release pins one torch version")
+
+
+class Unavailable(Exception):
+    """A built-in model this image cannot build; ``str()`` is the one-line reason with the fix."""
+
+
+def build(options: Mapping[str, Any]) -> Any:
+    """The ``torch.nn.Module`` that ``options["model"]`` names, on the CPU; call under ``usercode.on_path``.
+
+    Raises:
+        Unavailable: resnet18/resnet50 without an importable torchvision.
+        UserCodeError: the factory cannot be imported or called, or returns no ``torch.nn.Module``.
+    """
+    import torch
+
+    name, classes = options["model"], int(options["num_classes"])
+    if name == "tiny":
+        return tiny(int(options["input_shape"][0]), classes)
+    if name in ("resnet18", "resnet50"):
+        try:
+            import torchvision.models
+        except ImportError as error:
+            raise Unavailable(f"model: {name} needs torchvision ({error}): {VISION_FIX}") from None
+        except Exception as error:  # noqa: BLE001  a torchvision built for another torch fails in many ways
+            raise Unavailable(f"model: {name}: torchvision does not load with this torch "
+                              f"({type(error).__name__}: {error}): {VISION_FIX}") from None
+        return getattr(torchvision.models, name)(weights=None, num_classes=classes)
+    if ":" not in name:
+        close = difflib.get_close_matches(name, ("resnet18", "resnet50", "tiny"), n=1)
+        raise UserCodeError("model", f"expected resnet18, resnet50, tiny or \"package.module:factory\", found "
+                            f"{name!r}" + (f": did you mean `{close[0]}`?" if close else ""))
+    factory = usercode.load(name, "model")
+    try:
+        model = factory(**options["model_args"])
+    except Exception as error:  # noqa: BLE001  whatever the job's factory raises
+        raise UserCodeError("model", f"{name}(**model_args) raised {usercode.blame(error)}: fix the factory or "
+                            f"model_args") from None
+    if not isinstance(model, torch.nn.Module):
+        kind = type(model)
+        raise UserCodeError("model", f"{name}(**model_args) returned {kind.__module__}.{kind.__qualname__}, not a "
+                            f"torch.nn.Module: name the factory that returns the job's model")
+    return model
+
+
+def check_user_code(options: Mapping[str, Any]) -> None:
+    """``preflight validate``: import the factory and build the model once on the CPU; never trains it.
+
+    Raises:
+        UserCodeError: as ``build``.
+    """
+    with usercode.on_path(options["python_path"]):
+        build(options)
+
+
+def tiny(channels: int, num_classes: int) -> Any:
+    """Three stride-2 conv-BN-ReLU blocks, global average pool and a linear head (about 100k parameters).
+
+    A model small enough for a CPU smoke run: its figure says the step runs, not how fast a
+    real model trains.
+    """
+    from torch import nn
+
+    layers: list[Any] = []
+    for width_in, width_out in ((channels, 32), (32, 64), (64, 128)):
+        layers += [nn.Conv2d(width_in, width_out, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(width_out),
+                   nn.ReLU(inplace=True)]
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, num_classes))

@@ -1,0 +1,130 @@
+"""The pipeline check's measuring: the step alone, then the step fed by the DataLoader, and the share lost waiting.
+
+Imported by ``pipeline.measure`` when the check runs (see the package's docstring for the method).
+The loader comes from ``dataloader.source``, the step and its timing from the model check.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping, Sequence
+
+from preflight.checks import usercode
+from preflight.checks.base import Budget, UserCodeError
+from preflight.checks.dataloader.loop import explaining_worker_oom
+from preflight.checks.dataloader.source import Loader, loader_for, opened
+from preflight.checks.model import build
+from preflight.checks.model.measuring import describe, failing_step, interleaved, new_step, unsupported, user_step
+from preflight.checks.model.step import TrainingStep, Window, first_tensor
+from preflight.host import gpu
+from preflight.measurement import Measurement, unmeasurable
+from preflight.units import format_value
+
+NAMES = ("samples_per_s", "model_samples_per_s", "input_bound")
+UNITS = {"samples_per_s": "samples/s", "model_samples_per_s": "samples/s", "input_bound": "%"}
+
+
+@explaining_worker_oom
+def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
+    """Every pipeline metric on the first visible CUDA device, else on the CPU (each row's note says so)."""
+    view = gpu.TorchCuda().view()
+    device = f"cuda:{view.devices[0].index}" if view.devices else "cpu"
+    note = "" if view.devices else f"measured on the CPU: {view.reason}"
+    with usercode.on_path(options["python_path"]):
+        results = _measure(options, budget, device)
+    return [dataclasses.replace(m, note="; ".join(filter(None, (note, m.note)))) if note and m.measured else m
+            for m in results]
+
+
+def _measure(options: Mapping[str, Any], budget: Budget, device: str) -> list[Measurement]:
+    reason = unsupported(options, device)
+    if reason:
+        return _unmeasurable(NAMES, reason, device)
+    try:
+        model = build.build(options)
+    except build.Unavailable as error:
+        return _unmeasurable(NAMES, str(error), device)
+    except UserCodeError as error:
+        raise usercode.UserCodeRaised(f"pipeline.{error.option}: {error}") from None
+    method = describe(options, device)
+    with user_step(options, device):
+        with failing_step(options, device) as failed:
+            step = new_step(model, options, device)
+            step()  # a model that cannot train fails here, before any loader starts
+        if failed:
+            return _unmeasurable(NAMES, failed[0], device)
+        with opened(options, "pipeline") as source:
+            if isinstance(source, str):
+                alone, stopped = interleaved((step,), device, budget)
+                return [_model_rate(alone, device, method, stopped),
+                        *_unmeasurable(("samples_per_s", "input_bound"), source, device)]
+            feed = Feed(loader_for(options, source), step, options["input_shape"])
+            pairs, stopped = interleaved((step, feed), device, budget)
+    end_to_end = Measurement("samples_per_s", samples=tuple(p[1].samples_per_s for p in pairs), unit="samples/s",
+                             device=device, method=f"{feed.loader.method}, {feed.fed}; step: {method}",
+                             stopped=stopped, note=source.note)
+    return [end_to_end, _model_rate(pairs, device, method, stopped), input_bound(pairs, end_to_end)]
+
+
+def _model_rate(windows: Sequence[tuple[Window, ...]], device: str, method: str, stopped: str) -> Measurement:
+    return Measurement("model_samples_per_s", samples=tuple(w[0].samples_per_s for w in windows), unit="samples/s",
+                       device=device, method=method, stopped=stopped)
+
+
+def input_bound(pairs: Sequence[tuple[Window, Window]], end_to_end: Measurement) -> Measurement:
+    """``100 x (1 - end_to_end / alone)`` per pair of interleaved windows (model alone, then fed), in %; the median
+    is the value. Never negative: a pipeline cannot outrun its model, so a pair where it seems to is noise, 0.
+    """
+    shares = tuple(max(0.0, 100 * (1 - fed.samples_per_s / alone.samples_per_s)) for alone, fed in pairs)
+    fed = float(end_to_end.value)  # type: ignore[arg-type]
+    model = sorted(p[0].samples_per_s for p in pairs)[len(pairs) // 2]
+    method = (f"1 - end-to-end / model-alone samples/s, per pair of interleaved windows, median of {len(pairs)} "
+              f"pairs (medians: {format_value(fed, 'samples/s')} / {format_value(model, 'samples/s')})")
+    hint = (f"the device waits for data: the loader delivers {format_value(fed, 'samples/s')}, the model alone "
+            f"trains {format_value(model, 'samples/s')}: raise num_workers if CPUs are idle, keep pin_memory on, use "
+            f"a faster volume or shards (WebDataset, LMDB); the dataloader check over the same data shows the loader "
+            f"alone")
+    return Measurement("input_bound", samples=shares, unit="%", device=end_to_end.device, method=method,
+                       stopped=end_to_end.stopped, hint=hint, note=end_to_end.note)
+
+
+class Feed:
+    """One end-to-end step: the loader's next batch onto the device, then the training step; returns its samples.
+
+    The batch's first tensor is the step's input when its per-sample shape is ``input_shape``;
+    otherwise (file samples are byte counts) the step trains on its synthetic on-device batch.
+    ``fed`` says which, for the method column.
+    """
+
+    def __init__(self, loader: Loader, step: TrainingStep, input_shape: Sequence[int]) -> None:
+        self.loader, self.step, self.shape = loader, step, tuple(input_shape)
+        self.iterator = iter(loader.loader)
+        self.fed = "no batch yet"
+
+    def __call__(self) -> int:
+        batch = self._next()
+        samples, _ = self.loader.count(batch)
+        inputs = first_tensor(batch)
+        if inputs is not None and tuple(inputs.shape[1:]) == self.shape:
+            self.fed = f"each batch's {'x'.join(map(str, self.shape))} tensor fed to the model"
+            self.step(self.step.as_input(inputs))
+        else:
+            shape = "none" if inputs is None else "x".join(map(str, inputs.shape[1:]))
+            self.fed = (f"batches hold no {'x'.join(map(str, self.shape))} tensor (per-sample shape {shape}): the "
+                        f"step trains on its on-device batch after each batch arrives")
+            self.step()
+        return samples
+
+    def _next(self) -> Any:
+        try:
+            return next(self.iterator)
+        except StopIteration:  # an epoch ended: start the next, as a training loop does
+            self.iterator = iter(self.loader.loader)
+            try:
+                return next(self.iterator)
+            except StopIteration:
+                raise ValueError("the DataLoader yields no batch: the dataset is empty") from None
+
+
+def _unmeasurable(names: Sequence[str], reason: str, device: str) -> list[Measurement]:
+    return [unmeasurable(name, reason, UNITS[name], device) for name in names]

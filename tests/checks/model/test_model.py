@@ -1,0 +1,222 @@
+"""The model check on the CPU: the job's own model through python_path, bf16 autocast, channels_last, bad factories.
+
+The job's package (``jobpkg.net``) is written under ``tmp_path/src``. Its models record what
+their forward saw (the autocast dtype, the memory format) in a file named by ``model_args``,
+so the tests prove the option reached the step, not only that a number came back. The CUDA
+paths (events, GradScaler, bf16 support) run for real in scripts/gpu-smoke.sh.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import time
+from pathlib import Path
+
+import numpy
+import pytest
+
+from preflight.checks.base import Budget
+from preflight.checks.model import measuring
+from tests.helpers import run_check, run_cli, write_config
+
+SLEEP_S = 0.008  # the sleeping model's forward: a step takes at least this long
+PACKAGE = '''
+import time
+
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    """A few conv and linear layers; writes its first forward's dtype and memory format to ``record``."""
+
+    def __init__(self, record="", width=8, num_classes=10, sleep_s=0.0):
+        super().__init__()
+        self.conv = nn.Sequential(nn.Conv2d(3, width, 3, padding=1), nn.ReLU(), nn.Conv2d(width, width, 3, stride=2))
+        self.head = nn.Linear(width, num_classes)
+        self.record, self.sleep_s = record, sleep_s
+
+    def forward(self, x):
+        if self.sleep_s:
+            time.sleep(self.sleep_s)
+        features = self.conv(x)
+        if self.record:
+            with open(self.record, "w") as out:
+                out.write(f"{{features.dtype}} channels_last={{x.is_contiguous(memory_format=torch.channels_last)}}")
+            self.record = ""
+        return self.head(features.mean((2, 3)))
+
+
+def make(**kwargs):
+    return Net(**kwargs)
+
+
+def not_a_model():
+    return "a string"
+
+
+def broken():
+    return {{}}["missing"]
+'''.format()
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One intra-op thread while a test measures: on a shared 2-CPU machine, two threads wait on each other's
+    straggler and a step's time swings 2-5x between windows (1 thread: 1100 samples/s steady; 2: 100-600)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def src(tmp_path: Path) -> Path:
+    package = tmp_path / "src" / "jobpkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "net.py").write_text(PACKAGE)
+    return tmp_path / "src"
+
+
+def _job(src: Path, duration_s: float = 0.6, **options):
+    defaults = {"model": "jobpkg.net:make", "python_path": str(src), "input_shape": [3, 16, 16], "batch_size": 8,
+                "num_classes": 10}
+    return run_check("model", duration_s, **{**defaults, **options})
+
+
+def test_the_jobs_model_is_trained_on_the_cpu_and_its_rate_agrees_with_its_step_time(src):
+    results = _job(src, model_args={"sleep_s": SLEEP_S})
+    rate, p50, p99 = (results[f"{name}[cpu]"] for name in ("samples_per_s", "step_time_p50", "step_time_p99"))
+    # each step sleeps SLEEP_S in forward, then a tiny backward and SGD step: a few ms at most on top
+    assert SLEEP_S * 1e3 <= p50.value < SLEEP_S * 1e3 * 1.5 + 3, p50
+    assert p99.value >= p50.value and p50.unit == p99.unit == "ms"
+    # samples/s is batch / step time: 8 / p50 within the spread of a shared machine
+    assert 0.6 * 8 / (p50.value / 1e3) < rate.value < 1.4 * 8 / (p50.value / 1e3), (rate, p50)
+    assert rate.unit == "samples/s" and rate.stats.n >= 3
+    assert "measured on the CPU: no CUDA device" in rate.note
+    assert rate.method.startswith("jobpkg.net:make fp32, batch 8 x 3x16x16 synthetic on cpu, SGD step")
+    assert "host clock (CPU)" in rate.method
+
+
+class _Sleeper:
+    """A step of ``first_s`` for the first ``slow`` calls, then ``then_s``: a fake with a known warm-up."""
+
+    def __init__(self, slow: int, first_s: float, then_s: float) -> None:
+        self.calls, self.slow, self.first_s, self.then_s = 0, slow, first_s, then_s
+
+    def __call__(self) -> int:
+        self.calls += 1
+        time.sleep(self.first_s if self.calls <= self.slow else self.then_s)
+        return 10
+
+
+def test_warm_up_steps_are_discarded_and_the_rate_is_samples_over_step_time():
+    step = _Sleeper(slow=measuring.WARMUP_STEPS, first_s=0.1, then_s=0.004)
+    windows, stopped = measuring.timed(step, "cpu", Budget(0.5, 60))
+    rows = {m.metric: m for m in measuring.step_rows(windows, stopped, "cpu", "fake")}
+    assert rows["step_time_p99"].value < 20  # the three 100 ms warm-up steps are in no window
+    assert 4 <= rows["step_time_p50"].value < 8
+    # 10 samples per ~4 ms step: just under 2500 samples/s (sleep overshoots, never undershoots)
+    assert 1000 / rows["step_time_p50"].value * 10 * 0.9 < rows["samples_per_s"].value <= 2500
+
+
+def test_percentiles_interpolate_between_ranks_as_numpy_does():
+    values = list(numpy.random.default_rng(7).exponential(5.0, 301))
+    for q in (50, 99):
+        assert measuring.percentile(values, q) == pytest.approx(numpy.percentile(values, q))
+    assert measuring.percentile(list(range(1, 101)), 99) == pytest.approx(99.01)
+
+
+@pytest.mark.parametrize("precision, dtype", [("fp32", "torch.float32"), ("bf16", "torch.bfloat16")])
+def test_precision_runs_the_step_under_cpu_autocast(src, tmp_path, precision, dtype):
+    record = tmp_path / "seen.txt"
+    results = _job(src, 0.3, precision=precision, model_args={"record": str(record)})
+    assert results["samples_per_s[cpu]"].value > 0
+    assert record.read_text() == f"{dtype} channels_last=False"
+    assert f"jobpkg.net:make {precision}," in results["samples_per_s[cpu]"].method
+
+
+def test_channels_last_puts_the_input_in_nhwc(src, tmp_path):
+    record = tmp_path / "seen.txt"
+    results = _job(src, 0.3, channels_last=True, model_args={"record": str(record)})
+    assert results["step_time_p50[cpu]"].value > 0
+    assert record.read_text() == "torch.float32 channels_last=True"
+    assert ", channels_last," in results["samples_per_s[cpu]"].method
+
+
+def test_channels_last_on_a_flat_input_is_unmeasurable_with_the_fix(src):
+    results = _job(src, 0.3, channels_last=True, input_shape=[64])
+    assert results["samples_per_s[cpu]"].value is None
+    assert results["samples_per_s[cpu]"].reason.startswith("channels_last needs an image input_shape (C, H, W)")
+
+
+def test_the_built_in_tiny_model_runs_without_torchvision():
+    results = run_check("model", 0.3, model="tiny", input_shape=[3, 32, 32], batch_size=4)
+    assert results["samples_per_s[cpu]"].value > 0
+    assert results["samples_per_s[cpu]"].method.startswith("tiny fp32, batch 4 x 3x32x32")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchvision") is not None, reason="torchvision is installed here")
+def test_resnet50_without_torchvision_is_unmeasurable_and_names_the_fix():
+    results = run_check("model", 0.3, model="resnet50")
+    assert {m.value for m in results.values()} == {None}
+    assert results["samples_per_s[cpu]"].reason.startswith("model: resnet50 needs torchvision (No module named")
+    assert "pip install 'train-preflight[vision]'" in results["step_time_p99[cpu]"].reason
+
+
+def test_resnet18_from_torchvision_trains_a_step():
+    pytest.importorskip("torchvision")
+    results = run_check("model", 0.5, model="resnet18", input_shape=[3, 64, 64], batch_size=2, num_classes=10)
+    assert results["samples_per_s[cpu]"].value > 0
+    assert results["step_time_p50[cpu]"].value > 0
+
+
+@pytest.mark.parametrize("body, message", [
+    ('model: "jobpkg.net:make"', "model.model: cannot import jobpkg.net:make (ModuleNotFoundError: No module named "
+                                 "'jobpkg'): add the directory that holds `jobpkg` to python_path"),
+    ('model: "jobpkg.net:not_a_model"\n    python_path: [src]',
+     "model.model: jobpkg.net:not_a_model(**model_args) returned builtins.str, not a torch.nn.Module: name the "
+     "factory that returns the job's model"),
+    ('model: "jobpkg.net:broken"\n    python_path: [src]',
+     "model.model: jobpkg.net:broken(**model_args) raised KeyError: 'missing' (at jobpkg/net.py:"),
+    ("model: resnet05", "model.model: expected resnet18, resnet50, tiny or \"package.module:factory\", found "
+                        "'resnet05': did you mean `resnet50`?"),
+])
+def test_a_bad_model_is_a_one_line_error_at_validate(src, body, message):
+    path = write_config(src.parent, f"version: 1\nchecks:\n  model:\n    {body}\n")
+    completed = run_cli("validate", str(path), cwd=src.parent.parent)
+    assert completed.returncode == 2 and completed.stdout == "", completed.stderr
+    assert completed.stderr.startswith(f"preflight: error: {path}:4:12: {message}"), completed.stderr
+    assert len(completed.stderr.splitlines()) == 1 and "Traceback" not in completed.stderr
+
+
+def test_a_good_factory_and_a_built_in_name_validate(src):
+    path = write_config(src.parent, 'version: 1\nchecks:\n  model:\n    model: "jobpkg.net:make"\n'
+                                    '    python_path: [src]\n    model_args: {width: 4}\n'
+                                    '  resnet:\n    check: model\n    input_shape: [3, 96, 96]\n')
+    completed = run_cli("validate", str(path))
+    assert completed.returncode == 0, completed.stderr
+
+
+@pytest.mark.parametrize("value", ["[3, 0, 224]", "[3, 224.5]", "224", "[]", "'3 x 224'"])
+def test_a_bad_input_shape_is_a_config_error(tmp_path, value):
+    path = write_config(tmp_path, f"version: 1\nchecks:\n  model:\n    input_shape: {value}\n")
+    completed = run_cli("validate", str(path))
+    assert completed.returncode == 2
+    assert completed.stderr.startswith(f"preflight: error: {path}:4:18: `model.input_shape`: expected a shape, a "
+                                       f"list of positive whole numbers like [3, 224, 224], found "), completed.stderr
+
+
+def test_a_run_through_the_cli_judges_the_model_per_device(tmp_path):
+    path = write_config(tmp_path, "version: 1\ndefaults: {duration: 0.5s}\nchecks:\n  model:\n    model: tiny\n"
+                                  "    input_shape: [3, 32, 32]\n    batch_size: 4\n"
+                                  "    samples_per_s: {min: 1 samples/s}\n    step_time_p99: {max: 10 s}\n")
+    completed = run_cli("run", "-c", str(path), "--format", "json")
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    results = {r["id"]: r for r in json.loads(completed.stdout)["results"]}
+    assert set(results) == {"model.samples_per_s[cpu]", "model.step_time_p50[cpu]", "model.step_time_p99[cpu]"}
+    assert results["model.samples_per_s[cpu]"]["verdict"] == "pass" and results["model.samples_per_s[cpu]"]["value"] > 1
