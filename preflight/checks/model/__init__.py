@@ -16,12 +16,13 @@ of back-to-back steps through ``sampling.sample``; samples/s of a window = batch
 the window's time, median of windows compared. On CUDA the step boundaries are CUDA events on
 the device's stream (no host sync between steps, as in a real loop; ``timeline``); on a CPU-only
 node the model runs on the CPU, timed with the host clock, and every row says so.
-
-This module holds the check's tables, which ``validate``, ``list`` and ``explain`` read; the
-measuring code (``measuring``) is imported only when the check runs.
 """
 
 from __future__ import annotations
+
+# This module holds the check's tables, which `validate`, `list` and `explain` read; the measuring
+# code (`measuring`) is imported only when the check runs, to keep their start-up short
+# (bench/cli_startup.py).
 
 from typing import Any, Mapping
 

@@ -23,11 +23,14 @@ Dataset, ``synthetic``) is the step's input; file samples (bytes read, decoded o
 step its synthetic on-device batch once the loader has delivered theirs, so the wait for the
 files is measured and the model still trains on a batch of the right shape.
 
-Each of the two kinds of window gets the instance's ``duration``. This module holds the tables only;
-``measuring`` is imported when the check runs.
+Each of the two kinds of window gets the instance's ``duration``.
 """
 
 from __future__ import annotations
+
+# This module holds the check's tables, which `validate`, `list` and `explain` read; the measuring
+# code (`measuring`) is imported only when the check runs, to keep their start-up short
+# (bench/cli_startup.py).
 
 from typing import Any, Mapping
 
