@@ -89,6 +89,8 @@ COMPARED = {
     "p2p": {"p2p_bandwidth"},
     "cuda": set(),
     "shm": set(),
+    "model": {"samples_per_s", "step_time_p50", "step_time_p99"},
+    "pipeline": {"samples_per_s", "model_samples_per_s"},  # input_bound is a share (%), not a rate
     "collective": set(),  # fleet-wide already: one figure for the whole process group, or per rank vs its median
 }
 
