@@ -100,7 +100,8 @@ class Measurement:
             if self.value is None:
                 object.__setattr__(self, "value", stats.median)
             note = f"noisy: interquartile range is {stats.spread:.0%} of the median over {stats.n} samples"
-            if stats.spread > NOISY_SPREAD and note not in self.warnings:
+            # With `runs`, the value is the runs' median, so `combine` judges noise over the runs instead.
+            if stats.spread > NOISY_SPREAD and not self.runs and note not in self.warnings:
                 object.__setattr__(self, "warnings", (*self.warnings, note))
         if self.value is None and not self.reason:
             raise ValueError(f"{self.metric}: a measurement without a value needs a reason")
