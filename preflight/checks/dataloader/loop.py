@@ -17,10 +17,14 @@ import functools
 import time
 from typing import Any, Callable, Iterator, Mapping, NamedTuple, TypeVar
 
+from preflight.checks.base import Budget
 from preflight.host.cgroup_memory import OomWatch
 from preflight.host.cpus import auto_workers
+from preflight.sampling import sample
 
 T = TypeVar("T")
+
+WARMUP_BATCHES_PER_WORKER = 2  # steps discarded per worker: workers starting, prefetch (2 per worker) filling
 
 
 class Window(NamedTuple):
@@ -82,10 +86,12 @@ class BatchPuller:
     """
 
     def __init__(self, loader: Any, step_time_s: float = 0.0,
-                 count: Callable[[Any], tuple[int, int]] = sizes_or_tensor) -> None:
+                 count: Callable[[Any], tuple[int, int]] = sizes_or_tensor,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self.loader = loader
         self.step_time_s = step_time_s
         self.count = count
+        self.clock = clock  # seconds; the tests' fake clock makes window rates exact
         self.iterator: Iterator[Any] = iter(loader)
 
     def _next(self) -> tuple[int, int]:
@@ -107,13 +113,13 @@ class BatchPuller:
 
     def window(self, seconds: float) -> Window:
         """Steps until at least ``seconds`` of wall time; whole steps only."""
-        start = time.perf_counter()
+        start = self.clock()
         count = size = steps = 0
         while True:
             samples, nbytes = self._next()
             self._compute()
             count, size, steps = count + samples, size + nbytes, steps + 1
-            elapsed = time.perf_counter() - start
+            elapsed = self.clock() - start
             if elapsed >= seconds:
                 utilization = 100.0 * steps * self.step_time_s / elapsed if self.step_time_s else 100.0
                 return Window(count / elapsed, size / elapsed / 1e6, min(100.0, utilization))
@@ -121,3 +127,72 @@ class BatchPuller:
     def _compute(self) -> None:
         if self.step_time_s:
             time.sleep(self.step_time_s)  # the emulated accelerator's step, as DLIO's computation_time
+
+
+class Taken(list):  # the Windows, and why sampling stopped
+    stopped = ""
+
+
+def windows(puller: BatchPuller, workers: int, budget: Budget, min_windows: int = 5) -> Taken:
+    """Discard ``workers`` x 2 warm-up steps, then time windows of ``max(0.3 s, duration / 8)`` each.
+
+    The warm-up covers workers starting and each worker's prefetch filling (2 batches per worker
+    by default), which DLIO and MLPerf Storage also leave out of samples/s. The windows are
+    sampled by ``sampling.sample`` within ``budget.duration_s``, at least ``min_windows`` of them.
+    """
+    puller.skip(workers * WARMUP_BATCHES_PER_WORKER)
+    seconds = max(0.3, budget.duration_s / 8)
+    taken = Taken()
+
+    def one() -> float:
+        taken.append(puller.window(seconds))
+        return taken[-1][0]
+
+    taken.stopped = sample(one, budget.duration_s, warmup=0, min_samples=min_windows, target_spread=0.03,
+                           clock=puller.clock).stopped
+    return taken
+
+
+class Pools(NamedTuple):
+    """Rates over several fresh worker pools: each pool's (``rates``, ``mb_rates``) and their means."""
+
+    rates: tuple[float, ...]  # samples/s of each pool, over its windows after warm-up
+    mb_rates: tuple[float, ...]  # MB/s of each pool
+    stopped: str  # why the last pool's sampling stopped
+    last: BatchPuller  # the last pool, still running (the AU phase continues on it)
+
+    @property
+    def rate(self) -> float:
+        return sum(self.rates) / len(self.rates)
+
+    @property
+    def mb_rate(self) -> float:
+        return sum(self.mb_rates) / len(self.mb_rates)
+
+    @property
+    def method(self) -> str:
+        return f", mean of {len(self.rates)} fresh worker pools" if len(self.rates) > 1 else ""
+
+
+def pooled(start_pool: Callable[[], BatchPuller], take: Callable[[BatchPuller, Budget, int], Taken],
+            budget: Budget, pools: int) -> Pools:
+    """Measure ``pools`` fresh worker pools in turn, each for an equal share of the budget.
+
+    A pool's rate can depend on state fixed when its workers start (which CPUs they land on,
+    beside the main process or not): a one-worker loader on this project's 2-CPU machine ran at
+    about 9,500 or 6,500 samples/s for a whole run. One pool is one draw of that state; the
+    mean of several is what a job sees whose DataLoader restarts its workers every epoch
+    (torch's default, ``persistent_workers=False``), and its run-to-run variation shrinks with
+    the square root of the pool count. Each pool's rate is kept in ``samples``, so a node where
+    pools differ shows the spread.
+    """
+    share = Budget(budget.duration_s / pools, budget.timeout_s)
+    rates, mb_rates = [], []
+    puller = None
+    for _ in range(pools):
+        puller = None  # drop the previous pool first: its workers exit before the next pool's start
+        puller = start_pool()
+        taken = take(puller, share, max(2, -(-5 // pools)))
+        rates.append(sum(w.samples_per_s for w in taken) / len(taken))  # windows of equal length
+        mb_rates.append(sum(w.mb_per_s for w in taken) / len(taken))
+    return Pools(tuple(rates), tuple(mb_rates), taken.stopped, puller)  # type: ignore[arg-type]

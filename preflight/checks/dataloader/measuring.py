@@ -10,15 +10,11 @@ import dataclasses
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from preflight.checks.base import Budget, Metric
-from preflight.checks.dataloader.loop import BatchPuller, EmptyLoader, Window, explaining_worker_oom
+from preflight.checks.dataloader.loop import BatchPuller, EmptyLoader, Taken, Window, explaining_worker_oom, pooled, windows
 from preflight.checks.dataloader.required import Required, visible_gpus
 from preflight.checks.dataloader.source import Source, loader_for, opened
 from preflight.measurement import Measurement, unmeasurable
-from preflight.sampling import sample
 from preflight.units import format_value
-
-WARMUP_BATCHES_PER_WORKER = 2
-
 
 @explaining_worker_oom
 def measure(options: Mapping[str, Any], budget: Budget, metrics: Sequence[Metric]) -> list[Measurement]:
@@ -45,23 +41,23 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source) -> list
     tar = files is not None and options["format"] == "tar"
     note = source.note
 
-    def take(pulling: BatchPuller, share: Budget, min_windows: int) -> _Taken:
+    def take(pulling: BatchPuller, share: Budget, min_windows: int) -> Taken:
         try:
-            return _windows(pulling, max(1, workers), share, min_windows)
+            return windows(pulling, max(1, workers), share, min_windows)
         except EmptyLoader:  # no shard holds a member named KEY.EXT: reported below, with the shards' problems
             if not tar:
                 raise
-            return _Taken([Window(0.0, 0.0, 0.0)])
+            return Taken([Window(0.0, 0.0, 0.0)])
 
     results: list[Measurement] = []
     raw_rate = None
     if decode == "image":
         raw_built = loader_for(options, source, decode="none")
-        raw = _pooled(lambda: BatchPuller(raw_built.fresh(), count=raw_built.count), take, budget, pools)
+        raw = pooled(lambda: BatchPuller(raw_built.fresh(), count=raw_built.count), take, budget, pools)
         results.append(Measurement("raw_throughput", raw.rate, "samples/s", samples=raw.rates,
                                    method=method + raw.method + ", raw bytes, not decoded", stopped=raw.stopped))
         raw_rate = raw.rate
-    taken = _pooled(lambda: BatchPuller(built.fresh(), count=built.count), take, budget, pools)
+    taken = pooled(lambda: BatchPuller(built.fresh(), count=built.count), take, budget, pools)
     if tar:
         problems = built.count.note(len(files))  # type: ignore[attr-defined,arg-type]
         if not any(taken.rates):  # every shard damaged, or no member named KEY.EXT
@@ -102,72 +98,10 @@ def _on_caveat(m: Measurement, caveat: str, memory: bool, path: str) -> Measurem
                                hint=m.hint or f"{path}: {caveat}; point dataloader.path at the dataset volume")
 
 
-class _Taken(list):  # the windows, and why sampling stopped
-    stopped = ""
-
-
-def _windows(puller: BatchPuller, workers: int, budget: Budget, min_windows: int = 5) -> _Taken:
-    puller.skip(workers * WARMUP_BATCHES_PER_WORKER)
-    seconds = max(0.3, budget.duration_s / 8)
-    taken = _Taken()
-
-    def one() -> float:
-        taken.append(puller.window(seconds))
-        return taken[-1][0]
-
-    taken.stopped = sample(one, budget.duration_s, warmup=0, min_samples=min_windows, target_spread=0.03).stopped
-    return taken
-
-
-class Pools(NamedTuple):
-    """Rates over several fresh worker pools: each pool's (``rates``, ``mb_rates``) and their means."""
-
-    rates: tuple[float, ...]  # samples/s of each pool, over its windows after warm-up
-    mb_rates: tuple[float, ...]  # MB/s of each pool
-    stopped: str  # why the last pool's sampling stopped
-    last: BatchPuller  # the last pool, still running (the AU phase continues on it)
-
-    @property
-    def rate(self) -> float:
-        return sum(self.rates) / len(self.rates)
-
-    @property
-    def mb_rate(self) -> float:
-        return sum(self.mb_rates) / len(self.mb_rates)
-
-    @property
-    def method(self) -> str:
-        return f", mean of {len(self.rates)} fresh worker pools" if len(self.rates) > 1 else ""
-
-
-def _pooled(start_pool: Callable[[], BatchPuller], take: Callable[[BatchPuller, Budget, int], _Taken],
-            budget: Budget, pools: int) -> Pools:
-    """Measure ``pools`` fresh worker pools in turn, each for an equal share of the budget.
-
-    A pool's rate can depend on state fixed when its workers start (which CPUs they land on,
-    beside the main process or not): a one-worker loader on this project's 2-CPU machine ran at
-    about 9,500 or 6,500 samples/s for a whole run. One pool is one draw of that state; the
-    mean of several is what a job sees whose DataLoader restarts its workers every epoch
-    (torch's default, ``persistent_workers=False``), and its run-to-run variation shrinks with
-    the square root of the pool count. Each pool's rate is kept in ``samples``, so a node where
-    pools differ shows the spread.
-    """
-    share = Budget(budget.duration_s / pools, budget.timeout_s)
-    rates, mb_rates = [], []
-    puller = None
-    for _ in range(pools):
-        puller = None  # drop the previous pool first: its workers exit before the next pool's start
-        puller = start_pool()
-        windows = take(puller, share, max(2, -(-5 // pools)))
-        rates.append(sum(w.samples_per_s for w in windows) / len(windows))  # windows of equal length
-        mb_rates.append(sum(w.mb_per_s for w in windows) / len(windows))
-    return Pools(tuple(rates), tuple(mb_rates), windows.stopped, puller)  # type: ignore[arg-type]
-
-
 def _utilization(puller: BatchPuller, step_s: float, batch: int, workers: int, budget: Budget, method: str,
                  throughput: Measurement) -> Measurement:
     puller.step_time_s = step_s
-    windows = _windows(puller, max(1, workers), budget)
+    taken = windows(puller, max(1, workers), budget)
     needed = batch / step_s
     full = float(throughput.value)  # type: ignore[arg-type]
     if full >= needed:
@@ -178,9 +112,9 @@ def _utilization(puller: BatchPuller, step_s: float, batch: int, workers: int, b
         hint = (f"the loader delivers {format_value(full, 'samples/s')} but the emulated GPU consumes "
                 f"{format_value(needed, 'samples/s')} (batch_size / step_time): " + (throughput.hint or
                 "raise num_workers if CPUs are idle, else use faster storage or shards (WebDataset, LMDB)"))
-    return Measurement("accelerator_utilization", samples=tuple(w[2] for w in windows), unit="%",
+    return Measurement("accelerator_utilization", samples=tuple(w[2] for w in taken), unit="%",
                        method=f"{method}, emulated compute {step_s * 1e3:g} ms per batch (MLPerf Storage AU)",
-                       stopped=windows.stopped, hint=hint)
+                       stopped=taken.stopped, hint=hint)
 
 
 def _decode_hint(raw_rate: float, decoded: float) -> str:

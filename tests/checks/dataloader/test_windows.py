@@ -1,0 +1,116 @@
+"""The DataLoader loop's arithmetic on a scripted loader and a fake clock: warm-up, windows, pools.
+
+No torch here: a loader is any iterable, and its batches are ``(samples, bytes)`` pairs, as
+``sizes_or_tensor`` reads preflight's own. Every batch advances the fake clock by a fixed step,
+so each window's rate has one right value.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from preflight.checks.base import Budget
+from preflight.checks.dataloader.loop import (WARMUP_BATCHES_PER_WORKER, BatchPuller, EmptyLoader, Taken, Window,
+                                              pooled, windows)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Scripted:
+    """An endless loader: ``warmup`` batches of a million samples, then ``samples`` per batch, each ``step_s`` long."""
+
+    def __init__(self, clock: Clock, warmup: int, samples: int = 10, nbytes: int = 1_000_000, step_s: float = 0.01):
+        self.clock, self.warmup, self.samples, self.nbytes, self.step_s = clock, warmup, samples, nbytes, step_s
+        self.served = 0
+
+    def __iter__(self):
+        for index in itertools.count():
+            self.clock.now += self.step_s
+            self.served += 1
+            yield (1_000_000, 0) if index < self.warmup else (self.samples, self.nbytes)
+
+
+def test_warm_up_batches_never_land_in_a_window():
+    clock = Clock()
+    workers = 3
+    loader = Scripted(clock, warmup=workers * WARMUP_BATCHES_PER_WORKER, step_s=1 / 64)  # exact in binary
+    taken = windows(BatchPuller(loader, clock=clock), workers, Budget(2.4, 60.0), min_windows=3)
+    assert WARMUP_BATCHES_PER_WORKER == 2  # a worker prefetches 2 batches by default (prefetch_factor)
+    assert len(taken) >= 3
+    # 10 samples and 1 MB per 1/64 s: exactly 640 samples/s and 64 MB/s in every window
+    assert all(w.samples_per_s == 640.0 and w.mb_per_s == 64.0 for w in taken)
+    assert all(w.utilization_pct == 100.0 for w in taken)  # no emulated step: AU is not measured
+    # a window is at least 0.3 s (the floor; 2.4 s / 8 is 0.3 too) of whole steps: 20 of 1/64 s
+    assert loader.served == 6 + 20 * len(taken)
+
+
+def test_a_window_ends_on_the_step_that_crosses_its_length_and_reports_utilization():
+    clock = Clock()
+    loader = Scripted(clock, warmup=0, samples=4, nbytes=400, step_s=0.25)
+    window = BatchPuller(loader, clock=clock).window(1.0)
+    assert window == Window(4 * 4 / 1.0, 4 * 400 / 1.0 / 1e6, 100.0)
+    assert loader.served == 4
+
+
+def test_an_emulated_step_time_counts_as_compute_in_the_utilization(monkeypatch):
+    clock = Clock()
+    loader = Scripted(clock, warmup=0, samples=1, step_s=0.1)
+    puller = BatchPuller(loader, step_time_s=0.1, clock=clock)
+    monkeypatch.setattr("preflight.checks.dataloader.loop.time.sleep", lambda s: setattr(clock, "now", clock.now + s))
+    window = puller.window(1.0)
+    # each step: 0.1 s waiting for the batch + 0.1 s of emulated compute; 5 steps reach 1.0 s
+    assert window.utilization_pct == pytest.approx(50.0)
+    assert window.samples_per_s == pytest.approx(5.0)
+
+
+def test_an_epoch_that_ends_restarts_the_loader_and_an_empty_one_is_an_error():
+    batches = [(2, 20), (3, 30)]
+    puller = BatchPuller(batches)
+    assert [puller._next() for _ in range(5)] == [(2, 20), (3, 30), (2, 20), (3, 30), (2, 20)]
+    with pytest.raises(EmptyLoader, match="yields no batch"):
+        BatchPuller([])._next()
+
+
+def test_pools_report_the_mean_of_their_rates_not_the_median():
+    rates = iter([100.0, 100.0, 400.0])  # median 100, mean 200
+    started, shares = [], []
+
+    def start_pool():
+        started.append(BatchPuller([]))
+        return started[-1]
+
+    def take(puller, share, min_windows):
+        shares.append((share, min_windows))
+        rate = next(rates)
+        taken = Taken([Window(rate, rate / 10, 100.0), Window(rate, rate / 10, 100.0)])
+        taken.stopped = f"stopped at {rate}"
+        return taken
+
+    pools = pooled(start_pool, take, Budget(3.0, 60.0), 3)
+    assert pools.rate == 200.0 and pools.mb_rate == 20.0
+    assert pools.rates == (100.0, 100.0, 400.0) and pools.mb_rates == (10.0, 10.0, 40.0)
+    assert pools.stopped == "stopped at 400.0" and pools.last is started[-1] and len(started) == 3
+    assert shares == [(Budget(1.0, 60.0), 2)] * 3  # an equal share each, and at least 2 windows
+    assert pools.method == ", mean of 3 fresh worker pools"
+
+
+def test_a_pools_rate_is_the_mean_of_its_windows_and_one_pool_takes_five():
+    shares = []
+
+    def take(puller, share, min_windows):
+        shares.append(min_windows)
+        return Taken([Window(10.0, 1.0, 100.0), Window(30.0, 2.0, 100.0), Window(20.0, 6.0, 100.0)])
+
+    pools = pooled(lambda: BatchPuller([]), take, Budget(3.0, 60.0), 1)
+    assert (pools.rates, pools.mb_rates) == ((20.0,), (3.0,))
+    assert shares == [5] and pools.method == ""
+    pooled(lambda: BatchPuller([]), take, Budget(3.0, 60.0), 2)
+    assert shares[-1] == 3  # ceil(5 / 2)
