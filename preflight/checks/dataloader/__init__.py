@@ -71,7 +71,7 @@ OPTIONS = (
     Option("num_workers", "int_or_auto", "auto", "worker processes; auto = 70% of the CPUs the cgroup allows"),
     Option("pin_memory", "bool", True, "pin batches in page-locked memory (ignored without a CUDA device)"),
     Option("prefetch_factor", "int", 2, "batches each worker loads ahead", minimum=1),
-    Option("worker_pools", "int", 4, "fresh worker pools measured in turn, each for an equal share of duration; "
+    Option("worker_pools", "int", 8, "fresh worker pools measured in turn, each for an equal share of duration; "
            "the figures are their mean (a pool's rate can hang on where its workers started, as an epoch's does)",
            minimum=1),
     Option("max_files", "int", 10000, "files under path to read (the first in walk order; the walk stops "
