@@ -253,3 +253,11 @@ def test_python_path_and_dataset_args_mistakes_are_located(tmp_path, body, where
     with pytest.raises(ConfigError) as error:
         config.load(str(path), environ={})
     assert str(error.value).startswith(f"{path}:{where}: " + message.format(dir=tmp_path))
+
+
+def test_an_unknown_key_under_defaults_is_located_with_a_suggestion(tmp_path):
+    with pytest.raises(ConfigError) as error:
+        load(tmp_path, "version: 1\ndefaults: {duration: 2s, timout: 60s}\nchecks:\n  shm: {}\n")
+    assert str(error.value).endswith("thresholds.yaml:2:26: unknown key `timout`: did you mean `timeout`?")
+    with pytest.raises(ConfigError, match=r"thresholds.yaml:2:12: unknown key `path`$"):
+        load(tmp_path, "version: 1\ndefaults: {path: /data}\nchecks:\n  shm: {}\n")

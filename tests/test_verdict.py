@@ -167,3 +167,28 @@ def test_an_unmeasurable_metric_under_a_warn_threshold_warns_and_does_not_gate()
     [result] = judge(instance(thresholds=[seq_read(low=1.0, severity="warn")]), outcome)
     assert result.verdict == "warn"
     assert exit_code([result]) == 0
+
+
+@pytest.mark.parametrize("value, low, high, verdict", [
+    (1000.0, 1000.0, None, "pass"),  # exactly at min: the bound is inclusive
+    (999.999, 1000.0, None, "fail"),
+    (1000.0, None, 1000.0, "pass"),  # exactly at max
+    (1000.001, None, 1000.0, "fail"),
+    (500.0, 500.0, 2000.0, "pass"),
+    (2000.0, 500.0, 2000.0, "pass"),
+    (2000.5, 500.0, 2000.0, "fail"),
+    (499.5, 500.0, 2000.0, "fail"),
+])
+def test_both_bounds_are_inclusive_and_a_hair_past_either_fails(value, low, high, verdict):
+    [result] = judge(instance(thresholds=[seq_read(low=low, high=high)]),
+                     Outcome((Measurement("seq_read", value, "MB/s"),)))
+    assert result.verdict == verdict
+    assert result.threshold == {key: bound for key, bound in (("min", low), ("max", high)) if bound is not None}
+
+
+@pytest.mark.parametrize("value, verdict", [("535.104.05", "pass"), ("535.104", "pass"), ("535.103.99", "fail"),
+                                            ("550", "pass")])
+def test_a_version_exactly_at_its_minimum_passes(value, verdict):
+    threshold = Threshold("driver_version", "535.104", None, "fail", "t.yaml:2:3")
+    [result] = judge(instance("cuda", [threshold]), Outcome((Measurement("driver_version", value, "version"),)))
+    assert result.verdict == verdict

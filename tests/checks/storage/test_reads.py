@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -120,3 +121,58 @@ def test_a_file_gone_since_the_walk_is_skipped_and_counted(tmp_path):
     assert seq.lost == 1 and seq.nbytes >= MiB
     rand = run_loops(reads.random_loop(parts, "O_DIRECT", 4096, seed=0), 1, 2, 0.2)
     assert rand.lost == 1 and rand.ops > 0
+
+
+def _spy_opens(monkeypatch, root):
+    """Record (flags,) of every os.open of a file under ``root``, and the fadvise calls on them."""
+    opens, advised, real_open, real_fadvise = [], [], os.open, os.posix_fadvise
+
+    def spy_open(path, flags, *rest, **kwargs):
+        fd = real_open(path, flags, *rest, **kwargs)
+        if str(path).startswith(str(root)):
+            opens.append((fd, flags))
+        return fd
+
+    def spy_fadvise(fd, offset, length, advice):
+        advised.append((fd, advice))
+        return real_fadvise(fd, offset, length, advice)
+
+    monkeypatch.setattr(os, "open", spy_open)
+    monkeypatch.setattr(os, "posix_fadvise", spy_fadvise)
+    return opens, advised
+
+
+def _loops(tmp_path, bypass):
+    """Each read loop of the storage check, run in this process for a moment with ``bypass``."""
+    from preflight.checks.storage.small_files import file_loop
+    from preflight.io.dataset_walk import DataFile
+
+    names = []
+    for index in range(3):
+        name = tmp_path / f"d{index}.bin"
+        name.write_bytes(os.urandom(MiB))
+        names.append(str(name))
+    parts = [(name, 0, MiB) for name in names]
+    files = [DataFile(name, MiB) for name in names]
+    factories = {"seq_read": reads.sequential_loop(reads.spans(parts, 1, 4096 * 16), bypass, 4096 * 16),
+                 "rand_read": reads.random_loop(parts, bypass, 4096, seed=1),
+                 "small_files": file_loop(files, 1, bypass)}
+    for name, factory in factories.items():
+        tally = factory(0)(time.perf_counter() + 0.05)
+        assert tally.ops > 0, name
+        yield name
+
+
+@pytest.mark.parametrize("bypass", ["O_DIRECT", "fadvise"])
+def test_every_open_of_every_read_loop_uses_the_chosen_bypass(tmp_path, monkeypatch, bypass):
+    opens, advised = _spy_opens(monkeypatch, tmp_path)
+    for loop in _loops(tmp_path, bypass):
+        assert opens, f"{loop} opened no data file"
+        if bypass == "O_DIRECT":
+            assert all(flags & os.O_DIRECT for _, flags in opens), f"{loop} opened a data file without O_DIRECT"
+        else:
+            assert not any(flags & os.O_DIRECT for _, flags in opens), loop
+            dropped = {fd for fd, advice in advised if advice == os.POSIX_FADV_DONTNEED}
+            assert all(fd in dropped for fd, _ in opens), f"{loop} read a data file without dropping its pages"
+        opens.clear()
+        advised.clear()
