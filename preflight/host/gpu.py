@@ -261,7 +261,12 @@ def relative_error(got: object, expected: object) -> float:
     return float(difference / expected.abs().max())
 
 
-def _event_timer(stream: object, copy: Callable[[], object], size: int, copies: int) -> Callable[[], float]:  # gpu-only
+def _event_timer(stream: object, copy: Callable[[], object], size: int, copies: int) -> Callable[[], float]:
+    """A function timing ``copies`` calls of ``copy`` (``size`` bytes each) on ``stream``; returns GB/s (10^9 B/s).
+
+    CUDA events bracket the copies on the stream (nvbandwidth's method); ``elapsed_time`` answers
+    in milliseconds, so the rate is bytes / (ms / 1e3) / 1e9.
+    """
     import torch
 
     def once() -> float:

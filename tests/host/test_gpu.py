@@ -185,3 +185,39 @@ def test_a_torch_before_torch_accelerator_empties_the_cache_by_its_older_name(mo
     monkeypatch.setattr(torch._C, "_host_emptyCache", allocator.empty_cache, raising=False)
     assert gpu.TorchCuda().release_pinned() == 0
     assert allocator.calls[-1] == "empty_cache"
+
+
+class FakeEvent:
+    """torch.cuda.Event's timing surface: ``elapsed_time`` answers in milliseconds, as CUDA's does."""
+
+    recorded: list[str] = []
+
+    def __init__(self, enable_timing: bool = False) -> None:
+        assert enable_timing, "an event without enable_timing cannot be timed"
+
+    def record(self, stream: object = None) -> None:
+        FakeEvent.recorded.append(f"record on {stream}")
+
+    def synchronize(self) -> None:
+        FakeEvent.recorded.append("synchronize")
+
+    def elapsed_time(self, end: FakeEvent) -> float:
+        return 10.0
+
+
+@pytest.mark.parametrize("size, copies, expected", [(250_000_000, 4, 100.0), (1_000_000_000, 1, 100.0),
+                                                    (2**30, 1, 107.3741824)])
+def test_event_timing_reads_milliseconds_and_reports_decimal_gigabytes(monkeypatch, size, copies, expected):
+    import contextlib
+
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+    FakeEvent.recorded = []
+    copied = []
+    once = gpu._event_timer("stream-1", lambda: copied.append(1), size, copies)
+    # size * copies bytes in 10.0 ms: 1e9 B / 0.010 s = 100 GB/s with GB = 10^9 B (nvbandwidth's unit)
+    assert once() == pytest.approx(expected, rel=1e-12)
+    assert len(copied) == copies
+    assert FakeEvent.recorded == ["record on stream-1", "record on stream-1", "synchronize"]
