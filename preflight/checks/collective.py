@@ -77,18 +77,31 @@ def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
     sizes = _sweep(int(options["min_size"]), int(options["max_size"]), ranks)
     per_size_s = budget.duration_s / len(sizes)
     results: list[Measurement] = []
-    for name, factor in (("allreduce", 2 * (ranks - 1) / ranks), ("allgather", (ranks - 1) / ranks)):
+    for name in ("allreduce", "allgather"):
         op = _operation(name, ranks)
         sweep: list[tuple[int, float]] = []
         for size in sizes:
             times = _time_size(op, size, per_size_s, int(options["iterations"]), int(options["repeats"]))
-            averages = [_fleet_mean(t) for t in times]
-            samples = tuple(factor * size / t / GB for t in averages)
+            samples = tuple(bus_bandwidth(name, size, _fleet_mean(t), ranks) for t in times)
             sweep.append((size, statistics.median(samples)))
         results.append(Measurement(f"{name}_busbw", unit="GB/s", samples=samples, method=_method(name, ranks, sweep)))
         if name == "allreduce":
             results += _stragglers(sum(times), ranks)
     return results
+
+
+def bus_bandwidth(operation: str, size: int, seconds: float, ranks: int) -> float:
+    """nccl-tests' bus bandwidth in GB/s (10^9 B/s) of one ``operation`` on ``ranks`` ranks.
+
+    ``size`` is the op's buffer in bytes (all-gather: the gathered whole), ``seconds`` the time
+    of one op averaged over the ranks. algbw = size / seconds; busbw = algbw x 2(n-1)/n for
+    "allreduce", algbw x (n-1)/n for "allgather" (nccl-tests doc/PERFORMANCE.md).
+
+    Raises:
+        KeyError: an operation other than those two.
+    """
+    factor = {"allreduce": 2 * (ranks - 1) / ranks, "allgather": (ranks - 1) / ranks}[operation]
+    return size / seconds / GB * factor
 
 
 def _sweep(low: int, high: int, ranks: int) -> list[int]:
@@ -170,6 +183,7 @@ def _stragglers(mine: float, ranks: int) -> list[Measurement]:
 
 
 def _fleet_mean(seconds: float) -> float:
+    """This rank's ``seconds`` averaged with every other rank's (nccl-tests' default, ``-a 1``)."""
     return _reduce(seconds, "sum") / _world()
 
 

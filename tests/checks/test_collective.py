@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import pytest
 import torch.distributed as dist
 
 from preflight.checks import collective
@@ -33,3 +34,29 @@ def test_the_sweep_doubles_from_min_to_max_in_whole_float32_per_rank() -> None:
     assert collective._sweep(1 << 20, 8 << 20, ranks=4) == [1 << 20, 2 << 20, 4 << 20, 8 << 20]
     assert all(size % (4 * 3) == 0 for size in collective._sweep(1 << 20, 5 << 20, ranks=3))
     assert collective._sweep(1 << 20, 1 << 20, ranks=2) == [1 << 20]
+
+
+@pytest.mark.parametrize("ranks, allreduce, allgather", [
+    (2, 1.0, 0.5),  # nccl-tests doc/PERFORMANCE.md: 2(n-1)/n and (n-1)/n
+    (4, 1.5, 0.75),
+    (8, 1.75, 0.875),
+])
+def test_bus_bandwidth_follows_nccl_tests_factors(ranks, allreduce, allgather) -> None:
+    # 1 GB in 0.1 s is an algbw of 10 GB/s (GB = 10^9 B)
+    assert collective.bus_bandwidth("allreduce", 10**9, 0.1, ranks) == pytest.approx(10 * allreduce, rel=1e-12)
+    assert collective.bus_bandwidth("allgather", 10**9, 0.1, ranks) == pytest.approx(10 * allgather, rel=1e-12)
+    assert collective.bus_bandwidth("allreduce", 2**30, 0.5, ranks) == pytest.approx(2**31 / 1e9 * allreduce,
+                                                                                     rel=1e-12)
+    with pytest.raises(KeyError):
+        collective.bus_bandwidth("broadcast", 10**9, 0.1, ranks)
+
+
+def test_each_ranks_time_is_averaged_over_the_ranks_not_maxed(monkeypatch) -> None:
+    rank_times = [1.0, 2.0, 6.0]  # what the three ranks timed; this rank timed 1.0
+    reduced = {"sum": sum(rank_times), "max": max(rank_times)}
+    calls = []
+    monkeypatch.setattr(collective, "_reduce", lambda value, how: calls.append((value, how)) or reduced[how])
+    monkeypatch.setattr(collective, "_world", lambda: len(rank_times))
+    assert collective._fleet_mean(1.0) == 3.0
+    assert collective._fleet_max(1.0) == 6.0
+    assert calls == [(1.0, "sum"), (1.0, "max")]
