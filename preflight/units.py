@@ -35,31 +35,31 @@ class Unit(NamedTuple):
     factor: float  # multiply a value in this unit by factor to get the base unit
 
 
-def _units() -> dict[str, Unit]:
-    table: list[Unit] = [Unit("B", Dimension.SIZE, 1), Unit("B/s", Dimension.BANDWIDTH, 1)]
-    for i, (decimal, binary) in enumerate((("kB", "KiB"), ("MB", "MiB"), ("GB", "GiB"), ("TB", "TiB")), 1):
-        for symbol, factor in ((decimal, 1000.0**i), (binary, 1024.0**i)):
-            table.append(Unit(symbol, Dimension.SIZE, factor))
-            table.append(Unit(symbol + "/s", Dimension.BANDWIDTH, factor))
-    table += [
-        Unit("IOPS", Dimension.IOPS, 1),
-        Unit("samples/s", Dimension.SAMPLE_RATE, 1),
-        Unit("files/s", Dimension.FILE_RATE, 1),
-        Unit("ns", Dimension.DURATION, 1e-9),
-        Unit("us", Dimension.DURATION, 1e-6),
-        Unit("ms", Dimension.DURATION, 1e-3),
-        Unit("s", Dimension.DURATION, 1),
-        Unit("min", Dimension.DURATION, 60),
-        Unit("h", Dimension.DURATION, 3600),
-        Unit("%", Dimension.PERCENT, 1),
-        Unit("C", Dimension.TEMPERATURE, 1),
-        Unit("W", Dimension.POWER, 1),
-        Unit("", Dimension.COUNT, 1),
-    ]
-    return {unit.symbol: unit for unit in table}
-
-
-UNITS: dict[str, Unit] = _units()
+# Every unit a config may write; a literal table, so each factor is read where it is defined.
+UNITS: dict[str, Unit] = {unit.symbol: unit for unit in (
+    Unit("B", Dimension.SIZE, 1), Unit("B/s", Dimension.BANDWIDTH, 1),
+    Unit("kB", Dimension.SIZE, 1e3), Unit("kB/s", Dimension.BANDWIDTH, 1e3),
+    Unit("KiB", Dimension.SIZE, 2.0**10), Unit("KiB/s", Dimension.BANDWIDTH, 2.0**10),
+    Unit("MB", Dimension.SIZE, 1e6), Unit("MB/s", Dimension.BANDWIDTH, 1e6),
+    Unit("MiB", Dimension.SIZE, 2.0**20), Unit("MiB/s", Dimension.BANDWIDTH, 2.0**20),
+    Unit("GB", Dimension.SIZE, 1e9), Unit("GB/s", Dimension.BANDWIDTH, 1e9),
+    Unit("GiB", Dimension.SIZE, 2.0**30), Unit("GiB/s", Dimension.BANDWIDTH, 2.0**30),
+    Unit("TB", Dimension.SIZE, 1e12), Unit("TB/s", Dimension.BANDWIDTH, 1e12),
+    Unit("TiB", Dimension.SIZE, 2.0**40), Unit("TiB/s", Dimension.BANDWIDTH, 2.0**40),
+    Unit("IOPS", Dimension.IOPS, 1),
+    Unit("samples/s", Dimension.SAMPLE_RATE, 1),
+    Unit("files/s", Dimension.FILE_RATE, 1),
+    Unit("ns", Dimension.DURATION, 1e-9),
+    Unit("us", Dimension.DURATION, 1e-6),
+    Unit("ms", Dimension.DURATION, 1e-3),
+    Unit("s", Dimension.DURATION, 1),
+    Unit("min", Dimension.DURATION, 60),
+    Unit("h", Dimension.DURATION, 3600),
+    Unit("%", Dimension.PERCENT, 1),
+    Unit("C", Dimension.TEMPERATURE, 1),
+    Unit("W", Dimension.POWER, 1),
+    Unit("", Dimension.COUNT, 1),
+)}
 
 # Spellings people write that are ambiguous or wrong; each maps to the fix we suggest.
 _MISSPELLINGS = {

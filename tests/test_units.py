@@ -2,12 +2,10 @@ import math
 
 import pytest
 
-from preflight.units import Dimension, UnitError, convert, format_value, parse_quantity, readable, with_article
+from preflight.units import UNITS, Dimension, UnitError, convert, format_value, parse_quantity, readable, with_article
 
 
-@pytest.mark.parametrize(
-    "text, dimension, expected",
-    [
+PARSED = [
         ("1.5 GB/s", Dimension.BANDWIDTH, 1.5e9),
         ("1 GiB/s", Dimension.BANDWIDTH, 2**30),
         ("8 GiB", Dimension.SIZE, 8 * 2**30),
@@ -42,10 +40,22 @@ from preflight.units import Dimension, UnitError, convert, format_value, parse_q
         (".5 s", Dimension.DURATION, 0.5),
         ("  7   GB  ", Dimension.SIZE, 7e9),
         (2.5, Dimension.COUNT, 2.5),
-    ],
-)
+        ("3 kB", Dimension.SIZE, 3000),
+        ("250 MB/s", Dimension.BANDWIDTH, 2.5e8),
+        ("2 MiB/s", Dimension.BANDWIDTH, 2 * 2**20),
+]
+
+
+@pytest.mark.parametrize("text, dimension, expected", PARSED)
 def test_parses_quantities_into_base_units(text, dimension, expected):
     assert parse_quantity(text, dimension) == pytest.approx(expected)
+
+
+def test_every_unit_of_the_table_is_parsed_above_with_a_known_value():
+    from preflight.units import _QUANTITY
+
+    parsed = {(_QUANTITY.match(text)["unit"] or "") for text, _, _ in PARSED if isinstance(text, str)}
+    assert set(UNITS) - parsed == set(), "each unit needs a row in PARSED with its right value"
 
 
 @pytest.mark.parametrize(
