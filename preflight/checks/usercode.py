@@ -17,7 +17,7 @@ import os
 import re
 import sys
 import traceback
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from preflight.checks.base import UserCodeError
 
@@ -84,6 +84,29 @@ def load(spec: str, option: str) -> Callable[..., Any]:
     if not callable(target):
         raise UserCodeError(option, f"{spec} is a {type(target).__name__}, not callable: name a function or class")
     return target
+
+
+def call(spec: str, option: str, args: Mapping[str, Any], expected: type, wanted: str) -> Any:
+    """``spec``'s callable (``load``) called with ``args`` as keyword arguments; its value must be an ``expected``.
+
+    ``option`` names the config key (``"dataset"``), ``wanted`` the expected kind in the error
+    (``"torch.nn.Module"``). Call with ``on_path`` around, as ``load``.
+
+    Raises:
+        UserCodeError: ``load``'s errors; the callable raised (the message blames its frames);
+            or it returned something that is not an ``expected``.
+    """
+    factory = load(spec, option)
+    try:
+        value = factory(**args)
+    except Exception as error:  # noqa: BLE001  whatever the job's factory raises
+        raise UserCodeError(option, f"{spec}(**{option}_args) raised {blame(error)}: fix the factory or "
+                            f"{option}_args") from None
+    if not isinstance(value, expected):
+        kind = type(value)
+        raise UserCodeError(option, f"{spec}(**{option}_args) returned {kind.__module__}.{kind.__qualname__}, not "
+                            f"{wanted}: name the factory that returns the job's {option}")
+    return value
 
 
 def blame(error: BaseException) -> str:

@@ -28,17 +28,8 @@ def build(options: Mapping[str, Any]) -> tuple[Any, Callable[..., Any] | None]:
     import torch.utils.data
 
     spec = options["dataset"]
-    factory = usercode.load(spec, "dataset")
-    try:
-        dataset = factory(**options["dataset_args"])
-    except Exception as error:  # noqa: BLE001  whatever the job's factory raises
-        raise UserCodeError("dataset", f"{spec}(**dataset_args) raised {usercode.blame(error)}: fix the factory "
-                            f"or dataset_args") from None
-    if not isinstance(dataset, torch.utils.data.Dataset):
-        kind = type(dataset)
-        raise UserCodeError("dataset", f"{spec}(**dataset_args) returned {kind.__module__}.{kind.__qualname__}, not a "
-                            f"torch.utils.data.Dataset or IterableDataset: name the factory that returns the job's "
-                            f"dataset")
+    dataset = usercode.call(spec, "dataset", options["dataset_args"], torch.utils.data.Dataset,
+                            "a torch.utils.data.Dataset or IterableDataset")
     if not isinstance(dataset, torch.utils.data.IterableDataset) and not hasattr(dataset, "__len__"):
         raise UserCodeError("dataset", f"{spec}(**dataset_args) returned a map-style {type(dataset).__name__} without "
                             f"__len__, which a DataLoader's sampler needs: define __len__, or subclass IterableDataset")

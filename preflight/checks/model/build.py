@@ -46,17 +46,7 @@ def build(options: Mapping[str, Any]) -> Any:
         close = difflib.get_close_matches(name, ("resnet18", "resnet50", "tiny"), n=1)
         raise UserCodeError("model", f"expected resnet18, resnet50, tiny or \"package.module:factory\", found "
                             f"{name!r}" + (f": did you mean `{close[0]}`?" if close else ""))
-    factory = usercode.load(name, "model")
-    try:
-        model = factory(**options["model_args"])
-    except Exception as error:  # noqa: BLE001  whatever the job's factory raises
-        raise UserCodeError("model", f"{name}(**model_args) raised {usercode.blame(error)}: fix the factory or "
-                            f"model_args") from None
-    if not isinstance(model, torch.nn.Module):
-        kind = type(model)
-        raise UserCodeError("model", f"{name}(**model_args) returned {kind.__module__}.{kind.__qualname__}, not a "
-                            f"torch.nn.Module: name the factory that returns the job's model")
-    return model
+    return usercode.call(name, "model", options["model_args"], torch.nn.Module, "a torch.nn.Module")
 
 
 def check_user_code(options: Mapping[str, Any]) -> None:
