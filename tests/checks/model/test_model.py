@@ -18,7 +18,7 @@ import pytest
 
 from preflight.checks.base import Budget
 from preflight.checks.model import measuring
-from tests.helpers import run_check, run_cli, write_config
+from tests.helpers import one_intra_op_thread, run_check, run_cli, write_config  # noqa: F401  (a fixture, used by pytestmark)
 
 SLEEP_S = 0.008  # the sleeping model's forward: a step takes at least this long
 PACKAGE = '''
@@ -61,16 +61,7 @@ def broken():
 '''.format()
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread while a test measures: on a shared 2-CPU machine, two threads wait on each other's
-    straggler and a step's time swings 2-5x between windows (1 thread: 1100 samples/s steady; 2: 100-600)."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from preflight.checks import dataloader, model, pipeline
 from preflight.checks.model.step import Window
 from preflight.checks.pipeline.measuring import input_bound
 from preflight.measurement import Measurement
-from tests.helpers import run_check, run_cli, write_config
+from tests.helpers import one_intra_op_thread, run_check, run_cli, write_config  # noqa: F401  (a fixture, used by pytestmark)
 
 DELAY_S = 0.1  # per sample: one process reads at most 10 samples/s
 WIDE = '''
@@ -33,16 +33,7 @@ def not_a_model():
 '''
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread while a test measures: on a shared 2-CPU machine, two threads wait on each other's
-    straggler and a step's time swings 2-5x between windows (1 thread: 1100 samples/s steady; 2: 100-600)."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 
 @pytest.fixture(scope="module")
