@@ -44,15 +44,14 @@ class Source(NamedTuple):
 
 
 class Loader(NamedTuple):
-    """A DataLoader over a ``Source``, how to count its batches, and what the report says about it."""
+    """How to make DataLoaders over a ``Source``, how to count their batches, and what the report says."""
 
-    loader: Any
     count: Callable[[Any], tuple[int, int]]  # batch -> (samples, bytes); a shards.ShardTally for tar shards
     method: str
     workers: int
     fs: Filesystem | None  # the files' filesystem; None for synthetic samples and the job's Dataset
     bypass: Bypass | None
-    fresh: Callable[[], Any]  # another DataLoader like ``loader``: its iterator starts a fresh pool of workers
+    fresh: Callable[[], Any]  # a new DataLoader with the job's settings: its iterator starts a fresh pool of workers
 
 
 @contextlib.contextmanager
@@ -148,7 +147,7 @@ def synthetic_shape(options: Mapping[str, Any]) -> tuple[int, ...]:
 
 
 def loader_for(options: Mapping[str, Any], source: Source, decode: str | None = None) -> Loader:
-    """A ``torch.utils.data.DataLoader`` over ``source`` with the job's settings from ``options``.
+    """``torch.utils.data.DataLoader``s over ``source`` with the job's settings from ``options`` (``Loader.fresh``).
 
     ``decode`` overrides ``options["decode"]`` for the files (``"none"``: the raw-bytes loader).
     ``pin_memory`` is honoured only where a CUDA device is visible, as torch itself warns otherwise.
@@ -185,7 +184,7 @@ def loader_for(options: Mapping[str, Any], source: Source, decode: str | None = 
 
     method = (f"DataLoader(batch_size={options['batch_size']}, num_workers={workers}, pin_memory={pin}, "
               f"prefetch_factor={options['prefetch_factor'] if workers else None}) over {description}")
-    return Loader(fresh(), count, method, workers, fs, bypass, fresh)
+    return Loader(count, method, workers, fs, bypass, fresh)
 
 
 class SyntheticImages:

@@ -98,7 +98,8 @@ class Feed:
 
     def __init__(self, loader: Loader, step: TrainingStep, input_shape: Sequence[int]) -> None:
         self.loader, self.step, self.shape = loader, step, tuple(input_shape)
-        self.iterator = iter(loader.loader)
+        self.dataloader = loader.fresh()  # one for the whole run: its workers persist across epochs, as a job's
+        self.iterator = iter(self.dataloader)
         self.fed = "no batch yet"
 
     def __call__(self) -> int:
@@ -119,7 +120,7 @@ class Feed:
         try:
             return next(self.iterator)
         except StopIteration:  # an epoch ended: start the next, as a training loop does
-            self.iterator = iter(self.loader.loader)
+            self.iterator = iter(self.dataloader)
             try:
                 return next(self.iterator)
             except StopIteration:
