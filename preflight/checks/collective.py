@@ -72,6 +72,7 @@ def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
     if ranks < 2:
         reason = "a fleet of 1 rank has no bus to measure: launch at least 2 ranks"
         return [unmeasurable(m.name, reason, m.unit) for m in METRICS]
+    # pragma: no mutate start (fleet-only: tests/fleet runs it under torchrun, out of the mutation run's reach)
     import statistics  # here: `preflight validate` imports this module for its tables only
 
     sizes = _sweep(int(options["min_size"]), int(options["max_size"]), ranks)
@@ -88,6 +89,7 @@ def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
         if name == "allreduce":
             results += _stragglers(sum(times), ranks)
     return results
+    # pragma: no mutate end
 
 
 def bus_bandwidth(operation: str, size: int, seconds: float, ranks: int) -> float:
@@ -114,7 +116,7 @@ def _sweep(low: int, high: int, ranks: int) -> list[int]:
     return sizes + [max(high - high % step, step)]
 
 
-def _operation(name: str, ranks: int) -> Callable[[int], Callable[[], None]]:
+def _operation(name: str, ranks: int) -> Callable[[int], Callable[[], None]]:  # pragma: no mutate block (fleet-only)
     """A factory: bytes -> a zero-argument function running one collective on buffers of that size."""
     import torch
     import torch.distributed as dist
@@ -135,7 +137,7 @@ def _operation(name: str, ranks: int) -> Callable[[int], Callable[[], None]]:
 
 
 def _time_size(make: Callable[[int], Callable[[], None]], size: int, budget_s: float, iterations: int,
-               repeats: int) -> list[float]:
+               repeats: int) -> list[float]:  # pragma: no mutate block (fleet-only)
     """This rank's mean seconds per op, one per repeat.
 
     Algorithm (nccl-tests' timing loop)::
@@ -165,21 +167,29 @@ def _time_size(make: Callable[[int], Callable[[], None]], size: int, budget_s: f
     return times
 
 
-def _stragglers(mine: float, ranks: int) -> list[Measurement]:
+def _stragglers(mine: float, ranks: int) -> list[Measurement]:  # pragma: no mutate block (fleet-only)
     """Every rank's loop time over the median rank's, one measurement per rank."""
-    import statistics
-
     import torch
     import torch.distributed as dist
 
     everyone = [torch.zeros(1, dtype=torch.float64, device=_device()) for _ in range(ranks)]
     dist.all_gather(everyone, torch.tensor([mine], dtype=torch.float64, device=_device()))
-    times = [float(t.item()) for t in everyone]
+    return straggler_ratios([float(t.item()) for t in everyone])
+
+
+def straggler_ratios(times: list[float]) -> list[Measurement]:
+    """One ``straggler`` measurement per rank: its time in ``times`` (seconds, by rank) over the median rank's.
+
+    1.0 is a typical rank; the slowest rank's ratio is what a synchronous job waits for (it is
+    named in the method). Raises ``statistics.StatisticsError`` for no times.
+    """
+    import statistics
+
     median = statistics.median(times)
-    slowest = max(range(ranks), key=lambda r: times[r])
+    slowest = max(range(len(times)), key=lambda r: times[r])
     method = (f"all-reduce loop time per rank over the median ({median * 1e3:.3g} ms); slowest: rank {slowest} "
               f"at {times[slowest] / median:.2f}x")
-    return [Measurement("straggler", times[r] / median, "", device=f"rank{r}", method=method) for r in range(ranks)]
+    return [Measurement("straggler", t / median, "", device=f"rank{r}", method=method) for r, t in enumerate(times)]
 
 
 def _fleet_mean(seconds: float) -> float:
@@ -191,7 +201,7 @@ def _fleet_max(seconds: float) -> float:
     return _reduce(seconds, "max")
 
 
-def _reduce(value: float, how: str) -> float:
+def _reduce(value: float, how: str) -> float:  # pragma: no mutate block (fleet-only)
     import torch
     import torch.distributed as dist
 
@@ -200,13 +210,13 @@ def _reduce(value: float, how: str) -> float:
     return float(tensor.item())
 
 
-def _world() -> int:
+def _world() -> int:  # pragma: no mutate block (fleet-only)
     import torch.distributed as dist
 
     return dist.get_world_size()
 
 
-def _device() -> Any:
+def _device() -> Any:  # pragma: no mutate block (fleet-only)
     import torch
     import torch.distributed as dist
 
@@ -215,7 +225,7 @@ def _device() -> Any:
     return torch.device("cpu")
 
 
-def _synchronize() -> None:
+def _synchronize() -> None:  # pragma: no mutate block (fleet-only)
     import torch
     import torch.distributed as dist
 
@@ -223,7 +233,7 @@ def _synchronize() -> None:
         torch.cuda.synchronize()
 
 
-def _method(name: str, ranks: int, sweep: list[tuple[int, float]]) -> str:
+def _method(name: str, ranks: int, sweep: list[tuple[int, float]]) -> str:  # pragma: no mutate block (fleet-only)
     import torch.distributed as dist
 
     table = ", ".join(f"{_size(size)}: {busbw:.3g}" for size, busbw in sweep)

@@ -87,7 +87,7 @@ class TorchCuda:
         devices = tuple(self._device(index) for index in range(torch.cuda.device_count()))  # gpu-only
         return TorchView(version, cuda, hip, devices, "")
 
-    def _device(self, index: int) -> Device:  # gpu-only
+    def _device(self, index: int) -> Device:  # pragma: no mutate block (gpu-only)
         import torch
 
         props = torch.cuda.get_device_properties(index)
@@ -95,7 +95,7 @@ class TorchCuda:
         bus_id = f"{ids[0]:04x}:{ids[1]:02x}:{ids[2]:02x}.0" if all(isinstance(i, int) for i in ids) else ""
         return Device(index, props.name, f"{props.major}.{props.minor}", int(props.total_memory), bus_id)
 
-    def matmul_error(self, index: int, size: int) -> float:  # gpu-only
+    def matmul_error(self, index: int, size: int) -> float:  # pragma: no mutate block (gpu-only)
         """Max |GPU - CPU| / max |CPU| of a ``size`` x ``size`` float32 matmul (TF32 off).
 
         Raises:
@@ -115,7 +115,7 @@ class TorchCuda:
             torch.backends.cuda.matmul.allow_tf32 = allow_tf32
         return relative_error(got, expected)
 
-    def allocate_share(self, index: int, share: float) -> tuple[int, int]:  # gpu-only
+    def allocate_share(self, index: int, share: float) -> tuple[int, int]:  # pragma: no mutate block (gpu-only)
         """Allocate and write ``share`` (0..1) of the free memory; return (bytes, free bytes).
 
         Raises:
@@ -171,7 +171,7 @@ class TorchCuda:
         return host_stats().get("allocated_bytes.current")
 
     def copy_timer(self, index: int, direction: str, pinned: bool, size: int,
-                   copies: int = 4) -> Callable[[], float]:  # gpu-only
+                   copies: int = 4) -> Callable[[], float]:  # pragma: no mutate block (gpu-only)
         """A function that times ``copies`` back-to-back copies and returns GB/s (10^9 B/s).
 
         nvbandwidth's method (NVIDIA/nvbandwidth, host_to_device_memcpy_ce): copies of
@@ -193,13 +193,14 @@ class TorchCuda:
         return _event_timer(torch.cuda.Stream(device=device), lambda: target.copy_(source, non_blocking=pinned),
                             size, copies)
 
-    def can_access_peer(self, source: int, target: int) -> bool:  # gpu-only
+    def can_access_peer(self, source: int, target: int) -> bool:  # pragma: no mutate block (gpu-only)
         """Whether ``source`` can access ``target``'s memory directly (cudaDeviceCanAccessPeer)."""
         import torch
 
         return bool(torch.cuda.can_device_access_peer(source, target))
 
-    def peer_timer(self, source: int, target: int, size: int, copies: int = 4) -> Callable[[], float]:  # gpu-only
+    def peer_timer(self, source: int, target: int, size: int,
+                   copies: int = 4) -> Callable[[], float]:  # pragma: no mutate block (gpu-only)
         """Like ``copy_timer`` for a copy from GPU ``source`` into GPU ``target``: a peer *write*.
 
         torch runs a cross-device copy on the source device's current stream (ATen
@@ -241,7 +242,7 @@ def host_buffer(size: int, pinned: bool) -> Any:
     return buffer.fill_(0xA5)
 
 
-def _pinned(size: int) -> Any:  # gpu-only
+def _pinned(size: int) -> Any:  # pragma: no mutate block (gpu-only)
     import torch
 
     buffer = allocating("host", lambda: torch.empty(size, dtype=torch.uint8, pin_memory=True))

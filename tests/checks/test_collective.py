@@ -60,3 +60,12 @@ def test_each_ranks_time_is_averaged_over_the_ranks_not_maxed(monkeypatch) -> No
     assert collective._fleet_mean(1.0) == 3.0
     assert collective._fleet_max(1.0) == 6.0
     assert calls == [(1.0, "sum"), (1.0, "max")]
+
+
+def test_straggler_ratios_are_each_ranks_time_over_the_median_rank() -> None:
+    ratios = collective.straggler_ratios([0.010, 0.012, 0.030])
+    assert [(m.device, m.value) for m in ratios] == [("rank0", pytest.approx(10 / 12)), ("rank1", 1.0),
+                                                     ("rank2", pytest.approx(2.5))]
+    assert ratios[0].method == "all-reduce loop time per rank over the median (12 ms); slowest: rank 2 at 2.50x"
+    even = collective.straggler_ratios([2.0, 4.0, 1.0, 3.0])  # median 2.5: an even count interpolates
+    assert [m.value for m in even] == [0.8, 1.6, 0.4, 1.2] and "slowest: rank 1 at 1.60x" in even[0].method
