@@ -229,6 +229,8 @@ def _instance(name: str, node: Located, defaults: Mapping[str, Any], baseline: b
             _refuse_inside(name, option, parsed_options, body.get(option.name))
         if option.ignored_with and option.name in body:
             _refuse_ignored(name, option, check.OPTIONS, parsed_options, body)
+        if option.for_factory and option.name in body:
+            _refuse_without_factory(name, option, parsed_options, body)
     thresholds = tuple(
         _threshold(metrics[key], value, severity, name, baseline) for key, value in body.items() if key in metrics
     )
@@ -275,6 +277,18 @@ def _refuse_ignored(name: str, option: Option, declared: Iterable[Option], optio
             raise ConfigError(body[option.name].where, f"`{name}.{option.name}` has no effect while "
                               f"`{name}.{other}` is set ({body[other].where}): remove `{option.name}`, or remove "
                               f"`{other}` to use it")
+
+
+def _refuse_without_factory(name: str, option: Option, options: Mapping[str, Any],
+                            body: Mapping[str, Located]) -> None:
+    """An option for the job's code (``Option.for_factory``) given while no option names that code is an error."""
+    if not options[option.name] or any(":" in str(options[other]) for other in option.for_factory):
+        return
+    named = [f"`{name}.{other}`" for other in option.for_factory]
+    none = f"{named[0]} names" if len(named) == 1 else f"neither {', '.join(named[:-1])} nor {named[-1]} names"
+    raise ConfigError(body[option.name].where, f"`{name}.{option.name}` has no effect: {none} the job's code "
+                      f"(\"package.module:factory\"): remove `{option.name}`, or set `{option.for_factory[0]}` "
+                      f"to the job's factory")
 
 
 def coerce_option(option: Option, node: Located | None, label: str, base: str = ".") -> Any:

@@ -42,6 +42,9 @@ class Option(NamedTuple):
     # Options that make this one pointless: while one of them differs from its default, giving this one a
     # value other than its default is a config error (it would be silently ignored).
     ignored_with: tuple[str, ...] = ()
+    # Options of which one must name the job's code ("package.module:callable") for this one to have an
+    # effect (``dataset_args`` without ``dataset``): given otherwise, it is a config error. () for none.
+    for_factory: tuple[str, ...] = ()
     # (check, metric) that may supply the value from another instance of the same run: written
     # `measured` (the instance named after that check) or `{from: <instance>}`; the runner runs
     # that instance first and passes its judged figure (``runner.resolve``). () for none.

@@ -50,11 +50,12 @@ HELP = ("samples/s of a real torch DataLoader over the dataset files or the job'
 OPTIONS = (
     Option("dataset", "text", "", "the job's own Dataset: \"package.module:factory\", a callable returning a "
            "torch Dataset or IterableDataset (transforms included); empty: the files under path"),
-    Option("dataset_args", "mapping", {}, "keyword arguments passed to the dataset factory ({root: /data, size: 224})"),
+    Option("dataset_args", "mapping", {}, "keyword arguments passed to the dataset factory ({root: /data, size: 224})",
+           for_factory=("dataset",)),
     Option("collate_fn", "text", "", "the job's collate function, \"package.module:name\" (with dataset; "
-           "default: torch's default_collate)"),
+           "default: torch's default_collate)", for_factory=("dataset",)),
     Option("python_path", "paths", [], "directories put first on sys.path to import dataset and collate_fn "
-           "(relative to this file), e.g. [src]"),
+           "(relative to this file), e.g. [src]", for_factory=("dataset",)),
     Option("path", "path", ".", "dataset directory; every matching regular file under it (same filesystem, hidden "
            "entries skipped) is one sample, or with format: tar one shard", ignored_with=FILES_ONLY),
     Option("include", "text", "*", "comma-separated globs of files to read (\"*.jpg,*.png\", \"train/*\")",

@@ -36,9 +36,10 @@ OPTIONS = (
     Option("model", "text", "resnet50", "resnet18 | resnet50 (torchvision, extra `train-preflight[vision]`, random "
            "weights) | tiny (a built-in 3-conv CNN for smoke tests) | \"package.module:factory\" returning the "
            "job's torch.nn.Module"),
-    Option("model_args", "mapping", {}, "keyword arguments passed to the model factory ({depth: 50})"),
+    Option("model_args", "mapping", {}, "keyword arguments passed to the model factory ({depth: 50})",
+           for_factory=("model",)),
     Option("python_path", "paths", [], "directories put first on sys.path to import the model factory (relative "
-           "to this file), e.g. [src]"),
+           "to this file), e.g. [src]", for_factory=("model",)),
     Option("input_shape", "shape", [3, 224, 224], "shape of one sample, without the batch dimension (C, H, W)"),
     Option("batch_size", "int", 64, "samples per step, per device (compare published figures at their batch size)",
            minimum=1),

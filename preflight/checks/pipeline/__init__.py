@@ -50,8 +50,9 @@ _HELP = {
     "batch_size": "samples per batch: the DataLoader's batch is the training step's batch",
 }
 OPTIONS = (
-    *(option._replace(help=_HELP.get(option.name, option.help)) for option in dataloader.OPTIONS
-      if option.name not in LOADER_ONLY),
+    *(option._replace(help=_HELP.get(option.name, option.help),
+                      for_factory=("dataset", "model") if option.name == "python_path" else option.for_factory)
+      for option in dataloader.OPTIONS if option.name not in LOADER_ONLY),
     *(option for option in model.OPTIONS if option.name not in ("batch_size", "python_path")),
 )
 METRICS = (

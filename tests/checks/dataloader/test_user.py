@@ -226,3 +226,25 @@ def test_a_collate_fn_and_a_map_style_dataset_without_len_are_checked_at_validat
     completed = run_cli("validate", str(path))
     assert completed.returncode == 2
     assert "returned a map-style Dataset without __len__, which a DataLoader's sampler needs" in completed.stderr
+
+
+
+@pytest.mark.parametrize("check, body, message", [
+    ("dataloader", "collate_fn: \"jobpkg.data:collate\"",
+     "`dataloader.collate_fn` has no effect: `dataloader.dataset` names the job's code (\"package.module:factory\")"),
+    ("dataloader", "dataset_args: {root: /data}", "`dataloader.dataset_args` has no effect: `dataloader.dataset` names"),
+    ("dataloader", "python_path: [src]", "remove `python_path`, or set `dataset` to the job's factory"),
+    ("model", "model: resnet50\n    model_args: {depth: 50}", "`model.model_args` has no effect: `model.model` names"),
+    ("model", "model: tiny\n    python_path: [src]", "`model.python_path` has no effect"),
+    ("pipeline", "model: tiny\n    synthetic: true\n    python_path: [src]",
+     "`pipeline.python_path` has no effect: neither `pipeline.dataset` nor `pipeline.model` names the job's code"),
+])
+def test_an_option_for_the_jobs_code_without_that_code_is_a_config_error(tmp_path, check, body, message):
+    """Given without a "package.module:factory" to serve, these options would be silently ignored."""
+    (tmp_path / "src").mkdir()
+    path = tmp_path / "thresholds.yaml"
+    path.write_text(f"version: 1\nchecks:\n  {check}:\n    {body}\n")
+    completed = run_cli("validate", str(path))
+    assert completed.returncode == 2 and "Traceback" not in completed.stderr
+    assert message in completed.stderr and completed.stderr.count("\n") == 1
+    assert f"{path}:" in completed.stderr
