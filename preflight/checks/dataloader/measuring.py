@@ -66,9 +66,16 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source) -> list
                             "shards, and include at their names (\"*.tar\")")
         note = "; ".join(part for part in (note, problems) if part)
     what = ", decoded with Pillow" if decode == "image" else ""
+    if raw_rate:
+        hint = _decode_hint(raw_rate, taken.rate)
+    elif tar:  # the metric's own hint says to pack files into shards: these are shards already
+        hint = (f"the loader delivers {format_value(taken.rate, 'samples/s')} from {len(files)} tar shards: raise "  # type: ignore[arg-type]
+                f"num_workers if CPUs are idle (each worker streams whole shards, so keep at least as many shards "
+                f"as workers), else use a faster volume or a local NVMe cache")
+    else:
+        hint = ""
     throughput = Measurement("throughput", taken.rate, "samples/s", samples=taken.rates,
-                             method=method + taken.method + what, stopped=taken.stopped,
-                             hint=_decode_hint(raw_rate, taken.rate) if raw_rate else "")
+                             method=method + taken.method + what, stopped=taken.stopped, hint=hint)
     results.append(throughput)
     if files is not None:
         bytes_are = ", payload bytes of the samples' members (tar headers and padding not counted)" if tar else ""

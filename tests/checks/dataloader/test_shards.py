@@ -68,6 +68,8 @@ def test_the_measured_check_names_the_shards_and_its_bytes_per_sample_are_exact(
     throughput, bandwidth = measured["throughput"], measured["bandwidth"]
     assert throughput.value > 0 and throughput.note == ""
     assert f"over 100 tar shards (WebDataset) under {hundred_shards}" in throughput.method
+    # its fix, should it miss, is not "pack files into shards"
+    assert "from 100 tar shards: raise num_workers" in throughput.hint and "pack" not in throughput.hint
     assert "O_DIRECT" in throughput.method or "fadvise" in throughput.method
     # same windows: MB/s over samples/s is the payload per sample, 1,001 B (a count of batches, of shard
     # bytes or of headers would be off)
