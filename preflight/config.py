@@ -279,10 +279,17 @@ def _refuse_ignored(name: str, option: Option, declared: Iterable[Option], optio
                               f"`{other}` to use it")
 
 
+def names_code(value: Any) -> bool:
+    """Whether an option's value names the job's code rather than a built-in (``resnet50``) or nothing: a module
+    path has a ``.`` or a ``:``, a built-in name neither. A malformed path (``pkg.mod`` without ``:factory``) still
+    counts, so that its own error (from ``usercode``) is the one the user sees."""
+    return isinstance(value, str) and any(mark in value for mark in ".:")
+
+
 def _refuse_without_factory(name: str, option: Option, options: Mapping[str, Any],
                             body: Mapping[str, Located]) -> None:
     """An option for the job's code (``Option.for_factory``) given while no option names that code is an error."""
-    if not options[option.name] or any(":" in str(options[other]) for other in option.for_factory):
+    if not options[option.name] or any(names_code(options[other]) for other in option.for_factory):
         return
     named = [f"`{name}.{other}`" for other in option.for_factory]
     none = f"{named[0]} names" if len(named) == 1 else f"neither {', '.join(named[:-1])} nor {named[-1]} names"

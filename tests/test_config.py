@@ -230,6 +230,7 @@ def test_python_path_is_relative_to_the_config_file_and_dataset_args_stay_plain(
         version: 1
         checks:
           dataloader:
+            dataset: "jobdata:build"
             python_path: [src, "."]
             dataset_args: {root: /data, sizes: [224, 256], crop: {ratio: 0.875}}
     """)

@@ -115,8 +115,8 @@ def _instance(name: str, check: Any) -> dict[str, Any]:
     properties.update({option.name: _option(option) for option in check.OPTIONS})
     properties.update({metric.name: _threshold(metric) for metric in check.METRICS})
     found = {"type": "object", "description": check.HELP, "additionalProperties": False, "properties": properties}
-    ignored = _ignored(check.OPTIONS)
-    return {**found, "allOf": ignored} if ignored else found
+    rules = _ignored(check.OPTIONS) + _without_factory(check.OPTIONS)
+    return {**found, "allOf": rules} if rules else found
 
 
 def _ignored(options: Any) -> list[dict[str, Any]]:
@@ -129,6 +129,19 @@ def _ignored(options: Any) -> list[dict[str, Any]]:
             given = {"required": [other], "properties": {other: {"not": {"const": defaults[other]}}}}
             kept = {"properties": {option.name: {"anyOf": [{"const": defaults[option.name]}, ENV_REFERENCE]}}}
             rules.append({"if": given, "then": kept})
+    return rules
+
+
+def _without_factory(options: Any) -> list[dict[str, Any]]:
+    """``Option.for_factory`` as draft-07 if/then: given a non-empty value, this option needs one of its factory
+    options to name the job's code (``config.names_code``: a ``.`` or ``:``, or an environment reference)."""
+    rules = []
+    for option in options:
+        if option.for_factory:
+            given = {"required": [option.name], "properties": {option.name: {"not": {"const": option.default}}}}
+            code = {"anyOf": [{"type": "string", "pattern": "[.:]"}, ENV_REFERENCE]}
+            named = [{"required": [other], "properties": {other: code}} for other in option.for_factory]
+            rules.append({"if": given, "then": {"anyOf": named}})
     return rules
 
 

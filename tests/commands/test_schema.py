@@ -85,7 +85,10 @@ def test_cli_prints_the_schema_without_importing_torch():
 
 @pytest.mark.parametrize("text, accepted", [
     ('dataset: "pkg.mod:make"\n    dataset_args: {root: /data, size: 224}\n    python_path: [src]\n', True),
-    ("python_path: src\n", True),  # one directory, as --set gives it
+    ('dataset: "pkg.mod:make"\n    python_path: src\n', True),  # one directory, as --set gives it
+    ("python_path: src\n", False),  # no job's code to import: refused, not ignored
+    ("dataset_args: {root: /data}\n", False),
+    ("dataset_args: {}\n    collate_fn: \"\"\n", True),  # the defaults, written out
     ("dataset_args: [1, 2]\n", False),
     ("python_path: [1]\n", False),
     ('dataset: "pkg.mod:make"\n    path: /data\n', False),  # ignored with the job's dataset: refused
