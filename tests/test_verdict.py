@@ -192,3 +192,13 @@ def test_a_version_exactly_at_its_minimum_passes(value, verdict):
     threshold = Threshold("driver_version", "535.104", None, "fail", "t.yaml:2:3")
     [result] = judge(instance("cuda", [threshold]), Outcome((Measurement("driver_version", value, "version"),)))
     assert result.verdict == verdict
+
+
+def test_a_bound_made_relative_to_the_baseline_is_said_beside_an_absolute_one():
+    # `{min: 90% of baseline, max: 2 GB/s}` before its baseline is applied (a crashed check, a device the
+    # baseline lacks): the words must name both bounds, not drop the relative one.
+    mixed = Threshold("seq_read", None, 2000.0, "fail", "t.yaml:3:5", relative={"min": 0.9},
+                      baseline={"data.seq_read[nvme0]": 1000.0})
+    [crashed] = judge(instance(thresholds=[mixed]), Outcome(error="killed by SIGKILL"))
+    [missing] = judge(instance(thresholds=[mixed]), Outcome((Measurement("seq_read", 950.0, "MB/s", "nvme1"),)))
+    assert crashed.required == missing.required == "between 90% of baseline and 2 GB/s"
