@@ -2,7 +2,8 @@ import pytest
 
 from preflight.config import Instance, Threshold
 from preflight.measurement import Measurement, not_applicable, unmeasurable
-from preflight.verdict import Outcome, Result, exit_code, judge, judge_against_fleet
+from preflight.verdict import (Attempt, Outcome, Result, against_baseline, exit_code, judge, judge_against_fleet,
+                               near_miss, record_attempts, requirement)
 from tests.helpers import judged
 
 
@@ -202,3 +203,98 @@ def test_a_bound_made_relative_to_the_baseline_is_said_beside_an_absolute_one():
     [crashed] = judge(instance(thresholds=[mixed]), Outcome(error="killed by SIGKILL"))
     [missing] = judge(instance(thresholds=[mixed]), Outcome((Measurement("seq_read", 950.0, "MB/s", "nvme1"),)))
     assert crashed.required == missing.required == "between 90% of baseline and 2 GB/s"
+
+
+def full_measurement(value=400.0):
+    """A seq_read on one device with every field a result carries over set to a distinct value."""
+    return Measurement("seq_read", value, "MB/s", device="nvme0", samples=(380.0, 400.0, 420.0),
+                       method="O_DIRECT, 1 MiB blocks", reason="page cache dropped", warnings=("short run",),
+                       runs=(390.0, 400.0, 410.0), note="on scratch data: ./ holds 3 files")
+
+
+def test_a_judged_result_carries_every_field_of_its_measurement_and_threshold():
+    [failed] = judge(instance(thresholds=[seq_read(low=1000.0)]), Outcome((full_measurement(),), duration_s=2.5))
+    assert failed == Result(
+        "data", "storage", "seq_read", "fail",
+        "measured 400 MB/s, required >= 1 GB/s (page cache dropped); on scratch data: ./ holds 3 files",
+        device="nvme0", value=400.0, unit="MB/s", threshold={"min": 1000.0},
+        hint="/data reads at 400 MB/s: use a faster volume class or a local NVMe cache",
+        samples=(380.0, 400.0, 420.0), duration_s=2.5, method="O_DIRECT, 1 MiB blocks", where="t.yaml:3:5",
+        required=">= 1 GB/s", warnings=("short run",), runs=(390.0, 400.0, 410.0),
+        note="on scratch data: ./ holds 3 files")
+
+
+def test_a_pass_has_no_hint():
+    [passed] = judge(instance(thresholds=[seq_read(low=300.0)]), Outcome((full_measurement(),)))
+    assert (passed.verdict, passed.hint) == ("pass", "")
+    assert passed.message == ("measured 400 MB/s, required >= 300 MB/s (page cache dropped); "
+                              "on scratch data: ./ holds 3 files")
+
+
+def test_a_miss_on_a_metric_without_a_static_hint_has_none():
+    # rand_read_p99 declares no hint: nothing is made up
+    threshold = Threshold("rand_read_p99", None, 5.0, "fail", "t.yaml:4:5")
+    [result] = judge(instance(thresholds=[threshold]), Outcome((Measurement("rand_read_p99", 7.5, "ms"),)))
+    assert (result.verdict, result.message, result.hint) == ("fail", "measured 7.5 ms, required <= 5 ms", "")
+
+
+def test_decimal_fractions_compare_as_numbers_not_as_version_parts():
+    # as version parts 0.3 would be (0, 3) < (0, 25); as numbers 0.3 ms is over 0.25 ms
+    threshold = Threshold("rand_read_p99", None, 0.25, "fail", "t.yaml:4:5")
+    [result] = judge(instance(thresholds=[threshold]), Outcome((Measurement("rand_read_p99", 0.3, "ms"),)))
+    assert result.verdict == "fail"
+
+
+def test_a_metric_the_check_never_reported_says_so_and_what_was_required():
+    [result] = judge(instance(thresholds=[seq_read(low=1.0)]), Outcome(()))
+    assert result.message == "could not measure: the check reported no value for this metric; required >= 1 MB/s"
+
+
+def test_an_info_result_carries_every_field_of_its_measurement():
+    [info] = judge(instance(), Outcome((full_measurement(),), duration_s=2.5))
+    assert info == Result(
+        "data", "storage", "seq_read", "info", "measured 400 MB/s (no threshold); on scratch data: ./ holds 3 files",
+        device="nvme0", value=400.0, unit="MB/s", samples=(380.0, 400.0, 420.0), duration_s=2.5,
+        method="O_DIRECT, 1 MiB blocks", warnings=("short run",), runs=(390.0, 400.0, 410.0),
+        note="on scratch data: ./ holds 3 files")
+    [plain] = judge(instance(), Outcome((Measurement("seq_read", 2080.44, "MB/s"),)))
+    assert plain.message == "measured 2.08 GB/s (no threshold)"
+
+
+def test_a_crashed_check_without_thresholds_is_one_error_located_at_the_instance():
+    results = judge(instance(), Outcome(error="timed out after 120s", duration_s=120.0))
+    assert results == [Result("data", "storage", "", "error", "storage check did not finish: timed out after 120s",
+                              duration_s=120.0, where="t.yaml:1:1")]
+
+
+def test_a_crashed_check_is_an_error_per_threshold_with_its_bound_unit_and_place():
+    p99 = Threshold("rand_read_p99", None, 5.0, "warn", "t.yaml:4:5")
+    results = judge(instance(thresholds=[seq_read(low=1000.0), p99]), Outcome(error="killed by SIGSEGV",
+                                                                                duration_s=7.0))
+    message = "storage check did not finish: killed by SIGSEGV"
+    assert results == [
+        Result("data", "storage", "seq_read", "error", message, unit="MB/s", duration_s=7.0,
+               threshold={"min": 1000.0}, where="t.yaml:3:5", required=">= 1 GB/s"),
+        Result("data", "storage", "rand_read_p99", "error", message, unit="ms", duration_s=7.0,
+               threshold={"max": 5.0}, where="t.yaml:4:5", required="<= 5 ms"),
+    ]
+
+
+def test_a_cache_bound_pass_says_why_and_names_the_mount_to_leave():
+    m = Measurement("seq_read", 9000.0, "MB/s", cache_bound=True, reason="tmpfs is RAM")
+    [result] = judge(instance(thresholds=[seq_read(low=1000.0)]), Outcome((m,)))
+    assert result.message == ("measured 9 GB/s, required >= 1 GB/s (tmpfs is RAM); "
+                              "cache-bound: not a device figure, so it cannot pass")
+    assert result.hint == "measure a path on the real dataset volume, not /data"
+
+
+def test_a_cache_bound_pass_without_a_path_option_names_this_mount():
+    no_path = Instance("data", "storage", {}, (seq_read(low=1000.0),), 60, 1, True, "t.yaml:1:1")
+    [result] = judge(no_path, Outcome((Measurement("seq_read", 9000.0, "MB/s", cache_bound=True),)))
+    assert result.hint == "measure a path on the real dataset volume, not this mount"
+
+
+def test_a_cache_bound_pass_keeps_the_measurements_own_hint():
+    m = Measurement("seq_read", 9000.0, "MB/s", cache_bound=True, hint="drop caches as root first")
+    [result] = judge(instance(thresholds=[seq_read(low=1000.0)]), Outcome((m,)))
+    assert (result.verdict, result.hint) == ("warn", "drop caches as root first")
