@@ -298,3 +298,56 @@ def test_a_cache_bound_pass_keeps_the_measurements_own_hint():
     m = Measurement("seq_read", 9000.0, "MB/s", cache_bound=True, hint="drop caches as root first")
     [result] = judge(instance(thresholds=[seq_read(low=1000.0)]), Outcome((m,)))
     assert (result.verdict, result.hint) == ("warn", "drop caches as root first")
+
+
+def relative(fractions, baseline, low=None, high=None):
+    """A seq_read threshold with ``N% of baseline`` bounds (``fractions``) and the saved ``baseline`` values."""
+    return Threshold("seq_read", low, high, "fail", "t.yaml:3:5", relative=fractions, baseline=baseline)
+
+
+@pytest.mark.parametrize("threshold, words", [
+    (relative({"min": 0.9}, {}), ">= 90% of baseline"),
+    (relative({"max": 1.5}, {}), "<= 150% of baseline"),
+    (relative({"min": 0.9, "max": 1.5}, {}), "between 90% of baseline and 150% of baseline"),
+    (relative({"max": 1.5}, {}, low=100.0), "between 100 MB/s and 150% of baseline"),
+    (relative({"min": 0.9}, {}, low=900.0), ">= 900 MB/s"),  # made absolute by against_baseline
+])
+def test_a_relative_bound_is_said_as_its_percentage_of_the_baseline(threshold, words):
+    assert requirement(threshold, "MB/s") == words
+
+
+def test_against_baseline_scales_the_fraction_by_this_results_baseline_value():
+    threshold = relative({"min": 0.9, "max": 1.5}, {"data.seq_read[nvme0]": 200.0, "data.seq_read[nvme1]": 400.0})
+    absolute = against_baseline(threshold, "data.seq_read[nvme1]")
+    assert (absolute.min, absolute.max) == (360.0, 600.0)
+    assert against_baseline(threshold, "data.seq_read[nvme2]") is None  # not in the baseline
+    plain = seq_read(low=1.0)
+    assert against_baseline(plain, "data.seq_read") is plain
+
+
+def test_a_baseline_bound_is_judged_against_this_results_own_baseline_value():
+    threshold = relative({"min": 0.9}, {"data.seq_read": 1000.0, "data.seq_read[nvme0]": 5000.0})
+    [result] = judge(instance(thresholds=[threshold]), Outcome((Measurement("seq_read", 950.0, "MB/s"),)))
+    assert (result.verdict, result.threshold) == ("pass", {"min": 900.0})
+    assert result.message == "measured 950 MB/s, required >= 900 MB/s (90% of baseline 1 GB/s)"
+    assert result.required == ">= 900 MB/s (90% of baseline 1 GB/s)"
+
+
+def test_a_per_device_baseline_bound_names_both_fractions_and_the_devices_baseline():
+    threshold = relative({"min": 0.9, "max": 1.5}, {"data.seq_read": 5000.0, "data.seq_read[nvme0]": 1000.0})
+    [result] = judge(instance(thresholds=[threshold]),
+                     Outcome((Measurement("seq_read", 1600.0, "MB/s", device="nvme0"),)))
+    assert (result.verdict, result.threshold) == ("fail", {"min": 900.0, "max": 1500.0})
+    assert result.message == ("measured 1.6 GB/s, required between 900 MB/s and 1.5 GB/s "
+                              "(90% and 150% of baseline 1 GB/s)")
+
+
+def test_a_device_the_baseline_lacks_is_an_error_that_keeps_what_was_measured():
+    threshold = relative({"min": 0.9}, {"data.seq_read[nvme0]": 1000.0})
+    m = Measurement("seq_read", device="nvme1", samples=(940.0, 950.0, 960.0), unit="MB/s", method="O_DIRECT")
+    [result] = judge(instance(thresholds=[threshold]), Outcome((m,), duration_s=2.5))
+    assert result == Result(
+        "data", "storage", "seq_read", "error",
+        "the baseline has no value for data.seq_read[nvme1]: save a baseline on a run that measured it",
+        device="nvme1", value=950.0, unit="MB/s", samples=(940.0, 950.0, 960.0), duration_s=2.5, method="O_DIRECT",
+        where="t.yaml:3:5", required=">= 90% of baseline")
