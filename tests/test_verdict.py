@@ -351,3 +351,83 @@ def test_a_device_the_baseline_lacks_is_an_error_that_keeps_what_was_measured():
         "the baseline has no value for data.seq_read[nvme1]: save a baseline on a run that measured it",
         device="nvme1", value=950.0, unit="MB/s", samples=(940.0, 950.0, 960.0), duration_s=2.5, method="O_DIRECT",
         where="t.yaml:3:5", required=">= 90% of baseline")
+
+
+def missed(value, verdict="fail", metric="seq_read", **bounds):
+    """A judged seq_read with ``value`` against ``bounds`` (min=, max=, match=)."""
+    return Result("data", "storage", metric, verdict, "m", value=value, unit="MB/s", threshold=bounds)
+
+
+@pytest.mark.parametrize("value, bounds, near", [
+    (90.0, {"min": 100.0}, True),
+    (75.0, {"min": 100.0}, True),  # exactly the margin below min: still retried
+    (74.9, {"min": 100.0}, False),
+    (110.0, {"max": 100.0}, True),
+    (125.0, {"max": 100.0}, True),  # exactly the margin above max
+    (125.1, {"max": 100.0}, False),
+    (150.0, {"max": 100.0}, False),
+    (90.0, {"min": 100.0, "max": 200.0}, True),
+    (240.0, {"min": 100.0, "max": 200.0}, True),
+    (260.0, {"min": 100.0, "max": 200.0}, False),
+])
+def test_a_miss_is_near_within_the_margin_of_the_bound_it_missed(value, bounds, near):
+    # margin 0.25: min 100 re-measures down to 75, max 100 up to 125 (binary-exact, so the bound is the bound)
+    assert near_miss([missed(value, **bounds)], 0.25) is near
+
+
+def test_the_docstring_example_95_is_retried_against_min_100_and_80_is_not():
+    assert near_miss([missed(95.0, min=100.0)], 0.1) is True
+    assert near_miss([missed(80.0, min=100.0)], 0.1) is False
+
+
+def test_a_warn_miss_is_retried_like_a_fail():
+    assert near_miss([missed(90.0, "warn", min=100.0)], 0.25) is True
+
+
+def test_nothing_missed_is_never_a_near_miss():
+    assert near_miss([], 0.25) is False
+    assert near_miss([missed(150.0, "pass", min=100.0)], 0.25) is False
+
+
+def test_passes_beside_a_near_miss_do_not_stop_the_retry():
+    assert near_miss([missed(500.0, "pass", min=100.0), missed(90.0, metric="seq_write", min=100.0)], 0.25) is True
+
+
+def test_one_clear_miss_among_near_ones_is_not_retried():
+    assert near_miss([missed(90.0, min=100.0), missed(10.0, metric="seq_write", min=100.0)], 0.25) is False
+
+
+@pytest.mark.parametrize("result", [
+    missed(None, min=100.0),  # could not measure: not noise
+    missed("NVIDIA A100", match="H100"),  # a text is right or wrong
+    missed(100.0, "warn", min=100.0),  # cache-bound at its min: met the bound, nothing to re-measure
+    missed(100.0, "warn", max=100.0),  # cache-bound at its max
+    Result("data", "storage", "seq_read", "error", "storage check did not finish: timed out", value=None),
+])
+def test_an_unmeasured_text_cache_bound_or_crashed_result_is_never_a_near_miss(result):
+    assert near_miss([result], 0.25) is False
+
+
+def test_earlier_attempts_are_attached_to_the_same_result_oldest_first():
+    final = [Result("data", "storage", "seq_read", "pass", "measured 1.2 GB/s, required >= 1 GB/s", device="nvme0",
+                    value=1200.0, unit="MB/s"),
+             Result("data", "storage", "seq_write", "pass", "measured 2 GB/s, required >= 1 GB/s", value=2000.0,
+                    unit="MB/s")]
+    earlier = [[Result("data", "storage", "seq_read", "fail", "x", device="nvme0", value=950.0, unit="MB/s",
+                       samples=(940.0, 950.0, 960.0))],
+               [Result("data", "storage", "seq_read", "warn", "y", device="nvme0", value=990.0, unit="MB/s")]]
+    read, write = record_attempts(final, earlier)
+    assert read.attempts == (Attempt(950.0, "fail", (940.0, 950.0, 960.0)), Attempt(990.0, "warn", ()))
+    assert read.message == ("measured 1.2 GB/s, required >= 1 GB/s; after 2 retries: "
+                            "earlier 950 MB/s (fail), 990 MB/s (warn)")
+    assert read.value == 1200.0 and read.verdict == "pass"
+    assert write == final[1]  # never retried: unchanged
+
+
+def test_one_earlier_attempt_is_one_retry():
+    final = [Result("data", "storage", "seq_read", "fail", "measured 800 MB/s, required >= 1 GB/s", value=800.0,
+                    unit="MB/s")]
+    earlier = [[Result("data", "storage", "seq_read", "fail", "x", value=1500.0, unit="MB/s")]]
+    [read] = record_attempts(final, earlier)
+    assert read.message == "measured 800 MB/s, required >= 1 GB/s; after 1 retry: earlier 1.5 GB/s (fail)"
+    assert read.attempts == (Attempt(1500.0, "fail", ()),)
