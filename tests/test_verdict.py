@@ -431,3 +431,52 @@ def test_one_earlier_attempt_is_one_retry():
     [read] = record_attempts(final, earlier)
     assert read.message == "measured 800 MB/s, required >= 1 GB/s; after 1 retry: earlier 1.5 GB/s (fail)"
     assert read.attempts == (Attempt(1500.0, "fail", ()),)
+
+
+STRAGGLER_HINT = ("this node is the straggler: drain it from the job and check its storage "
+                  "(compare `preflight run --only storage` with a healthy node)")
+
+
+def test_a_straggler_below_the_fleet_ratio_is_flagged_with_the_numbers_and_the_fix():
+    result = Result("storage", "storage", "seq_read", "pass", "m", device="nvme0", value=100.0, unit="MB/s",
+                    duration_s=3.0)
+    judged = judge_against_fleet(result, median=400.0, nodes=3, ratio=0.5, severity="warn")
+    assert judged == Result(
+        "storage", "storage", "seq_read.vs_fleet_median", "warn",
+        "seq_read 100 MB/s is 0.25x the fleet median 400 MB/s over 3 nodes, required >= 0.5x the fleet median: "
+        "flagged as a straggler",
+        device="nvme0", value=0.25, threshold={"min": 0.5}, hint=STRAGGLER_HINT, duration_s=0.0,
+        required=">= 0.5x the fleet median")
+
+
+def test_a_node_exactly_at_the_fleet_ratio_passes():
+    result = Result("storage", "storage", "seq_read", "pass", "m", value=2000.0, unit="MB/s")
+    judged = judge_against_fleet(result, median=4000.0, nodes=8, ratio=0.5, severity="fail")
+    assert (judged.verdict, judged.hint) == ("pass", "")
+    assert judged.message == ("seq_read 2 GB/s is 0.50x the fleet median 4 GB/s over 8 nodes, "
+                              "required >= 0.5x the fleet median")
+
+
+def test_a_lower_is_better_node_exactly_at_the_inverse_ratio_passes():
+    result = Result("storage", "storage", "rand_read_p99", "pass", "m", device="nvme0", value=2.0, unit="ms")
+    judged = judge_against_fleet(result, median=1.0, nodes=4, ratio=0.5, severity="fail")
+    assert judged == Result(
+        "storage", "storage", "rand_read_p99.vs_fleet_median", "pass",
+        "rand_read_p99 2 ms is 2.00x the fleet median 1 ms over 4 nodes, required <= 2x the fleet median",
+        device="nvme0", value=2.0, threshold={"max": 2.0}, required="<= 2x the fleet median")
+
+
+def test_a_lower_is_better_straggler_says_at_most_and_is_flagged():
+    result = Result("storage", "storage", "rand_read_p99", "pass", "m", value=2.5, unit="ms")
+    judged = judge_against_fleet(result, median=1.0, nodes=4, ratio=0.5, severity="fail")
+    assert judged.message == ("rand_read_p99 2.5 ms is 2.50x the fleet median 1 ms over 4 nodes, "
+                              "required <= 2x the fleet median: flagged as a straggler")
+    assert judged.hint == STRAGGLER_HINT
+
+
+def test_only_a_performance_metric_with_a_positive_median_is_compared_and_the_error_says_so():
+    result = Result("storage", "storage", "free_space", "info", "m", device="nvme0", value=8.0)
+    with pytest.raises(ValueError) as error:
+        judge_against_fleet(result, median=8.0, nodes=2, ratio=0.5, severity="fail")
+    assert str(error.value) == ("storage.free_space[nvme0] cannot be compared with a fleet median of 8.0: "
+                                "only a performance metric with a median above 0 can")
