@@ -145,13 +145,14 @@ def exit_code(results: Sequence[Result]) -> int:
 
 
 def requirement(threshold: Threshold, unit: str) -> str:
-    """The threshold in words: ``>= 1 GB/s``, ``<= 85 C``, ``between 1 and 2 GiB``, ``matches /H100/``,
-    ``>= 90% of baseline``."""
+    """The threshold in words: ``>= 1 GB/s``, ``<= 85 C``, ``between 1 GiB and 2 GiB``, ``matches /H100/``,
+    ``>= 90% of baseline``, ``between 90% of baseline and 2 GB/s``."""
     if threshold.match is not None:
         return f"matches /{threshold.match}/"
-    if threshold.relative and threshold.min is None and threshold.max is None:
+    if threshold.relative:  # a bound not yet made absolute (``against_baseline``) is said as a fraction
         words = {key: f"{fraction:.0%} of baseline" for key, fraction in threshold.relative.items()}
-        threshold = threshold._replace(min=words.get("min"), max=words.get("max"))
+        threshold = threshold._replace(min=words.get("min") if threshold.min is None else threshold.min,
+                                       max=words.get("max") if threshold.max is None else threshold.max)
     low, high = (format_value(b, unit) if isinstance(b, float) else b for b in (threshold.min, threshold.max))
     if threshold.min is not None and threshold.max is not None:
         return f"between {low} and {high}"

@@ -2,7 +2,8 @@ import pytest
 
 from preflight.config import Instance, Threshold
 from preflight.measurement import Measurement, not_applicable, unmeasurable
-from preflight.verdict import Outcome, Result, exit_code, judge, judge_against_fleet
+from preflight.verdict import (Attempt, Outcome, Result, against_baseline, exit_code, judge, judge_against_fleet,
+                               near_miss, record_attempts, requirement)
 from tests.helpers import judged
 
 
@@ -192,3 +193,290 @@ def test_a_version_exactly_at_its_minimum_passes(value, verdict):
     threshold = Threshold("driver_version", "535.104", None, "fail", "t.yaml:2:3")
     [result] = judge(instance("cuda", [threshold]), Outcome((Measurement("driver_version", value, "version"),)))
     assert result.verdict == verdict
+
+
+def test_a_bound_made_relative_to_the_baseline_is_said_beside_an_absolute_one():
+    # `{min: 90% of baseline, max: 2 GB/s}` before its baseline is applied (a crashed check, a device the
+    # baseline lacks): the words must name both bounds, not drop the relative one.
+    mixed = Threshold("seq_read", None, 2000.0, "fail", "t.yaml:3:5", relative={"min": 0.9},
+                      baseline={"data.seq_read[nvme0]": 1000.0})
+    [crashed] = judge(instance(thresholds=[mixed]), Outcome(error="killed by SIGKILL"))
+    [missing] = judge(instance(thresholds=[mixed]), Outcome((Measurement("seq_read", 950.0, "MB/s", "nvme1"),)))
+    assert crashed.required == missing.required == "between 90% of baseline and 2 GB/s"
+
+
+def full_measurement(value=400.0):
+    """A seq_read on one device with every field a result carries over set to a distinct value."""
+    return Measurement("seq_read", value, "MB/s", device="nvme0", samples=(380.0, 400.0, 420.0),
+                       method="O_DIRECT, 1 MiB blocks", reason="page cache dropped", warnings=("short run",),
+                       runs=(390.0, 400.0, 410.0), note="on scratch data: ./ holds 3 files")
+
+
+def test_a_judged_result_carries_every_field_of_its_measurement_and_threshold():
+    [failed] = judge(instance(thresholds=[seq_read(low=1000.0)]), Outcome((full_measurement(),), duration_s=2.5))
+    assert failed == Result(
+        "data", "storage", "seq_read", "fail",
+        "measured 400 MB/s, required >= 1 GB/s (page cache dropped); on scratch data: ./ holds 3 files",
+        device="nvme0", value=400.0, unit="MB/s", threshold={"min": 1000.0},
+        hint="/data reads at 400 MB/s: use a faster volume class or a local NVMe cache",
+        samples=(380.0, 400.0, 420.0), duration_s=2.5, method="O_DIRECT, 1 MiB blocks", where="t.yaml:3:5",
+        required=">= 1 GB/s", warnings=("short run",), runs=(390.0, 400.0, 410.0),
+        note="on scratch data: ./ holds 3 files")
+
+
+def test_a_pass_has_no_hint():
+    [passed] = judge(instance(thresholds=[seq_read(low=300.0)]), Outcome((full_measurement(),)))
+    assert (passed.verdict, passed.hint) == ("pass", "")
+    assert passed.message == ("measured 400 MB/s, required >= 300 MB/s (page cache dropped); "
+                              "on scratch data: ./ holds 3 files")
+
+
+def test_a_miss_on_a_metric_without_a_static_hint_has_none():
+    # rand_read_p99 declares no hint: nothing is made up
+    threshold = Threshold("rand_read_p99", None, 5.0, "fail", "t.yaml:4:5")
+    [result] = judge(instance(thresholds=[threshold]), Outcome((Measurement("rand_read_p99", 7.5, "ms"),)))
+    assert (result.verdict, result.message, result.hint) == ("fail", "measured 7.5 ms, required <= 5 ms", "")
+
+
+def test_decimal_fractions_compare_as_numbers_not_as_version_parts():
+    # as version parts 0.3 would be (0, 3) < (0, 25); as numbers 0.3 ms is over 0.25 ms
+    threshold = Threshold("rand_read_p99", None, 0.25, "fail", "t.yaml:4:5")
+    [result] = judge(instance(thresholds=[threshold]), Outcome((Measurement("rand_read_p99", 0.3, "ms"),)))
+    assert result.verdict == "fail"
+
+
+def test_a_metric_the_check_never_reported_says_so_and_what_was_required():
+    [result] = judge(instance(thresholds=[seq_read(low=1.0)]), Outcome(()))
+    assert result.message == "could not measure: the check reported no value for this metric; required >= 1 MB/s"
+
+
+def test_an_info_result_carries_every_field_of_its_measurement():
+    [info] = judge(instance(), Outcome((full_measurement(),), duration_s=2.5))
+    assert info == Result(
+        "data", "storage", "seq_read", "info", "measured 400 MB/s (no threshold); on scratch data: ./ holds 3 files",
+        device="nvme0", value=400.0, unit="MB/s", samples=(380.0, 400.0, 420.0), duration_s=2.5,
+        method="O_DIRECT, 1 MiB blocks", warnings=("short run",), runs=(390.0, 400.0, 410.0),
+        note="on scratch data: ./ holds 3 files")
+    [plain] = judge(instance(), Outcome((Measurement("seq_read", 2080.44, "MB/s"),)))
+    assert plain.message == "measured 2.08 GB/s (no threshold)"
+
+
+def test_a_crashed_check_without_thresholds_is_one_error_located_at_the_instance():
+    results = judge(instance(), Outcome(error="timed out after 120s", duration_s=120.0))
+    assert results == [Result("data", "storage", "", "error", "storage check did not finish: timed out after 120s",
+                              duration_s=120.0, where="t.yaml:1:1")]
+
+
+def test_a_crashed_check_is_an_error_per_threshold_with_its_bound_unit_and_place():
+    p99 = Threshold("rand_read_p99", None, 5.0, "warn", "t.yaml:4:5")
+    results = judge(instance(thresholds=[seq_read(low=1000.0), p99]), Outcome(error="killed by SIGSEGV",
+                                                                                duration_s=7.0))
+    message = "storage check did not finish: killed by SIGSEGV"
+    assert results == [
+        Result("data", "storage", "seq_read", "error", message, unit="MB/s", duration_s=7.0,
+               threshold={"min": 1000.0}, where="t.yaml:3:5", required=">= 1 GB/s"),
+        Result("data", "storage", "rand_read_p99", "error", message, unit="ms", duration_s=7.0,
+               threshold={"max": 5.0}, where="t.yaml:4:5", required="<= 5 ms"),
+    ]
+
+
+def test_a_cache_bound_pass_says_why_and_names_the_mount_to_leave():
+    m = Measurement("seq_read", 9000.0, "MB/s", cache_bound=True, reason="tmpfs is RAM")
+    [result] = judge(instance(thresholds=[seq_read(low=1000.0)]), Outcome((m,)))
+    assert result.message == ("measured 9 GB/s, required >= 1 GB/s (tmpfs is RAM); "
+                              "cache-bound: not a device figure, so it cannot pass")
+    assert result.hint == "measure a path on the real dataset volume, not /data"
+
+
+def test_a_cache_bound_pass_without_a_path_option_names_this_mount():
+    no_path = Instance("data", "storage", {}, (seq_read(low=1000.0),), 60, 1, True, "t.yaml:1:1")
+    [result] = judge(no_path, Outcome((Measurement("seq_read", 9000.0, "MB/s", cache_bound=True),)))
+    assert result.hint == "measure a path on the real dataset volume, not this mount"
+
+
+def test_a_cache_bound_pass_keeps_the_measurements_own_hint():
+    m = Measurement("seq_read", 9000.0, "MB/s", cache_bound=True, hint="drop caches as root first")
+    [result] = judge(instance(thresholds=[seq_read(low=1000.0)]), Outcome((m,)))
+    assert (result.verdict, result.hint) == ("warn", "drop caches as root first")
+
+
+def relative(fractions, baseline, low=None, high=None):
+    """A seq_read threshold with ``N% of baseline`` bounds (``fractions``) and the saved ``baseline`` values."""
+    return Threshold("seq_read", low, high, "fail", "t.yaml:3:5", relative=fractions, baseline=baseline)
+
+
+@pytest.mark.parametrize("threshold, words", [
+    (relative({"min": 0.9}, {}), ">= 90% of baseline"),
+    (relative({"max": 1.5}, {}), "<= 150% of baseline"),
+    (relative({"min": 0.9, "max": 1.5}, {}), "between 90% of baseline and 150% of baseline"),
+    (relative({"max": 1.5}, {}, low=100.0), "between 100 MB/s and 150% of baseline"),
+    (relative({"min": 0.9}, {}, low=900.0), ">= 900 MB/s"),  # made absolute by against_baseline
+])
+def test_a_relative_bound_is_said_as_its_percentage_of_the_baseline(threshold, words):
+    assert requirement(threshold, "MB/s") == words
+
+
+def test_against_baseline_scales_the_fraction_by_this_results_baseline_value():
+    threshold = relative({"min": 0.9, "max": 1.5}, {"data.seq_read[nvme0]": 200.0, "data.seq_read[nvme1]": 400.0})
+    absolute = against_baseline(threshold, "data.seq_read[nvme1]")
+    assert (absolute.min, absolute.max) == (360.0, 600.0)
+    assert against_baseline(threshold, "data.seq_read[nvme2]") is None  # not in the baseline
+    plain = seq_read(low=1.0)
+    assert against_baseline(plain, "data.seq_read") is plain
+
+
+def test_a_baseline_bound_is_judged_against_this_results_own_baseline_value():
+    threshold = relative({"min": 0.9}, {"data.seq_read": 1000.0, "data.seq_read[nvme0]": 5000.0})
+    [result] = judge(instance(thresholds=[threshold]), Outcome((Measurement("seq_read", 950.0, "MB/s"),)))
+    assert (result.verdict, result.threshold) == ("pass", {"min": 900.0})
+    assert result.message == "measured 950 MB/s, required >= 900 MB/s (90% of baseline 1 GB/s)"
+    assert result.required == ">= 900 MB/s (90% of baseline 1 GB/s)"
+
+
+def test_a_per_device_baseline_bound_names_both_fractions_and_the_devices_baseline():
+    threshold = relative({"min": 0.9, "max": 1.5}, {"data.seq_read": 5000.0, "data.seq_read[nvme0]": 1000.0})
+    [result] = judge(instance(thresholds=[threshold]),
+                     Outcome((Measurement("seq_read", 1600.0, "MB/s", device="nvme0"),)))
+    assert (result.verdict, result.threshold) == ("fail", {"min": 900.0, "max": 1500.0})
+    assert result.message == ("measured 1.6 GB/s, required between 900 MB/s and 1.5 GB/s "
+                              "(90% and 150% of baseline 1 GB/s)")
+
+
+def test_a_device_the_baseline_lacks_is_an_error_that_keeps_what_was_measured():
+    threshold = relative({"min": 0.9}, {"data.seq_read[nvme0]": 1000.0})
+    m = Measurement("seq_read", device="nvme1", samples=(940.0, 950.0, 960.0), unit="MB/s", method="O_DIRECT")
+    [result] = judge(instance(thresholds=[threshold]), Outcome((m,), duration_s=2.5))
+    assert result == Result(
+        "data", "storage", "seq_read", "error",
+        "the baseline has no value for data.seq_read[nvme1]: save a baseline on a run that measured it",
+        device="nvme1", value=950.0, unit="MB/s", samples=(940.0, 950.0, 960.0), duration_s=2.5, method="O_DIRECT",
+        where="t.yaml:3:5", required=">= 90% of baseline")
+
+
+def missed(value, verdict="fail", metric="seq_read", **bounds):
+    """A judged seq_read with ``value`` against ``bounds`` (min=, max=, match=)."""
+    return Result("data", "storage", metric, verdict, "m", value=value, unit="MB/s", threshold=bounds)
+
+
+@pytest.mark.parametrize("value, bounds, near", [
+    (90.0, {"min": 100.0}, True),
+    (75.0, {"min": 100.0}, True),  # exactly the margin below min: still retried
+    (74.9, {"min": 100.0}, False),
+    (110.0, {"max": 100.0}, True),
+    (125.0, {"max": 100.0}, True),  # exactly the margin above max
+    (125.1, {"max": 100.0}, False),
+    (150.0, {"max": 100.0}, False),
+    (90.0, {"min": 100.0, "max": 200.0}, True),
+    (240.0, {"min": 100.0, "max": 200.0}, True),
+    (260.0, {"min": 100.0, "max": 200.0}, False),
+])
+def test_a_miss_is_near_within_the_margin_of_the_bound_it_missed(value, bounds, near):
+    # margin 0.25: min 100 re-measures down to 75, max 100 up to 125 (binary-exact, so the bound is the bound)
+    assert near_miss([missed(value, **bounds)], 0.25) is near
+
+
+def test_the_docstring_example_95_is_retried_against_min_100_and_80_is_not():
+    assert near_miss([missed(95.0, min=100.0)], 0.1) is True
+    assert near_miss([missed(80.0, min=100.0)], 0.1) is False
+
+
+def test_a_warn_miss_is_retried_like_a_fail():
+    assert near_miss([missed(90.0, "warn", min=100.0)], 0.25) is True
+
+
+def test_nothing_missed_is_never_a_near_miss():
+    assert near_miss([], 0.25) is False
+    assert near_miss([missed(150.0, "pass", min=100.0)], 0.25) is False
+
+
+def test_passes_beside_a_near_miss_do_not_stop_the_retry():
+    assert near_miss([missed(500.0, "pass", min=100.0), missed(90.0, metric="seq_write", min=100.0)], 0.25) is True
+
+
+def test_one_clear_miss_among_near_ones_is_not_retried():
+    assert near_miss([missed(90.0, min=100.0), missed(10.0, metric="seq_write", min=100.0)], 0.25) is False
+
+
+@pytest.mark.parametrize("result", [
+    missed(None, min=100.0),  # could not measure: not noise
+    missed("NVIDIA A100", match="H100"),  # a text is right or wrong
+    missed(100.0, "warn", min=100.0),  # cache-bound at its min: met the bound, nothing to re-measure
+    missed(100.0, "warn", max=100.0),  # cache-bound at its max
+    Result("data", "storage", "seq_read", "error", "storage check did not finish: timed out", value=None),
+])
+def test_an_unmeasured_text_cache_bound_or_crashed_result_is_never_a_near_miss(result):
+    assert near_miss([result], 0.25) is False
+
+
+def test_earlier_attempts_are_attached_to_the_same_result_oldest_first():
+    final = [Result("data", "storage", "seq_read", "pass", "measured 1.2 GB/s, required >= 1 GB/s", device="nvme0",
+                    value=1200.0, unit="MB/s"),
+             Result("data", "storage", "seq_write", "pass", "measured 2 GB/s, required >= 1 GB/s", value=2000.0,
+                    unit="MB/s")]
+    earlier = [[Result("data", "storage", "seq_read", "fail", "x", device="nvme0", value=950.0, unit="MB/s",
+                       samples=(940.0, 950.0, 960.0))],
+               [Result("data", "storage", "seq_read", "warn", "y", device="nvme0", value=990.0, unit="MB/s")]]
+    read, write = record_attempts(final, earlier)
+    assert read.attempts == (Attempt(950.0, "fail", (940.0, 950.0, 960.0)), Attempt(990.0, "warn", ()))
+    assert read.message == ("measured 1.2 GB/s, required >= 1 GB/s; after 2 retries: "
+                            "earlier 950 MB/s (fail), 990 MB/s (warn)")
+    assert read.value == 1200.0 and read.verdict == "pass"
+    assert write == final[1]  # never retried: unchanged
+
+
+def test_one_earlier_attempt_is_one_retry():
+    final = [Result("data", "storage", "seq_read", "fail", "measured 800 MB/s, required >= 1 GB/s", value=800.0,
+                    unit="MB/s")]
+    earlier = [[Result("data", "storage", "seq_read", "fail", "x", value=1500.0, unit="MB/s")]]
+    [read] = record_attempts(final, earlier)
+    assert read.message == "measured 800 MB/s, required >= 1 GB/s; after 1 retry: earlier 1.5 GB/s (fail)"
+    assert read.attempts == (Attempt(1500.0, "fail", ()),)
+
+
+STRAGGLER_HINT = ("this node is the straggler: drain it from the job and check its storage "
+                  "(compare `preflight run --only storage` with a healthy node)")
+
+
+def test_a_straggler_below_the_fleet_ratio_is_flagged_with_the_numbers_and_the_fix():
+    result = Result("storage", "storage", "seq_read", "pass", "m", device="nvme0", value=100.0, unit="MB/s",
+                    duration_s=3.0)
+    judged = judge_against_fleet(result, median=400.0, nodes=3, ratio=0.5, severity="warn")
+    assert judged == Result(
+        "storage", "storage", "seq_read.vs_fleet_median", "warn",
+        "seq_read 100 MB/s is 0.25x the fleet median 400 MB/s over 3 nodes, required >= 0.5x the fleet median: "
+        "flagged as a straggler",
+        device="nvme0", value=0.25, threshold={"min": 0.5}, hint=STRAGGLER_HINT, duration_s=0.0,
+        required=">= 0.5x the fleet median")
+
+
+def test_a_node_exactly_at_the_fleet_ratio_passes():
+    result = Result("storage", "storage", "seq_read", "pass", "m", value=2000.0, unit="MB/s")
+    judged = judge_against_fleet(result, median=4000.0, nodes=8, ratio=0.5, severity="fail")
+    assert (judged.verdict, judged.hint) == ("pass", "")
+    assert judged.message == ("seq_read 2 GB/s is 0.50x the fleet median 4 GB/s over 8 nodes, "
+                              "required >= 0.5x the fleet median")
+
+
+def test_a_lower_is_better_node_exactly_at_the_inverse_ratio_passes():
+    result = Result("storage", "storage", "rand_read_p99", "pass", "m", device="nvme0", value=2.0, unit="ms")
+    judged = judge_against_fleet(result, median=1.0, nodes=4, ratio=0.5, severity="fail")
+    assert judged == Result(
+        "storage", "storage", "rand_read_p99.vs_fleet_median", "pass",
+        "rand_read_p99 2 ms is 2.00x the fleet median 1 ms over 4 nodes, required <= 2x the fleet median",
+        device="nvme0", value=2.0, threshold={"max": 2.0}, required="<= 2x the fleet median")
+
+
+def test_a_lower_is_better_straggler_says_at_most_and_is_flagged():
+    result = Result("storage", "storage", "rand_read_p99", "pass", "m", value=2.5, unit="ms")
+    judged = judge_against_fleet(result, median=1.0, nodes=4, ratio=0.5, severity="fail")
+    assert judged.message == ("rand_read_p99 2.5 ms is 2.50x the fleet median 1 ms over 4 nodes, "
+                              "required <= 2x the fleet median: flagged as a straggler")
+    assert judged.hint == STRAGGLER_HINT
+
+
+def test_only_a_performance_metric_with_a_positive_median_is_compared_and_the_error_says_so():
+    result = Result("storage", "storage", "free_space", "info", "m", device="nvme0", value=8.0)
+    with pytest.raises(ValueError) as error:
+        judge_against_fleet(result, median=8.0, nodes=2, ratio=0.5, severity="fail")
+    assert str(error.value) == ("storage.free_space[nvme0] cannot be compared with a fleet median of 8.0: "
+                                "only a performance metric with a median above 0 can")
