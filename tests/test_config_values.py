@@ -7,6 +7,7 @@ Locations are counted by hand in the texts below; the messages are what a user r
 from __future__ import annotations
 
 import hashlib
+import json
 
 import pytest
 
@@ -307,3 +308,29 @@ def test_a_path_list_from_the_command_line_is_relative_to_the_working_directory(
         config.load(str(path), ["dataloader.python_path="], environ={})
     assert str(raised.value) == ("--set dataloader.python_path=: `dataloader.python_path`: expected a list of "
                                  "directories, like [src], found ''")
+
+
+def baseline_file(tmp_path, seq_read_mb_s):
+    path = tmp_path / "base.json"
+    path.write_text(json.dumps({"schema": 1, "kind": "preflight-baseline", "values": {
+        "storage.seq_read": {"value": seq_read_mb_s, "unit": "MB/s"}, "shm.size": {"value": 1, "unit": "GiB"}}}))
+    return str(path)
+
+
+def test_a_baseline_bound_keeps_its_fraction_and_an_absolute_one_its_value(tmp_path):
+    text = "version: 1\nchecks:\n  storage: {seq_read: {min: 90% of baseline, max: 3 GB/s}}\n"
+    (threshold,) = config.load(str(write_config(tmp_path, text)), environ={},
+                               baseline=baseline_file(tmp_path, 2000)).instances[0].thresholds
+    assert (threshold.min, threshold.max, threshold.relative, threshold.baseline) == (
+        None, 3000.0, {"min": 0.9}, {"storage.seq_read": 2000.0})
+    text = "version: 1\nchecks:\n  storage: {seq_read: {min: 90% of baseline, max: 90% of baseline}}\n"
+    (threshold,) = config.load(str(write_config(tmp_path, text)), environ={},
+                               baseline=baseline_file(tmp_path, 2000)).instances[0].thresholds
+    assert (threshold.min, threshold.max, threshold.relative) == (None, None, {"min": 0.9, "max": 0.9})
+
+
+def test_an_absolute_threshold_never_reads_the_baseline(tmp_path):
+    text = "version: 1\nchecks:\n  storage: {seq_read: {min: 1 GB/s}}\n"
+    (threshold,) = config.load(str(write_config(tmp_path, text)), environ={},
+                               baseline=str(tmp_path / "missing.json")).instances[0].thresholds
+    assert (threshold.min, threshold.relative, threshold.baseline) == (1000.0, {}, {})
