@@ -48,6 +48,9 @@ def test_key_location_is_the_key_when_known_else_the_value():
     ("a: b: c\n", "f.yaml:1:5: invalid YAML: mapping values are not allowed in this context"),
     ("a: b\nab\x07c\n", "f.yaml:2:3: invalid YAML: character 7 is not allowed in YAML: remove it (is this a text "
                         "file?)"),
+    # a line break at character 0 is counted too
+    ("\nab\x07c\n", "f.yaml:2:3: invalid YAML: character 7 is not allowed in YAML: remove it (is this a text file?)"),
+    ("a: 1\n---\nb: 2\n", "f.yaml:2:1: invalid YAML: but found another document"),
     ("", "f.yaml:1:1: the file is empty: it needs `version: 1` and a `checks:` mapping"),
     ("# only a comment\n", "f.yaml:1:1: the file is empty: it needs `version: 1` and a `checks:` mapping"),
     ("a: !!float ''\n", "f.yaml:1:4: invalid float value '': quote it if it is text"),
@@ -108,6 +111,7 @@ def test_flow_nesting_deeper_than_max_depth_is_refused_at_the_bracket_that_cross
     message = "nested deeper than 50 levels: a thresholds file needs three or four"
     assert error_of("a: " + "[" * 51 + "]" * 51) == f"f.yaml:1:54: {message}"  # the 51st "[" is character 53
     assert error_of("a: " + "{b: " * 51 + "1" + "}" * 51) == f"f.yaml:1:204: {message}"  # 3 + 50 * 4 before it
+    assert error_of("\n" + "[" * 51 + "]" * 51) == f"f.yaml:2:51: {message}"  # a line break at character 0 counts
 
 
 def test_closing_brackets_lower_the_flow_depth_but_never_below_zero():
