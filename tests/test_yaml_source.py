@@ -106,6 +106,12 @@ def test_block_nesting_to_max_depth_loads_and_one_level_more_is_refused():
     assert error_of(nested_mappings(51)) == "f.yaml:51:51: the document is too large or nested too deeply (an alias bomb?)"
 
 
+def test_block_sequences_count_their_depth_too():
+    assert load("- " * 50 + "x\n").where == "f.yaml:1:1"  # x inside 50 lists is at depth 50
+    # x inside 51 lists is at depth 51, after 51 "- "
+    assert error_of("- " * 51 + "x\n") == "f.yaml:1:103: the document is too large or nested too deeply (an alias bomb?)"
+
+
 def test_flow_nesting_deeper_than_max_depth_is_refused_at_the_bracket_that_crosses_it():
     assert load("a: " + "[" * 50 + "]" * 50).value["a"].where == "f.yaml:1:4"
     message = "nested deeper than 50 levels: a thresholds file needs three or four"
