@@ -334,3 +334,7 @@ def test_an_absolute_threshold_never_reads_the_baseline(tmp_path):
     (threshold,) = config.load(str(write_config(tmp_path, text)), environ={},
                                baseline=str(tmp_path / "missing.json")).instances[0].thresholds
     assert (threshold.min, threshold.relative, threshold.baseline) == (1000.0, {}, {})
+
+
+def test_an_empty_scratch_dir_means_the_default_and_is_never_called_inside(tmp_path):
+    assert instance(tmp_path, "{scratch_dir: ''}", "storage").options["scratch_dir"] == ""  # "" would resolve to "."
