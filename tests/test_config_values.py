@@ -338,3 +338,42 @@ def test_an_absolute_threshold_never_reads_the_baseline(tmp_path):
 
 def test_an_empty_scratch_dir_means_the_default_and_is_never_called_inside(tmp_path):
     assert instance(tmp_path, "{scratch_dir: ''}", "storage").options["scratch_dir"] == ""  # "" would resolve to "."
+
+
+def test_the_config_keeps_its_path_and_a_path_with_colons_is_named_whole(tmp_path):
+    directory = tmp_path / "a:1:2"
+    directory.mkdir()
+    path = write_config(directory, "version: 1\nchecks:\n  dataloader: {samples_per_gpu: measured}\n")
+    with pytest.raises(ConfigError) as raised:
+        config.load(str(path), environ={})
+    assert f"but {path} has no instance named `model`" in str(raised.value)
+    assert load(tmp_path, "version: 1\nchecks: {shm: {}}\n").path == str(tmp_path / "thresholds.yaml")
+
+
+def test_a_baseline_key_is_relative_to_the_config_file(tmp_path, monkeypatch):
+    (tmp_path / "job").mkdir()
+    baseline_file(tmp_path / "job", 1500)
+    path = write_config(tmp_path / "job", "version: 1\nbaseline: base.json\nchecks:\n"
+                                          "  storage: {seq_read: {min: 50% of baseline}}\n")
+    monkeypatch.chdir(tmp_path)
+    (threshold,) = config.load(str(path), environ={}).instances[0].thresholds
+    assert threshold.baseline == {"storage.seq_read": 1500.0}
+
+
+def test_a_sub_second_timeout_and_an_option_at_its_maximum_are_taken(tmp_path):
+    shm = instance(tmp_path, "{timeout: 500ms, duration: 100ms}")
+    assert (shm.timeout_s, shm.duration_s) == (0.5, 0.1)
+    assert instance(tmp_path, "{allocate: 100 %}", "cuda").options["allocate"] == 100.0
+
+
+@pytest.mark.parametrize("body, message", [
+    ('name: {match: "H100", max: 1}', "F:4:11: `name`: give either `match` or `min`/`max`, not both"),
+    ("ecc_mode: {match: yes}", 'F:4:23: `ecc_mode.match`: YAML reads yes as a boolean: quote it ("yes")'),
+])
+def test_match_mistakes_are_one_exact_located_line(tmp_path, body, message):
+    assert message_of(tmp_path, f"version: 1\nchecks:\n  cuda:\n    {body}\n") == message
+
+
+def test_a_version_bound_keeps_its_digits_and_loses_stray_quotes(tmp_path):
+    (threshold,) = instance(tmp_path, "{driver_version: {min: 535.10, max: \"'550.540'\"}}", "cuda").thresholds
+    assert (threshold.min, threshold.max) == ("535.10", "550.540")  # not float 535.1
