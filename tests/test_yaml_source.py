@@ -48,7 +48,9 @@ def test_key_location_is_the_key_when_known_else_the_value():
     ("a: b: c\n", "f.yaml:1:5: invalid YAML: mapping values are not allowed in this context"),
     ("a: b\nab\x07c\n", "f.yaml:2:3: invalid YAML: character 7 is not allowed in YAML: remove it (is this a text "
                         "file?)"),
-    # a line break at character 0 is counted too
+    # a line break at character 0 is counted too, and only those before the character
+    ("a: 1\nb: 2\nab\x07c\n\n\n\n", "f.yaml:3:3: invalid YAML: character 7 is not allowed in YAML: remove it (is this "
+                                  "a text file?)"),
     ("\nab\x07c\n", "f.yaml:2:3: invalid YAML: character 7 is not allowed in YAML: remove it (is this a text file?)"),
     ("a: 1\n---\nb: 2\n", "f.yaml:2:1: invalid YAML: but found another document"),
     ("", "f.yaml:1:1: the file is empty: it needs `version: 1` and a `checks:` mapping"),
@@ -118,6 +120,14 @@ def test_flow_nesting_deeper_than_max_depth_is_refused_at_the_bracket_that_cross
     assert error_of("a: " + "[" * 51 + "]" * 51) == f"f.yaml:1:54: {message}"  # the 51st "[" is character 53
     assert error_of("a: " + "{b: " * 51 + "1" + "}" * 51) == f"f.yaml:1:204: {message}"  # 3 + 50 * 4 before it
     assert error_of("\n" + "[" * 51 + "]" * 51) == f"f.yaml:2:51: {message}"  # a line break at character 0 counts
+    # only the line breaks before the bracket count
+    assert error_of("a: 1\nb: 2\nc: " + "[" * 51 + "]" * 51 + "\nd: 1\n\n\n") == f"f.yaml:3:54: {message}"
+
+
+def test_only_brackets_count_as_nesting():
+    assert load("a: " + "X" * 60).value["a"].value == "X" * 60
+    assert error_of("a: " + "[X" * 51) == ("f.yaml:1:104: nested deeper than 50 levels: a thresholds file needs three "
+                                          "or four")  # 3 + 50 * 2 characters before the 51st "["
 
 
 def test_closing_brackets_lower_the_flow_depth_but_never_below_zero():
@@ -197,6 +207,7 @@ def test_an_override_creates_the_mappings_it_goes_through():
     ("storage.path=[1, 2]", "--set storage.path=[1, 2]: the value must be a single scalar; set nested keys one at "
                             "a time"),
     ("storage.path.x=1", "--set storage.path.x=1: cannot set `x`: f.yaml:4:11 is not a mapping"),
+    ("storage.path.x.y=1", "--set storage.path.x.y=1: cannot set `x.y`: f.yaml:4:11 is not a mapping"),
     ("version.x=1", "--set version.x=1: cannot set `x`: f.yaml:1:10 is not a mapping"),
     ("storage.path=${X}", "--set storage.path=${X}: environment variable X is not set: export it or write "
                           "${X:-default}"),
