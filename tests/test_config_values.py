@@ -230,6 +230,9 @@ def test_a_shape_is_a_list_or_the_text_that_set_and_the_environment_give(tmp_pat
     ("{seq_read: {min: 2 GB/s, max: 1999 MB/s}}", "F:3:23: `seq_read`: min is above max"),
     ("{seq_read: {min: 90% of baseline, max: 80% of baseline}}", "F:3:23: `seq_read`: min is above max"),
     ("{seq_read: {min: 1 GB/s, severity: x}}", "F:3:47: severity must be `fail` or `warn`, found 'x'"),
+    ("{seq_read: {min: 90% of baseline}}", "F:3:23: `storage.seq_read` is relative to a baseline, but none is given: "
+                                           "pass --baseline FILE or add `baseline: FILE` at the top level (save one "
+                                           "with `preflight run --save-baseline FILE`)"),
     ("{seq_read: {min: -1 GB/s}}", "F:3:29: `seq_read`: must not be negative, found '-1 GB/s'"),
 ])
 def test_threshold_mistakes_are_one_exact_located_line(tmp_path, body, message):
@@ -372,6 +375,11 @@ def test_a_sub_second_timeout_and_an_option_at_its_maximum_are_taken(tmp_path):
 ])
 def test_match_mistakes_are_one_exact_located_line(tmp_path, body, message):
     assert message_of(tmp_path, f"version: 1\nchecks:\n  cuda:\n    {body}\n") == message
+
+
+def test_a_malformed_version_is_shown_whole(tmp_path):
+    assert message_of(tmp_path, "version: 1\nchecks:\n  cuda: {driver_version: {min: X535}}\n") == (
+        "F:3:32: `driver_version`: expected a version like \"535.104\", found 'X535'")
 
 
 def test_a_version_bound_keeps_its_digits_and_loses_stray_quotes(tmp_path):

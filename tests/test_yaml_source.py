@@ -132,6 +132,9 @@ def test_only_brackets_count_as_nesting():
 
 def test_closing_brackets_lower_the_flow_depth_but_never_below_zero():
     assert len(load("a: [" + "[], " * 60 + "]").value["a"].value) == 60  # 61 "[" but never 3 open at once
+    # each "]" closes one level: 27 open, 1 closed, 25 more open is 51
+    assert error_of("a: " + "[" * 27 + "]" + "[" * 25) == (
+        "f.yaml:1:56: nested deeper than 50 levels: a thresholds file needs three or four")
     # stray closers in a string do not buy extra depth: still refused at the 51st "["
     assert error_of('a: "]]"\nb: ' + "[" * 51 + "]" * 51) == (
         "f.yaml:2:54: nested deeper than 50 levels: a thresholds file needs three or four")
