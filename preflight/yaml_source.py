@@ -191,7 +191,7 @@ def _set(node: Located, keys: list[str], leaf: Located, where: str) -> Located:
         children[head] = _set(child, rest, leaf, where)
     else:
         children[head] = leaf._replace(key_where=where)
-    return Located(children, node.where, node.raw)
+    return node._replace(value=children)  # keeps where its key was written, for errors about the key
 
 
 def _where(path: str, mark: yaml.Mark) -> str:

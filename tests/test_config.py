@@ -262,3 +262,12 @@ def test_an_unknown_key_under_defaults_is_located_with_a_suggestion(tmp_path):
     assert str(error.value).endswith("thresholds.yaml:2:26: unknown key `timout`: did you mean `timeout`?")
     with pytest.raises(ConfigError, match=r"thresholds.yaml:2:12: unknown key `path`$"):
         load(tmp_path, "version: 1\ndefaults: {path: /data}\nchecks:\n  shm: {}\n")
+
+
+def test_an_override_does_not_move_an_unknown_check_error_off_its_name(tmp_path):
+    message = ("thresholds.yaml:3:3: unknown check `storge`: did you mean `storage`? Or add `check: <name>` to make "
+               "`storge` an instance of a known check")
+    for overrides in ([], ["storge.path=/b"]):
+        with pytest.raises(ConfigError) as error:
+            load(tmp_path, "version: 1\nchecks:\n  storge: {path: /a}\n", overrides)
+        assert str(error.value).endswith(message)

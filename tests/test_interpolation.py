@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from preflight.interpolation import MAX_NESTING, InterpolationError, expand, parse
+from preflight.interpolation import MAX_NESTING, InterpolationError, Reference, expand, parse
 
 STATES = {"set": {"X": "value"}, "empty": {"X": ""}, "unset": {}}
 
@@ -124,3 +124,38 @@ def test_deep_nesting_is_refused_without_recursing_far():
 def test_a_long_string_is_read_in_linear_time():
     text = "$$x ${A:-y} " * 20_000
     assert expand(text, {}) == "$x y " * 20_000
+
+
+def test_parse_gives_literals_and_references_and_no_empty_literal():
+    assert parse("a$X${Y}") == ("a", Reference(1, "X", None, ()), Reference(3, "Y", None, ()))
+    assert parse("${A:-d}") == (Reference(0, "A", ":-", ("d",)),)
+
+
+@pytest.mark.parametrize("text, message", [
+    # the excerpt runs from the reference's "$" to its first "}", not from the text's start or to a later "}"
+    ("a ${X/b}c}", "`${X/b}`: `/` is not an interpolation operator: use one of ${VAR}, ${VAR:-default}, "
+                   "${VAR-default}, ${VAR:?error}, ${VAR?error}, ${VAR:+replacement}, ${VAR+replacement}, or $$ "
+                   "for a literal $"),
+    # 40 characters are shown whole; 41 become the first 37 and "..."
+    ("${" + "A" * 36 + "/}", "`${" + "A" * 36 + "/}`: `/` is not an interpolation operator"),
+    ("${" + "A" * 37 + "/}", "`${" + "A" * 35 + "...`: `/` is not an interpolation operator"),
+])
+def test_a_message_quotes_the_reference_up_to_forty_characters(text, message):
+    with pytest.raises(InterpolationError) as error:
+        expand(text, {})
+    assert error.value.message.startswith(message)
+
+
+@pytest.mark.parametrize("text", ["${X:?}", "${X?  }"])
+def test_a_required_variable_without_a_message_says_to_export_it(text):
+    with pytest.raises(InterpolationError) as error:
+        expand(text, {})
+    assert error.value.message == "environment variable X is not set: export it with a value"
+
+
+def test_too_deep_nesting_is_located_at_the_reference_that_crosses_the_bound():
+    deep = "${A:-" * (MAX_NESTING + 1) + "x" + "}" * (MAX_NESTING + 1)
+    with pytest.raises(InterpolationError) as error:
+        expand(deep, {})
+    assert error.value.position == 5 * MAX_NESTING  # the 17th "${A:-" starts after 16 of 5 characters
+    assert error.value.message == "references nested more than 16 deep: a default needs one or two"
