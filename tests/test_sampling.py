@@ -95,3 +95,19 @@ def test_sampling_stops_when_the_next_sample_would_overrun_not_when_it_would_jus
     taken = sample(clock.measure, budget_s=4.0, clock=clock)
     assert taken.stopped == "time budget 4s spent after 7 samples (spread 100.0%)"
     assert len(taken.values) == 7 and clock.now == 4.0
+
+
+def test_at_most_fifty_samples_by_default():
+    clock = Scripted(0.001, [100.0, 50.0] * 40)
+    taken = sample(clock.measure, budget_s=60.0, warmup=0, clock=clock)
+    assert len(taken.values) == 50 and taken.stopped.startswith("max 50 samples taken")
+
+
+def test_time_is_measured_from_the_start_not_from_the_clocks_zero():
+    # a monotonic clock's zero is arbitrary: the same two runs as above, on a clock that reads 1000 s at the start
+    steady = Scripted(0.25, [100.0] * 50)
+    steady.now = 1000.0
+    assert sample(steady.measure, budget_s=4.0, clock=steady).stopped == "spread 0.0% <= 5% after 7 samples"
+    noisy = Scripted(0.5, [100.0, 50.0] * 20)
+    noisy.now = 1000.0
+    assert sample(noisy.measure, budget_s=4.0, clock=noisy).stopped == "time budget 4s spent after 7 samples (spread 100.0%)"
