@@ -112,3 +112,35 @@ def test_combine_refuses_nothing_and_mixed_metrics_or_devices():
         combine([Measurement("a", 1.0), Measurement("b", 1.0)])
     with pytest.raises(ValueError):
         combine([Measurement("a", 1.0, device="cuda:0"), Measurement("a", 1.0, device="cuda:1")])
+
+
+def test_two_samples_have_interpolated_quartiles_and_a_spread():
+    # inclusive quartiles of 1 and 3 lie a quarter and three quarters of the way: 1.5 and 2.5, around median 2
+    assert Stats.of((3.0, 1.0)) == Stats(2, 2.0, 1.5, 2.5, 1.0, 3.0, 0.5)
+
+
+def test_a_spread_exactly_at_the_noise_limit_is_not_flagged():
+    at_limit = Measurement("m", samples=(90.0, 100.0, 110.0))  # spread (105 - 95) / 100: exactly 0.10
+    assert at_limit.stats is not None and at_limit.stats.spread == NOISY_SPREAD
+    assert at_limit.warnings == ()
+
+
+def test_runs_exactly_at_the_noise_limit_are_not_flagged_and_noisy_runs_keep_other_warnings():
+    at_limit = combine([Measurement("m", v, "MB/s") for v in (90.0, 100.0, 110.0)])
+    assert at_limit.warnings == () and at_limit.reason == ""
+    noisy = combine([Measurement("seq_read", v, "MB/s", warnings=("shared disk",)) for v in (80.0, 100.0, 120.0)])
+    assert noisy.metric == "seq_read"
+    assert noisy.warnings == ("shared disk", "noisy: interquartile range of the 3 runs is 20% of their median")
+
+
+def test_combine_of_nothing_says_what_it_needs():
+    with pytest.raises(ValueError) as error:
+        combine([])
+    assert str(error.value) == "combine() needs at least one measurement"
+
+
+def test_unmeasured_and_not_applicable_records_keep_their_unit_and_default_to_none():
+    assert unmeasurable("seq_read", "no data", "MB/s").unit == "MB/s"
+    assert not_applicable("ecc_errors", "no ECC", "count").unit == "count"
+    for record in (unmeasurable("m", "r"), not_applicable("m", "r")):
+        assert (record.value, record.unit, record.device, record.reason) == (None, "", None, "r")

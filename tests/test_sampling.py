@@ -39,3 +39,75 @@ def test_the_budget_still_ends_a_noisy_target():
     taken = sample(noisy, budget_s=4.0, clock=clock)
     assert taken.stopped.startswith("time budget 4s spent")
     assert clock.now <= 4.0 + 0.5
+
+
+class Scripted(FakeClock):
+    """A FakeClock whose samples come from a list, each taking `step` seconds; counts the calls."""
+
+    def __init__(self, step, values):
+        super().__init__(step)
+        self.values, self.calls = iter(values), 0
+
+    def measure(self):
+        self.now += self.step
+        self.calls += 1
+        return next(self.values)
+
+
+def test_warm_up_results_are_discarded_and_each_warm_up_call_is_made():
+    clock = Scripted(0.25, [1.0, 2.0, 100.0, 100.0, 100.0])
+    taken = sample(clock.measure, budget_s=4.0, warmup=2, min_time_s=0, clock=clock)
+    assert taken.values == (100.0, 100.0, 100.0) and clock.calls == 5
+
+
+def test_the_default_minimum_time_is_half_the_budget_reached_exactly():
+    # step 1/4 s (exact in binary); after 1 warm-up sample k ends at (k + 1) / 4 s: 2.0 s at k = 7
+    clock = Scripted(0.25, [100.0] * 50)
+    taken = sample(clock.measure, budget_s=4.0, clock=clock)
+    assert taken == (tuple([100.0] * 7), "spread 0.0% <= 5% after 7 samples")
+    assert clock.now == 2.0
+
+
+def test_a_spread_exactly_at_the_target_stops_after_the_minimum_samples():
+    clock = Scripted(0.25, [90.0, 110.0, 100.0, 100.0])  # quartiles 95 and 105 around median 100: exactly 10%
+    taken = sample(clock.measure, budget_s=60.0, warmup=0, target_spread=0.10, min_time_s=0, clock=clock)
+    assert taken == ((90.0, 110.0, 100.0), "spread 10.0% <= 10% after 3 samples")
+
+
+def test_no_spread_test_before_the_minimum_sample_count():
+    clock = Scripted(0.25, [100.0] * 10)
+    taken = sample(clock.measure, budget_s=60.0, warmup=0, min_samples=5, min_time_s=0, clock=clock)
+    assert taken.stopped == "spread 0.0% <= 5% after 5 samples"
+
+
+def test_max_samples_ends_a_noisy_target_with_its_spread():
+    clock = Scripted(0.25, [100.0, 50.0] * 10)  # sorted 50 50 100 100: quartiles 50 and 100, median 75
+    taken = sample(clock.measure, budget_s=60.0, warmup=0, max_samples=4, clock=clock)
+    assert taken == ((100.0, 50.0, 100.0, 50.0), "max 4 samples taken (spread 66.7%)")
+
+
+def test_sampling_stops_when_the_next_sample_would_overrun_not_when_it_would_just_fit():
+    # step 1/2 s; after the warm-up sample k ends at (k + 1) / 2 s; sample 7 ends at 4.0 s, so an 8th
+    # would end at 4.5 s > 4 s: stop at 7 (the 7th, which ends exactly at the budget, is still taken).
+    # The warm-up takes the first 100, so the samples are four 50s and three 100s: median 50,
+    # inclusive quartiles 50 and 100, spread 100%
+    clock = Scripted(0.5, [100.0, 50.0] * 20)
+    taken = sample(clock.measure, budget_s=4.0, clock=clock)
+    assert taken.stopped == "time budget 4s spent after 7 samples (spread 100.0%)"
+    assert len(taken.values) == 7 and clock.now == 4.0
+
+
+def test_at_most_fifty_samples_by_default():
+    clock = Scripted(0.001, [100.0, 50.0] * 40)
+    taken = sample(clock.measure, budget_s=60.0, warmup=0, clock=clock)
+    assert len(taken.values) == 50 and taken.stopped.startswith("max 50 samples taken")
+
+
+def test_time_is_measured_from_the_start_not_from_the_clocks_zero():
+    # a monotonic clock's zero is arbitrary: the same two runs as above, on a clock that reads 1000 s at the start
+    steady = Scripted(0.25, [100.0] * 50)
+    steady.now = 1000.0
+    assert sample(steady.measure, budget_s=4.0, clock=steady).stopped == "spread 0.0% <= 5% after 7 samples"
+    noisy = Scripted(0.5, [100.0, 50.0] * 20)
+    noisy.now = 1000.0
+    assert sample(noisy.measure, budget_s=4.0, clock=noisy).stopped == "time budget 4s spent after 7 samples (spread 100.0%)"

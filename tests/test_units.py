@@ -2,7 +2,8 @@ import math
 
 import pytest
 
-from preflight.units import UNITS, Dimension, UnitError, convert, format_value, parse_quantity, readable, with_article
+from preflight.units import (UNITS, Dimension, UnitError, convert, format_value, parse_quantity, readable, to_unit,
+                             with_article)
 
 
 PARSED = [
@@ -140,3 +141,76 @@ def test_readable_stays_in_the_family_and_leaves_other_units_alone():
 )
 def test_the_article_follows_the_sound_of_the_next_word(phrase, expected):
     assert with_article(phrase) == expected
+
+
+@pytest.mark.parametrize(
+    "dimension, message",
+    [(Dimension.SIZE, "expected a size like `8 GiB`, found 'fast'"),
+     (Dimension.BANDWIDTH, "expected a bandwidth like `1.5 GB/s`, found 'fast'"),
+     (Dimension.IOPS, "expected an IOPS like `20000 IOPS`, found 'fast'"),
+     (Dimension.SAMPLE_RATE, "expected a sample rate like `1000 samples/s`, found 'fast'"),
+     (Dimension.FILE_RATE, "expected a file rate like `500 files/s`, found 'fast'"),
+     (Dimension.DURATION, "expected a duration like `30s`, found 'fast'"),
+     (Dimension.PERCENT, "expected a percentage like `90 %`, found 'fast'"),
+     (Dimension.COUNT, "expected a count like `1`, found 'fast'"),
+     (Dimension.TEMPERATURE, "expected a temperature like `85 C`, found 'fast'"),
+     (Dimension.POWER, "expected a power like `300 W`, found 'fast'")],
+)
+def test_a_value_that_is_no_quantity_gets_the_example_of_its_dimension(dimension, message):
+    with pytest.raises(UnitError) as error:
+        parse_quantity("fast", dimension)
+    assert str(error.value) == message
+
+
+@pytest.mark.parametrize(
+    "text, dimension, message",
+    [(float("inf"), Dimension.COUNT, "inf is not a finite number"),
+     ("1e999 GB/s", Dimension.BANDWIDTH, "'1e999 GB/s' is not a finite number"),
+     (10**400, Dimension.COUNT, "1" + "0" * 39 + " is too large to be a count"),  # the repr cut at 40 characters
+     ("3 furlongs", Dimension.SIZE, "unknown unit 'furlongs' in '3 furlongs': write it like `8 GiB`"),
+     ("3 GBps", Dimension.BANDWIDTH, "unknown unit 'GBps' in '3 GBps': write GB/s"),
+     ("8 GiB", Dimension.DURATION, "'8 GiB' is a size, but a duration is expected here (like `30s`)")],
+)
+def test_the_one_line_errors_a_user_reads_are_whole(text, dimension, message):
+    with pytest.raises(UnitError) as error:
+        parse_quantity(text, dimension)
+    assert str(error.value) == message
+
+
+def test_converting_across_dimensions_names_both_units():
+    with pytest.raises(UnitError) as error:
+        convert(1, "GiB", "GB/s")
+    assert str(error.value) == "cannot convert GiB to GB/s"
+
+
+def test_to_unit_expresses_a_base_value_in_the_unit():
+    assert to_unit(2e9, "GB/s") == 2.0 and to_unit(3 * 2**20, "MiB") == 3.0 and to_unit(0.25, "ms") == 250.0
+
+
+def test_format_value_without_a_unit_is_the_bare_number():
+    assert format_value(5.0) == "5" and format_value(1234.4) == "1234" and format_value(0.5) == "0.5"
+
+
+def test_readable_moves_down_to_bytes_from_the_first_prefix():
+    assert readable(0.5, "KiB") == (512.0, "B") and readable(0.5, "kB/s") == (500.0, "B/s")
+    assert format_value(0.25, "kB") == "250 B"
+
+
+@pytest.mark.parametrize(
+    "phrase, expected",
+    [("`8 GiB` copy", "an `8 GiB` copy"), ("(unit)", "a (unit)"), ('"hour" field', 'an "hour" field'),
+     ("Xeon CPU", "a Xeon CPU"),  # a leading X is stripped only as quoting, never as a letter
+     ("11,000 files", "an 11,000 files"), ("110,000 files", "a 110,000 files"), ("18,000,000 B", "an 18,000,000 B"),
+     ("X-ray", "an X-ray"), ("U-boat", "a U-boat"),  # one capital before a hyphen: a letter's name
+     ("% change", "a % change"), ("Linux host", "a Linux host"), ("Samsung drive", "a Samsung drive"),
+     ("MinIO bucket", "a MinIO bucket"), ("S3fs mount", "an S3fs mount"), ("", "a ")],
+)
+def test_the_article_reads_quoting_commas_hyphens_and_capitals_as_a_person_does(phrase, expected):
+    assert with_article(phrase) == expected
+
+
+def test_leading_zeros_of_a_number_are_not_read():
+    from preflight.units import _number_starts_with_vowel
+
+    assert _number_starts_with_vowel("008") and _number_starts_with_vowel("0011")
+    assert not _number_starts_with_vowel("000") and not _number_starts_with_vowel("")

@@ -114,3 +114,62 @@ def test_a_pools_rate_is_the_mean_of_its_windows_and_one_pool_takes_five():
     assert shares == [5] and pools.method == ""
     pooled(lambda: BatchPuller([]), take, Budget(3.0, 60.0), 2)
     assert shares[-1] == 3  # ceil(5 / 2)
+
+
+def test_windows_by_default_are_an_eighth_of_the_duration_and_at_least_five_at_a_3_percent_target():
+    clock = Clock()
+    loader = Scripted(clock, warmup=2, step_s=1 / 64)
+    taken = windows(BatchPuller(loader, clock=clock), 1, Budget(8.0, 60.0))
+    # steady rates stop sampling on spread once half the budget (4 s, 4 windows of 8 s / 8) has passed,
+    # but never before the fifth window; a window of 1 s is 64 steps of 1/64 s
+    assert taken.stopped == "spread 0.0% <= 3% after 5 samples"
+    assert len(taken) == 5 and loader.served == 2 + 5 * 64
+    assert clock.now == 2 / 64 + 5.0
+
+
+def test_windows_sample_on_samples_per_second_not_megabytes():
+    # bytes per window are steady but samples alternate 10 and 30 per batch, window by window:
+    # sampled on samples/s the spread never falls to 3%, so the budget ends it
+    clock = Clock()
+
+    class Alternating(Scripted):
+        def __iter__(self):
+            for index in itertools.count():
+                self.clock.now += self.step_s
+                self.served += 1
+                yield (10 if (index // 32) % 2 == 0 else 30, self.nbytes)
+
+    loader = Alternating(clock, warmup=0, step_s=1 / 64)
+    taken = windows(BatchPuller(loader, clock=clock), 0, Budget(4.0, 60.0), min_windows=3)
+    assert [w.samples_per_s for w in taken[:2]] == [640.0, 1920.0] and {w.mb_per_s for w in taken} == {64.0}
+    assert taken.stopped.startswith("time budget 4s spent after")
+
+
+def test_utilization_is_capped_at_100_percent_when_the_clock_counts_less_than_the_emulated_steps(monkeypatch):
+    clock = Clock()
+    loader = Scripted(clock, warmup=0, samples=1, step_s=0.0)
+    puller = BatchPuller(loader, step_time_s=0.1, clock=clock)
+    # a coarse clock that sees only half of each emulated step: computed AU 200%, reported 100%
+    monkeypatch.setattr("preflight.checks.dataloader.loop.time.sleep", lambda s: setattr(clock, "now", clock.now + s / 2))
+    assert puller.window(1.0).utilization_pct == 100.0
+
+
+def test_an_empty_loader_says_its_dataset_is_empty():
+    with pytest.raises(EmptyLoader) as caught:
+        BatchPuller([])._next()
+    assert str(caught.value) == "the DataLoader yields no batch: the dataset is empty"
+
+
+def test_each_pool_is_measured_on_its_own_fresh_puller():
+    started, measured = [], []
+
+    def start_pool():
+        started.append(BatchPuller([]))
+        return started[-1]
+
+    def take(puller, share, min_windows):
+        measured.append(puller)
+        return Taken([Window(1.0, 1.0, 100.0)])
+
+    pooled(start_pool, take, Budget(2.0, 60.0), 2)
+    assert measured == started and measured[0] is not measured[1]
