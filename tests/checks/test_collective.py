@@ -118,6 +118,7 @@ def test_straggler_measurements_are_unitless_and_name_the_median_in_milliseconds
 
 
 @pytest.mark.parametrize("size, text", [(4096, "4 KiB"), (12288, "12 KiB"), ((1 << 20) - 4096, "1020 KiB"),
-                                        (1 << 20, "1 MiB"), (64 << 20, "64 MiB")])
+                                        (1 << 20, "1 MiB"), (64 << 20, "64 MiB")],
+                         ids=["4KiB", "12KiB", "1020KiB", "1MiB", "64MiB"])  # no spaces: mutmut passes ids to pytest
 def test_sweep_sizes_are_named_in_kib_below_one_mib_and_in_mib_from_it(size, text) -> None:
     assert collective._size(size) == text

@@ -83,6 +83,18 @@ def test_a_cuda_build_without_a_visible_gpu_names_the_usual_causes(monkeypatch):
                            f"container's GPU runtime (--gpus all) and CUDA_VISIBLE_DEVICES")
 
 
+def test_a_torch_whose_version_module_lacks_hip_is_read_as_not_rocm(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(gpu, "torch_build", lambda: {"__version__": "1.7.0", "cuda": "10.2"})
+    monkeypatch.setattr(torch.version, "cuda", "10.2")
+    monkeypatch.delattr(torch.version, "hip", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    view = gpu.TorchCuda().view()
+    assert (view.cuda_runtime, view.hip_runtime) == ("10.2", None)
+    assert "(CUDA 10.2): check the driver" in view.reason
+
+
 def test_torch_missing_or_its_version_file_unreadable(monkeypatch, tmp_path):
     monkeypatch.setattr(gpu, "torch_build", lambda: None)
     assert gpu.TorchCuda().view().reason == "torch is not installed: install the job's torch"
@@ -271,17 +283,19 @@ def test_a_rocm_build_without_a_visible_gpu_names_its_hip_runtime(monkeypatch):
         f"runtime (--gpus all) and CUDA_VISIBLE_DEVICES")
 
 
-def test_a_visible_gpu_is_listed_by_index_with_no_reason(monkeypatch):
+@pytest.mark.parametrize("cuda, hip", [("12.4", None), (None, "6.2.41133")], ids=["cuda", "rocm"])
+def test_a_visible_gpu_is_listed_by_index_with_its_runtime_and_no_reason(monkeypatch, cuda, hip):
     import torch
 
-    monkeypatch.setattr(gpu, "torch_build", lambda: {"__version__": "2.5.1+cu124", "cuda": "12.4", "hip": None})
-    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    monkeypatch.setattr(gpu, "torch_build", lambda: {"__version__": "2.5.1", "cuda": cuda, "hip": hip})
+    monkeypatch.setattr(torch.version, "cuda", cuda)
+    monkeypatch.setattr(torch.version, "hip", hip, raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(gpu.TorchCuda, "_device",
                         lambda self, index: gpu.Device(index, "NVIDIA H200", "9.0", 150 << 30, f"0000:{index:02x}:00.0"))
     assert gpu.TorchCuda().view() == gpu.TorchView(
-        torch.__version__, "12.4", None, (gpu.Device(0, "NVIDIA H200", "9.0", 150 << 30, "0000:00:00.0"),
+        torch.__version__, cuda, hip, (gpu.Device(0, "NVIDIA H200", "9.0", 150 << 30, "0000:00:00.0"),
                                           gpu.Device(1, "NVIDIA H200", "9.0", 150 << 30, "0000:01:00.0")), "")
 
 
