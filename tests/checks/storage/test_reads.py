@@ -1,9 +1,15 @@
-"""Spans cover the bytes once, aligned; the loops read real data; percentiles by nearest rank, pooled."""
+"""Spans cover the bytes once, aligned; the loops read real data; percentiles by nearest rank, pooled.
+
+The loops run in this process (``factory(index)(deadline)``) against a fake clock that ticks one
+second per ``perf_counter`` call, so their counts, latencies and completion times are exact; the
+same loops under ``io.parallel.run_loops`` (threads, forks, wall clock) are in test_reads_parallel.py.
+"""
 
 from __future__ import annotations
 
 import os
 import time
+from array import array
 
 import pytest
 
@@ -118,3 +124,184 @@ def test_every_open_of_every_read_loop_uses_the_chosen_bypass(tmp_path, monkeypa
             assert all(fd in dropped for fd, _ in opens), f"{loop} read a data file without dropping its pages"
         opens.clear()
         advised.clear()
+
+
+B = 4096  # the block of these tests: O_DIRECT's alignment
+
+
+class Ticks:
+    """A ``time`` module whose ``perf_counter`` reads 1, 2, 3 ... : one second per call."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def _blocks(tmp_path, name: str, first: int, count: int) -> str:
+    """A file of ``count`` blocks; block k is filled with the byte ``first + k``, so a read names its block."""
+    path = tmp_path / name
+    path.write_bytes(b"".join(bytes([first + k]) * B for k in range(count)))
+    return str(path)
+
+
+def _read_blocks(monkeypatch) -> list[int]:
+    """The marker byte of every block the loops read from now on, in order; the fake clock installed."""
+    seen, real = [], os.preadv
+
+    def spy(fd, buffers, offset):
+        got = real(fd, buffers, offset)
+        seen.append(buffers[0][0])
+        return got
+
+    monkeypatch.setattr(os, "preadv", spy)
+    monkeypatch.setattr(reads, "time", Ticks())
+    return seen
+
+
+def _dropped(monkeypatch) -> list[tuple[int, int]]:
+    """(offset, length) of every drop_cached call of the read loops."""
+    calls = []
+    monkeypatch.setattr(reads, "drop_cached", lambda fd, offset, length: calls.append((offset, length)))
+    return calls
+
+
+def test_spans_of_segments_at_an_offset_keep_their_offsets():
+    parts = [("a", B, 3 * B), ("b", 2 * B, 4 * B)]
+    assert reads.spans(parts, readers=2, block=B) == [[("a", B, 3 * B)], [("b", 2 * B, 4 * B)]]
+    assert reads.spans(parts, readers=3, block=B) == [[("a", B, 2 * B)], [("a", 2 * B, 3 * B)], [("b", 2 * B, 4 * B)]]
+
+
+def test_spans_drop_the_last_partial_block_and_the_last_reader_takes_the_rest():
+    assert reads.spans([("a", 0, 5 * B // 2)], readers=1, block=B) == [[("a", 0, 2 * B)]]
+    # 5 blocks over 2 readers: a share of 2 blocks, the last reader takes the 3 left
+    assert reads.spans([("a", 0, 5 * B)], readers=2, block=B) == [[("a", 0, 2 * B)], [("a", 2 * B, 5 * B)]]
+
+
+def test_a_reader_past_the_last_block_rereads_the_first():
+    assert reads.spans([("a", 0, 2 * B)], readers=3, block=B) == [[("a", 0, B)], [("a", B, 2 * B)], [("a", 0, B)]]
+
+
+def test_the_sequential_loop_reads_its_span_block_by_block_and_wraps_until_the_deadline(tmp_path, monkeypatch):
+    name = _blocks(tmp_path, "a", 0, 4)
+    seen = _read_blocks(monkeypatch)
+    loop = reads.sequential_loop(reads.spans([(name, B, 3 * B)], 1, B), "O_DIRECT", B)(0)
+    # clock: start 1; the deadline is checked after each read at 2, 3, 4, 5, 6: the 5th read meets it
+    assert loop(6.0) == reads.Tally(5, 5 * B, array("d"), 6.0, lost=0)
+    assert seen == [1, 2, 1, 2, 1]
+
+
+def test_the_sequential_loop_skips_a_file_gone_since_the_walk_and_counts_it_once(tmp_path, monkeypatch):
+    kept, later = _blocks(tmp_path, "kept", 0, 1), _blocks(tmp_path, "later", 16, 1)
+    parts = [(kept, 0, B), (str(tmp_path / "gone"), 0, B), (later, 0, B)]
+    seen = _read_blocks(monkeypatch)
+    loop = reads.sequential_loop(reads.spans(parts, 1, B), "O_DIRECT", B)(0)
+    assert loop(6.0) == reads.Tally(5, 5 * B, array("d"), 6.0, lost=1)
+    assert seen == [0, 16, 0, 16, 0]
+
+
+def test_a_sequential_loop_whose_files_are_all_gone_ends_at_once_with_them_counted(tmp_path, monkeypatch):
+    parts = [(str(tmp_path / "gone1"), 0, B), (str(tmp_path / "gone2"), 0, B)]
+    _read_blocks(monkeypatch)
+    loop = reads.sequential_loop(reads.spans(parts, 1, B), "O_DIRECT", B)(0)
+    assert loop(100.0) == reads.Tally(0, 0, array("d"), 1.0, lost=2)
+
+
+def test_the_sequential_loop_drops_its_segment_from_the_cache_at_each_open_with_fadvise(tmp_path, monkeypatch):
+    name = _blocks(tmp_path, "a", 0, 4)
+    _read_blocks(monkeypatch)
+    dropped = _dropped(monkeypatch)
+    reads.sequential_loop(reads.spans([(name, B, 3 * B)], 1, B), "fadvise", B)(0)(4.0)  # reads at 2, 3 | 4
+    assert dropped == [(B, 2 * B), (B, 2 * B)]
+    dropped.clear()
+    reads.sequential_loop(reads.spans([(name, B, 3 * B)], 1, B), "O_DIRECT", B)(0)(4.0)
+    assert dropped == []
+
+
+def test_the_random_loop_times_each_read_and_records_when_it_completed(tmp_path, monkeypatch):
+    name = _blocks(tmp_path, "a", 0, 1)
+    _read_blocks(monkeypatch)
+    loop = reads.random_loop([(name, 0, B)], "O_DIRECT", B, seed=0)(0)
+    # clock: start 1; each read is timed from 2 to 3, 4 to 5, 6 to 7; at 7 the deadline 6 is past
+    assert loop(6.0) == reads.Tally(3, 3 * B, array("d", [1.0, 1.0, 1.0]), 6.0, array("d", [3.0, 5.0, 7.0]), 1.0, 0)
+
+
+def test_the_random_loop_picks_every_whole_block_of_its_segments_alike_and_nothing_else(tmp_path, monkeypatch):
+    a, b, c = _blocks(tmp_path, "a", 0, 3), _blocks(tmp_path, "b", 16, 4), _blocks(tmp_path, "c", 32, 1)
+    parts = [(a, B, 2 * B), (b, 0, 3 * B), (c, 0, B - 1)]  # a: block 1 only; b: blocks 0-2; c: less than a block
+    seen = _read_blocks(monkeypatch)
+    tally = reads.random_loop(parts, "O_DIRECT", B, seed=7)(0)(801.0)  # two ticks a read: 400 reads
+    assert tally.ops == len(seen) == 400 and tally.nbytes == 400 * B
+    counts = {block: seen.count(block) for block in set(seen)}
+    assert set(counts) == {1, 16, 17, 18}
+    assert all(70 <= count <= 130 for count in counts.values()), counts  # 100 each if uniform
+
+
+def test_random_loops_of_other_indexes_or_seeds_pick_other_blocks(tmp_path, monkeypatch):
+    name = _blocks(tmp_path, "a", 0, 64)
+    seen = _read_blocks(monkeypatch)
+    picks = []
+    for seed, index in ((1, 0), (1, 1), (2, 0), (1, 0)):
+        seen.clear()
+        monkeypatch.setattr(reads, "time", Ticks())  # each loop from 0 s
+        reads.random_loop([(name, 0, 64 * B)], "O_DIRECT", B, seed=seed)(index)(41.0)
+        picks.append(list(seen))
+    assert len(picks[0]) == 20 and picks[0] != picks[1] and picks[0] != picks[2] and picks[1] != picks[2]
+    assert picks[3] == picks[0]  # a seed and an index name one sequence: a rerun reads the same blocks
+
+
+def test_a_file_gone_before_the_random_loops_open_is_counted_by_the_first_loop_only(tmp_path, monkeypatch):
+    kept = _blocks(tmp_path, "kept", 0, 1)
+    _read_blocks(monkeypatch)
+    factory = reads.random_loop([(str(tmp_path / "gone"), 0, B), (kept, 0, B)], "O_DIRECT", B, seed=0)
+    first, second = factory(0), factory(1)
+    assert first(0.0) == reads.Tally(0, 0, array("d"), 0.0, array("d"), 1.0, 1)
+    assert second(0.0) == reads.Tally(0, 0, array("d"), 0.0, array("d"), 2.0, 0)
+
+
+def test_a_random_loop_with_no_whole_block_to_read_ends_at_once(tmp_path, monkeypatch):
+    name = _blocks(tmp_path, "a", 0, 1)
+    _read_blocks(monkeypatch)
+    loop = reads.random_loop([(name, 0, B - 1)], "O_DIRECT", B, seed=0)(0)
+    assert loop(100.0) == reads.Tally(0, 0, array("d"), 0.0, array("d"), 1.0, 0)
+
+
+def test_the_random_loop_drops_each_block_it_read_from_the_cache_with_fadvise(tmp_path, monkeypatch):
+    name = _blocks(tmp_path, "a", 0, 8)
+    seen = _read_blocks(monkeypatch)
+    dropped = _dropped(monkeypatch)
+    reads.random_loop([(name, 0, 8 * B)], "fadvise", B, seed=0)(0)(21.0)
+    assert len(seen) == 10 and dropped == [(block * B, B) for block in seen]
+    dropped.clear()
+    reads.random_loop([(name, 0, 8 * B)], "O_DIRECT", B, seed=0)(0)(21.0)
+    assert dropped == []
+
+
+def test_shared_files_reopen_after_the_last_user_left_and_in_a_forked_child(tmp_path, monkeypatch):
+    name = _blocks(tmp_path, "a", 0, 1)
+    shared = reads.SharedFiles([name, str(tmp_path / "gone")], "O_DIRECT")
+    fds = shared.acquire()
+    assert fds[1] is None and shared.acquire() is fds and shared.users == 2
+    shared.release()
+    os.fstat(fds[0])  # one user left: still open
+    shared.release()
+    assert (shared.owner, shared.fds) == (-1, [])
+    again = shared.acquire()
+    assert os.fstat(again[0]).st_size == B and again[1] is None
+    parent = os.getpid()
+    monkeypatch.setattr(os, "getpid", lambda: parent + 1)  # what a forked child sees: the parent's state
+    child = shared.acquire()
+    assert child is not again and shared.users == 1 and shared.owner == parent + 1
+    shared.release()
+    assert shared.fds == []
+
+
+def test_percentile_ranks_round_up_and_stay_inside_the_values():
+    values = [10, 3, 7, 1, 9, 2, 8, 4, 6, 5]  # unsorted: the rank is taken in sorted order
+    assert reads.percentile(values, 99) == 10  # rank ceil(9.9) = 10
+    assert reads.percentile(values, 91) == 10  # rank ceil(9.1) = 10, not 9
+    assert reads.percentile(values, 50) == 5  # rank 5
+    assert reads.percentile(values, 0) == 1  # rank 0 is raised to 1
+    assert reads.percentile(values, 100) == 10
