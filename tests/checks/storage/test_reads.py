@@ -52,7 +52,7 @@ def test_pooled_percentile_sees_a_tail_that_one_window_holds():
 
 
 def test_pooled_percentile_of_no_latency_is_an_error():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^pooled_percentile\(\) needs at least one latency$"):
         reads.pooled_percentile([[], []], 99)
 
 
@@ -180,6 +180,11 @@ def test_spans_drop_the_last_partial_block_and_the_last_reader_takes_the_rest():
     assert reads.spans([("a", 0, 5 * B)], readers=2, block=B) == [[("a", 0, 2 * B)], [("a", 2 * B, 5 * B)]]
 
 
+def test_spans_count_each_segment_once_across_three_files():
+    parts = [("a", 0, B), ("b", 0, B), ("c", 0, B)]
+    assert reads.spans(parts, readers=3, block=B) == [[("a", 0, B)], [("b", 0, B)], [("c", 0, B)]]
+
+
 def test_a_reader_past_the_last_block_rereads_the_first():
     assert reads.spans([("a", 0, 2 * B)], readers=3, block=B) == [[("a", 0, B)], [("a", B, 2 * B)], [("a", 0, B)]]
 
@@ -191,6 +196,16 @@ def test_the_sequential_loop_reads_its_span_block_by_block_and_wraps_until_the_d
     # clock: start 1; the deadline is checked after each read at 2, 3, 4, 5, 6: the 5th read meets it
     assert loop(6.0) == reads.Tally(5, 5 * B, array("d"), 6.0, lost=0)
     assert seen == [1, 2, 1, 2, 1]
+
+
+def test_each_reader_of_a_split_reads_only_its_own_span(tmp_path, monkeypatch):
+    name = _blocks(tmp_path, "a", 0, 5)
+    seen = _read_blocks(monkeypatch)
+    factory = reads.sequential_loop(reads.spans([(name, 0, 5 * B)], 2, B), "O_DIRECT", B)
+    assert factory(0)(4.0).ops == 3 and seen == [0, 1, 0]  # a share of 2 blocks
+    seen.clear()
+    monkeypatch.setattr(reads, "time", Ticks())
+    assert factory(1)(4.0).ops == 3 and seen == [2, 3, 4]  # the last reader takes the 3 left
 
 
 def test_the_sequential_loop_skips_a_file_gone_since_the_walk_and_counts_it_once(tmp_path, monkeypatch):
@@ -262,9 +277,9 @@ def test_a_file_gone_before_the_random_loops_open_is_counted_by_the_first_loop_o
 
 
 def test_a_random_loop_with_no_whole_block_to_read_ends_at_once(tmp_path, monkeypatch):
-    name = _blocks(tmp_path, "a", 0, 1)
+    name = _blocks(tmp_path, "a", 0, 2)
     _read_blocks(monkeypatch)
-    loop = reads.random_loop([(name, 0, B - 1)], "O_DIRECT", B, seed=0)(0)
+    loop = reads.random_loop([(name, B, 2 * B - 1)], "O_DIRECT", B, seed=0)(0)  # at an offset: B - 1 bytes
     assert loop(100.0) == reads.Tally(0, 0, array("d"), 0.0, array("d"), 1.0, 0)
 
 
@@ -296,6 +311,22 @@ def test_shared_files_reopen_after_the_last_user_left_and_in_a_forked_child(tmp_
     assert child is not again and shared.users == 1 and shared.owner == parent + 1
     shared.release()
     assert shared.fds == []
+
+
+def test_shared_files_open_their_own_descriptors_in_a_process_that_is_pid_1(tmp_path, monkeypatch):
+    """In a container the check may run as PID 1: no real process id may read as "already opened"."""
+    name = _blocks(tmp_path, "a", 0, 1)
+    monkeypatch.setattr(os, "getpid", lambda: 1)
+    shared = reads.SharedFiles([name], "O_DIRECT")
+    fds = shared.acquire()
+    assert len(fds) == 1 and os.fstat(fds[0]).st_size == B
+    shared.release()
+
+
+def test_percentile_of_200_values_takes_rank_q_percent_of_200():
+    values = list(range(1, 201))
+    assert reads.percentile(values, 99) == 198  # rank 0.99 x 200 = 198 exactly
+    assert reads.percentile(values, 100) == 200
 
 
 def test_percentile_ranks_round_up_and_stay_inside_the_values():

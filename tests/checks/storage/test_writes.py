@@ -25,13 +25,13 @@ def test_an_fsync_run_takes_at_least_eight_real_fsyncs_and_removes_its_file(tmp_
 
 
 class Ticks:
-    """A ``time`` module whose ``perf_counter`` reads 1, 2, 3 ... : one second per call."""
+    """A ``time`` module whose ``perf_counter`` advances ``step`` seconds per call: 1, 2, 3 ... by default."""
 
-    def __init__(self) -> None:
-        self.now = 0.0
+    def __init__(self, step: float = 1.0) -> None:
+        self.now, self.step = 0.0, step
 
     def perf_counter(self) -> float:
-        self.now += 1.0
+        self.now += self.step
         return self.now
 
 
@@ -48,10 +48,10 @@ def _removed(monkeypatch) -> dict[str, os.stat_result]:
 
 
 def test_write_once_is_the_bytes_over_the_time_to_write_and_fsync_them_in_decimal_megabytes(tmp_path, monkeypatch):
-    monkeypatch.setattr(writes, "time", Ticks())
+    monkeypatch.setattr(writes, "time", Ticks(step=0.5))
     removed = _removed(monkeypatch)
-    # 3 MiB in 1 s (the clock reads 1 before the open, 2 after the fsync): 3 x 1048576 / 10^6 MB/s
-    assert writes.write_once(str(tmp_path / "w.dat"), 3 << 20, os.urandom(1 << 20)) == 3.145728
+    # 3 MiB in 0.5 s (the clock reads 0.5 before the open, 1.0 after the fsync): 3 x 1048576 / 0.5 / 10^6 MB/s
+    assert writes.write_once(str(tmp_path / "w.dat"), 3 << 20, os.urandom(1 << 20)) == 6.291456
     assert removed["w.dat"].st_size == 3 << 20 and removed["w.dat"].st_mode & 0o777 == 0o600  # private scratch
     leftover = tmp_path / "old.dat"
     leftover.write_bytes(b"x" * (5 << 20))  # longer than the write: truncated, not overwritten in part
