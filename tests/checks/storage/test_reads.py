@@ -154,8 +154,17 @@ def _blocks(tmp_path, name: str, first: int, count: int) -> str:
 
 
 def _read_blocks(monkeypatch) -> list[int]:
-    """The marker byte of every block the loops read from now on, in order; the fake clock installed."""
-    seen, real = [], os.preadv
+    """The marker byte of every block the loops read from now on, in order; the fake clock installed.
+
+    A loop that opens files 10000 times without reading on to its deadline fails at once.
+    """
+    seen, real, real_open, opens = [], os.preadv, reads.open_uncached, []
+
+    def open_uncached(name, bypass):
+        opens.append(name)
+        if len(opens) > 10_000:
+            raise RuntimeError("the loop keeps opening files without reading them")
+        return real_open(name, bypass)
 
     def spy(fd, buffers, offset):
         got = real(fd, buffers, offset)
@@ -163,6 +172,7 @@ def _read_blocks(monkeypatch) -> list[int]:
         return got
 
     monkeypatch.setattr(os, "preadv", spy)
+    monkeypatch.setattr(reads, "open_uncached", open_uncached)
     monkeypatch.setattr(reads, "time", Ticks())
     return seen
 
