@@ -90,8 +90,22 @@ def _spy_opens(monkeypatch, root):
     return opens, advised
 
 
-def _loops(tmp_path, bypass):
+class Watchdog:
+    """The real clock, for a loop given a 50 ms deadline; it fails the loop once 5 s have passed."""
+
+    def __init__(self) -> None:
+        self.limit = time.perf_counter() + 5.0
+
+    def perf_counter(self) -> float:
+        now = time.perf_counter()
+        if now > self.limit:
+            raise RuntimeError("the loop ran on past its deadline")
+        return now
+
+
+def _loops(tmp_path, monkeypatch, bypass):
     """Each read loop of the storage check, run in this process for a moment with ``bypass``."""
+    from preflight.checks.storage import small_files
     from preflight.checks.storage.small_files import file_loop
     from preflight.io.dataset_walk import DataFile
 
@@ -106,6 +120,8 @@ def _loops(tmp_path, bypass):
                  "rand_read": reads.random_loop(parts, bypass, 4096, seed=1),
                  "small_files": file_loop(files, 1, bypass)}
     for name, factory in factories.items():
+        monkeypatch.setattr(reads, "time", Watchdog())
+        monkeypatch.setattr(small_files, "time", Watchdog())
         tally = factory(0)(time.perf_counter() + 0.05)
         assert tally.ops > 0, name
         yield name
@@ -114,7 +130,7 @@ def _loops(tmp_path, bypass):
 @pytest.mark.parametrize("bypass", ["O_DIRECT", "fadvise"])
 def test_every_open_of_every_read_loop_uses_the_chosen_bypass(tmp_path, monkeypatch, bypass):
     opens, advised = _spy_opens(monkeypatch, tmp_path)
-    for loop in _loops(tmp_path, bypass):
+    for loop in _loops(tmp_path, monkeypatch, bypass):
         assert opens, f"{loop} opened no data file"
         if bypass == "O_DIRECT":
             assert all(flags & os.O_DIRECT for _, flags in opens), f"{loop} opened a data file without O_DIRECT"
