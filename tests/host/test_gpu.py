@@ -293,7 +293,8 @@ def test_a_visible_gpu_is_listed_by_index_with_its_runtime_and_no_reason(monkeyp
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(gpu.TorchCuda, "_device",
-                        lambda self, index: gpu.Device(index, "NVIDIA H200", "9.0", 150 << 30, f"0000:{index:02x}:00.0"))
+                        lambda self, index: gpu.Device(index, "NVIDIA H200", "9.0", 150 << 30,
+                                                       f"0000:{index:02x}:00.0"))
     assert gpu.TorchCuda().view() == gpu.TorchView(
         torch.__version__, cuda, hip, (gpu.Device(0, "NVIDIA H200", "9.0", 150 << 30, "0000:00:00.0"),
                                           gpu.Device(1, "NVIDIA H200", "9.0", 150 << 30, "0000:01:00.0")), "")

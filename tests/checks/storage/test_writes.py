@@ -76,7 +76,8 @@ def test_the_fsync_run_appends_4k_blocks_then_wraps_to_the_file_start(tmp_path, 
     monkeypatch.setattr(writes, "FSYNC_FILE_BYTES", 3 * 4096)
     monkeypatch.setattr(writes, "time", Ticks())
     written, real = [], os.pwrite
-    monkeypatch.setattr(os, "pwrite", lambda fd, data, offset: written.append((len(data), offset)) or real(fd, data, offset))
+    monkeypatch.setattr(os, "pwrite",
+                        lambda fd, data, offset: written.append((len(data), offset)) or real(fd, data, offset))
     removed = _removed(monkeypatch)
     writes.fsync_run(str(tmp_path / "f.dat"), 0.0)
     assert written == [(4096, offset * 4096) for offset in (0, 1, 2, 0, 1, 2, 0, 1)]
