@@ -69,3 +69,56 @@ def test_straggler_ratios_are_each_ranks_time_over_the_median_rank() -> None:
     assert ratios[0].method == "all-reduce loop time per rank over the median (12 ms); slowest: rank 2 at 2.50x"
     even = collective.straggler_ratios([2.0, 4.0, 1.0, 3.0])  # median 2.5: an even count interpolates
     assert [m.value for m in even] == [0.8, 1.6, 0.4, 1.2] and "slowest: rank 1 at 1.60x" in even[0].method
+
+
+def test_the_unmeasurable_metrics_keep_their_units_and_give_the_whole_launch_command() -> None:
+    measured = collective.measure({"min_size": 4096, "max_size": 8192, "iterations": 1, "repeats": 1},
+                                  Budget(0.1, 10))
+    assert [(m.metric, m.unit) for m in measured] == [("allreduce_busbw", "GB/s"), ("allgather_busbw", "GB/s"),
+                                                      ("straggler", "")]
+    assert {m.reason for m in measured} == {
+        "runs only in a fleet run: launch with `torchrun --nproc-per-node N -m preflight run --distributed`"}
+
+
+def _fake_fleet(monkeypatch, ranks: int) -> None:
+    """A process group of ``ranks`` ranks where every op of S bytes takes S ns on every rank (1 GB/s algbw)."""
+    monkeypatch.setattr(dist, "is_available", lambda: True)
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_world_size", lambda: ranks)
+    monkeypatch.setattr(collective, "_operation", lambda name, ranks: name)
+    monkeypatch.setattr(collective, "_time_size",
+                        lambda op, size, budget_s, iterations, repeats: [size * 1e-9] * repeats)
+    monkeypatch.setattr(collective, "_fleet_mean", lambda seconds: seconds)
+    monkeypatch.setattr(collective, "_stragglers", lambda mine, ranks: collective.straggler_ratios([mine] * ranks))
+    monkeypatch.setattr(collective, "_method", 
+                        lambda name, ranks, sweep: f"{name} " + ", ".join(f"{s}: {b:.3g}" for s, b in sweep))
+
+
+def test_a_fleet_of_two_ranks_is_measured_and_one_rank_is_not(monkeypatch, tmp_path) -> None:
+    _fake_fleet(monkeypatch, ranks=2)
+    options = {"min_size": 4096, "max_size": 8192, "iterations": 1, "repeats": 2}
+    measured = collective.measure(options, Budget(0.1, 10))
+    # 2 ranks: busbw = algbw * 2(n-1)/n = 1 GB/s for all-reduce, algbw * (n-1)/n = 0.5 GB/s for all-gather
+    assert [(m.metric, m.value, m.unit) for m in measured] == [
+        ("allreduce_busbw", pytest.approx(1.0), "GB/s"), ("straggler", 1.0, ""), ("straggler", 1.0, ""),
+        ("allgather_busbw", pytest.approx(0.5), "GB/s")]
+    assert measured[0].method == "allreduce 4096: 1, 8192: 1"
+    monkeypatch.setattr(dist, "get_world_size", lambda: 1)
+    alone = collective.measure(options, Budget(0.1, 10))
+    assert [(m.metric, m.value, m.unit) for m in alone] == [("allreduce_busbw", None, "GB/s"),
+                                                            ("allgather_busbw", None, "GB/s"), ("straggler", None, "")]
+    assert {m.reason for m in alone} == {"a fleet of 1 rank has no bus to measure: launch at least 2 ranks"}
+
+
+def test_straggler_measurements_are_unitless_and_name_the_median_in_milliseconds() -> None:
+    ratios = collective.straggler_ratios([0.0999, 0.0999, 0.0999])
+    assert [(m.metric, m.unit, m.device, m.value) for m in ratios] == [
+        ("straggler", "", "rank0", 1.0), ("straggler", "", "rank1", 1.0), ("straggler", "", "rank2", 1.0)]
+    assert ratios[0].method == "all-reduce loop time per rank over the median (99.9 ms); slowest: rank 0 at 1.00x"
+
+
+@pytest.mark.parametrize("size, text", [(4096, "4 KiB"), (12288, "12 KiB"), ((1 << 20) - 4096, "1020 KiB"),
+                                        (1 << 20, "1 MiB"), (64 << 20, "64 MiB")],
+                         ids=["4KiB", "12KiB", "1020KiB", "1MiB", "64MiB"])  # no spaces: mutmut passes ids to pytest
+def test_sweep_sizes_are_named_in_kib_below_one_mib_and_in_mib_from_it(size, text) -> None:
+    assert collective._size(size) == text

@@ -83,6 +83,18 @@ def test_a_cuda_build_without_a_visible_gpu_names_the_usual_causes(monkeypatch):
                            f"container's GPU runtime (--gpus all) and CUDA_VISIBLE_DEVICES")
 
 
+def test_a_torch_whose_version_module_lacks_hip_is_read_as_not_rocm(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(gpu, "torch_build", lambda: {"__version__": "1.7.0", "cuda": "10.2"})
+    monkeypatch.setattr(torch.version, "cuda", "10.2")
+    monkeypatch.delattr(torch.version, "hip", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    view = gpu.TorchCuda().view()
+    assert (view.cuda_runtime, view.hip_runtime) == ("10.2", None)
+    assert "(CUDA 10.2): check the driver" in view.reason
+
+
 def test_torch_missing_or_its_version_file_unreadable(monkeypatch, tmp_path):
     monkeypatch.setattr(gpu, "torch_build", lambda: None)
     assert gpu.TorchCuda().view().reason == "torch is not installed: install the job's torch"
@@ -196,13 +208,14 @@ class FakeEvent:
         assert enable_timing, "an event without enable_timing cannot be timed"
 
     def record(self, stream: object = None) -> None:
+        self.stamp_ms = 10.0 * sum(line.startswith("record") for line in FakeEvent.recorded)  # 0, then 10 ms
         FakeEvent.recorded.append(f"record on {stream}")
 
     def synchronize(self) -> None:
         FakeEvent.recorded.append("synchronize")
 
     def elapsed_time(self, end: FakeEvent) -> float:
-        return 10.0
+        return end.stamp_ms - self.stamp_ms
 
 
 @pytest.mark.parametrize("size, copies, expected", [(250_000_000, 4, 100.0), (1_000_000_000, 1, 100.0),
@@ -213,11 +226,122 @@ def test_event_timing_reads_milliseconds_and_reports_decimal_gigabytes(monkeypat
     import torch
 
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
-    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "stream",
+                        lambda stream: FakeEvent.recorded.append(f"enter {stream}") or contextlib.nullcontext())
     FakeEvent.recorded = []
     copied = []
     once = gpu._event_timer("stream-1", lambda: copied.append(1), size, copies)
     # size * copies bytes in 10.0 ms: 1e9 B / 0.010 s = 100 GB/s with GB = 10^9 B (nvbandwidth's unit)
     assert once() == pytest.approx(expected, rel=1e-12)
     assert len(copied) == copies
-    assert FakeEvent.recorded == ["record on stream-1", "record on stream-1", "synchronize"]
+    assert FakeEvent.recorded == ["enter stream-1", "record on stream-1", "record on stream-1", "synchronize"]
+
+
+def test_no_torch_or_a_torch_that_is_no_package_has_no_build(monkeypatch):
+    monkeypatch.setattr(gpu.importlib.util, "find_spec", lambda name: None)
+    assert gpu.torch_build() is None
+
+    class Module:  # a torch.py module, not the torch package: no version.py beside it
+        submodule_search_locations = None
+
+    monkeypatch.setattr(gpu.importlib.util, "find_spec", lambda name: Module())
+    assert gpu.torch_build() is None
+
+
+def test_missing_torch_is_reported_with_no_runtime_and_no_device(monkeypatch):
+    monkeypatch.setattr(gpu, "torch_build", lambda: None)
+    assert gpu.TorchCuda().view() == gpu.TorchView("not installed", None, None, (),
+                                                   "torch is not installed: install the job's torch")
+
+
+def test_a_cpu_build_is_named_by_the_version_its_version_file_gives(monkeypatch):
+    monkeypatch.setattr(gpu, "torch_build", lambda: {"__version__": "2.5.1+cpu", "cuda": None, "hip": None})
+    assert gpu.TorchCuda().view() == gpu.TorchView(
+        "2.5.1+cpu", None, None, (), "no CUDA device: torch 2.5.1+cpu is a CPU build; install a CUDA build of torch")
+
+
+@cpu_only
+def test_an_unreadable_version_file_is_settled_by_importing_torch(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(gpu, "torch_build", lambda: {"cuda": "unknown"})
+    assert gpu.TorchCuda().view() == gpu.TorchView(
+        torch.__version__, None, None, (),
+        f"no CUDA device: torch {torch.__version__} is a CPU build; install a CUDA build of torch")
+
+
+def test_a_rocm_build_without_a_visible_gpu_names_its_hip_runtime(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(gpu, "torch_build", lambda: {"__version__": "2.5.1+rocm6.2", "cuda": None, "hip": "6.2.41133"})
+    monkeypatch.setattr(torch.version, "cuda", None)
+    monkeypatch.setattr(torch.version, "hip", "6.2.41133", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert gpu.TorchCuda().view() == gpu.TorchView(
+        torch.__version__, None, "6.2.41133", (),
+        f"no GPU visible to torch {torch.__version__} (HIP 6.2.41133): check the driver, the container's GPU "
+        f"runtime (--gpus all) and CUDA_VISIBLE_DEVICES")
+
+
+@pytest.mark.parametrize("cuda, hip", [("12.4", None), (None, "6.2.41133")], ids=["cuda", "rocm"])
+def test_a_visible_gpu_is_listed_by_index_with_its_runtime_and_no_reason(monkeypatch, cuda, hip):
+    import torch
+
+    monkeypatch.setattr(gpu, "torch_build", lambda: {"__version__": "2.5.1", "cuda": cuda, "hip": hip})
+    monkeypatch.setattr(torch.version, "cuda", cuda)
+    monkeypatch.setattr(torch.version, "hip", hip, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(gpu.TorchCuda, "_device",
+                        lambda self, index: gpu.Device(index, "NVIDIA H200", "9.0", 150 << 30,
+                                                       f"0000:{index:02x}:00.0"))
+    assert gpu.TorchCuda().view() == gpu.TorchView(
+        torch.__version__, cuda, hip, (gpu.Device(0, "NVIDIA H200", "9.0", 150 << 30, "0000:00:00.0"),
+                                          gpu.Device(1, "NVIDIA H200", "9.0", 150 << 30, "0000:01:00.0")), "")
+
+
+class UnroundedHostAllocator(FakeHostAllocator):
+    """An allocator that pins exactly what is asked (torch above ``pinned_max_round_threshold``)."""
+
+    def allocate(self, size: int):
+        self.allocated += size
+        self.active += size
+        allocator = self
+
+        class Block:
+            def __del__(self) -> None:
+                allocator.active -= size
+                allocator.cached.append(size)
+
+        return Block()
+
+
+def test_pinning_reports_what_the_allocator_statistics_saw_not_the_power_of_two_guess(monkeypatch):
+    UnroundedHostAllocator().install(monkeypatch)
+    assert gpu.TorchCuda().pin(3 << 30) == 3 << 30
+
+
+def test_a_torch_without_host_statistics_reports_the_power_of_two_block(monkeypatch):
+    import torch
+
+    FakeHostAllocator().install(monkeypatch)
+    monkeypatch.delattr(torch.cuda, "host_memory_stats")
+    assert gpu.TorchCuda().pin(3 << 30) == 4 << 30
+
+
+def test_a_pageable_host_buffer_is_size_bytes_each_written():
+    import torch
+
+    buffer = gpu.host_buffer(3 * 4096, pinned=False)
+    assert (buffer.dtype, buffer.numel()) == (torch.uint8, 3 * 4096)
+    assert int(buffer.min()) == int(buffer.max()) == 0xA5
+
+
+def test_a_pinned_host_buffer_comes_from_the_pinned_allocation_and_is_written(monkeypatch):
+    import torch
+
+    asked = []
+    monkeypatch.setattr(gpu, "_pinned", lambda size: asked.append(size) or torch.zeros(size, dtype=torch.uint8))
+    buffer = gpu.host_buffer(4096, pinned=True)
+    assert asked == [4096]
+    assert int(buffer.min()) == int(buffer.max()) == 0xA5
