@@ -296,7 +296,8 @@ def test_without_an_environ_the_process_environment_is_read(tmp_path, monkeypatc
 
 
 def test_plain_forgets_where_values_were_written_at_every_depth(tmp_path):
-    options = instance(tmp_path, "{dataset_args: {a: [1, {b: x}], c: null}}", "dataloader").options
+    options = instance(tmp_path, "{dataset: 'job.data:make', dataset_args: {a: [1, {b: x}], c: null}}",
+                       "dataloader").options
     assert options["dataset_args"] == {"a": [1, {"b": "x"}], "c": None}
 
 
@@ -304,7 +305,7 @@ def test_a_path_list_from_the_command_line_is_relative_to_the_working_directory(
     (tmp_path / "here").mkdir()
     (tmp_path / "job").mkdir()
     monkeypatch.chdir(tmp_path / "here")
-    path = write_config(tmp_path / "job", "version: 1\nchecks:\n  dataloader: {}\n")
+    path = write_config(tmp_path / "job", "version: 1\nchecks:\n  dataloader: {dataset: 'job.data:make'}\n")
     loaded = config.load(str(path), ["dataloader.python_path=."], environ={})
     assert loaded.instances[0].options["python_path"] == [str(tmp_path / "here")]
     with pytest.raises(ConfigError) as raised:
