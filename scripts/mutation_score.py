@@ -1,10 +1,10 @@
 """Mutation score per module from mutmut's stored results: ``python3 scripts/mutation_score.py``.
 
 Reads ``mutmut results --all true`` (one ``module.x_function__mutmut_N: status`` line per
-mutant) and prints, per module, killed / survived / no tests / timeout and the score: killed
-(timeouts count as killed, as mutmut does: the mutant hung the tests) over every mutant that a
-test could have killed, that is all but "no tests". With ``--survivors`` it lists the
-survivors too, for the docs' table of explanations.
+mutant) and prints, per module, killed / survived / no tests and the score: killed (timeouts
+count as killed, as mutmut does: the mutant hung the tests) over every mutant. "No tests" (a
+function no selected test reaches) counts as not killed: it is a gap in the tests, not an
+excuse. With ``--survivors`` it lists the survivors too, for the docs' table of explanations.
 """
 
 from __future__ import annotations
@@ -55,9 +55,9 @@ def main() -> int:
 
 def _row(name: str, c: collections.Counter[str]) -> str:
     killed = c["killed"] + c["timeout"]
-    testable = sum(c.values()) - c["no tests"]
-    score = f"{killed / testable:.0%}" if testable else "-"
-    return f"{name:<40} {sum(c.values()):>7} {killed:>7} {c['survived']:>8} {c['no tests']:>8} {score:>6}"
+    mutants = sum(c.values())
+    score = f"{killed / mutants:.0%}" if mutants else "-"
+    return f"{name:<40} {mutants:>7} {killed:>7} {c['survived']:>8} {c['no tests']:>8} {score:>6}"
 
 
 if __name__ == "__main__":
