@@ -152,8 +152,12 @@ def loader_for(options: Mapping[str, Any], source: Source, decode: str | None = 
     ``decode`` overrides ``options["decode"]`` for the files (``"none"``: the raw-bytes loader).
     ``pin_memory`` is honoured only where a CUDA device is visible, as torch itself warns otherwise.
     """
+    import numpy.random  # noqa: F401
     import torch
 
+    # Each forked worker seeds numpy.random (torch's _worker_loop). Imported here, once, not lazily in every
+    # child: a fork taken while another thread held an import lock fails that import with a KeyError
+    # (importlib's _ModuleLock after fork), and the worker "exited unexpectedly with exit code 1".
     workers = auto_workers() if options["num_workers"] == "auto" else int(options["num_workers"])
     pin = bool(options["pin_memory"]) and torch.cuda.is_available()
     fs, bypass = None, None

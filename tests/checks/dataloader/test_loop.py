@@ -6,6 +6,8 @@ import json
 import os
 import re
 import signal
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -14,7 +16,7 @@ from preflight.host import cgroup
 from preflight.host.cgroup_memory import OomWatch
 from preflight.checks.dataloader.loop import BatchPuller, WorkerOomKilled, explaining_worker_oom
 from preflight.host.cpus import auto_workers
-from tests.helpers import memory_limited_cgroup, run_cli, write_config
+from tests.helpers import REPO, memory_limited_cgroup, run_cli, write_config
 
 EVENTS = "low 0\nhigh 0\nmax 5\noom 1\noom_kill {kills}\noom_group_kill 0\n"  # cgroup v2 memory.events
 
@@ -139,3 +141,15 @@ def test_case_10_a_worker_oom_killed_under_the_cgroup_limit_is_named_and_fewer_w
         r"\(2\) or batch_size \(2\)", crowded["message"])
     assert named and 1 <= int(named[1]) <= kills, crowded["message"]  # more workers may die after the first
     assert (fits["id"], fits["verdict"]) == ("dataloader.throughput", "pass"), fits["message"]
+
+
+def test_workers_find_numpy_random_imported_before_they_fork():
+    """torch's worker seeds numpy.random; imported lazily in a child forked while another thread of the parent held
+    an import lock, that import fails with importlib's KeyError and the worker dies with exit code 1 (seen once in
+    the suite). The parent imports it before the first pool forks, so no child imports it."""
+    code = ("import sys; from tests.helpers import run_check; "
+            "run_check('dataloader', 0.2, synthetic=True, num_workers=1, batch_size=8); "
+            "print('numpy.random' in sys.modules)")
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                               cwd=REPO)
+    assert completed.stdout.strip().splitlines()[-1] == "True"
