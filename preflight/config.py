@@ -292,7 +292,7 @@ def _refuse_without_factory(name: str, option: Option, options: Mapping[str, Any
     if not options[option.name] or any(names_code(options[other]) for other in option.for_factory):
         return
     named = [f"`{name}.{other}`" for other in option.for_factory]
-    none = f"{named[0]} names" if len(named) == 1 else f"neither {', '.join(named[:-1])} nor {named[-1]} names"
+    none = f"{named[0]} names" if len(named) == 1 else f"neither {' nor '.join(named)} names"
     raise ConfigError(body[option.name].where, f"`{name}.{option.name}` has no effect: {none} the job's code "
                       f"(\"package.module:factory\"): remove `{option.name}`, or set `{option.for_factory[0]}` "
                       f"to the job's factory")

@@ -386,3 +386,42 @@ def test_a_malformed_version_is_shown_whole(tmp_path):
 def test_a_version_bound_keeps_its_digits_and_loses_stray_quotes(tmp_path):
     (threshold,) = instance(tmp_path, "{driver_version: {min: 535.10, max: \"'550.540'\"}}", "cuda").thresholds
     assert (threshold.min, threshold.max) == ("535.10", "550.540")  # not float 535.1
+
+
+@pytest.mark.parametrize("check, body, message", [
+    ("dataloader", "{dataset_args: {root: /data}}",
+     "F:3:30: `dataloader.dataset_args` has no effect: `dataloader.dataset` names the job's code "
+     "(\"package.module:factory\"): remove `dataset_args`, or set `dataset` to the job's factory"),
+    ("dataloader", "{collate_fn: 'job.data:collate'}",
+     "F:3:28: `dataloader.collate_fn` has no effect: `dataloader.dataset` names the job's code "
+     "(\"package.module:factory\"): remove `collate_fn`, or set `dataset` to the job's factory"),
+    ("model", "{model: resnet18, model_args: {depth: 18}}",
+     "F:3:40: `model.model_args` has no effect: `model.model` names the job's code "
+     "(\"package.module:factory\"): remove `model_args`, or set `model` to the job's factory"),
+    ("pipeline", "{python_path: [.]}",
+     "F:3:27: `pipeline.python_path` has no effect: neither `pipeline.dataset` nor `pipeline.model` names the "
+     "job's code (\"package.module:factory\"): remove `python_path`, or set `dataset` to the job's factory"),
+])
+def test_options_for_the_jobs_code_without_it_are_refused_at_their_location(tmp_path, check, body, message):
+    assert message_of(tmp_path, f"version: 1\nchecks:\n  {check}: {body}\n") == message
+
+
+@pytest.mark.parametrize("check, body, option", [
+    ("dataloader", "{dataset: 'job.data:make', dataset_args: {root: /data}}", "dataset_args"),
+    ("dataloader", "{dataset_args: {}, collate_fn: ''}", "dataset_args"),  # the defaults, written out
+    ("model", "{model: 'job.net:build', python_path: [.], model_args: {depth: 18}}", "model_args"),
+    ("pipeline", "{model: 'job.net:build', python_path: [.]}", "python_path"),
+    ("pipeline", "{dataset: 'job.data:make', python_path: [.]}", "python_path"),
+])
+def test_options_for_the_jobs_code_beside_it_are_kept(tmp_path, check, body, option):
+    options = instance(tmp_path, body, check).options
+    assert options[option] == {"dataset_args": {"root": "/data"} if "root" in body else {},
+                               "model_args": {"depth": 18}, "python_path": [str(tmp_path)]}[option]
+
+
+@pytest.mark.parametrize("value, code", [
+    ("job.data:make", True), ("job.data", True), ("make:it", True),  # a malformed path still counts: usercode names it
+    ("resnet50", False), ("tiny", False), ("XX", False), ("", False), ({}, False), ([], False),
+])
+def test_a_value_names_the_jobs_code_when_it_has_a_dot_or_a_colon(value, code):
+    assert config.names_code(value) is code
