@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -31,6 +32,11 @@ class DiesInWorker(torch.utils.data.Dataset):
         return 8
 
     def __getitem__(self, index):
+        # Die once the main process waits for the batch, not while it still puts indices: torch's SIGCHLD handler
+        # raises in the main thread, and raised inside a multiprocessing Queue.put it can leave that queue's lock
+        # held, so a later finalizer (pytest's gc at exit) deadlocks. An OOM kill mid-run meets the main thread
+        # waiting, as this does.
+        time.sleep(0.5)
         if self.events is not None:  # what the kernel does as it OOM-kills; atomically, as the kernel's counter
             staged = self.events.with_name(f"events.{os.getpid()}")
             staged.write_text(EVENTS.format(kills=1))
