@@ -125,7 +125,7 @@ if "$py" -c "import torchvision.models" >/dev/null 2>&1; then
 else
     export SMOKE_MODEL=tiny
     echo "torchvision is not importable here: model and pipeline train the built-in tiny CNN, not resnet50" \
-         "(pip install 'train-preflight[vision]' in an image whose torch matches it)"
+         "(pip install --no-deps torchvision==0.<torch minor + 15>.* pillow: keeps the image's torch)"
 fi
 echo "model: $SMOKE_MODEL"
 

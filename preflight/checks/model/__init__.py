@@ -3,9 +3,9 @@
 One step is what a training loop does per batch: forward, loss, backward, ``optimizer.step()``
 (SGD with momentum) and ``zero_grad``, on a synthetic batch created once on the device, so no
 input pipeline or host-to-device copy is in the figure (``step``). The model is torchvision's
-``resnet18``/``resnet50`` (``weights=None``: nothing is downloaded; the optional extra
-``train-preflight[vision]``), the built-in ``tiny`` CNN (for smoke tests, not a benchmark), or
-the job's own ``"package.module:factory"`` (imported with ``python_path`` as the dataloader's
+``resnet18``/``resnet50`` (``weights=None``: nothing is downloaded; torchvision is not a
+dependency: installed to match the image's torch, ``build.vision_fix``), the built-in ``tiny``
+CNN (for smoke tests, not a benchmark), or the job's own ``"package.module:factory"`` (imported with ``python_path`` as the dataloader's
 ``dataset`` is, called with ``model_args``; ``build``). ``precision`` runs the step under
 ``torch.autocast`` (bf16, or fp16 with a ``GradScaler`` on CUDA); ``channels_last`` puts the
 model and input in NHWC memory format.
@@ -33,9 +33,9 @@ NAME = "model"
 HELP = "training-step samples/s and step time p50/p99 of resnet18/50 or the job's own model on each GPU, compute only"
 BUILTIN = ("resnet18", "resnet50", "tiny")  # names that are not "package.module:factory"
 OPTIONS = (
-    Option("model", "text", "resnet50", "resnet18 | resnet50 (torchvision, extra `train-preflight[vision]`, random "
-           "weights) | tiny (a built-in 3-conv CNN for smoke tests) | \"package.module:factory\" returning the "
-           "job's torch.nn.Module"),
+    Option("model", "text", "resnet50", "resnet18 | resnet50 (torchvision, installed to match the image's torch, "
+           "random weights) | tiny (a built-in 3-conv CNN for smoke tests) | \"package.module:factory\" returning "
+           "the job's torch.nn.Module"),
     Option("model_args", "mapping", {}, "keyword arguments passed to the model factory ({depth: 50})",
            for_factory=("model",)),
     Option("python_path", "paths", [], "directories put first on sys.path to import the model factory (relative "

@@ -8,13 +8,25 @@ optional extra, and its wheels pin one torch version, so a missing or mismatched
 from __future__ import annotations
 
 import difflib
+import re
 from typing import Any, Mapping
 
 from preflight.checks import usercode
 from preflight.checks.base import UserCodeError
 
-VISION_FIX = ("pip install 'train-preflight[vision]' (torchvision) in an image whose torch matches it: each "
-              "torchvision release pins one torch version")
+
+
+def vision_fix(torch_version: str) -> str:
+    """The install line for the torchvision built for ``torch_version`` (``torch.__version__``, e.g. ``2.13.0+cu126``).
+
+    torch 2.N pairs with torchvision 0.(N+15) (the compatibility table in torchvision's README: 2.0 with
+    0.15 ... 2.9 with 0.24). ``--no-deps``, because each torchvision release pins one torch and pip would
+    otherwise replace the training image's torch to satisfy it; Pillow, which torchvision imports, has no
+    dependencies of its own. A torch this rule does not cover gets the rule in words.
+    """
+    match = re.match(r"2\.(\d+)\.", torch_version)
+    pinned = f"'torchvision==0.{int(match[1]) + 15}.*'" if match else "torchvision==<the release built for it>"
+    return f"pip install --no-deps {pinned} pillow (built for torch {torch_version}; --no-deps keeps this torch)"
 
 
 class Unavailable(Exception):
@@ -37,10 +49,10 @@ def build(options: Mapping[str, Any]) -> Any:
         try:
             import torchvision.models
         except ImportError as error:
-            raise Unavailable(f"model: {name} needs torchvision ({error}): {VISION_FIX}") from None
+            raise Unavailable(f"model: {name} needs torchvision ({error}): {vision_fix(torch.__version__)}") from None
         except Exception as error:  # noqa: BLE001  a torchvision built for another torch fails in many ways
             raise Unavailable(f"model: {name}: torchvision does not load with this torch "
-                              f"({type(error).__name__}: {error}): {VISION_FIX}") from None
+                              f"({type(error).__name__}: {error}): {vision_fix(torch.__version__)}") from None
         return getattr(torchvision.models, name)(weights=None, num_classes=classes)
     if ":" not in name:
         close = difflib.get_close_matches(name, ("resnet18", "resnet50", "tiny"), n=1)

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import numpy
 import pytest
+import torch
 
 from preflight.checks.base import Budget
-from preflight.checks.model import measuring
+from preflight.checks.model import build, measuring
 from tests.helpers import one_intra_op_thread, run_check, run_cli, write_config  # noqa: F401  (a fixture, used by pytestmark)
 
 SLEEP_S = 0.008  # the sleeping model's forward: a step takes at least this long
@@ -156,7 +157,20 @@ def test_resnet50_without_torchvision_is_unmeasurable_and_names_the_fix():
     results = run_check("model", 0.3, model="resnet50")
     assert {m.value for m in results.values()} == {None}
     assert results["samples_per_s[cpu]"].reason.startswith("model: resnet50 needs torchvision (No module named")
-    assert "pip install 'train-preflight[vision]'" in results["step_time_p99[cpu]"].reason
+    assert results["step_time_p99[cpu]"].reason.endswith(build.vision_fix(torch.__version__))
+
+
+@pytest.mark.parametrize("version, line", [
+    ("2.13.0+cpu", "pip install --no-deps 'torchvision==0.28.*' pillow (built for torch 2.13.0+cpu; --no-deps keeps "
+                   "this torch)"),
+    ("2.9.1+cu126", "pip install --no-deps 'torchvision==0.24.*' pillow (built for torch 2.9.1+cu126; --no-deps "
+                    "keeps this torch)"),
+    ("2.0.1", "pip install --no-deps 'torchvision==0.15.*' pillow (built for torch 2.0.1; --no-deps keeps this torch)"),
+    ("3.0.0", "pip install --no-deps torchvision==<the release built for it> pillow (built for torch 3.0.0; "
+              "--no-deps keeps this torch)"),
+])
+def test_the_torchvision_fix_names_the_release_built_for_this_torch_and_never_replaces_it(version, line):
+    assert build.vision_fix(version) == line
 
 
 def test_resnet18_from_torchvision_trains_a_step():
