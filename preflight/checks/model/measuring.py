@@ -112,11 +112,20 @@ def interleaved(steps: Sequence[Callable[[], int]], device: str, budget: Budget)
         taken: list[tuple[Window, ...]] = []
 
         def one() -> float:
-            taken.append(tuple(window(step, timeline(), seconds) for step in steps))
+            taken.append(tuple(window(settled(step), timeline(), seconds) for step in steps))
             return taken[-1][-1].samples_per_s / (taken[-1][0].samples_per_s if len(steps) > 1 else 1.0)
 
         stopped = sample(one, budget.duration_s * len(steps), warmup=0, min_samples=5, target_spread=0.05).stopped
     return taken, stopped
+
+
+def settled(step: Callable[[], int]) -> Callable[[], int]:
+    """``step`` after its ``settle()``, where it has one (``pipeline.Feed``: its workers kept prefetching while
+    the other kinds of window ran), so each of its windows starts in steady state."""
+    settle = getattr(step, "settle", None)
+    if settle is not None:
+        settle()
+    return step
 
 
 def step_rows(windows: Sequence[Window], stopped: str, device: str, method: str,

@@ -58,7 +58,8 @@ def _measure(options: Mapping[str, Any], budget: Budget, device: str) -> list[Me
                 alone, stopped = interleaved((step,), device, budget)
                 return [_model_rate(alone, device, method, stopped),
                         *_unmeasurable(("samples_per_s", "input_bound"), source, device)]
-            feed = Feed(loader_for(options, source), step, options["input_shape"])
+            loader = loader_for(options, source)
+            feed = Feed(loader, step, options["input_shape"], loader.workers * int(options["prefetch_factor"]))
             pairs, stopped = interleaved((step, feed), device, budget)
     end_to_end = Measurement("samples_per_s", samples=tuple(p[1].samples_per_s for p in pairs), unit="samples/s",
                              device=device, method=f"{feed.loader.method}, {feed.fed}; step: {method}",
@@ -96,8 +97,9 @@ class Feed:
     ``fed`` says which, for the method column.
     """
 
-    def __init__(self, loader: Loader, step: TrainingStep, input_shape: Sequence[int]) -> None:
+    def __init__(self, loader: Loader, step: TrainingStep, input_shape: Sequence[int], prefetched: int = 0) -> None:
         self.loader, self.step, self.shape = loader, step, tuple(input_shape)
+        self.prefetched = prefetched  # batches the workers hold ready at most: workers x prefetch_factor
         self.dataloader = loader.fresh()  # one for the whole run: its workers persist across epochs, as a job's
         self.iterator = iter(self.dataloader)
         self.fed = "no batch yet"
@@ -115,6 +117,16 @@ class Feed:
                         f"step trains on its on-device batch after each batch arrives")
             self.step()
         return samples
+
+    def settle(self) -> None:
+        """Step, untimed, through the batches the workers prefetched while the model ran alone.
+
+        A job's loader never pauses, so its queue is empty in steady state; after an alone window it is full,
+        and a fed window started then would count up to ``prefetched`` batches it never waited for (a throttled
+        one-worker loader measured 93 samples/s where it can make 50).
+        """
+        for _ in range(self.prefetched):
+            self()
 
     def _next(self) -> Any:
         try:

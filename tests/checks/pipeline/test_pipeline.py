@@ -120,3 +120,13 @@ def test_a_bad_model_in_a_pipeline_is_a_config_error_at_validate(src):
     assert completed.stderr == (f"preflight: error: {path}:5:12: pipeline.model: jobpkg.wide:not_a_model"
                                 f"(**model_args) returned builtins.int, not a torch.nn.Module: name the factory that "
                                 f"returns the job's model\n")
+
+
+def test_batches_prefetched_while_the_model_ran_alone_are_not_counted_as_fed(files):
+    # one worker sleeping DELAY_S per sample makes at most 1 / DELAY_S samples/s; between fed windows it fills its
+    # prefetch queue (2 batches) while the model runs alone, and a fed window that counted those would beat that
+    results = run_check("pipeline", 0.5, path=str(files), sample_delay=f"{DELAY_S * 1e3:g}ms", num_workers=1,
+                        prefetch_factor=2, batch_size=2, model="tiny", input_shape=[3, 32, 32], num_classes=10)
+    fed = results["samples_per_s[cpu]"]
+    assert 0.2 / DELAY_S < fed.value <= 1.05 / DELAY_S, fed
+    assert max(fed.samples) <= 1.1 / DELAY_S, fed.samples
