@@ -178,3 +178,20 @@ def one_intra_op_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+class Ticks:
+    """A ``time`` module whose ``perf_counter`` reads 1, 2, 3 ... : one second per call.
+
+    A loop that reads it 10000 times has run far past every deadline of these tests: it fails
+    at once instead of spinning until the test timeout.
+    """
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        self.now += 1.0
+        if self.now > 10_000:
+            raise RuntimeError("the loop ran on past its deadline")
+        return self.now

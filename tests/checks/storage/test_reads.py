@@ -14,6 +14,7 @@ from array import array
 import pytest
 
 from preflight.checks.storage import reads
+from tests.helpers import Ticks
 
 MiB = 1 << 20
 
@@ -143,23 +144,6 @@ def test_every_open_of_every_read_loop_uses_the_chosen_bypass(tmp_path, monkeypa
 
 
 B = 4096  # the block of these tests: O_DIRECT's alignment
-
-
-class Ticks:
-    """A ``time`` module whose ``perf_counter`` reads 1, 2, 3 ... : one second per call.
-
-    A loop that reads it 10000 times has run far past every deadline of these tests: it fails
-    at once instead of spinning until the test timeout.
-    """
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def perf_counter(self) -> float:
-        self.now += 1.0
-        if self.now > 10_000:
-            raise RuntimeError("the loop ran on past its deadline")
-        return self.now
 
 
 def _blocks(tmp_path, name: str, first: int, count: int) -> str:

@@ -12,23 +12,7 @@ from array import array
 from preflight.checks.storage import small_files
 from preflight.io.dataset_walk import DataFile
 from preflight.io.parallel import Tally
-
-
-class Ticks:
-    """A ``time`` module whose ``perf_counter`` reads 1, 2, 3 ... : one second per call.
-
-    A loop that reads it 10000 times has run far past every deadline of these tests: it fails
-    at once instead of spinning until the test timeout.
-    """
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def perf_counter(self) -> float:
-        self.now += 1.0
-        if self.now > 10_000:
-            raise RuntimeError("the loop ran on past its deadline")
-        return self.now
+from tests.helpers import Ticks
 
 
 def _files(tmp_path, sizes: list[int]) -> list[DataFile]:
