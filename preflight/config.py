@@ -346,7 +346,7 @@ def coerce_option(option: Option, node: Located | None, label: str, base: str = 
             if kind == "choice" and result not in option.choices:
                 raise UnitError(f"expected one of {', '.join(option.choices)}, found {result!r}"
                                 f"{_suggest(result, option.choices)}")
-            if kind == "path" and not result:
+            if kind == "path" and not result and option.default != "":  # "" names no dataset (checks.subject)
                 raise UnitError("expected a path, found an empty string")
     except UnitError as error:
         measured = f", or `measured` (the `{option.measured_by[0]}` instance's figure)" if option.measured_by else ""

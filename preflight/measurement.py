@@ -15,6 +15,20 @@ from typing import Any, Sequence
 # torch.utils.benchmark use the same idea (IQR over median) to warn about unstable runs.
 NOISY_SPREAD = 0.10
 
+# What a figure was measured on (DESIGN.md "Every result says what it measured"), in the words reports use.
+# Checks decide it from evidence (the file's st_dev and mount source, the batch sampler's indices), never from
+# what a heuristic meant to read. Only ``DATASET_SUBJECTS`` can pass a dataset threshold (``verdict``).
+SUBJECTS = {
+    "dataset": "the dataset's own files",
+    "job_dataset": "the job's own Dataset",
+    "scratch_on_dataset_fs": "scratch data verified on the dataset's filesystem and device",
+    "scratch_elsewhere": "scratch data on another filesystem or device than the dataset's",
+    "synthetic": "synthetic samples, not the dataset",
+    "no_dataset": "no dataset named (the working directory)",
+    "unverified": "data not verified to be the dataset's",
+}
+DATASET_SUBJECTS = ("dataset", "job_dataset", "scratch_on_dataset_fs")
+
 
 @dataclass(frozen=True)
 class Stats:
@@ -74,6 +88,9 @@ class Measurement:
             static hint when the threshold is missed).
         note: what a reader of the table must know about where the value came from, shown
             under its row: "on scratch data: ./ holds 3 files", "60 unreadable files".
+        subject: what the value was measured on, a key of ``SUBJECTS`` ("" for a metric that is
+            not about data: a GPU, /dev/shm, a process limit); a metric of a dataset threshold
+            (``Metric.about_data``) passes only with a subject in ``DATASET_SUBJECTS``.
     """
 
     metric: str
@@ -90,6 +107,7 @@ class Measurement:
     cache_bound: bool = False
     hint: str = ""
     note: str = ""
+    subject: str = ""
     stats: Stats | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
@@ -105,6 +123,8 @@ class Measurement:
                 object.__setattr__(self, "warnings", (*self.warnings, note))
         if self.value is None and not self.reason:
             raise ValueError(f"{self.metric}: a measurement without a value needs a reason")
+        if self.subject and self.subject not in SUBJECTS:
+            raise ValueError(f"{self.metric}: unknown subject {self.subject!r}, expected one of {sorted(SUBJECTS)}")
 
     @property
     def measured(self) -> bool:
@@ -159,9 +179,14 @@ def combine(repeats: Sequence[Measurement]) -> Measurement:
     return Measurement(
         first.metric, stats.median, first.unit, first.device,
         samples=tuple(s for m in repeats for s in m.samples), method=first.method,
-        reason=next((m.reason for m in repeats if m.reason), ""), note=last.note,
+        reason=next((m.reason for m in repeats if m.reason), ""), note=last.note, subject=_weakest(repeats),
         stopped=f"median of {len(values)} runs", warnings=warnings, runs=values,
     )
+
+
+def _weakest(repeats: Sequence[Measurement]) -> str:
+    """The runs' subject, or the first that is not the dataset's: one run on scratch makes the median unverified."""
+    return next((m.subject for m in repeats if m.subject not in DATASET_SUBJECTS), repeats[-1].subject)
 
 
 def unmeasurable(metric: str, reason: str, unit: str = "", device: str | None = None) -> Measurement:

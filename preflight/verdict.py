@@ -8,7 +8,10 @@ Rules (DESIGN.md "Measuring honestly"):
 - a check that crashed or timed out is an ``error`` for each of its thresholds;
 - a measured metric without a threshold is reported as ``info`` and never gates;
 - a cache-bound value (memory, not the device) that meets its threshold is a ``warn``,
-  never a silent pass.
+  never a silent pass;
+- a dataset threshold (``Metric.about_data``) passes only on a figure measured on the dataset
+  (``Measurement.subject`` in ``DATASET_SUBJECTS``): scratch elsewhere, synthetic samples or no
+  dataset named meet it and still fail (or warn, with ``severity: warn``), saying what was measured.
 The gate's exit code is computed here, in ``exit_code``, and nowhere else.
 """
 
@@ -21,11 +24,14 @@ from typing import Any, Literal, Mapping, Sequence
 from preflight.checks import CHECKS
 from preflight.checks.base import Metric
 from preflight.config import Instance, Threshold
-from preflight.measurement import Measurement
+from preflight.measurement import DATASET_SUBJECTS, SUBJECTS, Measurement
 from preflight.units import format_value
 
 Verdict = Literal["pass", "fail", "warn", "error", "skip", "info"]
 GATING: tuple[Verdict, ...] = ("fail", "error")
+
+NOT_THE_DATASET_HINT = ("point {instance}.path at the dataset's own files on the job's volume (DATA_DIR=/data with "
+                        "the bundled thresholds.yaml, or --set {instance}.path=/data)")
 
 EXIT_OK, EXIT_GATE_FAILED = 0, 1  # EXIT_USAGE (2) is errors'; the CLI's boundary returns it
 
@@ -71,6 +77,7 @@ class Result:
     runs: tuple[float, ...] = ()  # with `repeats`: each run's value (the median of these is `value`)
     attempts: tuple[Attempt, ...] = ()  # with `retries`: the earlier measurements that missed narrowly
     note: str = ""  # where the value came from, when a reader must know ("on scratch data: ...")
+    subject: str = ""  # what was measured: a key of measurement.SUBJECTS, "" for a metric not about data
 
     @property
     def id(self) -> str:
@@ -191,7 +198,7 @@ def _judge_one(instance: Instance, metric: Metric, threshold: Threshold, m: Meas
         instance=instance.name, check=instance.check, metric=metric.name, device=m.device, unit=metric.unit,
         threshold=_bounds(threshold),
         samples=m.samples, duration_s=duration_s, method=m.method, where=threshold.where, warnings=m.warnings,
-        required=required, runs=m.runs, note=m.note,
+        required=required, runs=m.runs, note=m.note, subject=m.subject,
     )
     if not m.measured and not m.applicable:
         return Result(verdict="skip", message=f"not applicable: {m.reason}", **common)
@@ -211,7 +218,11 @@ def _judge_one(instance: Instance, metric: Metric, threshold: Threshold, m: Meas
     if m.note:
         message += f"; {m.note}"
     hint = "" if ok else (m.hint or _hint(metric, instance, measured, required))
-    if ok and m.cache_bound:
+    if ok and metric.about_data and m.subject not in DATASET_SUBJECTS:
+        verdict = threshold.severity
+        message += f"; measured on {SUBJECTS.get(m.subject, SUBJECTS['unverified'])}: not the dataset, so it cannot pass"
+        hint = m.hint or NOT_THE_DATASET_HINT.format(instance=instance.name)
+    elif ok and m.cache_bound:
         verdict = "warn"
         message += "; cache-bound: not a device figure, so it cannot pass"
         hint = m.hint or f"measure a path on the real dataset volume, not {instance.options.get('path', 'this mount')}"
@@ -240,7 +251,7 @@ def _info(instance: Instance, m: Measurement, duration_s: float) -> Result:
     message = f"measured {text} (no threshold)" + (f"; {m.note}" if m.note else "")
     return Result(instance.name, instance.check, m.metric, "info", message,
                   device=m.device, value=m.value, unit=m.unit, samples=m.samples, duration_s=duration_s,
-                  method=m.method, warnings=m.warnings, runs=m.runs, note=m.note)
+                  method=m.method, warnings=m.warnings, runs=m.runs, note=m.note, subject=m.subject)
 
 
 def _errors(instance: Instance, outcome: Outcome, thresholds: Mapping[str, Threshold]) -> list[Result]:

@@ -144,7 +144,7 @@ def test_bundled_default_is_valid_and_is_the_top_level_file(tmp_path):
     loaded = config.load(str(config.bundled_path()), environ={})
     assert {i.name for i in loaded.instances} == {"cuda", "shm", "storage", "dataloader", "transfer"}
     storage = next(i for i in loaded.instances if i.name == "storage")
-    assert storage.options["path"] == "."  # no DATA_DIR: the working directory's filesystem
+    assert storage.options["path"] == ""  # no DATA_DIR: no dataset named (checks.subject: nothing can pass)
 
 
 def test_resolve_prefers_explicit_then_local_then_bundled(tmp_path, monkeypatch):

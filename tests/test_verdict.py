@@ -16,7 +16,7 @@ def seq_read(low=None, high=None, severity="fail"):
 
 
 def test_pass_fail_and_warn_follow_the_threshold():
-    measured = Outcome((Measurement("seq_read", samples=(900.0, 950.0, 1000.0), unit="MB/s"),))
+    measured = Outcome((Measurement("seq_read", samples=(900.0, 950.0, 1000.0), unit="MB/s", subject="dataset"),))
     [passed] = judge(instance(thresholds=[seq_read(low=900.0)]), measured)
     [failed] = judge(instance(thresholds=[seq_read(low=1000.0)]), measured)
     [warned] = judge(instance(thresholds=[seq_read(low=1000.0, severity="warn")]), measured)
@@ -66,7 +66,7 @@ def test_versions_compare_numerically_not_as_text_or_float():
 
 
 def test_measured_metrics_without_threshold_are_info_and_never_gate():
-    outcome = Outcome((Measurement("seq_read", samples=(1.0, 1.0, 1.0), unit="MB/s"),))
+    outcome = Outcome((Measurement("seq_read", samples=(1.0, 1.0, 1.0), unit="MB/s", subject="dataset"),))
     [info] = judge(instance(), outcome)
     assert info.verdict == "info"
     assert exit_code([info]) == 0
@@ -142,7 +142,7 @@ def test_higher_is_better_metrics_are_flagged_below_the_ratio() -> None:
 
 
 def test_a_cache_bound_value_that_meets_its_minimum_is_a_warning():
-    m = Measurement("seq_read", 9000.0, "MB/s", cache_bound=True, reason="tmpfs is RAM")
+    m = Measurement("seq_read", 9000.0, "MB/s", cache_bound=True, reason="tmpfs is RAM", subject="dataset")
     [result] = judge(instance(thresholds=[seq_read(low=1000.0)]), Outcome((m,)))
     assert result.verdict == "warn"
     assert "cache-bound" in result.message and "tmpfs is RAM" in result.message
@@ -150,16 +150,16 @@ def test_a_cache_bound_value_that_meets_its_minimum_is_a_warning():
 
 
 def test_a_cache_bound_value_below_its_minimum_still_fails():
-    m = Measurement("seq_read", 10.0, "MB/s", cache_bound=True)
+    m = Measurement("seq_read", 10.0, "MB/s", cache_bound=True, subject="dataset")
     [result] = judge(instance(thresholds=[seq_read(low=1000.0)]), Outcome((m,)))
     assert result.verdict == "fail"
 
 
 def test_the_measurements_own_hint_replaces_the_metrics_static_hint():
-    hinted = Measurement("seq_read", 10.0, "MB/s", hint="pack them into shards")
+    hinted = Measurement("seq_read", 10.0, "MB/s", hint="pack them into shards", subject="dataset")
     [result] = judge(instance(thresholds=[seq_read(low=500.0)]), Outcome((hinted,)))
     assert result.verdict == "fail" and result.hint == "pack them into shards"
-    [plain] = judge(instance(thresholds=[seq_read(low=500.0)]), Outcome((Measurement("seq_read", 10.0, "MB/s"),)))
+    [plain] = judge(instance(thresholds=[seq_read(low=500.0)]), Outcome((Measurement("seq_read", 10.0, "MB/s", subject="dataset"),)))
     assert plain.hint.startswith("/data reads at 10 MB/s")
 
 
@@ -182,7 +182,7 @@ def test_an_unmeasurable_metric_under_a_warn_threshold_warns_and_does_not_gate()
 ])
 def test_both_bounds_are_inclusive_and_a_hair_past_either_fails(value, low, high, verdict):
     [result] = judge(instance(thresholds=[seq_read(low=low, high=high)]),
-                     Outcome((Measurement("seq_read", value, "MB/s"),)))
+                     Outcome((Measurement("seq_read", value, "MB/s", subject="dataset"),)))
     assert result.verdict == verdict
     assert result.threshold == {key: bound for key, bound in (("min", low), ("max", high)) if bound is not None}
 
@@ -201,7 +201,7 @@ def test_a_bound_made_relative_to_the_baseline_is_said_beside_an_absolute_one():
     mixed = Threshold("seq_read", None, 2000.0, "fail", "t.yaml:3:5", relative={"min": 0.9},
                       baseline={"data.seq_read[nvme0]": 1000.0})
     [crashed] = judge(instance(thresholds=[mixed]), Outcome(error="killed by SIGKILL"))
-    [missing] = judge(instance(thresholds=[mixed]), Outcome((Measurement("seq_read", 950.0, "MB/s", "nvme1"),)))
+    [missing] = judge(instance(thresholds=[mixed]), Outcome((Measurement("seq_read", 950.0, "MB/s", "nvme1", subject="dataset"),)))
     assert crashed.required == missing.required == "between 90% of baseline and 2 GB/s"
 
 
@@ -209,7 +209,7 @@ def full_measurement(value=400.0):
     """A seq_read on one device with every field a result carries over set to a distinct value."""
     return Measurement("seq_read", value, "MB/s", device="nvme0", samples=(380.0, 400.0, 420.0),
                        method="O_DIRECT, 1 MiB blocks", reason="page cache dropped", warnings=("short run",),
-                       runs=(390.0, 400.0, 410.0), note="on scratch data: ./ holds 3 files")
+                       runs=(390.0, 400.0, 410.0), note="on scratch data: ./ holds 3 files", subject="dataset")
 
 
 def test_a_judged_result_carries_every_field_of_its_measurement_and_threshold():
@@ -221,7 +221,7 @@ def test_a_judged_result_carries_every_field_of_its_measurement_and_threshold():
         hint="/data reads at 400 MB/s: use a faster volume class or a local NVMe cache",
         samples=(380.0, 400.0, 420.0), duration_s=2.5, method="O_DIRECT, 1 MiB blocks", where="t.yaml:3:5",
         required=">= 1 GB/s", warnings=("short run",), runs=(390.0, 400.0, 410.0),
-        note="on scratch data: ./ holds 3 files")
+        note="on scratch data: ./ holds 3 files", subject="dataset")
 
 
 def test_a_pass_has_no_hint():
@@ -234,14 +234,14 @@ def test_a_pass_has_no_hint():
 def test_a_miss_on_a_metric_without_a_static_hint_has_none():
     # rand_read_p99 declares no hint: nothing is made up
     threshold = Threshold("rand_read_p99", None, 5.0, "fail", "t.yaml:4:5")
-    [result] = judge(instance(thresholds=[threshold]), Outcome((Measurement("rand_read_p99", 7.5, "ms"),)))
+    [result] = judge(instance(thresholds=[threshold]), Outcome((Measurement("rand_read_p99", 7.5, "ms", subject="dataset"),)))
     assert (result.verdict, result.message, result.hint) == ("fail", "measured 7.5 ms, required <= 5 ms", "")
 
 
 def test_decimal_fractions_compare_as_numbers_not_as_version_parts():
     # as version parts 0.3 would be (0, 3) < (0, 25); as numbers 0.3 ms is over 0.25 ms
     threshold = Threshold("rand_read_p99", None, 0.25, "fail", "t.yaml:4:5")
-    [result] = judge(instance(thresholds=[threshold]), Outcome((Measurement("rand_read_p99", 0.3, "ms"),)))
+    [result] = judge(instance(thresholds=[threshold]), Outcome((Measurement("rand_read_p99", 0.3, "ms", subject="dataset"),)))
     assert result.verdict == "fail"
 
 
@@ -256,8 +256,8 @@ def test_an_info_result_carries_every_field_of_its_measurement():
         "data", "storage", "seq_read", "info", "measured 400 MB/s (no threshold); on scratch data: ./ holds 3 files",
         device="nvme0", value=400.0, unit="MB/s", samples=(380.0, 400.0, 420.0), duration_s=2.5,
         method="O_DIRECT, 1 MiB blocks", warnings=("short run",), runs=(390.0, 400.0, 410.0),
-        note="on scratch data: ./ holds 3 files")
-    [plain] = judge(instance(), Outcome((Measurement("seq_read", 2080.44, "MB/s"),)))
+        note="on scratch data: ./ holds 3 files", subject="dataset")
+    [plain] = judge(instance(), Outcome((Measurement("seq_read", 2080.44, "MB/s", subject="dataset"),)))
     assert plain.message == "measured 2.08 GB/s (no threshold)"
 
 
@@ -281,7 +281,7 @@ def test_a_crashed_check_is_an_error_per_threshold_with_its_bound_unit_and_place
 
 
 def test_a_cache_bound_pass_says_why_and_names_the_mount_to_leave():
-    m = Measurement("seq_read", 9000.0, "MB/s", cache_bound=True, reason="tmpfs is RAM")
+    m = Measurement("seq_read", 9000.0, "MB/s", cache_bound=True, reason="tmpfs is RAM", subject="dataset")
     [result] = judge(instance(thresholds=[seq_read(low=1000.0)]), Outcome((m,)))
     assert result.message == ("measured 9 GB/s, required >= 1 GB/s (tmpfs is RAM); "
                               "cache-bound: not a device figure, so it cannot pass")
@@ -290,12 +290,12 @@ def test_a_cache_bound_pass_says_why_and_names_the_mount_to_leave():
 
 def test_a_cache_bound_pass_without_a_path_option_names_this_mount():
     no_path = Instance("data", "storage", {}, (seq_read(low=1000.0),), 60, 1, True, "t.yaml:1:1")
-    [result] = judge(no_path, Outcome((Measurement("seq_read", 9000.0, "MB/s", cache_bound=True),)))
+    [result] = judge(no_path, Outcome((Measurement("seq_read", 9000.0, "MB/s", cache_bound=True, subject="dataset"),)))
     assert result.hint == "measure a path on the real dataset volume, not this mount"
 
 
 def test_a_cache_bound_pass_keeps_the_measurements_own_hint():
-    m = Measurement("seq_read", 9000.0, "MB/s", cache_bound=True, hint="drop caches as root first")
+    m = Measurement("seq_read", 9000.0, "MB/s", cache_bound=True, hint="drop caches as root first", subject="dataset")
     [result] = judge(instance(thresholds=[seq_read(low=1000.0)]), Outcome((m,)))
     assert (result.verdict, result.hint) == ("warn", "drop caches as root first")
 
@@ -327,7 +327,7 @@ def test_against_baseline_scales_the_fraction_by_this_results_baseline_value():
 
 def test_a_baseline_bound_is_judged_against_this_results_own_baseline_value():
     threshold = relative({"min": 0.9}, {"data.seq_read": 1000.0, "data.seq_read[nvme0]": 5000.0})
-    [result] = judge(instance(thresholds=[threshold]), Outcome((Measurement("seq_read", 950.0, "MB/s"),)))
+    [result] = judge(instance(thresholds=[threshold]), Outcome((Measurement("seq_read", 950.0, "MB/s", subject="dataset"),)))
     assert (result.verdict, result.threshold) == ("pass", {"min": 900.0})
     assert result.message == "measured 950 MB/s, required >= 900 MB/s (90% of baseline 1 GB/s)"
     assert result.required == ">= 900 MB/s (90% of baseline 1 GB/s)"
@@ -336,7 +336,7 @@ def test_a_baseline_bound_is_judged_against_this_results_own_baseline_value():
 def test_a_per_device_baseline_bound_names_both_fractions_and_the_devices_baseline():
     threshold = relative({"min": 0.9, "max": 1.5}, {"data.seq_read": 5000.0, "data.seq_read[nvme0]": 1000.0})
     [result] = judge(instance(thresholds=[threshold]),
-                     Outcome((Measurement("seq_read", 1600.0, "MB/s", device="nvme0"),)))
+                     Outcome((Measurement("seq_read", 1600.0, "MB/s", device="nvme0", subject="dataset"),)))
     assert (result.verdict, result.threshold) == ("fail", {"min": 900.0, "max": 1500.0})
     assert result.message == ("measured 1.6 GB/s, required between 900 MB/s and 1.5 GB/s "
                               "(90% and 150% of baseline 1 GB/s)")
@@ -480,3 +480,34 @@ def test_only_a_performance_metric_with_a_positive_median_is_compared_and_the_er
         judge_against_fleet(result, median=8.0, nodes=2, ratio=0.5, severity="fail")
     assert str(error.value) == ("storage.free_space[nvme0] cannot be compared with a fleet median of 8.0: "
                                 "only a performance metric with a median above 0 can")
+
+
+@pytest.mark.parametrize("subject, verdict", [
+    ("dataset", "pass"), ("job_dataset", "pass"), ("scratch_on_dataset_fs", "pass"),
+    ("scratch_elsewhere", "fail"), ("synthetic", "fail"), ("no_dataset", "fail"), ("", "fail"),
+])
+def test_only_the_datasets_own_figure_passes_a_dataset_threshold(subject, verdict):
+    """Issue 21: 498 MB/s against {min: 200 MB/s} passes only when it was measured on the dataset."""
+    m = Measurement("seq_read", 498.0, "MB/s", subject=subject)
+    [result] = judge(instance(thresholds=[seq_read(low=200.0)]), Outcome((m,)))
+    [warned] = judge(instance(thresholds=[seq_read(low=200.0, severity="warn")]), Outcome((m,)))
+    assert (result.verdict, result.subject) == (verdict, subject)
+    assert warned.verdict == ("pass" if verdict == "pass" else "warn")
+    if verdict == "fail":
+        assert result.message.endswith(": not the dataset, so it cannot pass")
+        assert "point data.path at the dataset's own files" in result.hint
+        assert exit_code([result]) == 1
+
+
+def test_a_figure_not_about_data_needs_no_subject():
+    """/dev/shm's size or a GPU's driver is no dataset figure: judged as before, with no subject."""
+    outcome = Outcome((Measurement("size", 8.0, "GiB"),))
+    [result] = judge(instance("shm", [Threshold("size", 1.0, None, "fail", "t.yaml:2:3")]), outcome)
+    assert (result.verdict, result.subject) == ("pass", "")
+
+
+def test_a_miss_on_scratch_elsewhere_fails_with_the_checks_own_hint():
+    m = Measurement("seq_read", 20.0, "MB/s", subject="scratch_elsewhere", hint="the scratch hint")
+    [result] = judge(instance(thresholds=[seq_read(low=200.0)]), Outcome((m,)))
+    assert (result.verdict, result.hint) == ("fail", "the scratch hint")
+    assert result.message == "measured 20 MB/s, required >= 200 MB/s"

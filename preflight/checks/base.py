@@ -61,6 +61,9 @@ class Metric(NamedTuple):
     per_device: bool = False
     hint: str = ""  # the fix when it misses; may use {measured}, {required} and option names ({path})
     rated: bool = False  # a rate from a specification or the driver (a link's rate), not measured: a fact
+    # A figure of the job's data (a read rate, samples/s, the dataset's free space): its threshold is a dataset
+    # threshold, which only a measurement whose ``subject`` is the dataset's can pass (``verdict``).
+    about_data: bool = False
 
     @property
     def is_performance(self) -> bool:

@@ -170,7 +170,7 @@ def _option(option: Option) -> dict[str, Any]:
         schema = {"anyOf": [{"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1},
                             {"type": "string", "pattern": r"^\s*\d+(\s*,\s*\d+)*\s*$"}, ENV_REFERENCE]}
     else:
-        schema = {"type": "string", "minLength": 1 if kind == "path" else 0}
+        schema = {"type": "string", "minLength": 1 if kind == "path" and option.default != "" else 0}
     if option.measured_by:  # `measured`, or `{from: <instance>}` of the producing check
         producer = {"type": "object", "additionalProperties": False, "required": ["from"],
                     "properties": {"from": {"type": "string", "minLength": 1}}}

@@ -17,6 +17,7 @@ import textwrap
 from itertools import zip_longest
 from typing import Callable, NamedTuple, TextIO
 
+from preflight.measurement import DATASET_SUBJECTS, SUBJECTS
 from preflight.report import RunReport, tally
 from preflight.units import UNITS, format_value
 from preflight.verdict import Result
@@ -67,7 +68,8 @@ def render(report: RunReport, colour: bool = False, width: int | None = None) ->
     for index, result in enumerate(results):
         lines += _row(cells[index], columns, width, paint)
         following = results[index + 1] if index + 1 < len(results) else None
-        if result.note and not (following and following.note == result.note and following.instance == result.instance):
+        note = table_note(result)
+        if note and not (following and table_note(following) == note and following.instance == result.instance):
             lines += _note(results, index, width)
     misses = [r for r in report.results if r.verdict in ("fail", "error", "warn")]
     if misses:
@@ -191,15 +193,23 @@ def _row(cells: _Cells, columns: _Columns, width: int, paint: Paint) -> list[str
     return lines
 
 
+def table_note(result: Result) -> str:
+    """What the table says under ``result``'s row: what it was measured on when that is not the dataset
+    (``Result.subject``), then its note."""
+    shown = "" if result.subject in ("", *DATASET_SUBJECTS) else f"measured on {SUBJECTS[result.subject]}"
+    if shown and result.note:
+        return f"{shown}: {result.note}"
+    return shown or result.note
+
+
 def _note(results: list[Result], last: int, width: int) -> list[str]:
     """The note under the last of the rows that share it, naming them when there are several."""
-    first = last
-    while first > 0 and (results[first - 1].note, results[first - 1].instance) == (results[last].note,
-                                                                                   results[last].instance):
+    first, note = last, table_note(results[last])
+    while first > 0 and (table_note(results[first - 1]), results[first - 1].instance) == (note, results[last].instance):
         first -= 1
     shared = results[first:last + 1]
     names = ", ".join(r.metric + (f"[{r.device}]" if r.device else "") for r in shared)
-    return wrap(f"{names + ': ' if len(shared) > 1 else ''}{results[last].note}", width, "    └ ", "      ")
+    return wrap(f"{names + ': ' if len(shared) > 1 else ''}{note}", width, "    └ ", "      ")
 
 
 def wrap(text: str, width: int, first: str = "", rest: str = "") -> list[str]:

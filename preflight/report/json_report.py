@@ -2,7 +2,7 @@
 
 Shape: ``{"schema": 1, "host", "started", "duration_s", "exit_code", "config",
 "facts": {...}, "error", "results": [{"id", "check", "instance", "metric", "device", "value",
-"unit", "verdict", "threshold", "message", "hint", "note", "samples", "runs", "attempts",
+"unit", "verdict", "threshold", "message", "hint", "note", "subject", "samples", "runs", "attempts",
 "method", "warnings", "where", "duration_s"}]}``. ``samples`` holds every sample of the
 judged measurement (of every run with ``repeats``), ``runs`` each run's value, and
 ``attempts`` the earlier measurements a ``retries`` re-measurement replaced, each with
@@ -49,6 +49,7 @@ def to_dict(report: RunReport) -> dict[str, Any]:
                 "message": r.message,
                 "hint": r.hint,
                 "note": r.note,
+                "subject": r.subject or None,
                 "samples": list(r.samples),
                 "runs": list(r.runs),
                 "attempts": [{"value": a.value, "verdict": a.verdict, "samples": list(a.samples)}

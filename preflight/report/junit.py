@@ -37,6 +37,7 @@ import junit_xml
 
 from preflight.report import RunReport, write_atomic
 from preflight.report.merge import on_node
+from preflight.measurement import SUBJECTS
 from preflight.verdict import Result
 
 MAX_TEXT = 16_000  # characters per message or body; CI views truncate long before this
@@ -168,6 +169,8 @@ def _where(result: Result) -> str:
 
 def _details(result: Result) -> str:
     lines = [f"{result.verdict}: {result.message}"]
+    if result.subject:  # a testcase has no <properties> in junit-10.xsd: what was measured goes in system-out
+        lines.append(f"subject: {result.subject} ({SUBJECTS[result.subject]})")
     if result.method:
         lines.append(f"method: {result.method}")
     if result.samples:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from typing import Mapping
 
+from preflight.checks.subject import no_dataset_fix
 from preflight.report import RunReport, tally
 from preflight.verdict import Result
 
@@ -31,7 +32,9 @@ def verdict_line(report: RunReport) -> str:
     state = "FAILED" if report.exit_code else "PASSED"
     gating = [r.id for r in report.results if r.verdict in ("fail", "error")]
     named = f" ({', '.join(gating[:3])}{', ...' if len(gating) > 3 else ''})" if gating else ""
-    return f"preflight: {state} on {report.host}: {totals or 'nothing run'}{named}"
+    unnamed = next((r for r in report.results if r.verdict in ("fail", "error") and r.subject == "no_dataset"), None)
+    fix = f"; {no_dataset_fix(unnamed.instance)}" if unnamed else ""
+    return f"preflight: {state} on {report.host}: {totals or 'nothing run'}{named}{fix}"
 
 
 def summary(report: RunReport) -> str:

@@ -92,7 +92,7 @@ def test_cli_prints_the_schema_without_importing_torch():
     ("dataset_args: [1, 2]\n", False),
     ("python_path: [1]\n", False),
     ('dataset: "pkg.mod:make"\n    path: /data\n', False),  # ignored with the job's dataset: refused
-    ('dataset: "pkg.mod:make"\n    path: .\n    format: files\n', True),  # the defaults, written out
+    ('dataset: "pkg.mod:make"\n    path: ""\n    format: files\n', True),  # the defaults, written out
     ("synthetic: true\n    format: tar\n", False),
     ("synthetic: false\n    format: tar\n    decode: image\n", True),
 ])

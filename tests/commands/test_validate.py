@@ -104,7 +104,7 @@ def test_an_option_the_loader_would_ignore_is_refused_at_its_line(tmp_path, give
 
 def test_a_default_value_given_beside_the_dataset_or_synthetic_is_no_error(tmp_path):
     path = tmp_path / "t.yaml"
-    path.write_text("version: 1\nchecks:\n  dataloader:\n    synthetic: true\n    format: files\n    path: .\n")
+    path.write_text("version: 1\nchecks:\n  dataloader:\n    synthetic: true\n    format: files\n    path: ''\n")
     completed = _preflight("validate", "-c", str(path))
     assert completed.returncode == 0, completed.stderr
     overridden = _preflight("validate", "-c", str(path), "--set", "dataloader.format=tar")

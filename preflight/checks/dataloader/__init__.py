@@ -56,7 +56,8 @@ OPTIONS = (
            "default: torch's default_collate)", for_factory=("dataset",)),
     Option("python_path", "paths", [], "directories put first on sys.path to import dataset and collate_fn "
            "(relative to this file), e.g. [src]", for_factory=("dataset",)),
-    Option("path", "path", ".", "dataset directory; every matching regular file under it (same filesystem, hidden "
+    Option("path", "path", "", "dataset directory (empty: none named; the working directory is measured and no "
+           "dataset threshold can pass); every matching regular file under it (same filesystem, hidden "
            "entries skipped) is one sample, or with format: tar one shard", ignored_with=FILES_ONLY),
     Option("include", "text", "*", "comma-separated globs of files to read (\"*.jpg,*.png\", \"train/*\")",
            ignored_with=FILES_ONLY),
@@ -95,15 +96,15 @@ METRICS = (
     Metric("throughput", "samples/s", True, "samples delivered per second after warm-up (mean of the worker "
            "pools' rates); "
            "decoded when decode: image", hint="the loader delivers {measured}: raise num_workers if CPUs are "
-           "idle, else use a faster volume or pack files into shards (WebDataset, LMDB)"),
+           "idle, else use a faster volume or pack files into shards (WebDataset, LMDB)", about_data=True),
     Metric("bandwidth", "MB/s", True, "bytes delivered per second, 1 MB = 10^6 B: of the sample files read, or "
-           "with dataset: of the batches' tensors (nbytes) delivered to the training loop"),
+           "with dataset: of the batches' tensors (nbytes) delivered to the training loop", about_data=True),
     Metric("raw_throughput", "samples/s", True, "samples/s reading the same files without decoding "
-           "(decode: image only): what storage alone delivers"),
+           "(decode: image only): what storage alone delivers", about_data=True),
     Metric("accelerator_utilization", "%", True, "emulated compute time / wall time with step_time per batch, "
-           "first steps excluded (MLPerf Storage AU; DLIO); MLPerf requires >= 90% (70% CosmoFlow)"),
+           "first steps excluded (MLPerf Storage AU; DLIO); MLPerf requires >= 90% (70% CosmoFlow)", about_data=True),
     Metric("throughput_vs_required", "%", True, "throughput as a share of samples_per_gpu x gpus x "
-           "(1 + headroom); `{min: 100 %}` means the node can feed its GPUs"),
+           "(1 + headroom); `{min: 100 %}` means the node can feed its GPUs", about_data=True),
 )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
+from preflight.checks import subject
 from preflight.checks.base import Budget, Metric
 from preflight.checks.dataloader.loop import BatchPuller, EmptyLoader, Taken, Window, explaining_worker_oom, pooled, windows
 from preflight.checks.dataloader.required import Required, visible_gpus
@@ -94,7 +95,9 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source) -> list
     fs = built.fs
     if fs is not None and fs.caveat():
         results = [_on_caveat(m, fs.caveat(), fs.memory_backed, options["path"]) for m in results]
-    return [dataclasses.replace(m, note=note) if note and m.measured else m for m in results]
+    results = [dataclasses.replace(m, note=note) if note and m.measured else m for m in results]
+    fix = subject.no_dataset_fix("dataloader") if source.subject == "no_dataset" else None
+    return [dataclasses.replace(m, subject=source.subject, hint=fix or m.hint) for m in results]
 
 
 def _on_caveat(m: Measurement, caveat: str, memory: bool, path: str) -> Measurement:

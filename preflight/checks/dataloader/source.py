@@ -19,7 +19,7 @@ import importlib.util
 import os
 from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 
-from preflight.checks import usercode
+from preflight.checks import subject, usercode
 from preflight.checks.base import UserCodeError
 from preflight.checks.dataloader import shards, user
 from preflight.checks.dataloader.files import FileSamples, collate_sizes, list_files
@@ -41,6 +41,7 @@ class Source(NamedTuple):
     description: str  # for the method column
     note: str  # what a reader of the table must know (scratch data, skipped files); "" if nothing
     job: tuple[Any, Any] | None = None
+    subject: str = "dataset"  # what the samples are (measurement.SUBJECTS), decided by ``opened`` from evidence
 
 
 class Loader(NamedTuple):
@@ -69,8 +70,17 @@ def opened(options: Mapping[str, Any], check: str = "dataloader") -> Iterator[So
         return
     if options["synthetic"]:
         shape = "x".join(map(str, synthetic_shape(options)))
-        yield Source(None, f"synthetic {shape} float32 samples (measures IPC and collation, not storage)", "")
+        yield Source(None, f"synthetic {shape} float32 samples (measures IPC and collation, not storage)", "",
+                     subject="synthetic")
         return
+    options, dataset_named = subject.named(options)
+    with _files(options, check) as source:
+        yield source if dataset_named or isinstance(source, str) else source._replace(subject="no_dataset")
+
+
+@contextlib.contextmanager
+def _files(options: Mapping[str, Any], check: str) -> Iterator[Source | str]:
+    """The files under ``path``, tar shards, or a scratch set beside a path with too few files."""
     path = options["path"]
     if not os.path.isdir(path):
         yield (f"{path} is not a directory: point {check}.path at the dataset's directory" if os.path.exists(path)
@@ -110,8 +120,10 @@ def opened(options: Mapping[str, Any], check: str = "dataloader") -> Iterator[So
         return
     with scratch_dir(parent, protect=path) as directory:  # type: ignore[arg-type]
         scratch = write_small_files(directory, count, size)
+        measured_on = subject.scratch_subject(directory, *subject.device_of(path))
+        place = "" if measured_on == "scratch_on_dataset_fs" else f" in {parent}, not on the dataset's device"
         yield Source(scratch, f"{count} scratch files of {size // 1000} kB in ImageNet-style class folders, cold "
-                     f"cache per file", f"on an ImageNet-shaped scratch set: {too_little}")
+                     f"cache per file", f"on an ImageNet-shaped scratch set{place}: {too_little}", subject=measured_on)
 
 
 @contextlib.contextmanager
@@ -126,7 +138,7 @@ def _job_dataset(options: Mapping[str, Any], check: str) -> Iterator[Source]:
         description = (f"{options['dataset']}(**dataset_args) ({type(job[0]).__name__}, {kind}), collate_fn="
                        f"{options['collate_fn'] or 'default_collate'}")
         try:
-            yield Source(None, description, "", job)
+            yield Source(None, description, "", job, subject="job_dataset")
         except Exception as error:  # noqa: BLE001  only the job's own exceptions are re-worded
             if "Original Traceback" not in str(error) and not usercode.blame_frames(error):
                 raise  # preflight's or torch's own failure (a dead worker): as it is

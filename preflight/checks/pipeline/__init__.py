@@ -59,7 +59,7 @@ METRICS = (
     Metric("samples_per_s", "samples/s", True, "end-to-end training samples/s: the job's DataLoader feeding the "
            "training step on the device, batches moved non_blocking from pinned memory; windows after warm-up, "
            "median (step boundaries as in the model check)", per_device=True,
-           hint="compare with model_samples_per_s: when input_bound is high, the DataLoader is the limit"),
+           hint="compare with model_samples_per_s: when input_bound is high, the DataLoader is the limit", about_data=True),
     Metric("model_samples_per_s", "samples/s", True, "the same training step alone on synthetic input already on "
            "the device, measured in the same run (the model check's method: NVIDIA Deep Learning Examples "
            "benchmark_training)", per_device=True),
@@ -67,7 +67,7 @@ METRICS = (
            "waited for data; the measured counterpart of MLPerf Storage's emulated AU (AU = 100% - input_bound, "
            "DLIO); 0 when the loader keeps up", per_device=True,
            hint="the device waits for data: raise num_workers if CPUs are idle, keep pin_memory on, use a faster "
-                "volume or shards (WebDataset, LMDB); the dataloader check over the same path shows the loader alone"),
+                "volume or shards (WebDataset, LMDB); the dataloader check over the same path shows the loader alone", about_data=True),
 )
 
 

@@ -63,7 +63,7 @@ def _measure(options: Mapping[str, Any], budget: Budget, device: str) -> list[Me
             pairs, stopped = interleaved((step, feed), device, budget)
     end_to_end = Measurement("samples_per_s", samples=tuple(p[1].samples_per_s for p in pairs), unit="samples/s",
                              device=device, method=f"{feed.loader.method}, {feed.fed}; step: {method}",
-                             stopped=stopped, note=source.note)
+                             stopped=stopped, note=source.note, subject=source.subject)
     return [end_to_end, _model_rate(pairs, device, method, stopped), input_bound(pairs, end_to_end)]
 
 
@@ -86,7 +86,7 @@ def input_bound(pairs: Sequence[tuple[Window, Window]], end_to_end: Measurement)
             f"a faster volume or shards (WebDataset, LMDB); the dataloader check over the same data shows the loader "
             f"alone")
     return Measurement("input_bound", samples=shares, unit="%", device=end_to_end.device, method=method,
-                       stopped=end_to_end.stopped, hint=hint, note=end_to_end.note)
+                       stopped=end_to_end.stopped, hint=hint, note=end_to_end.note, subject=end_to_end.subject)
 
 
 class Feed:

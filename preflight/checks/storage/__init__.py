@@ -33,7 +33,8 @@ from preflight.units import Dimension
 NAME = "storage"
 HELP = "filesystem facts, sequential/random reads, small files, writes and fsync on the dataset path, uncached"
 OPTIONS = (
-    Option("path", "path", ".", "dataset directory (or file) to measure; opened read-only, never written"),
+    Option("path", "path", "", "dataset directory (or file) to measure; opened read-only, never written (empty: "
+           "none named; the working directory is measured and no dataset threshold can pass)"),
     Option("scratch_dir", "text", "", "writable directory on the same filesystem for scratch data, outside path "
            "(default: the nearest writable directory above path on its filesystem); removed afterwards",
            outside="path"),
@@ -63,37 +64,37 @@ METRICS = (
     Metric("filesystem", "text", None, "type, mount point, device and options of path's filesystem "
            "(/proc/self/mountinfo, proc(5))"),
     Metric("free_space", "GiB", True, "space available to the job on path's filesystem (statvfs f_bavail)",
-           hint="free space on {path}: delete old data or grow the volume"),
+           hint="free space on {path}: delete old data or grow the volume", about_data=True),
     Metric("read_only", "", True, "1 when path's mount is read-only, else 0; `{min: 1}` requires it "
-           "(mount options in /proc/self/mountinfo)"),
+           "(mount options in /proc/self/mountinfo)", about_data=True),
     Metric("open_files_limit", "", True, "soft RLIMIT_NOFILE of this process (getrlimit(2))"),
     Metric("unreadable_files", "", False, "files and directories under path this process cannot read "
            "(access(2) R_OK, or listing refused): the job would stop on PermissionError; `{max: 0}` gates on it",
-           hint="make {path} readable by the job's user (chmod/chown, fsGroup in the pod's securityContext)"),
+           hint="make {path} readable by the job's user (chmod/chown, fsGroup in the pod's securityContext)", about_data=True),
     Metric("skipped_files", "", False, "entries under path that are not samples: unreadable, vanished while "
            "walked, special files, dangling links, directory loops, other filesystems, empty files, second "
            "links to one file (find -L -xdev -type f -size +0 -readable); the row says which",
            hint="the row's note says what was skipped under {path}: fix permissions, remove dangling links and "
-                "special files, or stop the process rewriting the dataset"),
+                "special files, or stop the process rewriting the dataset", about_data=True),
     Metric("seq_read", "MB/s", True, "sequential read throughput, 1 MB = 10^6 B; `readers` threads of "
            "`block_size` O_DIRECT reads over contiguous spans (fio --rw=read --direct=1 --bs=1M --numjobs) of "
            "path's files of 8 MiB or more (data extents only); else a scratch file beside path, as the row says",
-           hint="{path} reads at {measured}: use a faster volume class or a local NVMe cache"),
+           hint="{path} reads at {measured}: use a faster volume class or a local NVMe cache", about_data=True),
     Metric("rand_read", "IOPS", True, "random read operations per second of `rand_block` at `rand_depth` "
            "in flight (fio --rw=randread --direct=1 --bs=4k --iodepth), over seq_read's bytes",
-           hint="{path} serves {measured}: random access (shuffled small samples) needs a low-latency volume"),
-    Metric("rand_read_p50", "ms", False, "median latency of one rand_read request (fio clat 50th percentile)"),
+           hint="{path} serves {measured}: random access (shuffled small samples) needs a low-latency volume", about_data=True),
+    Metric("rand_read_p50", "ms", False, "median latency of one rand_read request (fio clat 50th percentile)", about_data=True),
     Metric("rand_read_p99", "ms", False, "99th-percentile latency of one rand_read request (fio clat 99th "
-           "percentile): the tail a shuffled DataLoader waits on"),
+           "percentile): the tail a shuffled DataLoader waits on", about_data=True),
     Metric("small_files", "files/s", True, "open+read+close of whole small files per second, cold cache, "
            "`file_readers` in parallel (DLIO/MLPerf Storage file-per-sample pattern)",
-           hint="pack small files into shards (WebDataset tar, LMDB, TFRecord) or cache them on local NVMe"),
-    Metric("small_files_bandwidth", "MB/s", True, "bytes of those small files per second, 1 MB = 10^6 B"),
+           hint="pack small files into shards (WebDataset tar, LMDB, TFRecord) or cache them on local NVMe", about_data=True),
+    Metric("small_files_bandwidth", "MB/s", True, "bytes of those small files per second, 1 MB = 10^6 B", about_data=True),
     Metric("seq_write", "MB/s", True, "checkpoint write throughput including the final fsync, in scratch_dir "
            "(fio --rw=write --bs=1M --end_fsync=1)", hint="checkpoints to {path} write at {measured}: "
-           "use a faster volume or write checkpoints asynchronously"),
+           "use a faster volume or write checkpoints asynchronously", about_data=True),
     Metric("fsync_p99", "ms", False, "99th-percentile latency of fsync after a 4 KiB append, in scratch_dir "
-           "(fio --rw=write --bs=4k --fsync=1, sync percentiles)"),
+           "(fio --rw=write --bs=4k --fsync=1, sync percentiles)", about_data=True),
 )
 
 

@@ -17,6 +17,7 @@ import os
 import resource
 from typing import Any, Mapping, NamedTuple, Sequence
 
+from preflight.checks import subject
 from preflight.checks.base import Budget
 from preflight.checks.storage import guard, reads, small_files, writes
 from preflight.checks.storage.data import LARGE_FILE, Found, Segment, data_bytes, segments
@@ -43,15 +44,17 @@ class ReadSet(NamedTuple):
     where: str  # "3 existing files of 8 MiB or more (400 MiB)"
     note: str  # "" when they are the dataset's own large files
     whole_files: bool = False  # small files, each read whole by one request
+    subject: str = "dataset"  # what the bytes are: the dataset's, or scratch (``subject.scratch_subject``)
 
 
 class IO:
     """One storage measurement session on one filesystem, with an optional scratch directory."""
 
     def __init__(self, options: Mapping[str, Any], budget: Budget, fs: Filesystem, scratch: str | None,
-                 why_no_scratch: str) -> None:
+                 why_no_scratch: str, dataset_device: tuple[int, str] = (-1, "")) -> None:
         self.options, self.budget, self.fs = options, budget, fs
         self.scratch, self.why_no_scratch = scratch, why_no_scratch
+        self.dataset_device = dataset_device  # (st_dev, mount source) of the dataset's bytes
         self.path = options["path"]
         self.window = min(1.0, max(0.25, budget.duration_s / 6))
         self.cache_note = ""  # set when seq_read proves the cache was not bypassed
@@ -65,7 +68,7 @@ class IO:
         where = f"{chosen.where} on {self.fs.describe()}; {describe(bypass)}"
         results = [self.seq_read(chosen.parts, bypass, where, chosen.whole_files),
                    *self.rand_read(chosen.parts, bypass, where)]
-        return [_noted(m, chosen.note) for m in results]
+        return [dataclasses.replace(_noted(m, chosen.note), subject=chosen.subject) for m in results]
 
     def _read_set(self, found: Found) -> ReadSet | str:
         """The dataset's large files; else a scratch file beside it; else its small files, labelled; else why not."""
@@ -81,7 +84,8 @@ class IO:
             streamable = (f"only {_mib(data_bytes(large))} in files of {_mib(LARGE_FILE)} or more" if large
                           else f"none of {_mib(LARGE_FILE)} or more")
             return ReadSet(segments([scratch], wanted), f"a scratch file ({_mib(wanted)})",
-                           f"on a scratch file beside the dataset: {what}, {streamable}")
+                           f"on a scratch file {self._scratch_place()}: {what}, {streamable}",
+                           subject=self._scratch_subject())
         fallback = segments(found.files, wanted)
         if data_bytes(fallback) < MIN_READ_BYTES:
             return f"{what}, under {_mib(MIN_READ_BYTES)} to read, and {no_room}"
@@ -167,7 +171,10 @@ class IO:
                         unmeasurable("small_files_bandwidth", reason, "MB/s")]
             files = write_small_files(self.scratch, count, size)  # type: ignore[arg-type]
             source = f"{count} scratch files of {format_value(to_unit(size, 'KiB'), 'KiB')}"
-            note = f"on {source} beside the dataset: {too_little}"
+            note = f"on {source} {self._scratch_place()}: {too_little}"
+            measured_on = self._scratch_subject()
+        else:
+            measured_on = "dataset"
         bypass = bypass_for([f.name for f in files[:100]], self.fs.memory_backed)
         processes, threads = self._split(int(self.options["file_readers"]))
         rates: list[float] = []
@@ -185,9 +192,10 @@ class IO:
         method = (f"{processes} processes x {threads} threads, open+read+close of {source} on "
                   f"{self.fs.describe()}; {describe(bypass)}")
         return [self._honest(Measurement("small_files", samples=taken.values, unit="files/s", method=method,
-                                         stopped=taken.stopped, note=note), bypass),
+                                         stopped=taken.stopped, note=note, subject=measured_on), bypass),
                 self._honest(Measurement("small_files_bandwidth", samples=tuple(rates[-len(taken.values):]),
-                                         unit="MB/s", method=method, stopped=taken.stopped, note=note), bypass)]
+                                         unit="MB/s", method=method, stopped=taken.stopped, note=note,
+                                         subject=measured_on), bypass)]
 
     def writes(self) -> list[Measurement]:
         """``seq_write`` (MB/s, with the final fsync) and ``fsync_p99`` (ms) in the scratch directory."""
@@ -207,7 +215,7 @@ class IO:
             fsync = unmeasurable("fsync_p99", f"nowhere to write scratch files: {no_room}", "ms")
         else:
             fsync = self._fsync_p99(os.path.join(self.scratch, "fsync.dat"), where)  # type: ignore[arg-type]
-        results = [seq_write, fsync]
+        results = [dataclasses.replace(m, subject=self._scratch_subject()) for m in (seq_write, fsync)]
         if self.fs.memory_backed:
             results = [self._honest(m, "none") if m.measured else m for m in results]
         return results
@@ -221,6 +229,16 @@ class IO:
             return unmeasurable("fsync_p99", f"no fsync completed in {run}: the volume is stalled", "ms")
         method = f"4 KiB append + fsync on one file, 99th percentile of every fsync after the ramp, {where}"
         return _latency_percentile("fsync_p99", 99, latencies, method, f"time-based: {len(intervals)} windows in {run}")
+
+    def _scratch_subject(self) -> str:
+        """What scratch data stands for: the dataset's device only when verified there (``subject``)."""
+        return subject.scratch_subject(self.scratch or "", *self.dataset_device)
+
+    def _scratch_place(self) -> str:
+        """Where the scratch data lies, in the words of the table's note."""
+        if self._scratch_subject() == "scratch_on_dataset_fs":
+            return "beside the dataset"
+        return f"in {self.scratch}, not on the dataset's filesystem and device"
 
     def _split(self, loops: int) -> tuple[int, int]:
         """(processes, threads per process) for ``loops`` concurrent loops."""

@@ -10,6 +10,7 @@ import dataclasses
 import os
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
+from preflight.checks import subject
 from preflight.checks.base import Budget, Metric
 from preflight.checks.storage import measure_io
 from preflight.checks.storage.data import Found, survey
@@ -25,6 +26,7 @@ SHARDS_HINT = ("small files read at {small:.0f} MB/s against {seq:.0f} MB/s sequ
 
 def measure(options: Mapping[str, Any], budget: Budget, metrics: Sequence[Metric]) -> list[Measurement]:
     """Measure every one of ``metrics`` on ``options["path"]``; unmeasurable ones say why in one line."""
+    options, dataset_named = subject.named(options)
     path = options["path"]
     if not os.path.exists(path):
         reason = f"{path} does not exist: mount the dataset or set storage.path"
@@ -37,9 +39,10 @@ def measure(options: Mapping[str, Any], budget: Budget, metrics: Sequence[Metric
     results = facts(fs, path)
     found = survey(path, int(options["data_size"]), int(options["small_file_size"]), int(options["max_files"]))
     results += _walk_metrics(found, path)
+    results = subject.labelled(results, "dataset")
     parent, no_scratch = choose_parent(path, options["scratch_dir"], "storage.scratch_dir")
     with _scratch(parent, path) as (scratch, scratch_error):
-        io = measure_io.IO(options, budget, fs, scratch, no_scratch or scratch_error)
+        io = measure_io.IO(options, budget, fs, scratch, no_scratch or scratch_error, subject.device_of(path))
         results += _isolated(lambda: io.reads(found), measure_io.READ_METRICS, path)
         results += _isolated(lambda: io.small(found), (("small_files", "files/s"), ("small_files_bandwidth", "MB/s")),
                              path)
@@ -48,6 +51,10 @@ def measure(options: Mapping[str, Any], budget: Budget, metrics: Sequence[Metric
     if caveat and fs.kind != "memory":
         results = [_with_hint(m, f"{path} is on {fs.fstype} ({caveat}): mount the dataset volume itself")
                    for m in results]
+    if not dataset_named:
+        about_data = {m.name for m in metrics if m.about_data}
+        results = [dataclasses.replace(m, subject="no_dataset", hint=subject.no_dataset_fix("storage"))
+                   if m.metric in about_data and m.measured else m for m in results]
     return _shards_hint(results)
 
 

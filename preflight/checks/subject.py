@@ -1,0 +1,73 @@
+"""What a data check measured, decided from evidence: the dataset, verified scratch, or something else.
+
+The checks that read data (storage, dataloader, pipeline) label every figure with a subject
+(``measurement.SUBJECTS``), and ``verdict`` lets only the dataset's pass a dataset threshold.
+A label is a claim to verify, not to assume:
+- no dataset named (``path`` empty, as the bundled default without ``DATA_DIR``): the working
+  directory is measured, so the run still shows what the node does, but under ``no_dataset``;
+- scratch data stands in for the dataset only when it lies on the filesystem *and* device that
+  hold the dataset's bytes: the same ``st_dev`` and the same mount source in
+  /proc/self/mountinfo (a bind mount of another disk has its own source; two mounts of one
+  device share it); anything else is ``scratch_elsewhere``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Iterable, Mapping
+
+from preflight.host.fsinfo import filesystem_of
+from preflight.measurement import Measurement
+
+WORKING_DIRECTORY = "."
+
+
+def named(options: Mapping[str, Any]) -> tuple[Mapping[str, Any], bool]:
+    """``options`` with an empty ``path`` replaced by the working directory, and whether a dataset was named.
+
+    The bundled thresholds.yaml writes ``path: ${DATA_DIR:-}``: without DATA_DIR nothing names the
+    dataset, the working directory is measured and every figure is labelled ``no_dataset``.
+    """
+    if options.get("path"):
+        return options, True
+    return {**options, "path": WORKING_DIRECTORY}, False
+
+
+def no_dataset_fix(instance: str) -> str:
+    """The one fix for a gate that was never told where the dataset is."""
+    return (f"no dataset named: set DATA_DIR=/path/to/dataset (the bundled thresholds.yaml reads it) or "
+            f"--set {instance}.path=/path/to/dataset; to measure the working directory, name it: "
+            f"--set {instance}.path=.")
+
+
+def same_device(directory: str, dataset_device: int, dataset_source: str) -> bool:
+    """Whether ``directory`` lies on the device (``st_dev``) and mount source that hold the dataset's bytes.
+
+    False when ``directory`` cannot be stat'ed: an unverified location never stands for the dataset.
+    """
+    try:
+        device = os.stat(directory).st_dev
+        source = filesystem_of(directory).source
+    except OSError:
+        return False
+    return device == dataset_device and source == dataset_source
+
+
+def scratch_subject(directory: str, dataset_device: int, dataset_source: str) -> str:
+    """``scratch_on_dataset_fs`` when scratch in ``directory`` is verified on the dataset's device, else
+    ``scratch_elsewhere``."""
+    return "scratch_on_dataset_fs" if same_device(directory, dataset_device, dataset_source) else "scratch_elsewhere"
+
+
+def device_of(path: str) -> tuple[int, str]:
+    """(``st_dev``, mount source) of ``path`` as ``open()`` reaches it (links followed); (-1, "") if it is gone."""
+    try:
+        return os.stat(path).st_dev, filesystem_of(path).source
+    except OSError:
+        return -1, ""
+
+
+def labelled(measurements: Iterable[Measurement], subject: str, only_unlabelled: bool = False) -> list[Measurement]:
+    """``measurements`` with ``subject`` set (on the unlabelled ones only, with ``only_unlabelled``)."""
+    return [m if only_unlabelled and m.subject else dataclasses.replace(m, subject=subject) for m in measurements]
