@@ -1,4 +1,4 @@
-"""Command line: parses ``preflight run|list|validate|schema|explain`` and holds the one error boundary.
+"""Command line: parses ``preflight run|list|validate|schema|explain|make-dataset`` and holds the one error boundary.
 
 Exit codes: 0 nothing failed or errored (warnings allowed); 1 the gate failed; 2 a usage
 or configuration error, with nothing measured; 3 an internal error (a bug: the message
@@ -54,6 +54,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             sys.stdout.write(explain.render(args.name))
             return 0
+        if args.command == "make-dataset":
+            from preflight.commands import make_dataset
+
+            return make_dataset.main(args)
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     except UsageError as error:
@@ -154,6 +158,11 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("name", metavar="CHECK[.METRIC]",
                          help="a check (`storage`) or a metric (`storage.seq_read`), as `preflight list` and the "
                               "report name them")
+    make_dataset = add("make-dataset", "write an ImageNet-shaped sample dataset to rehearse the gate on")
+    make_dataset.add_argument("directory", metavar="DIR", help="where to write it: a new or empty directory")
+    for flag, default, help in (("--classes", 10, "class folders"), ("--per-class", 100, "files per class folder"),
+                                ("--sample-bytes", 110_000, "bytes per file (ImageNet's median JPEG: 110000)")):
+        make_dataset.add_argument(flag, type=int, default=default, help=f"{help} (default: {default})")
     return parser
 
 

@@ -90,7 +90,7 @@ def test_list_shows_every_check_with_parameters_and_units():
 def test_bundled_default_on_a_cpu_machine_fails_on_cuda_and_measures_the_rest(tmp_path, dataset):
     report = tmp_path / "report.xml"
     result = run_cli("run", "--junit-xml", str(report), "--json", str(tmp_path / "r.json"),
-                     "--set", "defaults.duration=1s", cwd=dataset, timeout=300)
+                     "--set", "defaults.duration=1s", cwd=dataset, env={"DATA_DIR": str(dataset)}, timeout=300)
     assert result.returncode == 1, result.stderr
     lines = {line.split(" ")[0]: line for line in result.stdout.splitlines() if " ..." in line}
     assert "FAIL" in lines["cuda.device_count"]
@@ -111,6 +111,31 @@ def test_bundled_default_on_a_cpu_machine_fails_on_cuda_and_measures_the_rest(tm
     assert data["exit_code"] == 1 and data["schema"] == 1
     seq = next(r for r in data["results"] if r["id"] == "storage.seq_read")
     assert seq["unit"] == "MB/s" and seq["value"] > 1 and len(seq["samples"]) >= 3
+
+
+def test_the_bundled_default_with_no_dataset_named_fails_its_dataset_rows_and_says_how_to_name_one(tmp_path, dataset):
+    """Issue 21 case 1: DATA_DIR unset, run from a directory that holds data but was never named as the
+    dataset. The node is still measured (the working directory), and no dataset row can pass."""
+    result = run_cli("run", "--only", "storage,dataloader", "--json", str(tmp_path / "r.json"),
+                     "--set", "defaults.duration=0.5s", "--set", "storage.readers=1", "--set", "dataloader.worker_pools=1",
+                     cwd=dataset, env={"DATA_DIR": ""}, timeout=300)
+    assert result.returncode == 1, result.stdout + result.stderr
+    results = {r["id"]: r for r in json.loads((tmp_path / "r.json").read_text())["results"]}
+    for name in ("storage.seq_read", "storage.small_files", "dataloader.throughput", "storage.free_space"):
+        row = results[name]
+        assert row["value"] is not None and row["subject"] == "no_dataset", row  # measured, and labelled
+        assert row["verdict"] in ("fail", "warn") and "not the dataset, so it cannot pass" in row["message"], row
+        assert row["hint"].startswith("no dataset named: set DATA_DIR=")
+    assert results["storage.open_files_limit"]["verdict"] == "pass"  # a process fact, not the dataset's
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("preflight: FAILED on ") and "no dataset named: set DATA_DIR=" in last
+    assert "--set storage.path=/path/to/dataset" in last
+    table = " ".join(result.stdout.split())
+    assert "measured on no dataset named (the working directory)" in table
+    named = run_cli("run", "--only", "storage", "--json", "-", "--set", "defaults.duration=0.5s",
+                    "--set", "storage.readers=1", "--set", "storage.path=.", cwd=dataset, timeout=300)
+    seq = next(r for r in json.loads(named.stdout)["results"] if r["id"] == "storage.seq_read")
+    assert (seq["verdict"], seq["subject"]) == ("pass", "scratch_on_dataset_fs"), seq  # named explicitly: judged
 
 
 def test_a_config_of_what_this_machine_has_passes(tmp_path, dataset):

@@ -115,12 +115,35 @@ def room_for(directory: str, nbytes: int) -> str:
 
 
 def write_fsynced(fd: int, size: int, chunk: bytes) -> int:
-    """Write ``size`` bytes to the open ``fd`` in ``len(chunk)`` pieces, then fsync; returns bytes written."""
-    written = 0
+    """Write ``size`` bytes to the open ``fd`` in ``len(chunk)`` pieces, then fsync; returns bytes written.
+
+    Each piece is ``chunk`` with every 4 KiB block made unique (``stamped``): one random MiB
+    written over and over would be 256 distinct blocks in 256 MiB, which a deduplicating or
+    compressing volume stores once and serves from its cache (axboe/fio#463, fio's
+    ``dedupe_percentage`` and ``refill_buffers``).
+    """
+    written, serial = 0, _first_serial()
     while written < size:
-        written += os.write(fd, chunk[: min(len(chunk), size - written)])
+        piece = stamped(chunk[: min(len(chunk), size - written)], serial + written // DEDUP_BLOCK)
+        written += os.write(fd, piece)
     os.fsync(fd)
     return written
+
+
+DEDUP_BLOCK = 4096  # the smallest block a deduplicating filesystem compares (ZFS, VDO, btrfs tools: 4 KiB and up)
+
+
+def stamped(data: bytes, serial: int) -> bytes:
+    """``data`` with the 8-byte ``serial``, ``serial + 1``, ... at the start of each 4 KiB block: no two
+    blocks alike, the rest still random, so nothing deduplicates or compresses them."""
+    out = bytearray(data)
+    for block, offset in enumerate(range(0, len(out), DEDUP_BLOCK)):
+        out[offset:offset + 8] = ((serial + block) % (1 << 64)).to_bytes(8, "little")[: len(out) - offset]
+    return bytes(out)
+
+
+def _first_serial() -> int:
+    return int.from_bytes(os.urandom(8), "little")
 
 
 def write_file(name: str, size: int, chunk: bytes) -> DataFile:
@@ -144,14 +167,14 @@ def write_small_files(directory: str, count: int, size: int) -> list[DataFile]:
     Raises:
         OSError: a write failed.
     """
-    chunk = os.urandom(size)
+    chunk, serial = os.urandom(size), _first_serial()
     files = []
     for index in range(count):
         folder = os.path.join(directory, "small", f"{index % 100:03d}")
         os.makedirs(folder, exist_ok=True)
         name = os.path.join(folder, f"{index:06d}.bin")
         with open(name, "wb") as handle:
-            handle.write(chunk[index % 64:] + chunk[: index % 64])  # distinct bytes per file
+            handle.write(stamped(chunk, serial + index * (size // DEDUP_BLOCK + 1)))  # no two blocks alike
         files.append(DataFile(name, size))
     os.sync()  # DONTNEED drops clean pages only
     for found in files:

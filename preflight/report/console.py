@@ -86,9 +86,11 @@ def render(report: RunReport, colour: bool = False, width: int | None = None) ->
 
 
 def _fixes(misses: list[Result]) -> list[tuple[str, str, str]]:
-    """(ids, message, hint) per miss; unmeasured metrics that share one reason share one line.
+    """(ids, message, hint) per miss; unmeasured metrics that share one reason share one line, and
+    misses in a row that share one fix show it once, after the last of them.
 
-    Without a GPU a dozen metrics fail for the same reason; saying it once keeps the fix readable.
+    Without a GPU a dozen metrics fail for the same reason, and with no dataset named every dataset
+    row has the same fix; saying each once keeps the fix readable.
     """
     groups: dict[str, list[Result]] = {}  # in order of first appearance
     for result in misses:
@@ -101,7 +103,8 @@ def _fixes(misses: list[Result]) -> list[tuple[str, str, str]]:
             fixes.append((members[0].id, members[0].message, members[0].hint))
         else:
             fixes.append((", ".join(r.id for r in members), key, ""))
-    return fixes
+    return [(ids, message, "" if later and later[2] == hint else hint)
+            for (ids, message, hint), later in zip(fixes, [*fixes[1:], None])]
 
 
 class _Cells(NamedTuple):

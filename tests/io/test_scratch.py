@@ -1,4 +1,5 @@
 import os
+import zlib
 
 import pytest
 
@@ -34,3 +35,21 @@ def test_scratch_is_refused_inside_the_protected_tree(tmp_path):
         with scratch.scratch_dir(str(tmp_path), protect=str(tmp_path)):
             pass
     assert os.listdir(tmp_path) == []
+
+
+def test_scratch_data_has_no_two_4k_blocks_alike_so_no_deduplicating_volume_can_shrink_it(tmp_path):
+    """axboe/fio#463: one random MiB repeated is 256 distinct blocks in 256 MiB; a deduplicating store
+    keeps one copy and serves every read of it from cache."""
+    import hashlib
+
+    from preflight.io.scratch import write_file, write_small_files
+
+    big = write_file(str(tmp_path / "seq_read.dat"), 8 << 20, os.urandom(1 << 20))
+    small = write_small_files(str(tmp_path / "small"), 50, 110_000)
+    blocks = []
+    for found in [big, *small]:
+        data = open(found.name, "rb").read()
+        assert len(data) == found.size
+        blocks += [hashlib.sha256(data[i:i + 4096]).digest() for i in range(0, len(data) - 4095, 4096)]
+    assert len(blocks) == 2048 + 50 * 26 and len(set(blocks)) == len(blocks)
+    assert len(zlib.compress(open(big.name, "rb").read(), 1)) > 0.99 * (8 << 20)  # still incompressible

@@ -75,7 +75,12 @@ def opened(options: Mapping[str, Any], check: str = "dataloader") -> Iterator[So
         return
     options, dataset_named = subject.named(options)
     with _files(options, check) as source:
-        yield source if dataset_named or isinstance(source, str) else source._replace(subject="no_dataset")
+        if dataset_named:
+            yield source
+        elif isinstance(source, str):
+            yield f"{subject.no_dataset_fix(check)} (the working directory: {source})"
+        else:
+            yield source._replace(subject="no_dataset")
 
 
 @contextlib.contextmanager
