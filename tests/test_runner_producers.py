@@ -16,6 +16,7 @@ from preflight import config, runner
 from preflight.errors import ConfigError
 from preflight.measurement import Measurement
 from preflight.verdict import Outcome, Result
+from tests import datasets
 from tests.helpers import run_cli, write_config
 
 CONSUMER_FIRST = """
@@ -74,7 +75,9 @@ def test_the_consumer_gets_the_fastest_devices_figure_or_why_there_is_none(tmp_p
 
 
 def test_the_required_rate_is_the_models_figure_from_the_same_run(tmp_path):
-    path = write_config(tmp_path, CONSUMER_FIRST)
+    # On a dataset: synthetic samples cannot pass a dataset threshold (issue 21), and the share is one.
+    data = datasets.imagenet(tmp_path / "train", classes=2, per_class=50)
+    path = write_config(tmp_path, CONSUMER_FIRST.replace("synthetic: true", f"path: {data}"))
     completed = run_cli("run", "-c", str(path), "--format", "json")
     results = json.loads(completed.stdout)["results"]
     assert [r["instance"] for r in results][:2] == ["dataloader", "dataloader"]  # config order, though model ran first
