@@ -61,6 +61,26 @@ def test_a_note_is_printed_once_under_the_rows_that_share_it():
     assert lines[2] == f"    └ seq_read, rand_read: {scratch}"
 
 
+def test_a_row_not_measured_on_the_dataset_says_what_it_was_and_a_shared_fix_is_said_once():
+    """Issue 21: the table's note names the subject; consecutive misses with one fix show it once."""
+    fix = "no dataset named: set DATA_DIR=/path/to/dataset"
+    report = make_report([
+        result("seq_read", "fail", "measured 900 MB/s", value=900.0, subject="no_dataset", hint=fix,
+               note="on a scratch file beside the dataset"),
+        result("small_files", "fail", "measured 900 files/s", value=900.0, subject="no_dataset", hint=fix),
+        result("free_space", "pass", "measured 9 GiB", value=9.0, subject="dataset"),
+    ])
+    text = console.render(report, width=200)
+    lines = text.splitlines()
+    assert lines[2] == ("    └ measured on no dataset named (the working directory): on a scratch file beside "
+                        "the dataset")
+    assert lines[4] == "    └ measured on no dataset named (the working directory)"
+    assert lines[5].startswith("storage.free_space") and "└" not in lines[6]  # the dataset's own: no label
+    fixes = text.split("what to fix:\n", 1)[1].splitlines()[:-1]
+    assert fixes == ["  storage.seq_read: measured 900 MB/s", "  storage.small_files: measured 900 files/s",
+                     f"    fix: {fix}"]
+
+
 def _gpu_node_report():
     """A realistic failing GPU node: per-device ids, a long text value, a baseline bound, long notes and fixes."""
     ecc_fix = ("the GPU reported 2 uncorrectable ECC errors since the driver loaded: drain the node, run "

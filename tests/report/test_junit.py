@@ -139,3 +139,25 @@ def test_a_single_node_keeps_its_names_and_repeats_across_suites_are_still_uniqu
 
 def _cases_of(suite):
     return {(case.classname, case.name): case for case in suite}
+
+
+def test_what_each_figure_was_measured_on_is_in_the_case_output_and_the_json(tmp_path):
+    """Issue 21: the subject of every result reaches each report; junit-10.xsd has no testcase
+    <properties>, so JUnit carries it in the case's system-out, and the file still validates."""
+    import json
+
+    from preflight.report import json_report
+
+    results = [result("seq_read", "fail", "measured 498 MB/s, required >= 200 MB/s; measured on scratch data on "
+                      "another filesystem or device than the dataset's: not the dataset, so it cannot pass",
+                      subject="scratch_elsewhere"),
+               result("small_files", "pass", subject="dataset"), result("size", "pass", instance="shm")]
+    path = tmp_path / "r.xml"
+    junit.write(str(path), [make_report(results)])
+    cases = {case.name: case for suite in read_junit(path) for case in suite}
+    assert ("subject: scratch_elsewhere (scratch data on another filesystem or device than the dataset's)"
+            in cases["seq_read"].system_out.splitlines())
+    assert "subject: dataset (the dataset's own files)" in cases["small_files"].system_out.splitlines()
+    assert "subject:" not in cases["size"].system_out
+    shown = json.loads(json_report.render(make_report(results)))
+    assert [r["subject"] for r in shown["results"]] == ["scratch_elsewhere", "dataset", None]
