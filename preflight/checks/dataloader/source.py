@@ -120,7 +120,7 @@ def _files(options: Mapping[str, Any], check: str) -> Iterator[Source | str]:
         return
     with scratch_dir(parent, protect=path) as directory:  # type: ignore[arg-type]
         scratch = write_small_files(directory, count, size)
-        measured_on = subject.scratch_subject(directory, *subject.device_of(path))
+        measured_on = subject.scratch_subject(directory, *subject.device_of(subject.bytes_home(files, path)))
         place = "" if measured_on == "scratch_on_dataset_fs" else f" in {parent}, not on the dataset's device"
         yield Source(scratch, f"{count} scratch files of {size // 1000} kB in ImageNet-style class folders, cold "
                      f"cache per file", f"on an ImageNet-shaped scratch set{place}: {too_little}", subject=measured_on)
@@ -182,7 +182,8 @@ def loader_for(options: Mapping[str, Any], source: Source, decode: str | None = 
         dataset = SyntheticImages(synthetic_shape(options))
     else:
         files = source.files
-        fs = filesystem_of(os.path.dirname(files[0].name))  # the directory stays when a file vanishes
+        # Where open() lands (a link's target), by its directory: that stays when a file vanishes.
+        fs = filesystem_of(os.path.dirname(os.path.realpath(files[0].name)))
         bypass = bypass_for([f.name for f in files[:100]], fs.memory_backed)
         if options.get("format") == "tar":  # an IterableDataset: each worker streams its own shards, in order
             dataset = shards.ShardSamples(files, bypass, decode or options["decode"], float(options["sample_delay"]))

@@ -1,9 +1,12 @@
 """Storage I/O on the dataset path, measured as fio measures it, from the device and not the cache.
 
-Filesystem facts come first (``facts``): the type, device and mount options are named in
-every result, because tmpfs, overlay, FUSE and NFS each change what a number means; they
-never depend on a read or write succeeding. The walk of ``path`` (``data``) reports what a
-job would trip over (unreadable files, links to nowhere, files vanishing). Then,
+The walk of ``path`` (``data``) finds the files a job would read, where its ``open()`` lands
+(links followed), and reports what a job would trip
+over (unreadable files, links to nowhere, files vanishing). Filesystem facts follow
+(``facts``) for the filesystem that holds most of the dataset's bytes, which is not always
+``path``'s own (a symlink farm keeps its links on one disk and its files on another): the
+type, device and mount options are named in every result, because tmpfs, overlay, FUSE and
+NFS each change what a number means; they never depend on a read or write succeeding. Then,
 each time-bounded with a warm-up window and repeated windows (median compared, spread
 reported; ``sampling.sample``): sequential and random reads (``reads``), open+read+close of
 many small files (``small_files``), and checkpoint writes with fsync (``writes``).
@@ -13,7 +16,10 @@ with posix_fadvise before reading (``io.uncached``); on a memory-backed filesyst
 a rate reaches page-cache speed or exceeds the network link (``guard``), the value is
 marked cache-bound and ``verdict`` will not let it pass silently. ``path`` is never written:
 scratch data goes to ``scratch_dir`` on the same filesystem and is removed afterwards, and a
-figure measured on scratch data says so in its row (``Measurement.note``). Each group of
+figure measured on scratch data says so in its row (``Measurement.note``), with its subject:
+scratch stands for the dataset only when verified on the device and mount source that hold
+the dataset's bytes; elsewhere (a read-only dataset volume, scratch_dir on the local disk) it
+is measured, named with its own filesystem, and cannot pass a dataset threshold. Each group of
 metrics fails on its own: an error while reading (a full volume, a vanished file, a low
 open-file limit) makes that group unmeasurable with the reason, never the whole check.
 """
@@ -61,7 +67,8 @@ OPTIONS = (
 )
 
 METRICS = (
-    Metric("filesystem", "text", None, "type, mount point, device and options of path's filesystem "
+    Metric("filesystem", "text", None, "type, mount point, device and options of the filesystem holding path's "
+           "data, where the job's open() lands through links (the one with most bytes; others in the row's note) "
            "(/proc/self/mountinfo, proc(5))"),
     Metric("free_space", "GiB", True, "space available to the job on path's filesystem (statvfs f_bavail)",
            hint="free space on {path}: delete old data or grow the volume", about_data=True),
