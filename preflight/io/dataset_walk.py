@@ -28,14 +28,19 @@ find's ``-xdev`` kept for mount points only:
   reason in ``Walk.skipped``, as find reports and goes on, so a report can say what the
   job would trip over;
 - it is bounded: at most ``max_entries`` directory entries are looked at, so the walk's
-  time and memory do not grow with the dataset (ImageNet has 1.28 M files).
+  time and memory do not grow with the dataset (ImageNet has 1.28 M files), and it stops
+  after ``seconds`` whatever the filesystem's metadata costs (an NFS or FUSE mount can take
+  milliseconds per ``stat``): a check gives its walk a share of its timeout
+  (``Budget.walk_s``), so it returns a figure on what was walked, not a timeout.
 """
 
 from __future__ import annotations
 
 import errno
+import math
 import os
 import stat
+import time
 from collections import Counter
 from typing import Iterator, NamedTuple, Sequence
 
@@ -79,24 +84,27 @@ class Walk:
     """The data files under ``path`` (or ``path`` itself if it is a file), lazily.
 
     Iterate it once; afterwards ``skipped`` counts the entries passed over by reason (keys
-    of ``SKIPPED``) and ``truncated`` says whether ``max_entries`` stopped it. Callers may
-    stop early (``itertools.islice``); the counts then cover what was looked at.
+    of ``SKIPPED``), ``truncated`` says whether ``max_entries`` or ``seconds`` stopped it and
+    ``timed_out`` whether it was ``seconds``. Callers may stop early (``itertools.islice``);
+    the counts then cover what was looked at.
     """
 
-    def __init__(self, path: str, max_entries: int = 1 << 62) -> None:
-        self.path, self.max_entries = path, max_entries
+    def __init__(self, path: str, max_entries: int = 1 << 62, seconds: float = math.inf) -> None:
+        self.path, self.max_entries, self.seconds = path, max_entries, seconds
         self.skipped: Counter[str] = Counter()
         self.looked_at = 0
-        self.truncated = False
+        self.truncated = self.timed_out = False
         self._seen: set[tuple[int, int]] = set()
 
     @classmethod
-    def for_files(cls, path: str, max_files: int) -> Walk:
+    def for_files(cls, path: str, max_files: int, seconds: float = math.inf) -> Walk:
         """A walk for callers that want ``max_files`` data files: it looks at ``WALK_FACTOR`` times as
-        many entries at most, so unreadable, skipped or non-matching entries cannot make it unbounded."""
-        return cls(path, max_entries=max_files * WALK_FACTOR)
+        many entries at most, and for ``seconds`` at most, so unreadable, skipped or non-matching entries
+        and slow metadata cannot make it unbounded."""
+        return cls(path, max_entries=max_files * WALK_FACTOR, seconds=seconds)
 
     def __iter__(self) -> Iterator[DataFile]:
+        deadline = time.perf_counter() + self.seconds  # the clock runs while the caller works on a file, too
         try:
             top = os.stat(self.path)
         except OSError:
@@ -112,8 +120,8 @@ class Walk:
             directory, device = pending.pop()
             subdirectories = []
             for name in self._list(directory):
-                if self.looked_at >= self.max_entries:
-                    self.truncated = True
+                if self.looked_at >= self.max_entries or time.perf_counter() >= deadline:
+                    self.truncated, self.timed_out = True, self.looked_at < self.max_entries
                     return
                 self.looked_at += 1
                 full = os.path.join(directory, name)
@@ -131,7 +139,9 @@ class Walk:
     def summary(self, reasons: tuple[str, ...] = tuple(SKIPPED)) -> str:
         """The skipped entries in words ("60 unreadable files, 1 unreadable directory"), "" when none."""
         parts = [_plural(self.skipped[key], *SKIPPED[key]) for key in reasons if self.skipped[key]]
-        if self.truncated and reasons == tuple(SKIPPED):
+        if self.timed_out and reasons == tuple(SKIPPED):
+            parts.append(f"walk cut short by its {self.seconds:g} s time limit after {self.looked_at} entries")
+        elif self.truncated and reasons == tuple(SKIPPED):
             parts.append(f"walk stopped after {self.looked_at} entries")
         return ", ".join(parts)
 

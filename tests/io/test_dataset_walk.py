@@ -3,9 +3,11 @@ import os
 import socket
 import subprocess
 import sys
+import types
 
 import pytest
 
+from preflight.io import dataset_walk
 from preflight.io.dataset_walk import DataFile, Walk, by_device, too_few
 from tests import datasets
 from tests.helpers import REPO, in_mount_namespace
@@ -81,6 +83,27 @@ def test_files_are_grouped_by_the_device_that_holds_their_bytes_most_bytes_first
              DataFile("d", 50, device=2)]
     assert by_device(files) == [[files[1], files[3]], [files[0], files[2]]]
     assert by_device([]) == []
+
+
+def test_a_walk_on_slow_metadata_stops_at_its_time_limit(tmp_path, monkeypatch):
+    """A stat that takes one second of a fake clock (a stalled NFS server): a 10 s walk of 50 files looks at
+    the entries whose stat fits in 10 s after its own (the path and the directories above it), then stops."""
+    for i in range(50):
+        (tmp_path / f"{i:02d}.jpg").write_bytes(b"x")
+    entries = 10 - (1 + len(tmp_path.resolve().parents) + 1)  # after the path's stat and one per directory up to /
+    clock, real = types.SimpleNamespace(now=0.0), os.stat
+
+    def slow_stat(*args, **kwargs):
+        clock.now += 1.0
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", slow_stat)
+    monkeypatch.setattr(dataset_walk, "time", types.SimpleNamespace(perf_counter=lambda: clock.now), raising=False)
+    walk = Walk.for_files(str(tmp_path), max_files=1000, seconds=10)
+    found = list(walk)
+    assert walk.looked_at == len(found) == entries and clock.now == 10
+    assert walk.truncated and walk.timed_out
+    assert walk.summary() == f"walk cut short by its 10 s time limit after {entries} entries"
 
 
 def test_a_hugging_face_cache_of_symlinks_is_300_samples_and_its_loop_is_not_followed(tmp_path):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import math
 import os
 from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 
@@ -56,10 +57,11 @@ class Loader(NamedTuple):
 
 
 @contextlib.contextmanager
-def opened(options: Mapping[str, Any], check: str = "dataloader") -> Iterator[Source | str]:
+def opened(options: Mapping[str, Any], check: str = "dataloader", walk_s: float = math.inf) -> Iterator[Source | str]:
     """Yield what the loader built from ``options`` reads, or why nothing can be read (one line, with the fix).
 
-    ``check`` names the instance's check in the fixes ("set dataloader.path").
+    ``check`` names the instance's check in the fixes ("set dataloader.path"); the walk for files stops
+    after ``walk_s`` seconds (``Budget.walk_s``).
 
     Raises:
         usercode.UserCodeRaised: the job's dataset cannot be built, or raised while the block read it.
@@ -74,12 +76,12 @@ def opened(options: Mapping[str, Any], check: str = "dataloader") -> Iterator[So
                      subject="synthetic")
         return
     options, dataset_named = subject.named(options)
-    with _files(options, check) as source:
+    with _files(options, check, walk_s) as source:
         yield source if dataset_named or isinstance(source, str) else source._replace(subject="no_dataset")
 
 
 @contextlib.contextmanager
-def _files(options: Mapping[str, Any], check: str) -> Iterator[Source | str]:
+def _files(options: Mapping[str, Any], check: str, walk_s: float) -> Iterator[Source | str]:
     """The files under ``path``, tar shards, or a scratch set beside a path with too few files."""
     path = options["path"]
     if not os.path.isdir(path):
@@ -89,7 +91,7 @@ def _files(options: Mapping[str, Any], check: str) -> Iterator[Source | str]:
     if options["decode"] == "image" and importlib.util.find_spec("PIL") is None:
         yield "decode: image needs Pillow: pip install 'train-preflight[image]' (or pillow) in this image"
         return
-    files, walk = list_files(path, options["include"], options["exclude"], int(options["max_files"]))
+    files, walk = list_files(path, options["include"], options["exclude"], int(options["max_files"]), walk_s)
     skipped = walk.summary()
     if not files:
         yield (f"no readable files under {path} match include={options['include']!r} "

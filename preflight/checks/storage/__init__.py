@@ -1,7 +1,7 @@
 """Storage I/O on the dataset path, measured as fio measures it, from the device and not the cache.
 
 The walk of ``path`` (``data``) finds the files a job would read, where its ``open()`` lands
-(links followed), and reports what a job would trip
+(links followed, within a quarter of the check's timeout), and reports what a job would trip
 over (unreadable files, links to nowhere, files vanishing). Filesystem facts follow
 (``facts``) for the filesystem that holds most of the dataset's bytes, which is not always
 ``path``'s own (a symlink farm keeps its links on one disk and its files on another): the

@@ -2,8 +2,8 @@
 
 ``path`` is only ever read: files are opened read-only and nothing is created under it
 (its directory mtimes stay as they were). The walk (``dataset_walk.Walk``) is bounded by
-``max_files``, follows symbolic links as the job's ``open()`` does, and counts what it
-passes over (unreadable, vanished, special files ...).
+``max_files`` and by a share of the check's timeout, follows symbolic links as the job's
+``open()`` does, and counts what it passes over (unreadable, vanished, special files ...).
 
 - The bytes measured are those on the device that holds most of the dataset's bytes, where
   ``open()`` lands (``Found.devices``): a symlink farm's links on one disk and its files in a
@@ -21,6 +21,7 @@ passes over (unreadable, vanished, special files ...).
 from __future__ import annotations
 
 import itertools
+import math
 from typing import NamedTuple, Sequence
 
 from preflight.io.dataset_walk import DataFile, Walk, by_device, data_extents
@@ -39,10 +40,10 @@ class Found(NamedTuple):
     devices: list[list[DataFile]]  # ``files`` by the device holding their bytes, most bytes first
 
 
-def survey(path: str, wanted_bytes: int, small_size: int, max_files: int) -> Found:
-    """Files under ``path`` as ``dataset_walk.Walk`` finds them (at most ``max_files`` of them); ``large`` and
-    ``small`` come from the device that holds most of their bytes."""
-    walk = Walk.for_files(path, max_files)
+def survey(path: str, wanted_bytes: int, small_size: int, max_files: int, seconds: float = math.inf) -> Found:
+    """Files under ``path`` as ``dataset_walk.Walk`` finds them (at most ``max_files`` of them, walked for
+    ``seconds`` at most); ``large`` and ``small`` come from the device that holds most of their bytes."""
+    walk = Walk.for_files(path, max_files, seconds)
     seen = list(itertools.islice(walk, max_files))
     devices = by_device(seen)
     measured = devices[0] if devices else []

@@ -5,7 +5,8 @@ The walk comes first because it says where the dataset's bytes are (``subject.by
 the filesystem named in every row, whose type decides the cache bypass and the caveats, and
 whose device scratch data must be verified on, is the one that holds most of them, where the
 job's ``open()`` lands, not the one that holds ``path``'s directory (a symlink farm's links).
-The walk never raises, so facts are still reported whatever the reads do.
+The walk never raises and gets a quarter of the check's timeout (``Budget.walk_s``), so facts
+are still reported whatever the reads do.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ def measure(options: Mapping[str, Any], budget: Budget, metrics: Sequence[Metric
         if int(options[option]) % 4096:
             reason = f"storage.{option} must be a multiple of 4 KiB for O_DIRECT, found {options[option]} B"
             return [unmeasurable(m.name, reason, m.unit) for m in metrics]
-    found = survey(path, int(options["data_size"]), int(options["small_file_size"]), int(options["max_files"]))
+    found = survey(path, int(options["data_size"]), int(options["small_file_size"]), int(options["max_files"]),
+                   budget.walk_s)
     home = subject.bytes_home(found.files, path)
     fs, device = _filesystem(home, path), subject.device_of(home)
     results = facts(fs, path if subject.device_of(path) == device else fs.mount_point, _where_note(found, path, fs))

@@ -3,7 +3,9 @@
 Each input is built for real: a DVC-style symlink farm whose links lie on / and whose files lie in a
 cache on a loop-mounted ext4 disk, a dataset spread over two filesystems (a directory link and a
 mount point below it), and a read-only ext4 dataset volume with ``scratch_dir`` on the local disk,
-each mounted in a private mount namespace and measured through ``preflight run --json -``.
+each mounted in a private mount namespace and measured through ``preflight run --json -``. A
+filesystem whose metadata costs a second per ``stat`` (on a fake clock) shows that the walk is cut
+short by its time limit and the check still returns figures.
 """
 
 from __future__ import annotations
@@ -11,15 +13,18 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import sys
+import types
 from pathlib import Path
 
 import pytest
 
 from preflight.checks.storage.facts import os_error_reason
 from preflight.host.fsinfo import filesystem_of
+from preflight.io import dataset_walk
 from tests import datasets
-from tests.helpers import REPO, in_mount_namespace, write_config
+from tests.helpers import REPO, in_mount_namespace, run_check, write_config
 
 QUICK = {"duration": "1s", "data_size": "32 MiB", "write_size": "8 MiB", "small_file_count": 200, "rand_depth": 4,
          "file_readers": 2}
@@ -209,3 +214,38 @@ def test_a_read_only_error_names_what_works_on_a_read_only_volume():
     assert "the dataset's own files of 8 MiB or more are read in place and its small files read whole" in reason
     assert "scratch on another filesystem (storage.scratch_dir) is measured but cannot pass" in reason
     assert "writable directory on it" not in reason
+
+
+class _SlowMetadata:
+    """A filesystem whose every ``stat`` takes one second of a fake clock, as a stalled NFS server's might:
+    ``perf_counter`` reads that clock, so the walk's time limit is reached after a known number of stats."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.now = 0.0
+        real = os.stat
+
+        def slow_stat(*args, **kwargs):
+            self.now += 1.0
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(os, "stat", slow_stat)
+        monkeypatch.setattr(dataset_walk, "time", types.SimpleNamespace(perf_counter=lambda: self.now),
+                            raising=False)  # raising=False: the branch point had no clock in the walk
+
+
+def test_a_walk_on_slow_metadata_is_cut_short_by_its_time_limit_and_the_check_still_measures(tmp_path, monkeypatch):
+    """With a stat costing a second, walking 300 files would take 300 s; run_check's 60 s timeout gives the walk
+    15 s (a quarter), so it stops there, says so in skipped_files, and every figure is still measured."""
+    root = datasets.imagenet(tmp_path / "train", classes=3, per_class=100, size=20_000)
+    # The walk's own stats before the first entry: the path, then each directory from it up to / (loop guard).
+    setup = 1 + len(root.resolve().parents) + 1
+    _SlowMetadata(monkeypatch)
+    measured = run_check("storage", 0.3, path=str(root), data_size="16 MiB", write_size="4 MiB", small_file_count=100,
+                         rand_depth=2, file_readers=2)
+    entries = 15 - setup  # each entry costs one stat; the walk stops at the first entry at or past 15 s
+    assert measured["skipped_files"].note == f"walk cut short by its 15 s time limit after {entries} entries"
+    assert measured["skipped_files"].method.startswith(f"walk of {root}: {entries} entries looked at, ")
+    for name in ("filesystem", "seq_read", "rand_read", "small_files", "seq_write", "fsync_p99"):
+        assert measured[name].measured, (name, measured[name].reason)
+    assert re.match(r"on 100 scratch files of 112 KiB beside the dataset: .* holds \d+ data files",
+                    measured["small_files"].note)
