@@ -41,8 +41,9 @@ HELP = "filesystem facts, sequential/random reads, small files, writes and fsync
 OPTIONS = (
     Option("path", "path", "", "dataset directory (or file) to measure; opened read-only, never written (empty: "
            "none named; the working directory is measured and no dataset threshold can pass)"),
-    Option("scratch_dir", "text", "", "writable directory on the same filesystem for scratch data, outside path "
-           "(default: the nearest writable directory above path on its filesystem); removed afterwards",
+    Option("scratch_dir", "text", "", "writable directory for scratch data on the filesystem and device that hold "
+           "path's data (elsewhere its figures cannot pass), outside path (default: the nearest writable directory "
+           "above path on its filesystem); removed afterwards",
            outside="path"),
     Option("block_size", Dimension.SIZE, "1 MiB", "seq_read request size, as fio --bs (multiple of 4 KiB)",
            minimum=4096),
@@ -79,13 +80,15 @@ METRICS = (
            "(access(2) R_OK, or listing refused): the job would stop on PermissionError; `{max: 0}` gates on it",
            hint="make {path} readable by the job's user (chmod/chown, fsGroup in the pod's securityContext)", about_data=True),
     Metric("skipped_files", "", False, "entries under path that are not samples: unreadable, vanished while "
-           "walked, special files, dangling links, directory loops, other filesystems, empty files, second "
-           "links to one file (find -L -xdev -type f -size +0 -readable); the row says which",
+           "walked, special files, dangling links, directory loops, mount points below path (not descended), empty "
+           "files, second links to one file (find -L -type f -size +0 -readable, -xdev for mount points only); "
+           "the row says which",
            hint="the row's note says what was skipped under {path}: fix permissions, remove dangling links and "
                 "special files, or stop the process rewriting the dataset", about_data=True),
     Metric("seq_read", "MB/s", True, "sequential read throughput, 1 MB = 10^6 B; `readers` threads of "
            "`block_size` O_DIRECT reads over contiguous spans (fio --rw=read --direct=1 --bs=1M --numjobs) of "
-           "path's files of 8 MiB or more (data extents only); else a scratch file beside path, as the row says",
+           "path's files of 8 MiB or more (data extents only); else a scratch file beside path, or path's files read "
+           "whole, as the row says",
            hint="{path} reads at {measured}: use a faster volume class or a local NVMe cache", about_data=True),
     Metric("rand_read", "IOPS", True, "random read operations per second of `rand_block` at `rand_depth` "
            "in flight (fio --rw=randread --direct=1 --bs=4k --iodepth), over seq_read's bytes",
