@@ -97,13 +97,14 @@ class IO:
                       else f"none of {_mib(LARGE_FILE)} or more")
         no_room = self.why_no_scratch or room_for(self.scratch or "", wanted)
         verified = not no_room and self._scratch_subject() == "scratch_on_dataset_fs"
-        own = segments(found.devices[0] if found.devices else [], wanted)
-        if not verified and data_bytes(own) >= MIN_READ_BYTES:
+        own = [] if verified else segments(found.devices[0] if found.devices else [], wanted)
+        if data_bytes(own) >= MIN_READ_BYTES:
             count = len({name for name, _, _ in own})
             why = no_room or f"scratch in {self.scratch} would not lie on the dataset's filesystem and device"
+            kind = (f"files read whole ({streamable}" if large
+                    else f"small files read whole (no file of {_mib(LARGE_FILE)} or more")
             return ReadSet(own, f"{count} existing files read whole ({_mib(data_bytes(own))})",
-                           f"over {count} small files read whole (no file of {_mib(LARGE_FILE)} or more, and "
-                           f"{why}): not a device streaming figure", self.fs, whole_files=True)
+                           f"over {count} {kind}, and {why}): not a device streaming figure", self.fs, whole_files=True)
         if not no_room:
             scratch = write_file(os.path.join(self.scratch, "seq_read.dat"), wanted, os.urandom(1 << 20))  # type: ignore[arg-type]
             return ReadSet(segments([scratch], wanted), f"a scratch file ({_mib(wanted)}) in {self.scratch}",
