@@ -12,6 +12,8 @@ import hashlib
 import io
 import multiprocessing
 import os
+import shutil
+import subprocess
 import tarfile
 import time
 from pathlib import Path
@@ -46,6 +48,44 @@ def hf_cache(root: Path, files: int = 300, size: int = 110_000) -> Path:
     (snapshot / "loop").symlink_to("../..")
     os.sync()
     return snapshot
+
+
+def symlink_farm(root: Path, cache: Path, mounted_at: Path, files: int = 400, size: int = 50_000) -> Path:
+    """DVC's ``symlink`` cache type (treeverse/dvc#4520): ``root/train/cls{0..3}/N.jpg`` each a link to its blob
+    ``files/md5/<2 hex>/<30 hex>`` in a cache built under ``cache``, which a test mounts at ``mounted_at`` (the links
+    name that place and dangle until then). Returns ``root``."""
+    for i in range(files):
+        data = os.urandom(size)
+        digest = hashlib.md5(data).hexdigest()
+        blob = cache / "files" / "md5" / digest[:2] / digest[2:]
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        blob.write_bytes(data)
+        link = root / "train" / f"cls{i % 4}" / f"{i:04d}.jpg"
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(mounted_at / blob.relative_to(cache))
+    os.sync()
+    return root
+
+
+def ext4_image(source: Path, image: Path, size_mb: int = 64) -> Path:
+    """A real ext4 filesystem image holding the tree under ``source`` (``mkfs.ext4 -d``), for a test to mount
+    in a private mount namespace with ``loop_mount``. Skips the test where e2fsprogs is missing."""
+    import pytest
+
+    mkfs = shutil.which("mkfs.ext4") or shutil.which("mkfs.ext4", path="/usr/sbin:/sbin")
+    if mkfs is None:
+        pytest.skip("no mkfs.ext4 (e2fsprogs) to build a real filesystem")
+    done = subprocess.run([mkfs, "-q", "-F", "-d", str(source), str(image), f"{size_mb}M"], capture_output=True,
+                          text=True)
+    if done.returncode:
+        pytest.skip(f"mkfs.ext4 -d failed: {done.stderr.strip()}")
+    return image
+
+
+def loop_mount(image: Path, mount: Path, read_only: bool = False) -> str:
+    """Shell commands (for ``tests.helpers.in_mount_namespace``) that mount ``image`` at ``mount`` through a loop
+    device, read-only with ``read_only`` (``mount -o loop,ro``), as a dataset volume is mounted."""
+    return f"mkdir -p {mount} && mount -o loop{',ro' if read_only else ''} {image} {mount} && "
 
 
 def sparse_file(path: Path, size: int = 400 * MiB, every: int = 2) -> Path:

@@ -82,11 +82,24 @@ class Metric(NamedTuple):
         return self.unit == "text"
 
 
+WALK_SHARE = 0.25  # of a check's timeout, for walking its dataset (``Budget.walk_s``)
+
+
 class Budget(NamedTuple):
     """Time a check may spend: ``duration`` seconds of sampling per metric, inside ``timeout``."""
 
     duration_s: float
     timeout_s: float
+
+    @property
+    def walk_s(self) -> float:
+        """Seconds the check's dataset walk may take: a quarter of its timeout (30 s of the default 120 s).
+
+        However slow the filesystem's metadata (a stat over NFS or FUSE), the walk then leaves
+        three quarters for the measuring windows (storage's take about 5 x ``duration``, 25 s by
+        default), so the check returns a figure on the files it found, not a timeout.
+        """
+        return self.timeout_s * WALK_SHARE
 
 
 class Check(Protocol):

@@ -8,16 +8,21 @@ A label is a claim to verify, not to assume:
 - scratch data stands in for the dataset only when it lies on the filesystem *and* device that
   hold the dataset's bytes: the same ``st_dev`` and the same mount source in
   /proc/self/mountinfo (a bind mount of another disk has its own source; two mounts of one
-  device share it); anything else is ``scratch_elsewhere``.
+  device share it); anything else is ``scratch_elsewhere``;
+- the dataset's bytes are where ``open()`` lands, not where the dataset's directory is: a
+  symlink farm (DVC's ``symlink`` cache, a Hugging Face snapshot) keeps its links on one disk
+  and its bytes on another, so the device compared is the one that holds most of the walked
+  files' bytes (``bytes_home``), links followed.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from preflight.host.fsinfo import filesystem_of
+from preflight.io.dataset_walk import DataFile, by_device
 from preflight.measurement import Measurement
 
 WORKING_DIRECTORY = "."
@@ -66,6 +71,20 @@ def device_of(path: str) -> tuple[int, str]:
         return os.stat(path).st_dev, filesystem_of(path).source
     except OSError:
         return -1, ""
+
+
+def bytes_home(files: Sequence[DataFile], path: str) -> str:
+    """A path on the filesystem that holds most of ``files``' bytes as ``open()`` reaches them (links followed):
+    the first of them still there on the device with the most bytes (``dataset_walk.by_device``), else ``path``.
+
+    ``device_of`` and ``filesystem_of`` of it name the dataset's device and filesystem; ``path``'s own would
+    name the disk that holds a symlink farm's links.
+    """
+    groups = by_device(files)
+    for found in groups[0][:100] if groups else ():
+        if os.path.exists(found.name):  # a file deleted since the walk names no filesystem
+            return found.name
+    return path
 
 
 def labelled(measurements: Iterable[Measurement], subject: str, only_unlabelled: bool = False) -> list[Measurement]:

@@ -92,10 +92,21 @@ def choose_parent(path: str, chosen: str, option: str) -> tuple[str | None, str]
             return None, f"scratch_dir {chosen} is not a writable directory: create it or set {option}"
         return chosen, ""
     above = parent_outside(path)
+    if above is None and _read_only(path):
+        # Not "set scratch_dir on that filesystem": a read-only mount has no writable directory to name.
+        return None, (f"{path} lies on a read-only mount, where no scratch can be written; scratch in {option} on "
+                      f"another filesystem is measured but labelled as not the dataset's")
     if above is None:
         return None, (f"{path} is its own filesystem's top, or nothing above it is writable, and preflight never "
                       f"writes inside it: set {option} to a writable directory on that filesystem, outside {path}")
     return above, ""
+
+
+def _read_only(path: str) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def room_for(directory: str, nbytes: int) -> str:

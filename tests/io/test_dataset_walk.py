@@ -3,10 +3,12 @@ import os
 import socket
 import subprocess
 import sys
+import types
 
 import pytest
 
-from preflight.io.dataset_walk import DataFile, Walk, too_few
+from preflight.io import dataset_walk
+from preflight.io.dataset_walk import DataFile, Walk, by_device, too_few
 from tests import datasets
 from tests.helpers import REPO, in_mount_namespace
 
@@ -51,6 +53,57 @@ def test_stays_on_the_filesystem_of_path(tree):
     assert result.returncode == 0, result.stderr
     assert "other.jpg" not in result.stdout
     assert "img1.jpg" in result.stdout
+
+
+def test_links_lead_onto_other_filesystems_and_mount_points_are_not_descended(tmp_path):
+    """Issue 21 case 2: a file link and a directory link into a tmpfs are read where open() lands, as the job's
+    open() and os.walk(followlinks=True) reach them; a tmpfs mounted below the dataset is not descended (-xdev)."""
+    data, other = tmp_path / "data", tmp_path / "other"
+    (data / "mnt").mkdir(parents=True)
+    other.mkdir()
+    (data / "own.jpg").write_bytes(b"x" * 100)
+    (data / "blob.jpg").symlink_to(other / "blob")
+    (data / "linked").symlink_to(other / "folder")
+    code = ("import json, os, sys; from preflight.io.dataset_walk import Walk; w = Walk(sys.argv[1]); "
+            "found = [(os.path.relpath(f.name, sys.argv[1]), f.device == os.stat(sys.argv[2]).st_dev) for f in w]; "
+            "print(json.dumps([found, dict(w.skipped), w.summary()]))")
+    script = (f"mount -t tmpfs -o size=1m tmpfs {other} && mount -t tmpfs -o size=1m tmpfs {data / 'mnt'} && "
+              f"mkdir {other / 'folder'} && echo blob > {other / 'blob'} && echo one > {other / 'folder' / 'a.jpg'} && "
+              f"echo mounted > {data / 'mnt' / 'b.jpg'} && {sys.executable} -c '{code}' {data} {other}")
+    result = in_mount_namespace(script)
+    assert result.returncode == 0, result.stderr
+    found, skipped, summary = json.loads(result.stdout)
+    # sorted, files before directories: the link's own path, with the device its bytes are on
+    assert found == [["blob.jpg", True], ["own.jpg", False], ["linked/a.jpg", True]]
+    assert skipped == {"other_fs": 1} and summary == "1 mount point not descended (another filesystem)"
+
+
+def test_files_are_grouped_by_the_device_that_holds_their_bytes_most_bytes_first():
+    files = [DataFile("a", 10, device=1), DataFile("b", 50, device=2), DataFile("c", 30, device=1),
+             DataFile("d", 50, device=2)]
+    assert by_device(files) == [[files[1], files[3]], [files[0], files[2]]]
+    assert by_device([]) == []
+
+
+def test_a_walk_on_slow_metadata_stops_at_its_time_limit(tmp_path, monkeypatch):
+    """A stat that takes one second of a fake clock (a stalled NFS server): a 10 s walk of 50 files looks at
+    the entries whose stat fits in 10 s after its own (the path and the directories above it), then stops."""
+    for i in range(50):
+        (tmp_path / f"{i:02d}.jpg").write_bytes(b"x")
+    entries = 10 - (1 + len(tmp_path.resolve().parents) + 1)  # after the path's stat and one per directory up to /
+    clock, real = types.SimpleNamespace(now=0.0), os.stat
+
+    def slow_stat(*args, **kwargs):
+        clock.now += 1.0
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", slow_stat)
+    monkeypatch.setattr(dataset_walk, "time", types.SimpleNamespace(perf_counter=lambda: clock.now), raising=False)
+    walk = Walk.for_files(str(tmp_path), max_files=1000, seconds=10)
+    found = list(walk)
+    assert walk.looked_at == len(found) == entries and clock.now == 10
+    assert walk.truncated and walk.timed_out
+    assert walk.summary() == f"walk cut short by its 10 s time limit after {entries} entries"
 
 
 def test_a_hugging_face_cache_of_symlinks_is_300_samples_and_its_loop_is_not_followed(tmp_path):

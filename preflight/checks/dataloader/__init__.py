@@ -57,8 +57,9 @@ OPTIONS = (
     Option("python_path", "paths", [], "directories put first on sys.path to import dataset and collate_fn "
            "(relative to this file), e.g. [src]", for_factory=("dataset",)),
     Option("path", "path", "", "dataset directory (empty: none named; the working directory is measured and no "
-           "dataset threshold can pass); every matching regular file under it (same filesystem, hidden "
-           "entries skipped) is one sample, or with format: tar one shard", ignored_with=FILES_ONLY),
+           "dataset threshold can pass); every matching regular file under it (links followed wherever "
+           "they lead; mount points below it and hidden entries skipped) is one sample, or with format: tar one "
+           "shard", ignored_with=FILES_ONLY),
     Option("include", "text", "*", "comma-separated globs of files to read (\"*.jpg,*.png\", \"train/*\")",
            ignored_with=FILES_ONLY),
     Option("exclude", "text", "", "comma-separated globs of files to skip", ignored_with=FILES_ONLY),

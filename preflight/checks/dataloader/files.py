@@ -10,8 +10,9 @@ since the walk is a sample of 0 bytes that is not counted (``collate_sizes``), s
 process rewriting the dataset cannot end the measurement.
 
 The walk (``dataset_walk.Walk``) follows symbolic links as the job's ``open()`` does and is
-bounded: it stops after ``max_files`` matching files or ``Walk.for_files``' limit on entries,
-so its time and memory do not grow with the dataset. A shuffled loader reads any file, so
+bounded: it stops after ``max_files`` matching files, ``Walk.for_files``' limit on entries or
+``seconds`` (a share of the check's timeout, ``Budget.walk_s``), so its time and memory do
+not grow with the dataset or with the cost of the filesystem's metadata. A shuffled loader reads any file, so
 the first files in walk order stand for the rest.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import fnmatch
 import io
+import math
 import os
 import time
 
@@ -27,7 +29,8 @@ from preflight.io.uncached import Bypass, aligned_buffer, read_file
 
 
 
-def list_files(path: str, include: str, exclude: str, max_files: int) -> tuple[list[DataFile], Walk]:
+def list_files(path: str, include: str, exclude: str, max_files: int,
+               seconds: float = math.inf) -> tuple[list[DataFile], Walk]:
     """Files under ``path`` (as ``dataset_walk.Walk`` finds them) matching the globs, at most ``max_files``,
     and the walk (what it skipped).
 
@@ -36,7 +39,7 @@ def list_files(path: str, include: str, exclude: str, max_files: int) -> tuple[l
     """
     includes = [g.strip() for g in include.split(",") if g.strip()] or ["*"]
     excludes = [g.strip() for g in exclude.split(",") if g.strip()]
-    walk = Walk.for_files(path, max_files)
+    walk = Walk.for_files(path, max_files, seconds)
     found: list[DataFile] = []
     for candidate in walk:
         relative, name = os.path.relpath(candidate.name, path), os.path.basename(candidate.name)

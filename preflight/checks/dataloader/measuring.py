@@ -20,7 +20,7 @@ from preflight.units import format_value
 @explaining_worker_oom
 def measure(options: Mapping[str, Any], budget: Budget, metrics: Sequence[Metric]) -> list[Measurement]:
     """Measure the loader built from ``options``; of ``metrics``, those that do not apply are left out."""
-    with opened(options) as source:
+    with opened(options, walk_s=budget.walk_s) as source:
         if isinstance(source, str):
             return [unmeasurable(m.name, source, m.unit) for m in metrics]
         try:

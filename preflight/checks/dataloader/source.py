@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import math
 import os
 from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 
@@ -56,10 +57,11 @@ class Loader(NamedTuple):
 
 
 @contextlib.contextmanager
-def opened(options: Mapping[str, Any], check: str = "dataloader") -> Iterator[Source | str]:
+def opened(options: Mapping[str, Any], check: str = "dataloader", walk_s: float = math.inf) -> Iterator[Source | str]:
     """Yield what the loader built from ``options`` reads, or why nothing can be read (one line, with the fix).
 
-    ``check`` names the instance's check in the fixes ("set dataloader.path").
+    ``check`` names the instance's check in the fixes ("set dataloader.path"); the walk for files stops
+    after ``walk_s`` seconds (``Budget.walk_s``).
 
     Raises:
         usercode.UserCodeRaised: the job's dataset cannot be built, or raised while the block read it.
@@ -74,7 +76,7 @@ def opened(options: Mapping[str, Any], check: str = "dataloader") -> Iterator[So
                      subject="synthetic")
         return
     options, dataset_named = subject.named(options)
-    with _files(options, check) as source:
+    with _files(options, check, walk_s) as source:
         if dataset_named:
             yield source
         elif isinstance(source, str):
@@ -84,7 +86,7 @@ def opened(options: Mapping[str, Any], check: str = "dataloader") -> Iterator[So
 
 
 @contextlib.contextmanager
-def _files(options: Mapping[str, Any], check: str) -> Iterator[Source | str]:
+def _files(options: Mapping[str, Any], check: str, walk_s: float) -> Iterator[Source | str]:
     """The files under ``path``, tar shards, or a scratch set beside a path with too few files."""
     path = options["path"]
     if not os.path.isdir(path):
@@ -94,7 +96,7 @@ def _files(options: Mapping[str, Any], check: str) -> Iterator[Source | str]:
     if options["decode"] == "image" and importlib.util.find_spec("PIL") is None:
         yield "decode: image needs Pillow: pip install 'train-preflight[image]' (or pillow) in this image"
         return
-    files, walk = list_files(path, options["include"], options["exclude"], int(options["max_files"]))
+    files, walk = list_files(path, options["include"], options["exclude"], int(options["max_files"]), walk_s)
     skipped = walk.summary()
     if not files:
         yield (f"no readable files under {path} match include={options['include']!r} "
@@ -125,7 +127,7 @@ def _files(options: Mapping[str, Any], check: str) -> Iterator[Source | str]:
         return
     with scratch_dir(parent, protect=path) as directory:  # type: ignore[arg-type]
         scratch = write_small_files(directory, count, size)
-        measured_on = subject.scratch_subject(directory, *subject.device_of(path))
+        measured_on = subject.scratch_subject(directory, *subject.device_of(subject.bytes_home(files, path)))
         place = "" if measured_on == "scratch_on_dataset_fs" else f" in {parent}, not on the dataset's device"
         yield Source(scratch, f"{count} scratch files of {size // 1000} kB in ImageNet-style class folders, cold "
                      f"cache per file", f"on an ImageNet-shaped scratch set{place}: {too_little}", subject=measured_on)
@@ -187,7 +189,8 @@ def loader_for(options: Mapping[str, Any], source: Source, decode: str | None = 
         dataset = SyntheticImages(synthetic_shape(options))
     else:
         files = source.files
-        fs = filesystem_of(os.path.dirname(files[0].name))  # the directory stays when a file vanishes
+        # Where open() lands (a link's target), by its directory: that stays when a file vanishes.
+        fs = filesystem_of(os.path.dirname(os.path.realpath(files[0].name)))
         bypass = bypass_for([f.name for f in files[:100]], fs.memory_backed)
         if options.get("format") == "tar":  # an IterableDataset: each worker streams its own shards, in order
             dataset = shards.ShardSamples(files, bypass, decode or options["decode"], float(options["sample_delay"]))

@@ -53,7 +53,7 @@ def _measure(options: Mapping[str, Any], budget: Budget, device: str) -> list[Me
             step()  # a model that cannot train fails here, before any loader starts
         if failed:
             return _unmeasurable(NAMES, failed[0], device)
-        with opened(options, "pipeline") as source:
+        with opened(options, "pipeline", budget.walk_s) as source:
             if isinstance(source, str):
                 alone, stopped = interleaved((step,), device, budget)
                 return [_model_rate(alone, device, method, stopped),

@@ -1,9 +1,12 @@
 """Storage I/O on the dataset path, measured as fio measures it, from the device and not the cache.
 
-Filesystem facts come first (``facts``): the type, device and mount options are named in
-every result, because tmpfs, overlay, FUSE and NFS each change what a number means; they
-never depend on a read or write succeeding. The walk of ``path`` (``data``) reports what a
-job would trip over (unreadable files, links to nowhere, files vanishing). Then,
+The walk of ``path`` (``data``) finds the files a job would read, where its ``open()`` lands
+(links followed, within a quarter of the check's timeout), and reports what a job would trip
+over (unreadable files, links to nowhere, files vanishing). Filesystem facts follow
+(``facts``) for the filesystem that holds most of the dataset's bytes, which is not always
+``path``'s own (a symlink farm keeps its links on one disk and its files on another): the
+type, device and mount options are named in every result, because tmpfs, overlay, FUSE and
+NFS each change what a number means; they never depend on a read or write succeeding. Then,
 each time-bounded with a warm-up window and repeated windows (median compared, spread
 reported; ``sampling.sample``): sequential and random reads (``reads``), open+read+close of
 many small files (``small_files``), and checkpoint writes with fsync (``writes``).
@@ -13,7 +16,10 @@ with posix_fadvise before reading (``io.uncached``); on a memory-backed filesyst
 a rate reaches page-cache speed or exceeds the network link (``guard``), the value is
 marked cache-bound and ``verdict`` will not let it pass silently. ``path`` is never written:
 scratch data goes to ``scratch_dir`` on the same filesystem and is removed afterwards, and a
-figure measured on scratch data says so in its row (``Measurement.note``). Each group of
+figure measured on scratch data says so in its row (``Measurement.note``), with its subject:
+scratch stands for the dataset only when verified on the device and mount source that hold
+the dataset's bytes; elsewhere (a read-only dataset volume, scratch_dir on the local disk) it
+is measured, named with its own filesystem, and cannot pass a dataset threshold. Each group of
 metrics fails on its own: an error while reading (a full volume, a vanished file, a low
 open-file limit) makes that group unmeasurable with the reason, never the whole check.
 """
@@ -35,8 +41,9 @@ HELP = "filesystem facts, sequential/random reads, small files, writes and fsync
 OPTIONS = (
     Option("path", "path", "", "dataset directory (or file) to measure; opened read-only, never written (empty: "
            "none named; the working directory is measured and no dataset threshold can pass)"),
-    Option("scratch_dir", "text", "", "writable directory on the same filesystem for scratch data, outside path "
-           "(default: the nearest writable directory above path on its filesystem); removed afterwards",
+    Option("scratch_dir", "text", "", "writable directory for scratch data on the filesystem and device that hold "
+           "path's data (elsewhere its figures cannot pass), outside path (default: the nearest writable directory "
+           "above path on its filesystem); removed afterwards",
            outside="path"),
     Option("block_size", Dimension.SIZE, "1 MiB", "seq_read request size, as fio --bs (multiple of 4 KiB)",
            minimum=4096),
@@ -61,7 +68,8 @@ OPTIONS = (
 )
 
 METRICS = (
-    Metric("filesystem", "text", None, "type, mount point, device and options of path's filesystem "
+    Metric("filesystem", "text", None, "type, mount point, device and options of the filesystem holding path's "
+           "data, where the job's open() lands through links (the one with most bytes; others in the row's note) "
            "(/proc/self/mountinfo, proc(5))"),
     Metric("free_space", "GiB", True, "space available to the job on path's filesystem (statvfs f_bavail)",
            hint="free space on {path}: delete old data or grow the volume", about_data=True),
@@ -72,13 +80,15 @@ METRICS = (
            "(access(2) R_OK, or listing refused): the job would stop on PermissionError; `{max: 0}` gates on it",
            hint="make {path} readable by the job's user (chmod/chown, fsGroup in the pod's securityContext)", about_data=True),
     Metric("skipped_files", "", False, "entries under path that are not samples: unreadable, vanished while "
-           "walked, special files, dangling links, directory loops, other filesystems, empty files, second "
-           "links to one file (find -L -xdev -type f -size +0 -readable); the row says which",
+           "walked, special files, dangling links, directory loops, mount points below path (not descended), empty "
+           "files, second links to one file (find -L -type f -size +0 -readable, -xdev for mount points only); "
+           "the row says which",
            hint="the row's note says what was skipped under {path}: fix permissions, remove dangling links and "
                 "special files, or stop the process rewriting the dataset", about_data=True),
     Metric("seq_read", "MB/s", True, "sequential read throughput, 1 MB = 10^6 B; `readers` threads of "
            "`block_size` O_DIRECT reads over contiguous spans (fio --rw=read --direct=1 --bs=1M --numjobs) of "
-           "path's files of 8 MiB or more (data extents only); else a scratch file beside path, as the row says",
+           "path's files of 8 MiB or more (data extents only); else a scratch file beside path, or path's files read "
+           "whole, as the row says",
            hint="{path} reads at {measured}: use a faster volume class or a local NVMe cache", about_data=True),
     Metric("rand_read", "IOPS", True, "random read operations per second of `rand_block` at `rand_depth` "
            "in flight (fio --rw=randread --direct=1 --bs=4k --iodepth), over seq_read's bytes",

@@ -2,8 +2,13 @@
 
 ``path`` is only ever read: files are opened read-only and nothing is created under it
 (its directory mtimes stay as they were). The walk (``dataset_walk.Walk``) is bounded by
-``max_files``, follows symbolic links as the job's ``open()`` does, and counts what it
-passes over (unreadable, vanished, special files ...).
+``max_files`` and by a share of the check's timeout, follows symbolic links as the job's
+``open()`` does, and counts what it passes over (unreadable, vanished, special files ...).
+
+- The bytes measured are those on the device that holds most of the dataset's bytes, where
+  ``open()`` lands (``Found.devices``): a symlink farm's links on one disk and its files in a
+  cache on another are measured on the cache's disk; when the files lie on several devices,
+  the others are named in the ``filesystem`` row, never mixed into one figure.
 
 - ``seq_read`` and ``rand_read`` measure the device on *large* files (``LARGE_FILE`` or
   more), largest first up to ``data_size``: sequential throughput is what a device streams,
@@ -16,9 +21,10 @@ passes over (unreadable, vanished, special files ...).
 from __future__ import annotations
 
 import itertools
+import math
 from typing import NamedTuple, Sequence
 
-from preflight.io.dataset_walk import DataFile, Walk, data_extents
+from preflight.io.dataset_walk import DataFile, Walk, by_device, data_extents
 from preflight.io.uncached import ALIGNMENT
 
 LARGE_FILE = 8 << 20
@@ -27,24 +33,28 @@ Segment = tuple[str, int, int]  # a file, and the [start, end) byte range of it 
 
 
 class Found(NamedTuple):
-    large: list[DataFile]  # files of LARGE_FILE or more, largest first, until the wanted bytes
-    small: list[DataFile]  # files no larger than the small-file size, in walk order
+    large: list[DataFile]  # files of LARGE_FILE or more on devices[0], largest first, until the wanted bytes
+    small: list[DataFile]  # files no larger than the small-file size on devices[0], in walk order
     files: list[DataFile]  # every data file the walk found
     walk: Walk  # what the walk skipped, and whether it was cut short
+    devices: list[list[DataFile]]  # ``files`` by the device holding their bytes, most bytes first
 
 
-def survey(path: str, wanted_bytes: int, small_size: int, max_files: int) -> Found:
-    """Files under ``path`` as ``dataset_walk.Walk`` finds them (at most ``max_files`` of them)."""
-    walk = Walk.for_files(path, max_files)
+def survey(path: str, wanted_bytes: int, small_size: int, max_files: int, seconds: float = math.inf) -> Found:
+    """Files under ``path`` as ``dataset_walk.Walk`` finds them (at most ``max_files`` of them, walked for
+    ``seconds`` at most); ``large`` and ``small`` come from the device that holds most of their bytes."""
+    walk = Walk.for_files(path, max_files, seconds)
     seen = list(itertools.islice(walk, max_files))
-    small = [f for f in seen if f.size <= small_size]
+    devices = by_device(seen)
+    measured = devices[0] if devices else []
+    small = [f for f in measured if f.size <= small_size]
     large, total = [], 0
-    for found in sorted((f for f in seen if f.size >= LARGE_FILE), key=lambda f: -f.size):
+    for found in sorted((f for f in measured if f.size >= LARGE_FILE), key=lambda f: -f.size):
         if total >= wanted_bytes:
             break
         large.append(found)
         total += found.size
-    return Found(large, small, seen, walk)
+    return Found(large, small, seen, walk, devices)
 
 
 def segments(files: Sequence[DataFile], wanted_bytes: int) -> list[Segment]:

@@ -11,17 +11,26 @@ from preflight.units import to_unit
 
 READ_ONLY_HINT = ("mount the dataset read-only: `readOnly: true` on the Kubernetes volumeMount, "
                   "or `-v /data:/data:ro` with Docker")
+# What works on a read-only dataset volume, where no scratch can lie beside the dataset (issue 21 case 3).
+READ_ONLY_VOLUME = ("no scratch can lie on a read-only volume: the dataset's own files of 8 MiB or more are read in "
+                    "place and its small files read whole; scratch on another filesystem (storage.scratch_dir) is "
+                    "measured but cannot pass a dataset threshold, and seq_write and fsync_p99 need a writable mount "
+                    "of the dataset's device")
 NOFILE_HINT = ("raise the open-file limit: `ulimit -n 65536`, Docker `--ulimit nofile=65536:65536`, "
                "or LimitNOFILE= in the systemd unit (DataLoader workers exhaust 1024)")
 
 
-def facts(fs: Filesystem, path: str) -> list[Measurement]:
-    """``filesystem`` (text), ``free_space`` (GiB), ``read_only`` (1/0), ``open_files_limit`` (count)."""
+def facts(fs: Filesystem, path: str, note: str = "") -> list[Measurement]:
+    """``filesystem`` (text), ``free_space`` (GiB), ``read_only`` (1/0), ``open_files_limit`` (count).
+
+    ``fs`` is the filesystem that holds the dataset's bytes, ``path`` a path on it (``statvfs``), and
+    ``note`` what the ``filesystem`` row must add: the other filesystems the data lies on.
+    """
     method = f"/proc/self/mountinfo and statvfs({path})"
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     caveat = fs.caveat()
     return [
-        Measurement("filesystem", fs.describe(), "text", method=method, reason=caveat),
+        Measurement("filesystem", fs.describe(), "text", method=method, reason=caveat, note=note),
         Measurement("free_space", to_unit(fs.free_bytes, "GiB"), "GiB", method=method + ": f_bavail * f_frsize"),
         Measurement("read_only", 1.0 if fs.read_only else 0.0, "", method=f"mount options of {fs.mount_point}: "
                     f"{fs.options}", hint=READ_ONLY_HINT),
@@ -41,7 +50,7 @@ def os_error_reason(error: OSError, path: str) -> str:
         errno.EACCES: f"make {path} readable (and scratch_dir writable) for the job's user",
         errno.EPERM: f"make {path} readable (and scratch_dir writable) for the job's user",
         errno.ENOENT: "a file vanished during the run: measure a dataset no other process is rewriting",
-        errno.EROFS: "the volume is read-only: set storage.scratch_dir to a writable directory on it",
+        errno.EROFS: f"the volume is read-only; {READ_ONLY_VOLUME}",
         errno.EIO: "I/O error: the device or network is failing (dmesg); drain the node",
     }
     fix = fixes.get(error.errno or 0, "")

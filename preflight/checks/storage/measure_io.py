@@ -8,6 +8,12 @@ low or the ``duration`` budget is spent (torch.utils.benchmark's adaptive loop; 
 run each instead, cut into windows afterwards (``ContinuousRun``, see ``IO.rand_read``). A
 latency percentile is taken over every operation after the warm-up, pooled, as fio reports
 clat percentiles.
+
+Each figure names the filesystem its bytes were on: the dataset's (``IO.fs``, the one that
+holds most of its bytes), or the scratch directory's own (``IO.scratch_fs``), which may be
+another: scratch stands for the dataset only when verified on its device (``subject``), and
+its rows then say "beside the dataset"; elsewhere they name the scratch's filesystem, are
+labelled ``scratch_elsewhere`` and carry the fix (``IO.scratch_hint``).
 """
 
 from __future__ import annotations
@@ -21,8 +27,9 @@ from preflight.checks import subject
 from preflight.checks.base import Budget
 from preflight.checks.storage import guard, reads, small_files, writes
 from preflight.checks.storage.data import LARGE_FILE, Found, Segment, data_bytes, segments
+from preflight.checks.storage.facts import READ_ONLY_VOLUME
 from preflight.io.dataset_walk import DataFile, data_extents, describe_files, too_few
-from preflight.host.fsinfo import Filesystem
+from preflight.host.fsinfo import Filesystem, filesystem_of
 from preflight.io.parallel import Interval, Tally, in_intervals, run_loops
 from preflight.io.uncached import Bypass, bypass_for, describe
 from preflight.measurement import Measurement, unmeasurable
@@ -43,6 +50,7 @@ class ReadSet(NamedTuple):
     parts: list[Segment]
     where: str  # "3 existing files of 8 MiB or more (400 MiB)"
     note: str  # "" when they are the dataset's own large files
+    fs: Filesystem  # the filesystem those bytes are on: the dataset's, or the scratch directory's
     whole_files: bool = False  # small files, each read whole by one request
     subject: str = "dataset"  # what the bytes are: the dataset's, or scratch (``subject.scratch_subject``)
 
@@ -52,9 +60,10 @@ class IO:
 
     def __init__(self, options: Mapping[str, Any], budget: Budget, fs: Filesystem, scratch: str | None,
                  why_no_scratch: str, dataset_device: tuple[int, str] = (-1, "")) -> None:
-        self.options, self.budget, self.fs = options, budget, fs
+        self.options, self.budget, self.fs = options, budget, fs  # fs: the one holding the dataset's bytes
         self.scratch, self.why_no_scratch = scratch, why_no_scratch
         self.dataset_device = dataset_device  # (st_dev, mount source) of the dataset's bytes
+        self.scratch_fs = _filesystem(scratch, fs) if scratch else fs  # where scratch data really lies
         self.path = options["path"]
         self.window = min(1.0, max(0.25, budget.duration_s / 6))
         self.cache_note = ""  # set when seq_read proves the cache was not bypassed
@@ -64,37 +73,47 @@ class IO:
         chosen = self._read_set(found)
         if isinstance(chosen, str):
             return [unmeasurable(n, chosen, u) for n, u in READ_METRICS]
-        bypass = bypass_for([name for name, _, _ in chosen.parts[:100]], self.fs.memory_backed)
-        where = f"{chosen.where} on {self.fs.describe()}; {describe(bypass)}"
-        results = [self.seq_read(chosen.parts, bypass, where, chosen.whole_files),
-                   *self.rand_read(chosen.parts, bypass, where)]
-        return [dataclasses.replace(_noted(m, chosen.note), subject=chosen.subject) for m in results]
+        fs = chosen.fs
+        bypass = bypass_for([name for name, _, _ in chosen.parts[:100]], fs.memory_backed)
+        where = f"{chosen.where} on {fs.describe()}; {describe(bypass)}"
+        results = [self.seq_read(chosen.parts, bypass, where, chosen.whole_files, fs),
+                   *self.rand_read(chosen.parts, bypass, where, fs)]
+        return [self._about(_noted(m, chosen.note), chosen.subject) for m in results]
 
     def _read_set(self, found: Found) -> ReadSet | str:
-        """The dataset's large files; else a scratch file beside it; else its small files, labelled; else why not."""
+        """The dataset's large files; else a scratch file verified beside it; else its own files read whole,
+        labelled; else a scratch file elsewhere, which cannot stand for it; else why not.
+
+        The dataset's own bytes read whole come before scratch elsewhere: they are the job's data on the job's
+        device (a read-only volume, a symlink farm whose links lie on another disk), scratch elsewhere is not.
+        """
         wanted = int(self.options["data_size"])
         large = segments(found.large, wanted)
         if data_bytes(large) >= min(wanted, MIN_READ_BYTES):
             return ReadSet(large, f"{len(found.large)} existing files of {_mib(LARGE_FILE)} or more "
-                           f"({_mib(data_bytes(large))} of data)", _sparse_note(found.large))
+                           f"({_mib(data_bytes(large))} of data)", _sparse_note(found.large), self.fs)
         what = f"{self.path} holds {describe_files(found.files)}"
+        streamable = (f"only {_mib(data_bytes(large))} in files of {_mib(LARGE_FILE)} or more" if large
+                      else f"none of {_mib(LARGE_FILE)} or more")
         no_room = self.why_no_scratch or room_for(self.scratch or "", wanted)
+        verified = not no_room and self._scratch_subject() == "scratch_on_dataset_fs"
+        own = [] if verified else segments(found.devices[0] if found.devices else [], wanted)
+        if data_bytes(own) >= MIN_READ_BYTES:
+            count = len({name for name, _, _ in own})
+            why = no_room or f"scratch in {self.scratch} would not lie on the dataset's filesystem and device"
+            kind = (f"files read whole ({streamable}" if large
+                    else f"small files read whole (no file of {_mib(LARGE_FILE)} or more")
+            return ReadSet(own, f"{count} existing files read whole ({_mib(data_bytes(own))})",
+                           f"over {count} {kind}, and {why}): not a device streaming figure", self.fs, whole_files=True)
         if not no_room:
             scratch = write_file(os.path.join(self.scratch, "seq_read.dat"), wanted, os.urandom(1 << 20))  # type: ignore[arg-type]
-            streamable = (f"only {_mib(data_bytes(large))} in files of {_mib(LARGE_FILE)} or more" if large
-                          else f"none of {_mib(LARGE_FILE)} or more")
-            return ReadSet(segments([scratch], wanted), f"a scratch file ({_mib(wanted)})",
-                           f"on a scratch file {self._scratch_place()}: {what}, {streamable}",
+            return ReadSet(segments([scratch], wanted), f"a scratch file ({_mib(wanted)}) in {self.scratch}",
+                           f"on a scratch file {self._scratch_place()}: {what}, {streamable}", self.scratch_fs,
                            subject=self._scratch_subject())
-        fallback = segments(found.files, wanted)
-        if data_bytes(fallback) < MIN_READ_BYTES:
-            return f"{what}, under {_mib(MIN_READ_BYTES)} to read, and {no_room}"
-        count = len({name for name, _, _ in fallback})
-        return ReadSet(fallback, f"{count} existing files read whole ({_mib(data_bytes(fallback))})",
-                       f"over {count} small files read whole (no file of {_mib(LARGE_FILE)} or more, and "
-                       f"{no_room}): not a device streaming figure", whole_files=True)
+        return f"{what}, under {_mib(MIN_READ_BYTES)} to read, and {no_room}"
 
-    def seq_read(self, parts: list[Segment], bypass: Bypass, where: str, whole_files: bool = False) -> Measurement:
+    def seq_read(self, parts: list[Segment], bypass: Bypass, where: str, whole_files: bool,
+                 fs: Filesystem) -> Measurement:
         """``readers`` threads over contiguous spans; over small files read whole, processes x threads.
 
         A small file read whole is small_files' pattern, an open and a close around each request,
@@ -120,10 +139,10 @@ class IO:
         # O_DIRECT on a local block filesystem is honoured by the kernel: this host's page cache
         # cannot serve it, and a cache probe would only add noise (a loaded CPU slows it, never the
         # device). Where the bypass can fail silently (fadvise, FUSE, network, overlay), it is probed.
-        trusted = bypass == "O_DIRECT" and self.fs.kind == "block"
-        return self._honest(m, bypass, None if trusted else guard.page_cache_rate(runs, block, processes))
+        trusted = bypass == "O_DIRECT" and fs.kind == "block"
+        return self._honest(m, bypass, fs, None if trusted else guard.page_cache_rate(runs, block, processes))
 
-    def rand_read(self, parts: list[Segment], bypass: Bypass, where: str) -> list[Measurement]:
+    def rand_read(self, parts: list[Segment], bypass: Bypass, where: str, fs: Filesystem) -> list[Measurement]:
         """IOPS per window and pooled latency percentiles of one continuous run.
 
         Unlike the other metrics, not one forked run per window: a tail percentile must not
@@ -150,7 +169,7 @@ class IO:
                   f"{format_value(to_unit(block, 'KiB'), 'KiB')} random reads, {where}")
         stopped = f"time-based: {len(intervals)} windows in {run}"
         note = _lost_note(tally.lost)
-        return [self._honest(dataclasses.replace(m, note=note), bypass) for m in (
+        return [self._honest(dataclasses.replace(m, note=note), bypass, fs) for m in (
             Measurement("rand_read", samples=tuple(i.ops_per_s for i in intervals), unit="IOPS", method=method,
                         stopped=stopped),
             _latency_percentile("rand_read_p50", 50, latencies, method, stopped),
@@ -160,6 +179,7 @@ class IO:
         """``small_files`` (files/s) and ``small_files_bandwidth`` (MB/s), cold cache per file."""
         count = int(self.options["small_file_count"])
         files, source, note = found.small[:count], f"{min(len(found.small), count)} existing small files", ""
+        fs, measured_on = self.fs, "dataset"
         limit = format_value(to_unit(int(self.options["small_file_size"]), "KiB"), "KiB")
         too_little = too_few(found.small, f"{self.path} (files up to {limit})")
         if too_little:
@@ -172,10 +192,9 @@ class IO:
             files = write_small_files(self.scratch, count, size)  # type: ignore[arg-type]
             source = f"{count} scratch files of {format_value(to_unit(size, 'KiB'), 'KiB')}"
             note = f"on {source} {self._scratch_place()}: {too_little}"
-            measured_on = self._scratch_subject()
-        else:
-            measured_on = "dataset"
-        bypass = bypass_for([f.name for f in files[:100]], self.fs.memory_backed)
+            source += f" in {self.scratch}"
+            fs, measured_on = self.scratch_fs, self._scratch_subject()
+        bypass = bypass_for([f.name for f in files[:100]], fs.memory_backed)
         processes, threads = self._split(int(self.options["file_readers"]))
         rates: list[float] = []
         lost: list[int] = []
@@ -190,16 +209,16 @@ class IO:
         taken = sample(window, self.budget.duration_s)
         note = "; ".join(n for n in (note, _lost_note(max(lost, default=0))) if n)
         method = (f"{processes} processes x {threads} threads, open+read+close of {source} on "
-                  f"{self.fs.describe()}; {describe(bypass)}")
-        return [self._honest(Measurement("small_files", samples=taken.values, unit="files/s", method=method,
-                                         stopped=taken.stopped, note=note, subject=measured_on), bypass),
-                self._honest(Measurement("small_files_bandwidth", samples=tuple(rates[-len(taken.values):]),
-                                         unit="MB/s", method=method, stopped=taken.stopped, note=note,
-                                         subject=measured_on), bypass)]
+                  f"{fs.describe()}; {describe(bypass)}")
+        return [self._about(self._honest(m, bypass, fs), measured_on) for m in (
+            Measurement("small_files", samples=taken.values, unit="files/s", method=method, stopped=taken.stopped,
+                        note=note),
+            Measurement("small_files_bandwidth", samples=tuple(rates[-len(taken.values):]), unit="MB/s",
+                        method=method, stopped=taken.stopped, note=note))]
 
     def writes(self) -> list[Measurement]:
         """``seq_write`` (MB/s, with the final fsync) and ``fsync_p99`` (ms) in the scratch directory."""
-        size, where = int(self.options["write_size"]), f"in {self.scratch} on {self.fs.describe()}"
+        size, where = int(self.options["write_size"]), f"in {self.scratch} on {self.scratch_fs.describe()}"
         no_room = self.why_no_scratch or room_for(self.scratch or "", size)
         if no_room:
             seq_write = unmeasurable("seq_write", f"nowhere to write scratch files: {no_room}", "MB/s")
@@ -215,9 +234,12 @@ class IO:
             fsync = unmeasurable("fsync_p99", f"nowhere to write scratch files: {no_room}", "ms")
         else:
             fsync = self._fsync_p99(os.path.join(self.scratch, "fsync.dat"), where)  # type: ignore[arg-type]
-        results = [dataclasses.replace(m, subject=self._scratch_subject()) for m in (seq_write, fsync)]
-        if self.fs.memory_backed:
-            results = [self._honest(m, "none") if m.measured else m for m in results]
+        measured_on = self._scratch_subject()
+        if measured_on == "scratch_elsewhere":  # the table says where, not only the method
+            seq_write, fsync = (_noted(m, f"written {self._scratch_place()}") for m in (seq_write, fsync))
+        results = [self._about(m, measured_on) for m in (seq_write, fsync)]
+        if self.scratch_fs.memory_backed:
+            results = [self._honest(m, "none", self.scratch_fs) if m.measured else m for m in results]
         return results
 
     def _fsync_p99(self, name: str, where: str) -> Measurement:
@@ -238,7 +260,25 @@ class IO:
         """Where the scratch data lies, in the words of the table's note."""
         if self._scratch_subject() == "scratch_on_dataset_fs":
             return "beside the dataset"
-        return f"in {self.scratch}, not on the dataset's filesystem and device"
+        fs = self.scratch_fs
+        return (f"in {self.scratch} on {fs.fstype} at {fs.mount_point} ({fs.source}), not on the dataset's "
+                f"filesystem and device")
+
+    def scratch_hint(self) -> str:
+        """The fix for a figure measured on scratch that is not on the dataset's filesystem and device."""
+        if self.fs.read_only:
+            return f"{self.fs.describe()} is read-only; {READ_ONLY_VOLUME}"
+        return (f"set storage.scratch_dir to a writable directory on {self.fs.describe()}, the filesystem that "
+                f"holds the dataset's bytes, outside {self.path}, so scratch figures stand for it")
+
+    def _about(self, m: Measurement, measured_on: str) -> Measurement:
+        """``m`` labelled with what it was measured on (nothing when it was not measured), with the fix when that
+        is scratch elsewhere: the only way such a figure can pass is scratch on the dataset's device."""
+        if not m.measured:
+            return m
+        if measured_on == "scratch_elsewhere":
+            return dataclasses.replace(m, subject=measured_on, hint=self.scratch_hint())
+        return dataclasses.replace(m, subject=measured_on)
 
     def _split(self, loops: int) -> tuple[int, int]:
         """(processes, threads per process) for ``loops`` concurrent loops."""
@@ -246,13 +286,13 @@ class IO:
         processes = min(loops, MAX_AUTO_PROCESSES if chosen == "auto" else int(chosen))
         return processes, max(1, round(loops / processes))
 
-    def _honest(self, m: Measurement, bypass: Bypass, cache_mb_s: float | None = None) -> Measurement:
-        """Mark ``m`` cache-bound when nothing bypassed the cache or its rate is implausible."""
+    def _honest(self, m: Measurement, bypass: Bypass, fs: Filesystem, cache_mb_s: float | None = None) -> Measurement:
+        """Mark ``m`` cache-bound when nothing bypassed the cache or its rate is implausible; ``fs`` holds its bytes."""
         if bypass == "none":
-            reason = self.fs.caveat() or "the page cache could not be bypassed"
+            reason = fs.caveat() or "the page cache could not be bypassed"
             return _replace(m, reason, f"cache-bound: {reason}")
         if m.metric == "seq_read" and m.measured:
-            network = self.fs.kind in ("network", "fuse")
+            network = fs.kind in ("network", "fuse")
             self.cache_note = guard.implausible(float(m.value), cache_mb_s, network,  # type: ignore[arg-type]
                                                 guard.link_rate() if network else None)
         if self.cache_note and m.metric != "seq_write":
@@ -328,6 +368,14 @@ def _within_descriptors(parts: list[Segment], files: int) -> list[Segment]:
     names = list(dict.fromkeys(name for name, _, _ in parts))[: max(1, files)]
     keep = set(names)
     return [part for part in parts if part[0] in keep]
+
+
+def _filesystem(directory: str, otherwise: Filesystem) -> Filesystem:
+    """``directory``'s filesystem, or ``otherwise`` when it is gone (then writing there fails, and says so)."""
+    try:
+        return filesystem_of(directory)
+    except OSError:
+        return otherwise
 
 
 def _open_files_limit() -> int:

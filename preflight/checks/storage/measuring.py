@@ -1,6 +1,12 @@
-"""The storage check's measuring: facts, the walk of the data, then each group of I/O metrics isolated.
+"""The storage check's measuring: the walk of the data, facts, then each group of I/O metrics isolated.
 
 Imported by ``storage.measure`` when the check runs (see the package's docstring for the method).
+The walk comes first because it says where the dataset's bytes are (``subject.bytes_home``):
+the filesystem named in every row, whose type decides the cache bypass and the caveats, and
+whose device scratch data must be verified on, is the one that holds most of them, where the
+job's ``open()`` lands, not the one that holds ``path``'s directory (a symlink farm's links).
+The walk never raises and gets a quarter of the check's timeout (``Budget.walk_s``), so facts
+are still reported whatever the reads do.
 """
 
 from __future__ import annotations
@@ -15,8 +21,8 @@ from preflight.checks.base import Budget, Metric
 from preflight.checks.storage import measure_io
 from preflight.checks.storage.data import Found, survey
 from preflight.checks.storage.facts import facts, os_error_reason
-from preflight.host.fsinfo import filesystem_of
-from preflight.io.dataset_walk import UNREADABLE
+from preflight.host.fsinfo import Filesystem, filesystem_of
+from preflight.io.dataset_walk import UNREADABLE, describe_files
 from preflight.io.scratch import choose_parent, scratch_dir
 from preflight.measurement import Measurement, unmeasurable
 
@@ -35,27 +41,59 @@ def measure(options: Mapping[str, Any], budget: Budget, metrics: Sequence[Metric
         if int(options[option]) % 4096:
             reason = f"storage.{option} must be a multiple of 4 KiB for O_DIRECT, found {options[option]} B"
             return [unmeasurable(m.name, reason, m.unit) for m in metrics]
-    fs = filesystem_of(path)
-    results = facts(fs, path)
-    found = survey(path, int(options["data_size"]), int(options["small_file_size"]), int(options["max_files"]))
+    found = survey(path, int(options["data_size"]), int(options["small_file_size"]), int(options["max_files"]),
+                   budget.walk_s)
+    home = subject.bytes_home(found.files, path)
+    fs, device = _filesystem(home, path), subject.device_of(home)
+    results = facts(fs, path if subject.device_of(path) == device else fs.mount_point, _where_note(found, path, fs))
     results += _walk_metrics(found, path)
     results = subject.labelled(results, "dataset")
     parent, no_scratch = choose_parent(path, options["scratch_dir"], "storage.scratch_dir")
     with _scratch(parent, path) as (scratch, scratch_error):
-        io = measure_io.IO(options, budget, fs, scratch, no_scratch or scratch_error, subject.device_of(path))
+        io = measure_io.IO(options, budget, fs, scratch, no_scratch or scratch_error, device)
         results += _isolated(lambda: io.reads(found), measure_io.READ_METRICS, path)
         results += _isolated(lambda: io.small(found), (("small_files", "files/s"), ("small_files_bandwidth", "MB/s")),
                              path)
         results += _isolated(io.writes, (("seq_write", "MB/s"), ("fsync_p99", "ms")), path)
     caveat = fs.caveat()
     if caveat and fs.kind != "memory":
-        results = [_with_hint(m, f"{path} is on {fs.fstype} ({caveat}): mount the dataset volume itself")
+        results = [_with_hint(m, f"the data under {path} is on {fs.fstype} ({caveat}): mount the dataset volume itself")
                    for m in results]
     if not dataset_named:
         about_data = {m.name for m in metrics if m.about_data}
         results = [dataclasses.replace(m, subject="no_dataset", hint=subject.no_dataset_fix("storage"))
                    if m.metric in about_data and m.measured else m for m in results]
     return _shards_hint(results)
+
+
+def _filesystem(home: str, path: str) -> Filesystem:
+    """The filesystem of ``home`` (a dataset file), or of ``path`` when that file was deleted meanwhile."""
+    try:
+        return filesystem_of(home)
+    except OSError:
+        return filesystem_of(path)
+
+
+def _where_note(found: Found, path: str, fs: Filesystem) -> str:
+    """What the ``filesystem`` row adds when the data is not all on ``path``'s own filesystem: that its links lead
+    to ``fs``, or which other filesystems hold some of it (not measured: one figure describes one filesystem)."""
+    if not found.devices:
+        return ""
+    if len(found.devices) > 1:
+        others = [f"{describe_files(group)} on {_filesystem(subject.bytes_home(group, path), path).describe()}"
+                  for group in found.devices[1:4]]
+        more = f" and on {len(found.devices) - 4} more" if len(found.devices) > 4 else ""
+        return (f"the data under {path} lies on {len(found.devices)} filesystems: this one holds "
+                f"{describe_files(found.devices[0])}, the most bytes, and is measured; "
+                f"{'; '.join(others)}{more} are not measured")
+    try:
+        own = os.stat(path).st_dev
+    except OSError:
+        return ""
+    if own == found.devices[0][0].device:
+        return ""
+    return (f"{path} links here: its {describe_files(found.devices[0])} lie on this filesystem, where the job's "
+            f"open() lands; {path} itself is on {filesystem_of(path).describe()}")
 
 
 def _walk_metrics(found: Found, path: str) -> list[Measurement]:
@@ -109,4 +147,6 @@ def _shards_hint(results: list[Measurement]) -> list[Measurement]:
     if not (seq and small and seq.measured and small.measured) or small.value >= 0.25 * seq.value:  # type: ignore[operator]
         return results
     hint = SHARDS_HINT.format(small=small.value, seq=seq.value)
-    return [dataclasses.replace(m, hint=hint) if m.metric in ("small_files", "small_files_bandwidth") else m for m in results]
+    # Packing is no fix for scratch files elsewhere: their own hint says where scratch must lie.
+    return [dataclasses.replace(m, hint=hint) if m.metric in ("small_files", "small_files_bandwidth")
+            and m.subject != "scratch_elsewhere" else m for m in results]
