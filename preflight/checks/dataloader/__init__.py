@@ -13,7 +13,11 @@ With ``synthetic: true`` samples are random 3x224x224 tensors: IPC and collation
 With ``dataset: "package.module:factory"`` the loader reads the job's own Dataset instead
 (``user``: built in this worker with ``python_path`` on ``sys.path``, called with
 ``dataset_args``, the job's ``collate_fn`` if named); an exception the job's code raises is
-the check's error, one line naming it and the job's frames (``usercode.blame``).
+the check's error, one line naming it and the job's frames (``usercode.blame``). Its samples are
+counted as the job's DataLoader counts them, whatever the collate makes of a batch (time-major
+T x B, packed 1 x tokens, a dict of lists of strings): the indices its batch sampler put in the
+batch; an IterableDataset has no sampler, so the batch's first dimension counts, and a count
+above ``batch_size`` makes the figures unmeasurable; ``count_samples`` names the job's own count.
 A path holding too few files to stand for a dataset (``dataset_walk.too_few``: a few stray
 files in a working directory) is never judged as one: the loader reads an ImageNet-shaped
 scratch set written beside it, and the row says so (``Measurement.note``). A path where no
@@ -54,8 +58,12 @@ OPTIONS = (
            for_factory=("dataset",)),
     Option("collate_fn", "text", "", "the job's collate function, \"package.module:name\" (with dataset; "
            "default: torch's default_collate)", for_factory=("dataset",)),
-    Option("python_path", "paths", [], "directories put first on sys.path to import dataset and collate_fn "
-           "(relative to this file), e.g. [src]", for_factory=("dataset",)),
+    Option("count_samples", "text", "", "how the job counts a batch's samples, \"package.module:function\" (batch -> "
+           "int), with dataset; default: the batch sampler's indices, or for an IterableDataset the batch's first "
+           "tensor's first dimension (else its first list's length), never above batch_size",
+           for_factory=("dataset",)),
+    Option("python_path", "paths", [], "directories put first on sys.path to import dataset, collate_fn and "
+           "count_samples (relative to this file), e.g. [src]", for_factory=("dataset",)),
     Option("path", "path", "", "dataset directory (empty: none named; the working directory is measured and no "
            "dataset threshold can pass); every matching regular file under it (links followed wherever "
            "they lead; mount points below it and hidden entries skipped) is one sample, or with format: tar one "

@@ -82,7 +82,8 @@ class BatchPuller:
     """Pulls batches from an endless loader iterator; counts samples, bytes and compute time.
 
     ``count(batch) -> (samples, bytes)`` reads a batch: ``sizes_or_tensor`` for preflight's own
-    datasets, ``user.count_batch`` for the job's. The loader is restarted at the end of an epoch.
+    datasets; for the job's, what ``user.batching`` made for this loader (its batch sampler's record of
+    the indices each batch holds). The loader is restarted at the end of an epoch.
     """
 
     def __init__(self, loader: Any, step_time_s: float = 0.0,

@@ -13,7 +13,8 @@ from preflight.checks import subject
 from preflight.checks.base import Budget, Metric
 from preflight.checks.dataloader.loop import BatchPuller, EmptyLoader, Taken, Window, explaining_worker_oom, pooled, windows
 from preflight.checks.dataloader.required import Required, visible_gpus
-from preflight.checks.dataloader.source import Source, loader_for, opened
+from preflight.checks.dataloader.source import Loader, Source, loader_for, opened
+from preflight.checks.dataloader.user import Uncountable
 from preflight.measurement import Measurement, unmeasurable
 from preflight.units import format_value
 
@@ -25,7 +26,7 @@ def measure(options: Mapping[str, Any], budget: Budget, metrics: Sequence[Metric
             return [unmeasurable(m.name, source, m.unit) for m in metrics]
         try:
             return _measure(options, budget, source)
-        except _NoSample as error:
+        except (_NoSample, Uncountable) as error:
             return [unmeasurable(m.name, str(error), m.unit) for m in metrics]
 
 
@@ -54,13 +55,13 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source) -> list
     raw_rate = None
     if decode == "image":
         raw_built = loader_for(options, source, decode="none")
-        raw = pooled(lambda: BatchPuller(raw_built.fresh(), count=raw_built.count), take, budget, pools)
+        raw = pooled(lambda: _puller(raw_built), take, budget, pools)
         results.append(Measurement("raw_throughput", raw.rate, "samples/s", samples=raw.rates,
                                    method=method + raw.method + ", raw bytes, not decoded", stopped=raw.stopped))
         raw_rate = raw.rate
-    taken = pooled(lambda: BatchPuller(built.fresh(), count=built.count), take, budget, pools)
+    taken = pooled(lambda: _puller(built), take, budget, pools)
     if tar:
-        problems = built.count.note(len(files))  # type: ignore[attr-defined,arg-type]
+        problems = built.tally.note(len(files))  # type: ignore[union-attr,arg-type]
         if not any(taken.rates):  # every shard damaged, or no member named KEY.EXT
             raise _NoSample(f"no sample could be read from the {len(files)} files under {options['path']}"  # type: ignore[arg-type]
                             + (f" ({problems})" if problems else "") + ": point dataloader.path at WebDataset tar "
@@ -85,7 +86,7 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source) -> list
     elif source.job is not None:
         results.append(Measurement("bandwidth", taken.mb_rate, "MB/s", samples=taken.mb_rates,
                                    method=method + taken.method + ", bytes of the batches' tensors delivered to "
-                                   "the training loop", stopped=taken.stopped))
+                                   "the training loop (strings and other objects count 0)", stopped=taken.stopped))
     puller = taken.last
     if float(options["step_time"]) > 0:
         results.append(_utilization(puller, float(options["step_time"]), int(options["batch_size"]), workers,
@@ -98,6 +99,12 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source) -> list
     results = [dataclasses.replace(m, note=note) if note and m.measured else m for m in results]
     fix = subject.no_dataset_fix("dataloader") if source.subject == "no_dataset" else None
     return [dataclasses.replace(m, subject=source.subject, hint=fix or m.hint) for m in results]
+
+
+def _puller(built: Loader) -> BatchPuller:
+    """A fresh DataLoader from ``built`` (a new pool of workers), counted its own way."""
+    counted = built.fresh()
+    return BatchPuller(counted.dataloader, count=counted.count)
 
 
 def _on_caveat(m: Measurement, caveat: str, memory: bool, path: str) -> Measurement:

@@ -8,8 +8,10 @@ the one-line reason nothing can be read. It is a context manager because a scrat
 only while it is read, and because an exception the job's Dataset raises while the block runs
 is re-worded there to name the job's frames (``usercode.UserCodeRaised``).
 ``loader_for(options, source)`` builds the ``torch.utils.data.DataLoader`` with the job's
-settings, and ``Loader.fresh()`` another over the same data: a fresh pool of workers. The ``dataloader`` check measures the loader alone; the ``pipeline`` check feeds
-its batches to the model's training step.
+settings, and ``Loader.fresh()`` another over the same data: a fresh pool of workers, with how to
+count its batches' samples (``Counted``: the job's as its DataLoader counts them, ``user.batching``).
+The ``dataloader`` check measures the loader alone; the ``pipeline`` check feeds its batches to
+the model's training step; both count a batch with the same ``Counted.count``.
 """
 
 from __future__ import annotations
@@ -36,24 +38,32 @@ SCRATCH_SET = (1000, 110_000)  # files, bytes each: ImageNet's median JPEG is ab
 
 
 class Source(NamedTuple):
-    """What the loader reads: ``files``, else the ``job``'s (dataset, collate_fn), else synthetic samples."""
+    """What the loader reads: ``files``, else the ``job``'s Dataset (``user.Job``), else synthetic samples."""
 
     files: list[DataFile] | None
     description: str  # for the method column
     note: str  # what a reader of the table must know (scratch data, skipped files); "" if nothing
-    job: tuple[Any, Any] | None = None
+    job: user.Job | None = None
     subject: str = "dataset"  # what the samples are (measurement.SUBJECTS), decided by ``opened`` from evidence
+
+
+class Counted(NamedTuple):
+    """A DataLoader and how to count the batches it returns, in the order it returns them."""
+
+    dataloader: Any
+    count: Callable[[Any], tuple[int, int]]  # batch -> (samples, bytes)
 
 
 class Loader(NamedTuple):
     """How to make DataLoaders over a ``Source``, how to count their batches, and what the report says."""
 
-    count: Callable[[Any], tuple[int, int]]  # batch -> (samples, bytes); a shards.ShardTally for tar shards
     method: str
     workers: int
     fs: Filesystem | None  # the files' filesystem; None for synthetic samples and the job's Dataset
     bypass: Bypass | None
-    fresh: Callable[[], Any]  # a new DataLoader with the job's settings: its iterator starts a fresh pool of workers
+    fresh: Callable[[], Counted]  # a new DataLoader with the job's settings (its iterator starts a fresh pool of
+    # workers) and the count of its batches, which may follow that DataLoader alone (``user.RecordedBatches``)
+    tally: shards.ShardTally | None = None  # tar shards: every DataLoader's count, with the shards' problems
 
 
 @contextlib.contextmanager
@@ -141,23 +151,18 @@ def _job_dataset(options: Mapping[str, Any], check: str) -> Iterator[Source]:
             job = user.build(options)
         except UserCodeError as error:
             raise usercode.UserCodeRaised(f"{check}.{error.option}: {error}", error.option) from None
-        kind = "iterable" if iterable(job[0]) else f"{len(job[0])} samples"  # a DataLoader needs its len()
-        description = (f"{options['dataset']}(**dataset_args) ({type(job[0]).__name__}, {kind}), collate_fn="
+        kind = "iterable" if user.iterable(job.dataset) else f"{len(job.dataset)} samples"  # a sampler needs len()
+        description = (f"{options['dataset']}(**dataset_args) ({type(job.dataset).__name__}, {kind}), collate_fn="
                        f"{options['collate_fn'] or 'default_collate'}")
         try:
             yield Source(None, description, "", job, subject="job_dataset")
+        except UserCodeError as error:  # the job's count_samples, called as batches were counted
+            raise usercode.UserCodeRaised(f"{check}.{error.option}: {error}", error.option) from None
         except Exception as error:  # noqa: BLE001  only the job's own exceptions are re-worded
             if "Original Traceback" not in str(error) and not usercode.blame_frames(error):
                 raise  # preflight's or torch's own failure (a dead worker): as it is
             raise usercode.UserCodeRaised(f"{check}.dataset: {usercode.blame(error)}: raised while the "
                                           f"DataLoader loaded batches", "dataset") from None
-
-
-def iterable(dataset: Any) -> bool:
-    """Whether ``dataset`` is a ``torch.utils.data.IterableDataset`` (no sampler, no shuffle)."""
-    import torch.utils.data
-
-    return isinstance(dataset, torch.utils.data.IterableDataset)
 
 
 def synthetic_shape(options: Mapping[str, Any]) -> tuple[int, ...]:
@@ -179,12 +184,15 @@ def loader_for(options: Mapping[str, Any], source: Source, decode: str | None = 
     # (importlib's _ModuleLock after fork), and the worker "exited unexpectedly with exit code 1".
     workers = auto_workers() if options["num_workers"] == "auto" else int(options["num_workers"])
     pin = bool(options["pin_memory"]) and torch.cuda.is_available()
-    fs, bypass = None, None
+    fs, bypass, tally = None, None, None
     shuffle, collate, count = source.files is not None, None, sizes_or_tensor
     description = source.description
-    if source.job is not None:
-        dataset: Any = source.job[0]
-        shuffle, collate, count = not iterable(dataset), source.job[1], user.count_batch
+    batch_size = int(options["batch_size"])
+    job = source.job
+    if job is not None:
+        dataset: Any = job.dataset
+        collate = job.collate
+        description += f", {user.counted_by(job, options['count_samples'])}"
     elif source.files is None:
         dataset = SyntheticImages(synthetic_shape(options))
     else:
@@ -194,21 +202,27 @@ def loader_for(options: Mapping[str, Any], source: Source, decode: str | None = 
         bypass = bypass_for([f.name for f in files[:100]], fs.memory_backed)
         if options.get("format") == "tar":  # an IterableDataset: each worker streams its own shards, in order
             dataset = shards.ShardSamples(files, bypass, decode or options["decode"], float(options["sample_delay"]))
-            shuffle, collate, count = False, shards.collate_items, shards.ShardTally()
+            tally = shards.ShardTally()
+            shuffle, collate, count = False, shards.collate_items, tally
         else:
             dataset = FileSamples(files, bypass, decode or options["decode"], float(options["sample_delay"]))
             collate = collate_sizes
         description += f" ({bypass})"
 
-    def fresh() -> Any:
-        return torch.utils.data.DataLoader(
-            dataset, batch_size=int(options["batch_size"]), shuffle=shuffle, num_workers=workers,
-            pin_memory=pin, prefetch_factor=int(options["prefetch_factor"]) if workers else None,
+    def fresh() -> Counted:
+        batching: dict[str, Any] = {"batch_size": batch_size, "shuffle": shuffle}
+        counting = count
+        if job is not None:  # counted as the job's DataLoader counts: one record per DataLoader (user.batching)
+            batching, counting = user.batching(job, batch_size)
+        dataloader = torch.utils.data.DataLoader(
+            dataset, **batching, num_workers=workers, pin_memory=pin,
+            prefetch_factor=int(options["prefetch_factor"]) if workers else None,
             persistent_workers=workers > 0, collate_fn=collate)
+        return Counted(dataloader, counting)
 
     method = (f"DataLoader(batch_size={options['batch_size']}, num_workers={workers}, pin_memory={pin}, "
               f"prefetch_factor={options['prefetch_factor'] if workers else None}) over {description}")
-    return Loader(count, method, workers, fs, bypass, fresh)
+    return Loader(method, workers, fs, bypass, fresh, tally)
 
 
 class SyntheticImages:

@@ -3,27 +3,51 @@
 ``build`` imports the factory with ``python_path`` on ``sys.path`` (``usercode``), calls it with
 ``dataset_args`` as keyword arguments and refuses anything that is not a
 ``torch.utils.data.Dataset`` (an ``IterableDataset`` is one); ``collate_fn`` names the job's
-collate function, else torch's default is used. ``count_batch`` counts what a batch holds
-however it is shaped: samples are the first dimension of the first tensor found (depth first,
-as torch's default collate stacks every field along dimension 0), bytes are the sum of every
-tensor's ``nbytes``: what the training loop receives, decoded, not what was read from disk.
+collate function, else torch's default is used, and ``count_samples`` the job's own count of a
+batch's samples. Samples are counted as the job's DataLoader counts them (``batching``, once per
+DataLoader):
+- a map-style Dataset: the indices its batch sampler put in each batch (``RecordedBatches``),
+  whatever the collate makes of them: a time-major T x B batch, a packed 1 x tokens one, a dict
+  of lists of strings;
+- an ``IterableDataset`` has no sampler: the batch's first tensor's first dimension, else the
+  length of its first list (``count_batch``), and a count above ``batch_size``, which no batch
+  can hold, makes the figure unmeasurable (``Uncountable``) rather than wrong;
+- ``count_samples``, when named, counts instead, for either kind.
+Bytes are the sum of every tensor's ``nbytes`` (strings and other objects count 0): what the
+training loop receives, decoded, not what was read from disk.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
-from typing import Any, Callable, Mapping, Sequence
+import operator
+from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 
 from preflight.checks import usercode
 from preflight.checks.base import UserCodeError
 
+Count = Callable[[Any], tuple[int, int]]  # batch -> (samples, bytes)
 
-def build(options: Mapping[str, Any]) -> tuple[Any, Callable[..., Any] | None]:
-    """The dataset ``options`` names and its collate function (None: torch's default); call under ``usercode.on_path``.
+
+class Job(NamedTuple):
+    """The job's Dataset and how its loop batches and counts it."""
+
+    dataset: Any
+    collate: Callable[..., Any] | None  # None: torch's default_collate
+    count_samples: Count | None  # the job's count of a batch's samples (``theirs``); None: ours (``batching``)
+
+
+class Uncountable(Exception):
+    """A batch whose samples cannot be counted from what it holds: the one-line reason, with the fix."""
+
+
+def build(options: Mapping[str, Any]) -> Job:
+    """The dataset ``options`` names, its collate function and sample count; call under ``usercode.on_path``.
 
     Raises:
-        UserCodeError: the factory or collate_fn cannot be imported or called, or the factory's
-            value is not a Dataset (or a map-style one without ``__len__``). Never iterates the dataset.
+        UserCodeError: the factory, collate_fn or count_samples cannot be imported or called, or the
+            factory's value is not a Dataset (or a map-style one without ``__len__``). Never iterates the dataset.
     """
     import torch.utils.data
 
@@ -34,11 +58,12 @@ def build(options: Mapping[str, Any]) -> tuple[Any, Callable[..., Any] | None]:
         raise UserCodeError("dataset", f"{spec}(**dataset_args) returned a map-style {type(dataset).__name__} without "
                             f"__len__, which a DataLoader's sampler needs: define __len__, or subclass IterableDataset")
     collate = usercode.load(options["collate_fn"], "collate_fn") if options["collate_fn"] else None
-    return dataset, collate
+    counting = options["count_samples"]
+    return Job(dataset, collate, theirs(usercode.load(counting, "count_samples"), counting) if counting else None)
 
 
 def check_user_code(options: Mapping[str, Any]) -> None:
-    """``preflight validate``: import and build the dataset (and collate_fn) once, never iterating it.
+    """``preflight validate``: import and build the dataset (collate_fn, count_samples) once, never iterating it.
 
     Raises:
         UserCodeError: as ``build``.
@@ -48,20 +73,156 @@ def check_user_code(options: Mapping[str, Any]) -> None:
             build(options)
 
 
+def iterable(dataset: Any) -> bool:
+    """Whether ``dataset`` is a ``torch.utils.data.IterableDataset`` (no sampler, no shuffle)."""
+    import torch.utils.data
+
+    return isinstance(dataset, torch.utils.data.IterableDataset)
+
+
+def batching(job: Job, batch_size: int) -> tuple[dict[str, Any], Count]:
+    """The DataLoader's batching arguments for ``job`` and how to count the batches of that one DataLoader.
+
+    A map-style Dataset is shuffled, as a training job's loader is, by an explicit batch sampler
+    (``RecordedBatches``) whose record counts the batches; call this once per DataLoader, as its
+    record serves that DataLoader's batches alone.
+    """
+    import torch.utils.data
+
+    if iterable(job.dataset):
+        arguments: dict[str, Any] = {"batch_size": batch_size}
+        count = from_batch(batch_size)
+    else:
+        batches = RecordedBatches(torch.utils.data.RandomSampler(job.dataset), batch_size)
+        arguments, count = {"batch_sampler": batches}, batches.count
+    return arguments, job.count_samples or count
+
+
+def counted_by(job: Job, spec: str) -> str:
+    """How ``batching`` counts ``job``'s samples, for the method column (``spec``: count_samples)."""
+    if spec:
+        return f"samples counted by count_samples={spec}"
+    if iterable(job.dataset):
+        return ("samples counted from each batch: its first tensor's first dimension, else its first list's length "
+                "(an IterableDataset has no batch sampler)")
+    return "samples counted from the batch sampler's indices"
+
+
+class RecordedBatches:
+    """torch's ``BatchSampler(sampler, batch_size, drop_last=False)``, recording how many indices each batch holds.
+
+    The DataLoader draws the index lists in its main process, up to ``num_workers x
+    prefetch_factor`` ahead of the batch it returns, and returns the batches in the order it drew
+    them (``in_order=True``, the default; torch 2.13 ``_MultiProcessingDataLoaderIter._next_data``
+    holds back a batch that arrives early). So the i-th batch received holds the i-th recorded
+    count, which ``count`` pops. A new iterator (an epoch's restart; ``_reset`` also discards the
+    batches the old one had in flight) calls ``__iter__`` before it draws, and starts a new record.
+    """
+
+    def __init__(self, sampler: Any, batch_size: int) -> None:
+        import torch.utils.data
+
+        self.batches = torch.utils.data.BatchSampler(sampler, batch_size, drop_last=False)
+        self.sizes: collections.deque[int] = collections.deque()
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        self.sizes.clear()  # here, not in the generator: torch calls iter() before it draws any batch
+        return self._recorded()
+
+    def _recorded(self) -> Iterator[list[int]]:
+        for indices in self.batches:
+            self.sizes.append(len(indices))
+            yield indices
+
+    def count(self, batch: Any) -> tuple[int, int]:
+        """(samples, bytes) of the next batch the DataLoader returned: its recorded indices, its tensors' bytes."""
+        if not self.sizes:
+            raise RuntimeError("a DataLoader returned a batch its batch sampler never drew: the batches are counted "
+                               "out of order (in_order=False?)")
+        return self.sizes.popleft(), tensor_bytes(batch)
+
+
+def from_batch(batch_size: int) -> Count:
+    """``count_batch`` for batches that cannot hold more than ``batch_size`` samples (an IterableDataset's).
+
+    A count above that is no sample count: a time-major T x B batch read as T, say. It is
+    ``Uncountable``, so the figure is unmeasurable rather than wrong. (A count below it cannot
+    be told from a short last batch, so a packed 1 x tokens batch needs ``count_samples``.)
+    """
+
+    def count(batch: Any) -> tuple[int, int]:
+        samples, nbytes = count_batch(batch)
+        if samples > batch_size:
+            raise Uncountable(f"a batch reads as {samples} samples (its first tensor's first dimension, else its "
+                              f"first list's length), more than batch_size={batch_size} can hold: the collate is "
+                              f"not sample-major (time-major T x B, packed tokens) and an IterableDataset has no "
+                              f"batch sampler to count: name the job's count, count_samples: "
+                              f"\"package.module:function\" (batch -> samples)")
+        return samples, nbytes
+
+    return count
+
+
+def theirs(function: Callable[[Any], Any], spec: str) -> Count:
+    """The job's ``function`` (count_samples, ``spec``) as a count: its number of samples, a whole number >= 0
+    (else a ``UserCodeError`` naming it), and the tensors' bytes."""
+
+    def count(batch: Any) -> tuple[int, int]:
+        try:
+            samples = function(batch)
+        except Exception as error:  # noqa: BLE001  whatever the job's count raises
+            raise UserCodeError("count_samples", f"{spec}(batch) raised {usercode.blame(error)}: fix the "
+                                f"function") from None
+        try:
+            whole = operator.index(samples)
+        except TypeError:
+            whole = -1
+        if whole < 0:
+            raise UserCodeError("count_samples", f"{spec}(batch) returned {samples!r:.40}, not a number of "
+                                f"samples: return an int >= 0 (len(batch[\"ids\"]), batch.shape[1])")
+        return whole, tensor_bytes(batch)
+
+    return count
+
+
 def count_batch(batch: Any) -> tuple[int, int]:
-    """(samples, bytes) in a collated batch: the first tensor's first dimension, and every tensor's nbytes.
+    """(samples, bytes) in a collated batch, from the batch alone: the first tensor's first dimension (depth
+    first, as torch's default collate stacks every field along dimension 0), else the first list's length
+    (a list of samples; a dict of lists of strings); and every tensor's nbytes.
 
     Raises:
-        TypeError: the batch holds no tensor and is not a sequence (say what collate_fn returns).
+        Uncountable: the batch holds neither a tensor nor a list (say what collate_fn returns).
     """
     tensors = list(_tensors(batch))
     if tensors:
         first = tensors[0]
         return (int(first.shape[0]) if first.dim() else 1), sum(t.element_size() * t.nelement() for t in tensors)
-    if isinstance(batch, Sequence) and not isinstance(batch, (str, bytes)):
-        return len(batch), 0
-    raise TypeError(f"cannot count the samples in a batch of {type(batch).__name__}: make collate_fn return "
-                    f"tensors (the first dimension is the batch) or a list of samples")
+    length = _first_length(batch)
+    if length is None:
+        raise Uncountable(f"cannot count the samples in a batch of {type(batch).__name__}: make collate_fn return "
+                          f"tensors (the first dimension is the batch) or a list of samples, or name the job's "
+                          f"count, count_samples: \"package.module:function\" (batch -> samples)")
+    return length, 0
+
+
+def tensor_bytes(batch: Any) -> int:
+    """Bytes of every tensor in ``batch`` (strings and other objects: 0)."""
+    return sum(t.element_size() * t.nelement() for t in _tensors(batch))
+
+
+def _first_length(value: Any) -> int | None:
+    """The length of the first list in ``value`` (a list itself, or a dict's first value, depth first); None if none."""
+    if isinstance(value, Mapping):
+        return next((n for n in map(_first_length, value.values()) if n is not None), None)
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        return len(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return next((n for n in (_first_length(getattr(value, f.name)) for f in dataclasses.fields(value))
+                     if n is not None), None)
+    return None
 
 
 def _tensors(value: Any) -> Any:

@@ -44,8 +44,8 @@ HELP = ("end-to-end training samples/s with the job's DataLoader feeding the mod
 # the dataloader's emulation, required rate, and pools (the pipeline feeds the model from one pool of workers)
 LOADER_ONLY = ("step_time", "samples_per_gpu", "gpus", "headroom", "worker_pools")
 _HELP = {
-    "python_path": "directories put first on sys.path to import dataset, collate_fn and model (relative to this "
-                   "file), e.g. [src]",
+    "python_path": "directories put first on sys.path to import dataset, collate_fn, count_samples and "
+                   "model (relative to this file), e.g. [src]",
     "synthetic": "random float32 samples of input_shape instead of files (IPC and collation, not storage)",
     "batch_size": "samples per batch: the DataLoader's batch is the training step's batch",
 }

@@ -13,6 +13,7 @@ from preflight.checks import usercode
 from preflight.checks.base import Budget, UserCodeError
 from preflight.checks.dataloader.loop import explaining_worker_oom
 from preflight.checks.dataloader.source import Loader, loader_for, opened
+from preflight.checks.dataloader.user import Uncountable
 from preflight.checks.model import build
 from preflight.checks.model.measuring import describe, failing_step, interleaved, new_step, unsupported, user_step
 from preflight.checks.model.step import TrainingStep, Window, first_tensor
@@ -60,7 +61,17 @@ def _measure(options: Mapping[str, Any], budget: Budget, device: str) -> list[Me
                         *_unmeasurable(("samples_per_s", "input_bound"), source, device)]
             loader = loader_for(options, source)
             feed = Feed(loader, step, options["input_shape"], loader.workers * int(options["prefetch_factor"]))
-            pairs, stopped = interleaved((step, feed), device, budget)
+            try:
+                pairs, stopped = interleaved((step, feed), device, budget)
+            except Uncountable as error:  # the batches' samples cannot be counted: the model alone still can be
+                uncounted = str(error)
+            else:
+                uncounted = ""
+            if uncounted:
+                del feed  # its workers exit before the model is timed alone (the error's frames held it till here)
+                alone, stopped = interleaved((step,), device, budget)
+                return [_model_rate(alone, device, method, stopped),
+                        *_unmeasurable(("samples_per_s", "input_bound"), uncounted, device)]
     end_to_end = Measurement("samples_per_s", samples=tuple(p[1].samples_per_s for p in pairs), unit="samples/s",
                              device=device, method=f"{feed.loader.method}, {feed.fed}; step: {method}",
                              stopped=stopped, note=source.note, subject=source.subject)
@@ -94,19 +105,21 @@ class Feed:
 
     The batch's first tensor is the step's input when its per-sample shape is ``input_shape``;
     otherwise (file samples are byte counts) the step trains on its synthetic on-device batch.
-    ``fed`` says which, for the method column.
+    ``fed`` says which, for the method column. Samples are counted as the dataloader check counts
+    them (``Loader.fresh``: for the job's map-style Dataset, its batch sampler's indices).
     """
 
     def __init__(self, loader: Loader, step: TrainingStep, input_shape: Sequence[int], prefetched: int = 0) -> None:
         self.loader, self.step, self.shape = loader, step, tuple(input_shape)
         self.prefetched = prefetched  # batches the workers hold ready at most: workers x prefetch_factor
-        self.dataloader = loader.fresh()  # one for the whole run: its workers persist across epochs, as a job's
+        # one for the whole run: its workers persist across epochs, as a job's
+        self.dataloader, self.count = loader.fresh()
         self.iterator = iter(self.dataloader)
         self.fed = "no batch yet"
 
     def __call__(self) -> int:
         batch = self._next()
-        samples, _ = self.loader.count(batch)
+        samples, _ = self.count(batch)
         inputs = first_tensor(batch)
         if inputs is not None and tuple(inputs.shape[1:]) == self.shape:
             self.fed = f"each batch's {'x'.join(map(str, self.shape))} tensor fed to the model"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from preflight.checks.dataloader.user import count_batch
+from preflight.checks.dataloader.user import Uncountable, count_batch
 from tests.helpers import run_cli
 
 SAMPLE_S = 0.004  # each sample sleeps this long: one process delivers at most 250 samples/s
@@ -205,7 +205,7 @@ def test_count_batch_counts_the_first_tensors_first_dimension_and_every_tensors_
 
 
 def test_count_batch_refuses_what_it_cannot_count():
-    with pytest.raises(TypeError, match="make collate_fn return tensors"):
+    with pytest.raises(Uncountable, match="make collate_fn return tensors .* or name the job's count, count_samples"):
         count_batch(object())
 
 
