@@ -25,6 +25,7 @@ import time
 from preflight.io.dataset_walk import LOST, DataFile, Walk
 from preflight.io.uncached import Bypass, aligned_buffer, read_file
 
+BLOCK = 1 << 20  # bytes per device read of a sample file: a worker's read buffer, whatever the file's size
 
 
 def list_files(path: str, include: str, exclude: str, max_files: int) -> tuple[list[DataFile], Walk]:
@@ -52,12 +53,15 @@ def _matches(relative: str, name: str, globs: list[str]) -> bool:
 
 
 class FileSamples:
-    """Map-style dataset: sample i is file i, read cold; yields (1, bytes read), or (0, 0) for a file gone."""
+    """Map-style dataset: sample i is file i, read cold; yields (1, bytes read), or (0, 0) for a file gone.
+
+    Each worker reads through one aligned ``BLOCK`` buffer, whatever the files' sizes (``read_file``);
+    only ``decode="image"`` keeps a file's bytes, as the job's decoder would.
+    """
 
     def __init__(self, files: list[DataFile], bypass: Bypass, decode: str = "none", delay_s: float = 0.0) -> None:
         self.files = [f.name for f in files]
         self.bypass, self.decode, self.delay_s = bypass, decode, delay_s
-        self.largest = max(f.size for f in files)
         self.buffer = None  # allocated in each worker: an mmap cannot be pickled
 
     def __len__(self) -> int:
@@ -65,19 +69,20 @@ class FileSamples:
 
     def __getitem__(self, index: int) -> tuple[int, int]:
         if self.buffer is None:
-            self.buffer = aligned_buffer(max(self.largest + 1, 1 << 16))
+            self.buffer = aligned_buffer(BLOCK)
         if self.delay_s:
             time.sleep(self.delay_s)
+        kept = bytearray() if self.decode == "image" else None
         try:
-            size = read_file(self.files[index], self.bypass, self.buffer)
+            size = read_file(self.files[index], self.bypass, self.buffer, kept)
         except LOST:
             return 0, 0
-        if self.decode == "image":
-            decode_image(bytes(self.buffer[:size]))
+        if kept is not None:
+            decode_image(kept)
         return 1, size
 
 
-def decode_image(data: bytes) -> int:
+def decode_image(data: bytes | bytearray) -> int:
     """Decode an encoded image (JPEG, PNG, ...) to RGB pixels with Pillow; returns the pixel bytes.
 
     Raises:
