@@ -61,6 +61,15 @@ def sparse_file(path: Path, size: int = 400 * MiB, every: int = 2) -> Path:
     return path
 
 
+def videos(root: Path, count: int = 4, size: int = 20_000_000) -> Path:
+    """A folder of ``count`` video clips of ``size`` bytes (``clip_N.mp4``): one sample per file, however large."""
+    root.mkdir(parents=True, exist_ok=True)
+    for index in range(count):
+        (root / f"clip_{index:03d}.mp4").write_bytes(os.urandom(size))
+    os.sync()
+    return root
+
+
 def tar_shards(root: Path, shards: int = 10, per_shard: int = 100, size: int = 110_000) -> Path:
     """WebDataset-convention shards: ``shard-000000.tar`` ... holding ``KEY.jpg`` and ``KEY.cls`` per sample."""
     root.mkdir(parents=True, exist_ok=True)

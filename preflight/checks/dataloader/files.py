@@ -20,12 +20,26 @@ from __future__ import annotations
 import fnmatch
 import io
 import os
+import re
+import statistics
 import time
+from typing import Sequence
 
-from preflight.io.dataset_walk import LOST, DataFile, Walk
+from preflight.io.dataset_walk import LOST, DataFile, Walk, describe_files
 from preflight.io.uncached import Bypass, aligned_buffer, read_file
+from preflight.units import format_value
 
 BLOCK = 1 << 20  # bytes per device read of a sample file: a worker's read buffer, whatever the file's size
+
+# Formats that hold many records by design: a job reads records out of them with the format's own reader
+# (h5py, pyarrow, lmdb, tf.data, webdataset), so a whole file is never one of its samples, whatever its size.
+CONTAINERS = {
+    "h5": "HDF5", "hdf5": "HDF5", "hdf": "HDF5", "nc": "netCDF-4 (HDF5)",
+    "parquet": "Parquet", "arrow": "Arrow", "feather": "Arrow (Feather)",
+    "mdb": "LMDB", "lmdb": "LMDB", "tfrecord": "TFRecord", "tfrecords": "TFRecord", "rec": "RecordIO",
+    "mds": "MosaicML MDS", "beton": "FFCV", "zip": "zip", "tar": "tar", "tar.gz": "tar", "tgz": "tar",
+}
+LARGE_FILE = 64 << 20  # median file size above which files hold many samples (whole arrays, checkpoints), not one
 
 
 def list_files(path: str, include: str, exclude: str, max_files: int) -> tuple[list[DataFile], Walk]:
@@ -50,6 +64,44 @@ def list_files(path: str, include: str, exclude: str, max_files: int) -> tuple[l
 
 def _matches(relative: str, name: str, globs: list[str]) -> bool:
     return any(fnmatch.fnmatch(relative, g) or fnmatch.fnmatch(name, g) for g in globs)
+
+
+def not_one_sample_each(files: Sequence[DataFile], where: str, check: str = "dataloader") -> str:
+    """Why ``files`` are containers of many samples rather than one sample each, with the fix; "" when they
+    are samples (what ``FileSamples`` measures).
+
+    The rule (docs/checks.md, "Datasets it understands"), issue 21 case 6:
+    - half or more of them are record containers by name (``CONTAINERS``: HDF5, Parquet, Arrow,
+      LMDB ``data.mdb``, TFRecord, tar, ...; a ``-00001-of-01024`` suffix is looked through),
+      whatever their size: the job reads records out of them with the format's own reader;
+    - or their median size is above ``LARGE_FILE`` (64 MiB), whatever their name: whole arrays
+      (``.npy``/``.npz``), checkpoints, archives hold many samples each.
+    A folder of 110 kB JPEGs, of 600 kB ``.npy`` arrays (one per sample) or of 20 MB videos is
+    one sample per file; a ``labels.h5`` beside the images changes nothing.
+    """
+    kinds = [kind for kind in map(_container, files) if kind]
+    if 2 * len(kinds) >= len(files):
+        extension, kind = max(set(kinds), key=kinds.count)
+        count = kinds.count((extension, kind))
+        why = f"{'' if len(files) == 1 else f', {count} of them'} in {kind} (.{extension}), a container of records"
+    else:
+        median = statistics.median(f.size for f in files)
+        if median <= LARGE_FILE:
+            return ""
+        extension = ""
+        why = (f" of {format_value(median / 1e6, 'MB')} median size, above the {LARGE_FILE >> 20} MiB a file read "
+               f"whole as one sample can be (whole arrays, checkpoints and archives hold many samples)")
+    shards = (f"if they are WebDataset shards, set {check}.format: tar; else "
+              if extension in ("tar", "tar.gz", "tgz") else "")
+    return (f"{where} holds {describe_files(files)}{why}, not one sample per file: a samples/s of whole files is "
+            f"not the job's: {shards}measure the job's own reader with {check}.dataset: \"package.module:factory\" "
+            f"(a Dataset over these files)")
+
+
+def _container(file: DataFile) -> tuple[str, str] | None:
+    """(extension, format) of ``file`` when its name says it is a container of records (``CONTAINERS``)."""
+    base = re.sub(r"-\d+-of-\d+$", "", os.path.basename(file.name).lower())  # train.tfrecord-00001-of-01024
+    return next(((extension, kind) for extension, kind in CONTAINERS.items() if base.endswith("." + extension)), None)
 
 
 class FileSamples:

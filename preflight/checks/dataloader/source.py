@@ -3,8 +3,9 @@
 ``opened(options)`` decides what the loader reads, as the dataloader check's docstring says:
 the job's own Dataset (``dataset``), synthetic samples (``synthetic``), the files under ``path``
 (WebDataset tar shards with ``format: tar``, ``shards``), or an ImageNet-shaped scratch set
-beside a path with too few files; it yields a ``Source``, or
-the one-line reason nothing can be read. It is a context manager because a scratch set lives
+beside a path with too few files; it yields a ``Source``, or the one-line reason nothing can be
+read: among them, files that are containers of many samples (``files.not_one_sample_each``: HDF5,
+Parquet, LMDB, TFRecord..., or a median file above 64 MiB), whose samples/s read whole is not the job's. It is a context manager because a scratch set lives
 only while it is read, and because an exception the job's Dataset raises while the block runs
 is re-worded there to name the job's frames (``usercode.UserCodeRaised``).
 ``loader_for(options, source)`` builds the ``torch.utils.data.DataLoader`` with the job's
@@ -22,7 +23,7 @@ from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 from preflight.checks import subject, usercode
 from preflight.checks.base import UserCodeError
 from preflight.checks.dataloader import shards, user
-from preflight.checks.dataloader.files import FileSamples, collate_sizes, list_files
+from preflight.checks.dataloader.files import FileSamples, collate_sizes, list_files, not_one_sample_each
 from preflight.checks.dataloader.loop import sizes_or_tensor
 from preflight.host.cpus import auto_workers
 from preflight.host.fsinfo import Filesystem, filesystem_of
@@ -97,7 +98,12 @@ def _files(options: Mapping[str, Any], check: str) -> Iterator[Source | str]:
                + f": point {check}.path at the dataset")
         return
     globs = f" (include={options['include']!r} exclude={options['exclude']!r})"
-    too_little = too_few(files, path + (globs if (options["include"], options["exclude"]) != ("*", "") else ""))
+    where = path + (globs if (options["include"], options["exclude"]) != ("*", "") else "")
+    too_little = too_few(files, where)
+    containers = "" if options.get("format") == "tar" else not_one_sample_each(files, where, check)
+    if containers:  # whatever their number: a scratch set of small files would not stand for them either
+        yield containers
+        return
     if options.get("format") == "tar":
         if too_little:
             yield f"{too_little}: point {check}.path at the shards (no scratch set stands in for tar shards)"

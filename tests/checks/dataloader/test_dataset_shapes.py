@@ -7,13 +7,22 @@ never from how much a time window held.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
+import pytest
+
+from preflight.checks.dataloader.files import not_one_sample_each
+from preflight.io.dataset_walk import DataFile
 from tests import datasets
-from tests.helpers import REPO
+from tests.helpers import REPO, memory_limited_cgroup, run_check, run_cli, write_config
 
 BIG = 1_200_000_000  # the HDF5 file of case 6: 1.2 GB, one 110 kB record at a time in the job
+
+
+def _results(stdout: str) -> dict[str, dict]:
+    return {r["id"]: r for r in json.loads(stdout)["results"]}
 
 
 def _peak_rss_reading(name: str, size: int) -> tuple[str, int]:
@@ -38,3 +47,67 @@ def test_case_6_a_1_2_GB_file_is_read_whole_through_one_fixed_buffer(tmp_path):
     got, peak_kib = _peak_rss_reading(str(big), BIG)
     assert got == f"1 {BIG}"  # the whole file was read, one sample
     assert peak_kib < 150 * 1024, f"peak RSS {peak_kib} KiB reading one 1.2 GB file"
+
+
+@pytest.mark.parametrize(("names", "size", "refused"), [
+    (["train.h5"], BIG, "holds 1 data file (1.2 GB) in HDF5 (.h5), a container of records, not one sample per file"),
+    ([f"part-{i}.parquet" for i in range(40)], 30_000_000, ", 40 of them in Parquet (.parquet), a container of records"),
+    (["data.mdb"], 2_000_000, "in LMDB (.mdb)"),  # small, and still a container
+    ([f"train.tfrecord-{i:05d}-of-01024" for i in range(3)], 100_000_000, "3 of them in TFRecord (.tfrecord)"),
+    ([f"train.feather" if i else "labels.csv" for i in range(2)], 5_000_000, "1 of them in Arrow (Feather)"),
+    ([f"x{i}.npy" for i in range(3)], BIG, "of 1.2 GB median size, above the 64 MiB a file read whole as one sample"),
+    ([f"n0144_{i}.JPEG" for i in range(1000)] + ["labels.h5"], 110_000, ""),  # a stray container changes nothing
+    ([f"{i}.npy" for i in range(1000)], 602_112, ""),  # one 3x224x224 float32 array per sample
+    ([f"clip_{i}.mp4" for i in range(50)], 20_000_000, ""),
+])
+def test_case_6_the_rule_for_files_that_are_not_one_sample_each(names, size, refused):
+    files = [DataFile(f"/data/{name}", size) for name in names]
+    reason = not_one_sample_each(files, "/data")
+    assert (refused in reason) if refused else reason == ""
+    if refused:
+        assert reason.endswith(': measure the job\'s own reader with dataloader.dataset: "package.module:factory" '
+                               '(a Dataset over these files)')
+
+
+def test_case_6_tar_files_read_whole_are_pointed_at_format_tar(tmp_path):
+    root = datasets.tar_shards(tmp_path / "shards", shards=2, per_shard=10, size=1000)
+    measured = run_check("dataloader", 0.5, path=str(root), num_workers=1, worker_pools=1)
+    assert measured["throughput"].value is None
+    assert ("2 of them in tar (.tar), a container of records, not one sample per file: a samples/s of whole files is "
+            "not the job's: if they are WebDataset shards, set dataloader.format: tar; else") in measured["throughput"].reason
+
+
+def test_case_6_a_1_2_GB_hdf5_file_is_unmeasurable_and_names_dataset_not_oom_killed_under_1_GiB(tmp_path):
+    """The job reads the HDF5 file one 110 kB record at a time; the check read it whole as one sample (0.68
+    samples/s), and under a 1 GiB limit its worker was OOM-killed and the pod's memory blamed."""
+    data = tmp_path / "hdf5"
+    datasets.sparse_file(data / "train.h5", size=BIG, every=300)
+    config = write_config(tmp_path, f"""
+        version: 1
+        defaults: {{duration: 1s}}
+        checks:
+          dataloader:
+            path: {data}
+            num_workers: 1
+            worker_pools: 1
+            throughput: {{min: 100 samples/s}}
+        """)
+    with memory_limited_cgroup(1 << 30) as (_, inside):
+        done = run_cli("run", "-c", str(config), "--json", "-", prefix=inside)
+    throughput = _results(done.stdout)["dataloader.throughput"]
+    assert throughput["verdict"] == "fail" and throughput["value"] is None, throughput
+    assert (f"{data} holds 1 data file (1.2 GB) in HDF5 (.h5), a container of records, not one sample per file"
+            in throughput["message"])
+    assert 'dataloader.dataset: "package.module:factory"' in throughput["message"]
+    assert "OOM" not in done.stdout + done.stderr and done.returncode == 1
+
+
+@pytest.mark.parametrize("shape", ["jpegs", "videos"])
+def test_case_6_a_folder_of_110_kB_jpegs_and_one_of_20_MB_videos_still_measure(tmp_path, shape):
+    root = (datasets.imagenet(tmp_path / "jpegs", classes=1, per_class=100) if shape == "jpegs"
+            else datasets.videos(tmp_path / "videos", count=4, size=20_000_000))
+    measured = run_check("dataloader", 0.5, path=str(root), num_workers=1, worker_pools=1, batch_size=1)
+    files = 100 if shape == "jpegs" else 4
+    assert measured["throughput"].value > 0 and measured["throughput"].note == ""
+    assert f"over {files} files under {root}" in measured["throughput"].method
+    assert measured["bandwidth"].subject == "dataset"
