@@ -70,17 +70,23 @@ def videos(root: Path, count: int = 4, size: int = 20_000_000) -> Path:
     return root
 
 
-def tar_shards(root: Path, shards: int = 10, per_shard: int = 100, size: int = 110_000) -> Path:
-    """WebDataset-convention shards: ``shard-000000.tar`` ... holding ``KEY.jpg`` and ``KEY.cls`` per sample."""
+def tar_shards(root: Path, shards: int = 10, per_shard: int = 100, size: int = 110_000, grouped: bool = True) -> Path:
+    """WebDataset-convention shards: ``shard-000000.tar`` ... holding ``KEY.jpg`` and ``KEY.cls`` per sample.
+
+    ``grouped=False`` writes each shard's ``.jpg`` members first, then its ``.cls`` members (labels appended
+    afterwards, webdataset/webdataset#140): the same samples, their members not adjacent.
+    """
     root.mkdir(parents=True, exist_ok=True)
     for s in range(shards):
+        members = [(f"{s:06d}{i:04d}", extension, data) for i in range(per_shard)
+                   for extension, data in (("jpg", os.urandom(size)), ("cls", str(i % 10).encode()))]
+        if not grouped:
+            members.sort(key=lambda member: member[1] == "cls")  # stable: every image, then every label
         with tarfile.open(root / f"shard-{s:06d}.tar", "w") as tar:
-            for i in range(per_shard):
-                key = f"{s:06d}{i:04d}"
-                for extension, data in (("jpg", os.urandom(size)), ("cls", str(i % 10).encode())):
-                    info = tarfile.TarInfo(f"{key}.{extension}")
-                    info.size = len(data)
-                    tar.addfile(info, io.BytesIO(data))
+            for key, extension, data in members:
+                info = tarfile.TarInfo(f"{key}.{extension}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
     os.sync()
     return root
 

@@ -154,6 +154,41 @@ def read_shard(name: str, bypass: Bypass, buffer: mmap.mmap) -> Iterator[Sample]
             stream.close()
 
 
+def count_samples(names: Sequence[str], enough: int) -> tuple[int, str]:
+    """The samples in shards ``names`` counted from their tar headers alone, and the first damage met ("").
+
+    Only the headers are read (``tarfile``'s listing seeks over the payloads of an uncompressed shard),
+    a key counted once per shard wherever its members lie, shards in turn until ``enough`` samples are
+    counted: the cost is bounded by ``enough``, not by the shards. A shard that cannot be listed to its
+    end counts the samples listed before the damage.
+    """
+    samples, problem = 0, ""
+    for name in names:
+        keys: set[str] = set()
+        try:
+            tar = tarfile.open(name, "r:*")
+        except tarfile.ReadError:  # tarfile's own words list every compression it tried, over five lines
+            problem = problem or f"{os.path.basename(name)}: not a tar archive, plain or compressed"
+            continue
+        except DAMAGE as error:
+            problem = problem or f"{os.path.basename(name)}: {_words(error)}"
+            continue
+        try:
+            with tar:
+                for member in tar:
+                    split = split_key(member.name) if member.isreg() else None
+                    if split is not None:
+                        keys.add(split[0])
+                    if samples + len(keys) >= enough:
+                        break
+        except DAMAGE as error:
+            problem = problem or f"{os.path.basename(name)}: {_words(error)}"
+        samples += len(keys)
+        if samples >= enough:
+            break
+    return samples, problem
+
+
 def _check_end(name: str, tar: tarfile.TarFile) -> None:
     """Raise ShardError when an uncompressed shard stops before tar's end-of-archive blocks (see module doc)."""
     if getattr(tar.fileobj, "comptype", "tar") != "tar":

@@ -27,7 +27,7 @@ from preflight.checks.dataloader.files import FileSamples, collate_sizes, list_f
 from preflight.checks.dataloader.loop import sizes_or_tensor
 from preflight.host.cpus import auto_workers
 from preflight.host.fsinfo import Filesystem, filesystem_of
-from preflight.io.dataset_walk import DataFile, too_few
+from preflight.io.dataset_walk import MIN_SAMPLES, DataFile, too_few
 from preflight.io.scratch import choose_parent, room_for, scratch_dir, write_small_files
 from preflight.io.uncached import Bypass, bypass_for
 
@@ -105,8 +105,17 @@ def _files(options: Mapping[str, Any], check: str) -> Iterator[Source | str]:
         yield containers
         return
     if options.get("format") == "tar":
-        if too_little:
-            yield f"{too_little}: point {check}.path at the shards (no scratch set stands in for tar shards)"
+        if too_little:  # few shards: the samples inside them decide
+            samples, damage = shards.count_samples([f.name for f in files], MIN_SAMPLES)
+            if not samples:
+                yield (f"no sample in the {len(files)} files under {where}" + (f" (first: {damage})" if damage else "")
+                       + f": point {check}.path at WebDataset tar shards, and include at their names (\"*.tar\")")
+                return
+            too_little = too_few(files, where, samples)
+        if too_little:  # the configuration already points at the shards: no scratch set stands in for them either
+            yield (f"{too_little}: so few samples are re-read from caches, not from the storage: if the dataset has "
+                   f"more shards, widen {check}.path or include to them all; if not, it fits in the page cache and "
+                   f"needs no storage gate (required: false on this check)")
             return
         yield Source(files, f"{len(files)} tar shards (WebDataset) under {path}" + (f" ({skipped} skipped)" if skipped
                      else "") + ", each streamed whole, cold", f"skipped under {path}: {skipped}" if skipped else "")

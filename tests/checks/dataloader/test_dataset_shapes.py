@@ -8,6 +8,7 @@ never from how much a time window held.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -111,3 +112,46 @@ def test_case_6_a_folder_of_110_kB_jpegs_and_one_of_20_MB_videos_still_measure(t
     assert measured["throughput"].value > 0 and measured["throughput"].note == ""
     assert f"over {files} files under {root}" in measured["throughput"].method
     assert measured["bandwidth"].subject == "dataset"
+
+
+def test_case_8_twenty_shards_of_fifty_samples_are_a_dataset_by_the_samples_inside(tmp_path):
+    """20 shards x 50 samples (1,000 samples, 22 MB) were refused as 20 files "under the 100 files and 8 MiB (or
+    64 MiB of shards)", with the advice "point dataloader.path at the shards", which the configuration did."""
+    root = datasets.tar_shards(tmp_path / "shards", shards=20, per_shard=50, size=22_000)
+    config = write_config(tmp_path, f"""
+        version: 1
+        defaults: {{duration: 1s}}
+        checks:
+          dataloader:
+            path: {root}
+            format: tar
+            num_workers: 1
+            worker_pools: 1
+            throughput: {{min: 1 samples/s}}
+        """)
+    done = run_cli("run", "-c", str(config), "--json", "-")
+    throughput = _results(done.stdout)["dataloader.throughput"]
+    assert throughput["verdict"] == "pass" and done.returncode == 0, throughput
+    assert f"over 20 tar shards (WebDataset) under {root}" in throughput["method"]
+    assert throughput["note"] == "" and throughput["subject"] == "dataset"
+
+
+def test_case_8_too_few_samples_in_shards_says_so_without_advice_already_followed(tmp_path):
+    root = datasets.tar_shards(tmp_path / "shards", shards=2, per_shard=20, size=22_000)
+    measured = run_check("dataloader", 0.5, path=str(root), format="tar", num_workers=1, worker_pools=1)
+    reason = measured["throughput"].reason
+    assert measured["throughput"].value is None
+    shards_kb = sum(p.stat().st_size for p in root.iterdir()) / 1000  # 2 x 20 x 22 kB and the tar headers
+    assert reason.startswith(f"{root} holds 2 tar shards ({shards_kb:.1f} kB) of 40 samples, under the 100 samples and 8 MiB "
+                             f"(or 64 MiB of shards) a dataset figure needs: ")
+    assert "point dataloader.path at the shards" not in reason
+    assert "if the dataset has more shards, widen dataloader.path or include to them all" in reason
+
+
+def test_case_8_a_few_files_that_are_not_shards_hold_no_sample(tmp_path):
+    for index in range(3):
+        (tmp_path / f"{index}.jpg").write_bytes(os.urandom(20_000))
+    measured = run_check("dataloader", 0.5, path=str(tmp_path), format="tar", num_workers=1, worker_pools=1)
+    assert measured["throughput"].reason == (
+        f"no sample in the 3 files under {tmp_path} (first: 0.jpg: not a tar archive, plain or compressed): point "
+        f"dataloader.path at WebDataset tar shards, and include at their names (\"*.tar\")")
