@@ -91,10 +91,11 @@ def tar_shards(root: Path, shards: int = 10, per_shard: int = 100, size: int = 1
     return root
 
 
-def mixed_permissions(root: Path, files: int = 140, unreadable: int = 60, size: int = 110_000) -> Path:
-    """``files`` files, ``unreadable`` of them mode 600 owned by ``nobody``, and a folder mode 700 owned by
-    ``nobody`` holding more: for any other user without CAP_DAC_OVERRIDE (``WITHOUT_DAC``), those are what
-    the job cannot read."""
+def mixed_permissions(root: Path, files: int = 140, unreadable: int = 60, size: int = 110_000,
+                      private_files: int = 1) -> Path:
+    """``files`` files under ``train/``, ``unreadable`` of them mode 600 owned by ``nobody``, and a folder
+    ``private/`` mode 700 owned by ``nobody`` holding ``private_files`` more: for any other user without
+    CAP_DAC_OVERRIDE (``WITHOUT_DAC``), those are what the job cannot read."""
     (root / "train").mkdir(parents=True)
     for i in range(files):
         name = root / "train" / f"{i:04d}.jpg"
@@ -104,7 +105,8 @@ def mixed_permissions(root: Path, files: int = 140, unreadable: int = 60, size: 
             os.chown(name, NOBODY, NOBODY)
     private = root / "private"
     private.mkdir()
-    (private / "secret.jpg").write_bytes(os.urandom(size))
+    for i in range(private_files):
+        (private / ("secret.jpg" if i == 0 else f"secret-{i:04d}.jpg")).write_bytes(os.urandom(size))
     private.chmod(0o700)
     os.chown(private, NOBODY, NOBODY)
     root.chmod(0o755)

@@ -41,8 +41,8 @@ class Source(NamedTuple):
     files: list[DataFile] | None
     description: str  # for the method column
     note: str  # what a reader of the table must know (scratch data, skipped files); "" if nothing
+    subject: str  # what the samples are (measurement.SUBJECTS), decided by ``opened`` from evidence, never defaulted
     job: tuple[Any, Any] | None = None
-    subject: str = "dataset"  # what the samples are (measurement.SUBJECTS), decided by ``opened`` from evidence
 
 
 class Loader(NamedTuple):
@@ -72,7 +72,7 @@ def opened(options: Mapping[str, Any], check: str = "dataloader") -> Iterator[So
     if options["synthetic"]:
         shape = "x".join(map(str, synthetic_shape(options)))
         yield Source(None, f"synthetic {shape} float32 samples (measures IPC and collation, not storage)", "",
-                     subject="synthetic")
+                     "synthetic")
         return
     options, dataset_named = subject.named(options)
     with _files(options, check) as source:
@@ -81,7 +81,13 @@ def opened(options: Mapping[str, Any], check: str = "dataloader") -> Iterator[So
 
 @contextlib.contextmanager
 def _files(options: Mapping[str, Any], check: str) -> Iterator[Source | str]:
-    """The files under ``path``, tar shards, or a scratch set beside a path with too few files."""
+    """The files under ``path``, tar shards, or a scratch set beside a path with too few files.
+
+    Whatever it yields, a figure's note or the reason there is none says what the walk skipped under
+    ``path`` and why (issue 21, case 9: a scratch set's note said nothing of a folder the job could
+    not read). The files found are the dataset's by evidence: the walk found them under ``path``, on
+    its filesystem (``Walk`` skips entries on another).
+    """
     path = options["path"]
     if not os.path.isdir(path):
         yield (f"{path} is not a directory: point {check}.path at the dataset's directory" if os.path.exists(path)
@@ -97,48 +103,63 @@ def _files(options: Mapping[str, Any], check: str) -> Iterator[Source | str]:
                f"exclude={options['exclude']!r}" + (f" ({skipped} skipped)" if skipped else "")
                + f": point {check}.path at the dataset")
         return
+    passed_over = f"skipped under {path}: {skipped}" if skipped else ""  # for the note or the reason
+    listed = f" ({skipped} skipped)" if skipped else ""  # for the method column
     globs = f" (include={options['include']!r} exclude={options['exclude']!r})"
     where = path + (globs if (options["include"], options["exclude"]) != ("*", "") else "")
-    too_little = too_few(files, where)
-    containers = "" if options.get("format") == "tar" else not_one_sample_each(files, where, check)
-    if containers:  # whatever their number: a scratch set of small files would not stand for them either
-        yield containers
-        return
     if options.get("format") == "tar":
-        if too_little:  # few shards: the samples inside them decide
-            samples, damage = shards.count_samples([f.name for f in files], MIN_SAMPLES)
-            if not samples:
-                yield (f"no sample in the {len(files)} files under {where}" + (f" (first: {damage})" if damage else "")
-                       + f": point {check}.path at WebDataset tar shards, and include at their names (\"*.tar\")")
-                return
-            too_little = too_few(files, where, samples)
-        if too_little:  # the configuration already points at the shards: no scratch set stands in for them either
-            yield (f"{too_little}: so few samples are re-read from caches, not from the storage: if the dataset has "
-                   f"more shards, widen {check}.path or include to them all; if not, it fits in the page cache and "
-                   f"needs no storage gate (required: false on this check)")
-            return
-        yield Source(files, f"{len(files)} tar shards (WebDataset) under {path}" + (f" ({skipped} skipped)" if skipped
-                     else "") + ", each streamed whole, cold", f"skipped under {path}: {skipped}" if skipped else "")
+        refused = _too_few_shards(files, where, check)
+        yield _also(refused, passed_over) if refused else Source(
+            files, f"{len(files)} tar shards (WebDataset) under {path}{listed}, each streamed whole, cold",
+            passed_over, "dataset")
         return
-    if not too_little:
-        yield Source(files, f"{len(files)} files under {path}" + (f" ({skipped} skipped)" if skipped else "")
-                     + ", cold cache per file", f"skipped under {path}: {skipped}" if skipped else "")
+    too_little = too_few(files, where)
+    # Containers whatever their number: a scratch set of small files would not stand for them either.
+    refused = not_one_sample_each(files, where, check)
+    if not refused and not too_little:
+        yield Source(files, f"{len(files)} files under {path}{listed}, cold cache per file", passed_over, "dataset")
         return
-    if options["decode"] == "image":
-        yield f"{too_little}: point {check}.path at the dataset (scratch bytes cannot be decoded as images)"
+    if refused or options["decode"] == "image":
+        yield _also(refused or f"{too_little}: point {check}.path at the dataset (scratch bytes cannot be decoded as "
+                    f"images)", passed_over)
         return
     parent, no_scratch = choose_parent(path, options["scratch_dir"], f"{check}.scratch_dir")
     count, size = SCRATCH_SET
     no_room = no_scratch or room_for(parent, count * (size + 4096))  # type: ignore[arg-type]
     if no_room:
-        yield f"{too_little}: point {check}.path at the dataset; no scratch set either: {no_room}"
+        yield _also(f"{too_little}: point {check}.path at the dataset; no scratch set either: {no_room}", passed_over)
         return
     with scratch_dir(parent, protect=path) as directory:  # type: ignore[arg-type]
         scratch = write_small_files(directory, count, size)
         measured_on = subject.scratch_subject(directory, *subject.device_of(path))
         place = "" if measured_on == "scratch_on_dataset_fs" else f" in {parent}, not on the dataset's device"
         yield Source(scratch, f"{count} scratch files of {size // 1000} kB in ImageNet-style class folders, cold "
-                     f"cache per file", f"on an ImageNet-shaped scratch set{place}: {too_little}", subject=measured_on)
+                     f"cache per file", _also(f"on an ImageNet-shaped scratch set{place}: {too_little}", passed_over),
+                     measured_on)
+
+
+def _too_few_shards(files: list[DataFile], where: str, check: str) -> str:
+    """Why the tar shards ``files`` cannot stand for the dataset, with the fix; "" when they can.
+
+    Few shards are judged by the samples inside them (``shards.count_samples``, headers only), never
+    by their count (issue 21, case 8). The configuration already points at shards: a fix never says so again.
+    """
+    too_little = too_few(files, where)
+    if not too_little:
+        return ""
+    samples, damage = shards.count_samples([f.name for f in files], MIN_SAMPLES)
+    if not samples:
+        return (f"no sample in the {len(files)} files under {where}" + (f" (first: {damage})" if damage else "")
+                + f": point {check}.path at WebDataset tar shards, and include at their names (\"*.tar\")")
+    too_little = too_few(files, where, samples)
+    return too_little and (f"{too_little}: so few samples are re-read from caches, not from the storage: if the "
+                           f"dataset has more shards, widen {check}.path or include to them all; if not, it fits in "
+                           f"the page cache and needs no storage gate (required: false on this check)")
+
+
+def _also(text: str, passed_over: str) -> str:
+    """``text``, then what the walk skipped ("skipped under PATH: 1 unreadable directory") when it skipped any."""
+    return "; ".join(part for part in (text, passed_over) if part)
 
 
 @contextlib.contextmanager
@@ -153,7 +174,7 @@ def _job_dataset(options: Mapping[str, Any], check: str) -> Iterator[Source]:
         description = (f"{options['dataset']}(**dataset_args) ({type(job[0]).__name__}, {kind}), collate_fn="
                        f"{options['collate_fn'] or 'default_collate'}")
         try:
-            yield Source(None, description, "", job, subject="job_dataset")
+            yield Source(None, description, "", "job_dataset", job)
         except Exception as error:  # noqa: BLE001  only the job's own exceptions are re-worded
             if "Original Traceback" not in str(error) and not usercode.blame_frames(error):
                 raise  # preflight's or torch's own failure (a dead worker): as it is

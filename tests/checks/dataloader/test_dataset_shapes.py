@@ -189,3 +189,41 @@ def test_case_7_ungrouped_shards_are_named_in_the_row(tmp_path):
     measured = run_check("dataloader", 0.5, path=str(sorted_root), format="tar", num_workers=1, worker_pools=1,
                          batch_size=16)
     assert measured["throughput"].note == ""
+
+
+def test_case_9_what_the_walk_skipped_stays_in_the_row_when_scratch_stands_in(tmp_path):
+    """80 readable files and a mode-700 folder of 60 more, run by a user without access to it (root without
+    CAP_DAC_OVERRIDE, ``datasets.WITHOUT_DAC``): 80 files are too few, a scratch set stands in, and the row said
+    "holds 80 data files" and nothing of the folder the job cannot read."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to chown the fixture to another uid")
+    root = datasets.mixed_permissions(tmp_path / "data", files=80, unreadable=0, private_files=60)
+    config = write_config(tmp_path, f"""
+        version: 1
+        defaults: {{duration: 1s}}
+        checks:
+          dataloader:
+            path: {root}
+            num_workers: 1
+            worker_pools: 1
+            throughput: {{min: 1 samples/s}}
+        """)
+    done = run_cli("run", "-c", str(config), "--json", "-", prefix=datasets.WITHOUT_DAC)
+    throughput = _results(done.stdout)["dataloader.throughput"]
+    assert throughput["verdict"] == "pass" and done.returncode == 0, throughput
+    assert throughput["note"] == (f"on an ImageNet-shaped scratch set: {root} holds 80 data files (8.8 MB), under the "
+                                  f"100 files and 8 MiB (or 64 MiB of shards) a dataset figure needs; skipped under "
+                                  f"{root}: 1 unreadable directory")
+    assert throughput["subject"] == "scratch_on_dataset_fs"
+    bandwidth = _results(done.stdout)["dataloader.bandwidth"]
+    assert bandwidth["note"] == throughput["note"]  # every row of the figure says it
+
+
+def test_case_9_a_refusal_names_what_the_walk_skipped_too(tmp_path):
+    root = tmp_path / "data"
+    datasets.sparse_file(root / "train.h5", size=100 << 20, every=50)
+    (root / "cache").mkdir()
+    (root / "cache" / "loop").symlink_to("..")
+    reason = run_check("dataloader", 0.5, path=str(root), num_workers=1, worker_pools=1)["throughput"].reason
+    assert reason.startswith(f"{root} holds 1 data file (104.9 MB) in HDF5 (.h5)")
+    assert reason.endswith(f"(a Dataset over these files); skipped under {root}: 1 directory loop")
