@@ -107,15 +107,22 @@ def test_case_6_a_1_2_GB_hdf5_file_is_unmeasurable_and_names_dataset_not_oom_kil
     assert "OOM" not in done.stdout + done.stderr and done.returncode == 1
 
 
-@pytest.mark.parametrize("shape", ["jpegs", "videos"])
-def test_case_6_a_folder_of_110_kB_jpegs_and_one_of_20_MB_videos_still_measure(tmp_path, shape):
-    root = (datasets.imagenet(tmp_path / "jpegs", classes=1, per_class=100) if shape == "jpegs"
-            else datasets.videos(tmp_path / "videos", count=4, size=20_000_000))
-    measured = run_check("dataloader", 0.5, path=str(root), num_workers=1, worker_pools=1, batch_size=1)
-    files = 100 if shape == "jpegs" else 4
-    assert measured["throughput"].value > 0 and measured["throughput"].note == ""
-    assert f"over {files} files under {root}" in measured["throughput"].method
-    assert measured["bandwidth"].subject == "dataset"
+def test_case_6_jpegs_and_20_MB_videos_measure_and_the_same_bytes_named_parquet_do_not(tmp_path):
+    """The rule on real folders: 100 JPEGs of 110 kB and 4 video clips of 20 MB are one sample per file; the
+    same 4 files renamed ``.parquet`` are containers of records, whose rows the job reads."""
+    jpegs = datasets.imagenet(tmp_path / "jpegs", classes=1, per_class=100)
+    videos = datasets.videos(tmp_path / "videos", count=4, size=20_000_000)
+    for root, files in ((jpegs, 100), (videos, 4)):
+        measured = run_check("dataloader", 0.5, path=str(root), num_workers=1, worker_pools=1, batch_size=1)
+        assert measured["throughput"].value > 0 and measured["throughput"].note == ""
+        assert f"over {files} files under {root}" in measured["throughput"].method
+        assert measured["bandwidth"].subject == "dataset"
+    for clip in videos.iterdir():
+        clip.rename(clip.with_suffix(".parquet"))
+    measured = run_check("dataloader", 0.5, path=str(videos), num_workers=1, worker_pools=1, batch_size=1)
+    assert measured["throughput"].value is None
+    assert measured["throughput"].reason.startswith(f"{videos} holds 4 data files (80 MB), 4 of them in Parquet "
+                                                    f"(.parquet), a container of records, not one sample per file")
 
 
 def test_case_8_twenty_shards_of_fifty_samples_are_a_dataset_by_the_samples_inside(tmp_path):
