@@ -1,8 +1,8 @@
 """The dataset the loader reads: files sampled under ``path``, one file per sample, read cold.
 
 A sample is read as a DataLoader worker's ``open(path).read()`` would, but from the device:
-O_DIRECT into an aligned buffer, else the file's cached pages dropped first
-(``io.uncached``). ``decode="image"`` then decodes it with Pillow (an optional extra:
+O_DIRECT through one aligned ``BLOCK`` buffer per worker, else the file's cached pages dropped
+first (``io.uncached``), so a worker's memory does not grow with the files' sizes. ``decode="image"`` then decodes it with Pillow (an optional extra:
 ``pip install train-preflight[image]``) to RGB pixels, so the decoded figure can be set beside
 the raw one. ``delay_s`` is the explicit test hook for a deliberately throttled reader: it
 sleeps that long per sample, as slow storage would. A file that vanished or turned unreadable
@@ -13,6 +13,9 @@ The walk (``dataset_walk.Walk``) follows symbolic links as the job's ``open()`` 
 bounded: it stops after ``max_files`` matching files or ``Walk.for_files``' limit on entries,
 so its time and memory do not grow with the dataset. A shuffled loader reads any file, so
 the first files in walk order stand for the rest.
+
+Files that hold many samples (container formats, or a median size above 64 MiB) are not one
+sample each, and ``not_one_sample_each`` says so, with the fix: the rule is in its docstring.
 """
 
 from __future__ import annotations
