@@ -1,16 +1,17 @@
 """What a DataLoader reads and the loader itself, built from the dataloader options: one place for both checks.
 
-``opened(options)`` decides what the loader reads, as the dataloader check's docstring says:
-the job's own Dataset (``dataset``), synthetic samples (``synthetic``), the files under ``path``
+``opened(options)`` decides what the loader reads, as the dataloader check's docstring says: the
+job's own Dataset (``dataset``), synthetic samples (``synthetic``), the files under ``path``
 (WebDataset tar shards with ``format: tar``, ``shards``), or an ImageNet-shaped scratch set
 beside a path with too few files; it yields a ``Source``, or the one-line reason nothing can be
-read: among them, files that are containers of many samples (``files.not_one_sample_each``: HDF5,
-Parquet, LMDB, TFRecord..., or a median file above 64 MiB), whose samples/s read whole is not the job's. It is a context manager because a scratch set lives
-only while it is read, and because an exception the job's Dataset raises while the block runs
-is re-worded there to name the job's frames (``usercode.UserCodeRaised``).
-``loader_for(options, source)`` builds the ``torch.utils.data.DataLoader`` with the job's
-settings, and ``Loader.fresh()`` another over the same data: a fresh pool of workers. The ``dataloader`` check measures the loader alone; the ``pipeline`` check feeds
-its batches to the model's training step.
+read: among them, files that are containers of many samples (``files.not_one_sample_each``:
+HDF5, Parquet, LMDB, TFRecord..., or a median file above 64 MiB), whose samples/s read whole is
+not the job's. It is a context manager because a scratch set lives only while it is read, and
+because an exception the job's Dataset raises while the block runs is re-worded there to name
+the job's frames (``usercode.UserCodeRaised``). ``loader_for(options, source)`` builds the
+``torch.utils.data.DataLoader`` with the job's settings, and ``Loader.fresh()`` another over the
+same data: a fresh pool of workers. The ``dataloader`` check measures the loader alone; the
+``pipeline`` check feeds its batches to the model's training step.
 """
 
 from __future__ import annotations

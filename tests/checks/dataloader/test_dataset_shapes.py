@@ -58,7 +58,8 @@ def test_case_6_a_1_2_GB_file_is_read_whole_through_one_fixed_buffer(tmp_path):
 
 @pytest.mark.parametrize(("names", "size", "refused"), [
     (["train.h5"], BIG, "holds 1 data file (1.2 GB) in HDF5 (.h5), a container of records, not one sample per file"),
-    ([f"part-{i}.parquet" for i in range(40)], 30_000_000, ", 40 of them in Parquet (.parquet), a container of records"),
+    ([f"part-{i}.parquet" for i in range(40)], 30_000_000,
+     ", 40 of them in Parquet (.parquet), a container of records"),
     (["data.mdb"], 2_000_000, "in LMDB (.mdb)"),  # small, and still a container
     ([f"train.tfrecord-{i:05d}-of-01024" for i in range(3)], 100_000_000, "3 of them in TFRecord (.tfrecord)"),
     ([f"train.feather" if i else "labels.csv" for i in range(2)], 5_000_000, "1 of them in Arrow (Feather)"),
@@ -81,7 +82,8 @@ def test_case_6_tar_files_read_whole_are_pointed_at_format_tar(tmp_path):
     measured = run_check("dataloader", 0.5, path=str(root), num_workers=1, worker_pools=1)
     assert measured["throughput"].value is None
     assert ("2 of them in tar (.tar), a container of records, not one sample per file: a samples/s of whole files is "
-            "not the job's: if they are WebDataset shards, set dataloader.format: tar; else") in measured["throughput"].reason
+            "not the job's: if they are WebDataset shards, set dataloader.format: tar; else"
+            ) in measured["throughput"].reason
 
 
 def test_case_6_a_1_2_GB_hdf5_file_is_unmeasurable_and_names_dataset_not_oom_killed_under_1_GiB(tmp_path):
@@ -155,8 +157,8 @@ def test_case_8_too_few_samples_in_shards_says_so_without_advice_already_followe
     reason = measured["throughput"].reason
     assert measured["throughput"].value is None
     shards_kb = sum(p.stat().st_size for p in root.iterdir()) / 1000  # 2 x 20 x 22 kB and the tar headers
-    assert reason.startswith(f"{root} holds 2 tar shards ({shards_kb:.1f} kB) of 40 samples, under the 100 samples and 8 MiB "
-                             f"(or 64 MiB of shards) a dataset figure needs: ")
+    assert reason.startswith(f"{root} holds 2 tar shards ({shards_kb:.1f} kB) of 40 samples, under the 100 samples "
+                             f"and 8 MiB (or 64 MiB of shards) a dataset figure needs: ")
     assert "point dataloader.path at the shards" not in reason
     assert "if the dataset has more shards, widen dataloader.path or include to them all" in reason
 
