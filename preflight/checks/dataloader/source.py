@@ -76,13 +76,16 @@ def opened(options: Mapping[str, Any], check: str = "dataloader") -> Iterator[So
                      "synthetic")
         return
     options, dataset_named = subject.named(options)
-    with _files(options, check) as source:
+    with _files(options, check, dataset_named) as source:
         yield source if dataset_named or isinstance(source, str) else source._replace(subject="no_dataset")
 
 
 @contextlib.contextmanager
-def _files(options: Mapping[str, Any], check: str) -> Iterator[Source | str]:
+def _files(options: Mapping[str, Any], check: str, named: bool = True) -> Iterator[Source | str]:
     """The files under ``path``, tar shards, or a scratch set beside a path with too few files.
+
+    Without a dataset ``named`` (the working directory), files are stray files, never judged as
+    containers: what is measured is labelled ``no_dataset`` by ``opened``, whose fix is to name one.
 
     Whatever it yields, a figure's note or the reason there is none says what the walk skipped under
     ``path`` and why (issue 21, case 9: a scratch set's note said nothing of a folder the job could
@@ -116,7 +119,7 @@ def _files(options: Mapping[str, Any], check: str) -> Iterator[Source | str]:
         return
     too_little = too_few(files, where)
     # Containers whatever their number: a scratch set of small files would not stand for them either.
-    refused = not_one_sample_each(files, where, check)
+    refused = not_one_sample_each(files, where, check) if named else ""
     if not refused and not too_little:
         yield Source(files, f"{len(files)} files under {path}{listed}, cold cache per file", passed_over, "dataset")
         return

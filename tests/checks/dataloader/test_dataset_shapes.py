@@ -111,7 +111,7 @@ def test_case_6_a_1_2_GB_hdf5_file_is_unmeasurable_and_names_dataset_not_oom_kil
     assert "OOM" not in done.stdout + done.stderr and done.returncode == 1
 
 
-def test_case_6_jpegs_and_20_MB_videos_measure_and_the_same_bytes_named_parquet_do_not(tmp_path):
+def test_case_6_jpegs_and_20_MB_videos_measure_and_the_same_bytes_named_parquet_do_not(tmp_path, monkeypatch):
     """The rule on real folders: 100 JPEGs of 110 kB and 4 video clips of 20 MB are one sample per file; the
     same 4 files renamed ``.parquet`` are containers of records, whose rows the job reads."""
     jpegs = datasets.imagenet(tmp_path / "jpegs", classes=1, per_class=100)
@@ -127,6 +127,11 @@ def test_case_6_jpegs_and_20_MB_videos_measure_and_the_same_bytes_named_parquet_
     assert measured["throughput"].value is None
     assert measured["throughput"].reason.startswith(f"{videos} holds 4 data files (80 MB), 4 of them in Parquet "
                                                     f"(.parquet), a container of records, not one sample per file")
+    # With no dataset named, the working directory's files are stray files: measured and labelled as such,
+    # with the fix that names the dataset, as before.
+    monkeypatch.chdir(videos)
+    stray = run_check("dataloader", 0.5, path="", num_workers=1, worker_pools=1, batch_size=1)["throughput"]
+    assert stray.value > 0 and stray.subject == "no_dataset" and stray.hint.startswith("no dataset named: ")
 
 
 def test_case_8_twenty_shards_of_fifty_samples_are_a_dataset_by_the_samples_inside(tmp_path):
