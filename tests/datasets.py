@@ -101,25 +101,41 @@ def sparse_file(path: Path, size: int = 400 * MiB, every: int = 2) -> Path:
     return path
 
 
-def tar_shards(root: Path, shards: int = 10, per_shard: int = 100, size: int = 110_000) -> Path:
-    """WebDataset-convention shards: ``shard-000000.tar`` ... holding ``KEY.jpg`` and ``KEY.cls`` per sample."""
+def videos(root: Path, count: int = 4, size: int = 20_000_000) -> Path:
+    """A folder of ``count`` video clips of ``size`` bytes (``clip_N.mp4``): one sample per file, however large."""
     root.mkdir(parents=True, exist_ok=True)
-    for s in range(shards):
-        with tarfile.open(root / f"shard-{s:06d}.tar", "w") as tar:
-            for i in range(per_shard):
-                key = f"{s:06d}{i:04d}"
-                for extension, data in (("jpg", os.urandom(size)), ("cls", str(i % 10).encode())):
-                    info = tarfile.TarInfo(f"{key}.{extension}")
-                    info.size = len(data)
-                    tar.addfile(info, io.BytesIO(data))
+    for index in range(count):
+        (root / f"clip_{index:03d}.mp4").write_bytes(os.urandom(size))
     os.sync()
     return root
 
 
-def mixed_permissions(root: Path, files: int = 140, unreadable: int = 60, size: int = 110_000) -> Path:
-    """``files`` files, ``unreadable`` of them mode 600 owned by ``nobody``, and a folder mode 700 owned by
-    ``nobody`` holding more: for any other user without CAP_DAC_OVERRIDE (``WITHOUT_DAC``), those are what
-    the job cannot read."""
+def tar_shards(root: Path, shards: int = 10, per_shard: int = 100, size: int = 110_000, grouped: bool = True) -> Path:
+    """WebDataset-convention shards: ``shard-000000.tar`` ... holding ``KEY.jpg`` and ``KEY.cls`` per sample.
+
+    ``grouped=False`` writes each shard's ``.jpg`` members first, then its ``.cls`` members (labels appended
+    afterwards, webdataset/webdataset#140): the same samples, their members not adjacent.
+    """
+    root.mkdir(parents=True, exist_ok=True)
+    for s in range(shards):
+        members = [(f"{s:06d}{i:04d}", extension, data) for i in range(per_shard)
+                   for extension, data in (("jpg", os.urandom(size)), ("cls", str(i % 10).encode()))]
+        if not grouped:
+            members.sort(key=lambda member: member[1] == "cls")  # stable: every image, then every label
+        with tarfile.open(root / f"shard-{s:06d}.tar", "w") as tar:
+            for key, extension, data in members:
+                info = tarfile.TarInfo(f"{key}.{extension}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    os.sync()
+    return root
+
+
+def mixed_permissions(root: Path, files: int = 140, unreadable: int = 60, size: int = 110_000,
+                      private_files: int = 1) -> Path:
+    """``files`` files under ``train/``, ``unreadable`` of them mode 600 owned by ``nobody``, and a folder
+    ``private/`` mode 700 owned by ``nobody`` holding ``private_files`` more: for any other user without
+    CAP_DAC_OVERRIDE (``WITHOUT_DAC``), those are what the job cannot read."""
     (root / "train").mkdir(parents=True)
     for i in range(files):
         name = root / "train" / f"{i:04d}.jpg"
@@ -129,7 +145,8 @@ def mixed_permissions(root: Path, files: int = 140, unreadable: int = 60, size: 
             os.chown(name, NOBODY, NOBODY)
     private = root / "private"
     private.mkdir()
-    (private / "secret.jpg").write_bytes(os.urandom(size))
+    for i in range(private_files):
+        (private / ("secret.jpg" if i == 0 else f"secret-{i:04d}.jpg")).write_bytes(os.urandom(size))
     private.chmod(0o700)
     os.chown(private, NOBODY, NOBODY)
     root.chmod(0o755)

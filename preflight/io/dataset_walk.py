@@ -211,17 +211,25 @@ def by_device(files: Sequence[DataFile]) -> list[list[DataFile]]:
     return sorted(groups.values(), key=lambda group: -sum(f.size for f in group))
 
 
-def too_few(files: list[DataFile], where: str) -> str:
+def too_few(files: list[DataFile], where: str, samples: int | None = None) -> str:
     """Why ``files`` are too few to stand for a dataset, or "" when they are enough.
 
     A figure over a handful of files re-reads the same few blocks (the device's and the
     hypervisor's caches hold them) and swings with how many stray files lie in a directory;
     it is not a dataset figure. Enough is ``MIN_SAMPLE_BYTES`` in ``MIN_SAMPLES`` files or
     more, or ``MIN_SHARD_BYTES`` in any number of files (a few large shards are a dataset).
+    With ``samples``, the files are tar shards holding that many samples, and the samples count
+    instead of the files (20 shards of 50 samples are 1,000 samples, not 20; issue 21, case 8).
     """
     total = sum(f.size for f in files)
-    if total >= MIN_SHARD_BYTES or (len(files) >= MIN_SAMPLES and total >= MIN_SAMPLE_BYTES):
+    count = len(files) if samples is None else samples
+    if total >= MIN_SHARD_BYTES or (count >= MIN_SAMPLES and total >= MIN_SAMPLE_BYTES):
         return ""
+    if samples is not None:
+        return (f"{where} holds {_plural(len(files), 'tar shard', 'tar shards')} "
+                f"({format_value(total / 1e6, 'MB')}) of {_plural(samples, 'sample', 'samples')}, under the "
+                f"{MIN_SAMPLES} samples and {MIN_SAMPLE_BYTES >> 20} MiB (or {MIN_SHARD_BYTES >> 20} MiB of shards) "
+                f"a dataset figure needs")
     return (f"{where} holds {describe_files(files)}, under the {MIN_SAMPLES} files and {MIN_SAMPLE_BYTES >> 20} MiB "
             f"(or {MIN_SHARD_BYTES >> 20} MiB of shards) a dataset figure needs")
 

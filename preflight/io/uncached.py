@@ -75,13 +75,21 @@ def drop_cached(fd: int, offset: int = 0, length: int = 0) -> None:
     os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
 
 
-def read_file(name: str, bypass: Bypass, buffer: mmap.mmap) -> int:
-    """Read all of ``name`` into ``buffer`` block by block, uncached; returns the bytes read."""
+def read_file(name: str, bypass: Bypass, buffer: mmap.mmap, keep: bytearray | None = None) -> int:
+    """Read all of ``name`` through ``buffer``, one buffer-full per read, uncached; returns the bytes read.
+
+    Memory stays the buffer's size whatever the file's: a 1.2 GB file is about 1,150 reads of a
+    1 MiB buffer, never a 1.2 GB buffer (issue 21, case 6: a worker sized its buffer to the largest
+    file and was OOM-killed under a 1 GiB limit). ``keep``, when given, receives the bytes read
+    (a decoder needs the whole file, as the job's own would).
+    """
     fd = open_uncached(name, bypass)
     try:
         total = 0
         while True:
             got = os.preadv(fd, [buffer], total)
+            if keep is not None:
+                keep += buffer[:got]
             total += got
             if got < len(buffer):
                 return total

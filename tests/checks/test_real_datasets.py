@@ -238,13 +238,16 @@ def test_a_few_stray_files_are_never_judged_as_a_dataset(tmp_path, stray):
 
 
 def test_webdataset_tar_shards_are_streamed_and_read_whole_by_the_loader(tmp_path):
-    """Large files: 8 shards of 100 samples (11 MB each) are read by seq_read itself, and the loader reads
-    each shard whole as one sample (never replaced by a scratch set: 88 MB of shards are a dataset)."""
+    """Large files: 8 shards of 100 samples (11 MB each) are read by seq_read itself, and the loader streams
+    the shards' samples (never replaced by a scratch set: 88 MB of shards are a dataset). Read whole as files,
+    a shard would be one sample (issue 21, case 6): the loader says to set format: tar instead."""
     root = datasets.tar_shards(tmp_path / "shards", shards=8, per_shard=100)
     storage = run_check("storage", 0.5, path=str(root), **QUICK)
     assert "4 existing files of 8 MiB or more (32 MiB of data)" in storage["seq_read"].method  # data_size: 32 MiB
     assert storage["seq_read"].note == "" and storage["seq_read"].value > 0
     assert storage["small_files"].note.startswith("on 200 scratch files")  # no small file in a shard dataset
-    loader = run_check("dataloader", 0.5, path=str(root), num_workers=1, batch_size=1)
-    assert "8 files under" in loader["throughput"].method and loader["throughput"].note == ""
+    loader = run_check("dataloader", 0.5, path=str(root), num_workers=1, batch_size=1, worker_pools=1)
+    assert loader["throughput"].value is None and "set dataloader.format: tar" in loader["throughput"].reason
+    loader = run_check("dataloader", 0.5, path=str(root), num_workers=1, batch_size=1, worker_pools=1, format="tar")
+    assert "8 tar shards (WebDataset) under" in loader["throughput"].method and loader["throughput"].note == ""
     assert loader["bandwidth"].value > 1

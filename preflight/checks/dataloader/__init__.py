@@ -2,13 +2,19 @@
 
 The loader is a real ``torch.utils.data.DataLoader`` built with the job's settings
 (``batch_size``, ``num_workers``, ``pin_memory``, ``prefetch_factor``) over files sampled
-under ``path`` (include/exclude globs), one file per sample, each read cold (``files``).
+under ``path`` (include/exclude globs), one file per sample, each read cold through one 1 MiB
+buffer per worker whatever its size (``files``). Files that hold many samples are no samples:
+half or more named as a container format (HDF5, Parquet, Arrow, LMDB, TFRecord, tar...), or a
+median file above 64 MiB (``files.not_one_sample_each``), make the metrics unmeasurable, pointing
+at ``dataset:`` (a samples/s of whole gigabyte files is not what the job reads).
 ``num_workers: auto`` sizes the pool from the CPUs the cgroup quota allows (``cpus``).
 With ``decode: image`` each sample is also decoded (Pillow) and the raw-bytes rate is
 measured beside it, so a decode-bound node is called decode-bound, not storage-bound.
 With ``format: tar`` the files are WebDataset tar shards (``shards``): samples are the members
-grouped by key, each worker streams its own shards whole, as webdataset does; a damaged shard
-is read up to the damage and named in the row's note.
+grouped by key, a key once per shard however its members lie (ungrouped shards are named in the
+row's note), each worker streams its own shards whole, as webdataset does; a damaged shard
+is read up to the damage and named in the row's note. Few shards are judged by the samples
+inside them (``shards.count_samples``), never by their count.
 With ``synthetic: true`` samples are random 3x224x224 tensors: IPC and collation only.
 With ``dataset: "package.module:factory"`` the loader reads the job's own Dataset instead
 (``user``: built in this worker with ``python_path`` on ``sys.path``, called with
@@ -22,6 +28,8 @@ A path holding too few files to stand for a dataset (``dataset_walk.too_few``: a
 files in a working directory) is never judged as one: the loader reads an ImageNet-shaped
 scratch set written beside it, and the row says so (``Measurement.note``). A path where no
 file matches at all is unmeasurable (a wrong path or glob must fail, not pass on scratch).
+Whatever a row shows, its note (or the reason it has no figure) says what the walk skipped
+under ``path`` and why ("skipped under PATH: 1 unreadable directory"), the scratch set's too.
 
 Method: ``worker_pools`` fresh worker pools are measured in turn, each for an equal share of
 the duration; in each, warm-up batches are discarded, then samples/s over repeated time

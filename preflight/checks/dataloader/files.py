@@ -1,19 +1,23 @@
 """The dataset the loader reads: files sampled under ``path``, one file per sample, read cold.
 
 A sample is read as a DataLoader worker's ``open(path).read()`` would, but from the device:
-O_DIRECT into an aligned buffer, else the file's cached pages dropped first
-(``io.uncached``). ``decode="image"`` then decodes it with Pillow (an optional extra:
-``pip install train-preflight[image]``) to RGB pixels, so the decoded figure can be set beside
-the raw one. ``delay_s`` is the explicit test hook for a deliberately throttled reader: it
-sleeps that long per sample, as slow storage would. A file that vanished or turned unreadable
-since the walk is a sample of 0 bytes that is not counted (``collate_sizes``), so another
-process rewriting the dataset cannot end the measurement.
+O_DIRECT through one aligned ``BLOCK`` buffer per worker, else the file's cached pages dropped
+first (``io.uncached``), so a worker's memory does not grow with the files' sizes.
+``decode="image"`` then decodes it with Pillow (an optional extra: ``pip install
+train-preflight[image]``) to RGB pixels, so the decoded figure can be set beside the raw one.
+``delay_s`` is the explicit test hook for a deliberately throttled reader: it sleeps that long
+per sample, as slow storage would. A file that vanished or turned unreadable since the walk is a
+sample of 0 bytes that is not counted (``collate_sizes``), so another process rewriting the
+dataset cannot end the measurement.
 
 The walk (``dataset_walk.Walk``) follows symbolic links as the job's ``open()`` does and is
 bounded: it stops after ``max_files`` matching files, ``Walk.for_files``' limit on entries or
 ``seconds`` (a share of the check's timeout, ``Budget.walk_s``), so its time and memory do
 not grow with the dataset or with the cost of the filesystem's metadata. A shuffled loader reads any file, so
 the first files in walk order stand for the rest.
+
+Files that hold many samples (container formats, or a median size above 64 MiB) are not one
+sample each, and ``not_one_sample_each`` says so, with the fix: the rule is in its docstring.
 """
 
 from __future__ import annotations
@@ -22,11 +26,26 @@ import fnmatch
 import io
 import math
 import os
+import re
+import statistics
 import time
+from typing import Sequence
 
-from preflight.io.dataset_walk import LOST, DataFile, Walk
+from preflight.io.dataset_walk import LOST, DataFile, Walk, describe_files
 from preflight.io.uncached import Bypass, aligned_buffer, read_file
+from preflight.units import format_value
 
+BLOCK = 1 << 20  # bytes per device read of a sample file: a worker's read buffer, whatever the file's size
+
+# Formats that hold many records by design: a job reads records out of them with the format's own reader
+# (h5py, pyarrow, lmdb, tf.data, webdataset), so a whole file is never one of its samples, whatever its size.
+CONTAINERS = {
+    "h5": "HDF5", "hdf5": "HDF5", "hdf": "HDF5", "nc": "netCDF-4 (HDF5)",
+    "parquet": "Parquet", "arrow": "Arrow", "feather": "Arrow (Feather)",
+    "mdb": "LMDB", "lmdb": "LMDB", "tfrecord": "TFRecord", "tfrecords": "TFRecord", "rec": "RecordIO",
+    "mds": "MosaicML MDS", "beton": "FFCV", "zip": "zip", "tar": "tar", "tar.gz": "tar", "tgz": "tar",
+}
+LARGE_FILE = 64 << 20  # median file size above which files hold many samples (whole arrays, checkpoints), not one
 
 
 def list_files(path: str, include: str, exclude: str, max_files: int,
@@ -54,13 +73,54 @@ def _matches(relative: str, name: str, globs: list[str]) -> bool:
     return any(fnmatch.fnmatch(relative, g) or fnmatch.fnmatch(name, g) for g in globs)
 
 
+def not_one_sample_each(files: Sequence[DataFile], where: str, check: str = "dataloader") -> str:
+    """Why ``files`` are containers of many samples rather than one sample each, with the fix; "" when they
+    are samples (what ``FileSamples`` measures).
+
+    The rule (docs/checks.md, "Datasets it understands"), issue 21 case 6:
+    - half or more of them are record containers by name (``CONTAINERS``: HDF5, Parquet, Arrow,
+      LMDB ``data.mdb``, TFRecord, tar, ...; a ``-00001-of-01024`` suffix is looked through),
+      whatever their size: the job reads records out of them with the format's own reader;
+    - or their median size is above ``LARGE_FILE`` (64 MiB), whatever their name: whole arrays
+      (``.npy``/``.npz``), checkpoints, archives hold many samples each.
+    A folder of 110 kB JPEGs, of 600 kB ``.npy`` arrays (one per sample) or of 20 MB videos is
+    one sample per file; a ``labels.h5`` beside the images changes nothing.
+    """
+    kinds = [kind for kind in map(_container, files) if kind]
+    if 2 * len(kinds) >= len(files):
+        extension, kind = max(set(kinds), key=kinds.count)
+        count = kinds.count((extension, kind))
+        why = f"{'' if len(files) == 1 else f', {count} of them'} in {kind} (.{extension}), a container of records"
+    else:
+        median = statistics.median(f.size for f in files)
+        if median <= LARGE_FILE:
+            return ""
+        extension = ""
+        why = (f" of {format_value(median / 1e6, 'MB')} median size, above the {LARGE_FILE >> 20} MiB a file read "
+               f"whole as one sample can be (whole arrays, checkpoints and archives hold many samples)")
+    shards = (f"if they are WebDataset shards, set {check}.format: tar; else "
+              if extension in ("tar", "tar.gz", "tgz") else "")
+    return (f"{where} holds {describe_files(files)}{why}, not one sample per file: a samples/s of whole files is "
+            f"not the job's: {shards}measure the job's own reader with {check}.dataset: \"package.module:factory\" "
+            f"(a Dataset over these files)")
+
+
+def _container(file: DataFile) -> tuple[str, str] | None:
+    """(extension, format) of ``file`` when its name says it is a container of records (``CONTAINERS``)."""
+    base = re.sub(r"-\d+-of-\d+$", "", os.path.basename(file.name).lower())  # train.tfrecord-00001-of-01024
+    return next(((extension, kind) for extension, kind in CONTAINERS.items() if base.endswith("." + extension)), None)
+
+
 class FileSamples:
-    """Map-style dataset: sample i is file i, read cold; yields (1, bytes read), or (0, 0) for a file gone."""
+    """Map-style dataset: sample i is file i, read cold; yields (1, bytes read), or (0, 0) for a file gone.
+
+    Each worker reads through one aligned ``BLOCK`` buffer, whatever the files' sizes (``read_file``);
+    only ``decode="image"`` keeps a file's bytes, as the job's decoder would.
+    """
 
     def __init__(self, files: list[DataFile], bypass: Bypass, decode: str = "none", delay_s: float = 0.0) -> None:
         self.files = [f.name for f in files]
         self.bypass, self.decode, self.delay_s = bypass, decode, delay_s
-        self.largest = max(f.size for f in files)
         self.buffer = None  # allocated in each worker: an mmap cannot be pickled
 
     def __len__(self) -> int:
@@ -68,19 +128,20 @@ class FileSamples:
 
     def __getitem__(self, index: int) -> tuple[int, int]:
         if self.buffer is None:
-            self.buffer = aligned_buffer(max(self.largest + 1, 1 << 16))
+            self.buffer = aligned_buffer(BLOCK)
         if self.delay_s:
             time.sleep(self.delay_s)
+        kept = bytearray() if self.decode == "image" else None
         try:
-            size = read_file(self.files[index], self.bypass, self.buffer)
+            size = read_file(self.files[index], self.bypass, self.buffer, kept)
         except LOST:
             return 0, 0
-        if self.decode == "image":
-            decode_image(bytes(self.buffer[:size]))
+        if kept is not None:
+            decode_image(kept)
         return 1, size
 
 
-def decode_image(data: bytes) -> int:
+def decode_image(data: bytes | bytearray) -> int:
     """Decode an encoded image (JPEG, PNG, ...) to RGB pixels with Pillow; returns the pixel bytes.
 
     Raises:

@@ -1,17 +1,19 @@
 """What a DataLoader reads and the loader itself, built from the dataloader options: one place for both checks.
 
-``opened(options)`` decides what the loader reads, as the dataloader check's docstring says:
-the job's own Dataset (``dataset``), synthetic samples (``synthetic``), the files under ``path``
+``opened(options)`` decides what the loader reads, as the dataloader check's docstring says: the
+job's own Dataset (``dataset``), synthetic samples (``synthetic``), the files under ``path``
 (WebDataset tar shards with ``format: tar``, ``shards``), or an ImageNet-shaped scratch set
-beside a path with too few files; it yields a ``Source``, or
-the one-line reason nothing can be read. It is a context manager because a scratch set lives
-only while it is read, and because an exception the job's Dataset raises while the block runs
-is re-worded there to name the job's frames (``usercode.UserCodeRaised``).
-``loader_for(options, source)`` builds the ``torch.utils.data.DataLoader`` with the job's
-settings, and ``Loader.fresh()`` another over the same data: a fresh pool of workers, with how to
-count its batches' samples (``Counted``: the job's as its DataLoader counts them, ``user.batching``).
-The ``dataloader`` check measures the loader alone; the ``pipeline`` check feeds its batches to
-the model's training step; both count a batch with the same ``Counted.count``.
+beside a path with too few files; it yields a ``Source``, or the one-line reason nothing can be
+read: among them, files that are containers of many samples (``files.not_one_sample_each``:
+HDF5, Parquet, LMDB, TFRecord..., or a median file above 64 MiB), whose samples/s read whole is
+not the job's. It is a context manager because a scratch set lives only while it is read, and
+because an exception the job's Dataset raises while the block runs is re-worded there to name
+the job's frames (``usercode.UserCodeRaised``). ``loader_for(options, source)`` builds the
+``torch.utils.data.DataLoader`` with the job's settings, and ``Loader.fresh()`` another over the
+same data: a fresh pool of workers, with how to count its batches' samples (``Counted``: the job's
+as its DataLoader counts them, ``user.batching``). The ``dataloader`` check measures the loader
+alone; the ``pipeline`` check feeds its batches to the model's training step; both count a batch
+with the same ``Counted.count``.
 """
 
 from __future__ import annotations
@@ -25,11 +27,11 @@ from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 from preflight.checks import subject, usercode
 from preflight.checks.base import UserCodeError
 from preflight.checks.dataloader import shards, user
-from preflight.checks.dataloader.files import FileSamples, collate_sizes, list_files
+from preflight.checks.dataloader.files import FileSamples, collate_sizes, list_files, not_one_sample_each
 from preflight.checks.dataloader.loop import sizes_or_tensor
 from preflight.host.cpus import auto_workers
 from preflight.host.fsinfo import Filesystem, filesystem_of
-from preflight.io.dataset_walk import DataFile, too_few
+from preflight.io.dataset_walk import MIN_SAMPLES, DataFile, too_few
 from preflight.io.scratch import choose_parent, room_for, scratch_dir, write_small_files
 from preflight.io.uncached import Bypass, bypass_for
 
@@ -43,8 +45,8 @@ class Source(NamedTuple):
     files: list[DataFile] | None
     description: str  # for the method column
     note: str  # what a reader of the table must know (scratch data, skipped files); "" if nothing
+    subject: str  # what the samples are (measurement.SUBJECTS), decided by ``opened`` from evidence, never defaulted
     job: user.Job | None = None
-    subject: str = "dataset"  # what the samples are (measurement.SUBJECTS), decided by ``opened`` from evidence
 
 
 class Counted(NamedTuple):
@@ -83,10 +85,10 @@ def opened(options: Mapping[str, Any], check: str = "dataloader", walk_s: float 
     if options["synthetic"]:
         shape = "x".join(map(str, synthetic_shape(options)))
         yield Source(None, f"synthetic {shape} float32 samples (measures IPC and collation, not storage)", "",
-                     subject="synthetic")
+                     "synthetic")
         return
     options, dataset_named = subject.named(options)
-    with _files(options, check, walk_s) as source:
+    with _files(options, check, walk_s, dataset_named) as source:
         if dataset_named:
             yield source
         elif isinstance(source, str):
@@ -96,8 +98,17 @@ def opened(options: Mapping[str, Any], check: str = "dataloader", walk_s: float 
 
 
 @contextlib.contextmanager
-def _files(options: Mapping[str, Any], check: str, walk_s: float) -> Iterator[Source | str]:
-    """The files under ``path``, tar shards, or a scratch set beside a path with too few files."""
+def _files(options: Mapping[str, Any], check: str, walk_s: float, named: bool = True) -> Iterator[Source | str]:
+    """The files under ``path``, tar shards, or a scratch set beside a path with too few files.
+
+    Without a dataset ``named`` (the working directory), files are stray files, never judged as
+    containers: what is measured is labelled ``no_dataset`` by ``opened``, whose fix is to name one.
+
+    Whatever it yields, a figure's note or the reason there is none says what the walk skipped under
+    ``path`` and why (issue 21, case 9: a scratch set's note said nothing of a folder the job could
+    not read). The files found are the dataset's by evidence: the walk found them where the job's
+    ``open()`` lands (``Walk`` follows links onto other filesystems).
+    """
     path = options["path"]
     if not os.path.isdir(path):
         yield (f"{path} is not a directory: point {check}.path at the dataset's directory" if os.path.exists(path)
@@ -113,34 +124,63 @@ def _files(options: Mapping[str, Any], check: str, walk_s: float) -> Iterator[So
                f"exclude={options['exclude']!r}" + (f" ({skipped} skipped)" if skipped else "")
                + f": point {check}.path at the dataset")
         return
+    passed_over = f"skipped under {path}: {skipped}" if skipped else ""  # for the note or the reason
+    listed = f" ({skipped} skipped)" if skipped else ""  # for the method column
     globs = f" (include={options['include']!r} exclude={options['exclude']!r})"
-    too_little = too_few(files, path + (globs if (options["include"], options["exclude"]) != ("*", "") else ""))
+    where = path + (globs if (options["include"], options["exclude"]) != ("*", "") else "")
     if options.get("format") == "tar":
-        if too_little:
-            yield f"{too_little}: point {check}.path at the shards (no scratch set stands in for tar shards)"
-            return
-        yield Source(files, f"{len(files)} tar shards (WebDataset) under {path}" + (f" ({skipped} skipped)" if skipped
-                     else "") + ", each streamed whole, cold", f"skipped under {path}: {skipped}" if skipped else "")
+        refused = _too_few_shards(files, where, check)
+        yield _also(refused, passed_over) if refused else Source(
+            files, f"{len(files)} tar shards (WebDataset) under {path}{listed}, each streamed whole, cold",
+            passed_over, "dataset")
         return
-    if not too_little:
-        yield Source(files, f"{len(files)} files under {path}" + (f" ({skipped} skipped)" if skipped else "")
-                     + ", cold cache per file", f"skipped under {path}: {skipped}" if skipped else "")
+    too_little = too_few(files, where)
+    # Containers whatever their number: a scratch set of small files would not stand for them either.
+    refused = not_one_sample_each(files, where, check) if named else ""
+    if not refused and not too_little:
+        yield Source(files, f"{len(files)} files under {path}{listed}, cold cache per file", passed_over, "dataset")
         return
-    if options["decode"] == "image":
-        yield f"{too_little}: point {check}.path at the dataset (scratch bytes cannot be decoded as images)"
+    if refused or options["decode"] == "image":
+        yield _also(refused or f"{too_little}: point {check}.path at the dataset (scratch bytes cannot be decoded as "
+                    f"images)", passed_over)
         return
     parent, no_scratch = choose_parent(path, options["scratch_dir"], f"{check}.scratch_dir")
     count, size = SCRATCH_SET
     no_room = no_scratch or room_for(parent, count * (size + 4096))  # type: ignore[arg-type]
     if no_room:
-        yield f"{too_little}: point {check}.path at the dataset; no scratch set either: {no_room}"
+        yield _also(f"{too_little}: point {check}.path at the dataset; no scratch set either: {no_room}", passed_over)
         return
     with scratch_dir(parent, protect=path) as directory:  # type: ignore[arg-type]
         scratch = write_small_files(directory, count, size)
         measured_on = subject.scratch_subject(directory, *subject.device_of(subject.bytes_home(files, path)))
         place = "" if measured_on == "scratch_on_dataset_fs" else f" in {parent}, not on the dataset's device"
         yield Source(scratch, f"{count} scratch files of {size // 1000} kB in ImageNet-style class folders, cold "
-                     f"cache per file", f"on an ImageNet-shaped scratch set{place}: {too_little}", subject=measured_on)
+                     f"cache per file", _also(f"on an ImageNet-shaped scratch set{place}: {too_little}", passed_over),
+                     measured_on)
+
+
+def _too_few_shards(files: list[DataFile], where: str, check: str) -> str:
+    """Why the tar shards ``files`` cannot stand for the dataset, with the fix; "" when they can.
+
+    Few shards are judged by the samples inside them (``shards.count_samples``, headers only), never
+    by their count (issue 21, case 8). The configuration already points at shards: a fix never says so again.
+    """
+    too_little = too_few(files, where)
+    if not too_little:
+        return ""
+    samples, damage = shards.count_samples([f.name for f in files], MIN_SAMPLES)
+    if not samples:
+        return (f"no sample in the {len(files)} files under {where}" + (f" (first: {damage})" if damage else "")
+                + f": point {check}.path at WebDataset tar shards, and include at their names (\"*.tar\")")
+    too_little = too_few(files, where, samples)
+    return too_little and (f"{too_little}: so few samples are re-read from caches, not from the storage: if the "
+                           f"dataset has more shards, widen {check}.path or include to them all; if not, it fits in "
+                           f"the page cache and needs no storage gate (required: false on this check)")
+
+
+def _also(text: str, passed_over: str) -> str:
+    """``text``, then what the walk skipped ("skipped under PATH: 1 unreadable directory") when it skipped any."""
+    return "; ".join(part for part in (text, passed_over) if part)
 
 
 @contextlib.contextmanager
@@ -155,7 +195,7 @@ def _job_dataset(options: Mapping[str, Any], check: str) -> Iterator[Source]:
         description = (f"{options['dataset']}(**dataset_args) ({type(job.dataset).__name__}, {kind}), collate_fn="
                        f"{options['collate_fn'] or 'default_collate'}")
         try:
-            yield Source(None, description, "", job, subject="job_dataset")
+            yield Source(None, description, "", "job_dataset", job)
         except UserCodeError as error:  # the job's count_samples, called as batches were counted
             raise usercode.UserCodeRaised(f"{check}.{error.option}: {error}", error.option) from None
         except Exception as error:  # noqa: BLE001  only the job's own exceptions are re-worded
