@@ -231,7 +231,7 @@ def _loader(workers: int, count_samples: str = "") -> object:
                    if count_samples else None)
     options = {"num_workers": workers, "pin_memory": False, "batch_size": 4, "prefetch_factor": 2,
                "count_samples": count_samples}
-    return loader_for(options, Source(None, "frames", "", job, subject="job_dataset"))
+    return loader_for(options, Source(None, "frames", "", "job_dataset", job))
 
 
 @pytest.mark.parametrize("workers", [0, 2])
