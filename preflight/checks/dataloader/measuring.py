@@ -67,6 +67,8 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source) -> list
                             + (f" ({problems})" if problems else "") + ": point dataloader.path at WebDataset tar "
                             "shards, and include at their names (\"*.tar\")")
         note = "; ".join(part for part in (note, problems) if part)
+    if built.replays is not None:
+        note = "; ".join(part for part in (note, built.replays.note(workers)) if part)
     what = ", decoded with Pillow" if decode == "image" else ""
     if raw_rate:
         hint = _decode_hint(raw_rate, taken.rate)

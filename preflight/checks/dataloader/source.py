@@ -66,6 +66,7 @@ class Loader(NamedTuple):
     fresh: Callable[[], Counted]  # a new DataLoader with the job's settings (its iterator starts a fresh pool of
     # workers) and the count of its batches, which may follow that DataLoader alone (``user.RecordedBatches``)
     tally: shards.ShardTally | None = None  # tar shards: every DataLoader's count, with the shards' problems
+    replays: user.Replays | None = None  # an IterableDataset read by several workers: its repeated batches
 
 
 @contextlib.contextmanager
@@ -229,10 +230,14 @@ def loader_for(options: Mapping[str, Any], source: Source, decode: str | None = 
     description = source.description
     batch_size = int(options["batch_size"])
     job = source.job
+    replays = None
     if job is not None:
         dataset: Any = job.dataset
         collate = job.collate
         description += f", {user.counted_by(job, options['count_samples'])}"
+        if user.iterable(dataset) and workers > 1:
+            replays = user.Replays()
+            description += ", a batch that repeats an earlier one counting no sample"
     elif source.files is None:
         dataset = SyntheticImages(synthetic_shape(options))
     else:
@@ -253,7 +258,7 @@ def loader_for(options: Mapping[str, Any], source: Source, decode: str | None = 
         batching: dict[str, Any] = {"batch_size": batch_size, "shuffle": shuffle}
         counting = count
         if job is not None:  # counted as the job's DataLoader counts: one record per DataLoader (user.batching)
-            batching, counting = user.batching(job, batch_size)
+            batching, counting = user.batching(job, batch_size, replays)
         dataloader = torch.utils.data.DataLoader(
             dataset, **batching, num_workers=workers, pin_memory=pin,
             prefetch_factor=int(options["prefetch_factor"]) if workers else None,
@@ -262,7 +267,7 @@ def loader_for(options: Mapping[str, Any], source: Source, decode: str | None = 
 
     method = (f"DataLoader(batch_size={options['batch_size']}, num_workers={workers}, pin_memory={pin}, "
               f"prefetch_factor={options['prefetch_factor'] if workers else None}) over {description}")
-    return Loader(method, workers, fs, bypass, fresh, tally)
+    return Loader(method, workers, fs, bypass, fresh, tally, replays)
 
 
 class SyntheticImages:

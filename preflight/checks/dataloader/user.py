@@ -12,7 +12,10 @@ DataLoader):
 - an ``IterableDataset`` has no sampler: the batch's first tensor's first dimension, else the
   length of its first list (``count_batch``), and a count above ``batch_size``, which no batch
   can hold, makes the figure unmeasurable (``Uncountable``) rather than wrong;
-- ``count_samples``, when named, counts instead, for either kind.
+- ``count_samples``, when named, counts instead, for either kind;
+- an ``IterableDataset`` read by several workers yields its whole stream in each worker unless it
+  shards itself with ``get_worker_info()`` (pytorch/pytorch#30599): a batch that repeats an
+  earlier one exactly (``Replays``) is not new data, counts no sample, and the row says how many.
 Bytes are the sum of every tensor's ``nbytes`` (strings and other objects count 0): what the
 training loop receives, decoded, not what was read from disk.
 """
@@ -80,22 +83,76 @@ def iterable(dataset: Any) -> bool:
     return isinstance(dataset, torch.utils.data.IterableDataset)
 
 
-def batching(job: Job, batch_size: int) -> tuple[dict[str, Any], Count]:
+def batching(job: Job, batch_size: int, replays: Replays | None = None) -> tuple[dict[str, Any], Count]:
     """The DataLoader's batching arguments for ``job`` and how to count the batches of that one DataLoader.
 
     A map-style Dataset is shuffled, as a training job's loader is, by an explicit batch sampler
     (``RecordedBatches``) whose record counts the batches; call this once per DataLoader, as its
-    record serves that DataLoader's batches alone.
+    record serves that DataLoader's batches alone. An IterableDataset's batches go through
+    ``replays`` when given (several workers), so a repeated batch counts no sample.
     """
     import torch.utils.data
 
     if iterable(job.dataset):
         arguments: dict[str, Any] = {"batch_size": batch_size}
-        count = from_batch(batch_size)
-    else:
-        batches = RecordedBatches(torch.utils.data.RandomSampler(job.dataset), batch_size)
-        arguments, count = {"batch_sampler": batches}, batches.count
-    return arguments, job.count_samples or count
+        count = job.count_samples or from_batch(batch_size)
+        return arguments, replays.counting(count) if replays is not None else count
+    batches = RecordedBatches(torch.utils.data.RandomSampler(job.dataset), batch_size)
+    return {"batch_sampler": batches}, job.count_samples or batches.count
+
+
+class Replays:
+    """The batches of an IterableDataset read by several workers that repeat an earlier batch exactly.
+
+    Each DataLoader worker iterates its own copy of an IterableDataset, so one that does not shard
+    its stream with ``torch.utils.data.get_worker_info()`` delivers every sample once per worker
+    (torch's IterableDataset docs; pytorch/pytorch#30599): the loader's rate is then a multiple of
+    the distinct samples the job trains on. A batch's fingerprint is each tensor's shape, dtype and
+    first and last 4 KiB, and each other leaf's ``repr`` (first 256 characters); the fingerprints of
+    the last ``REMEMBERED`` batches are kept, so memory stays bounded. One record serves every
+    DataLoader of a measurement: a fresh pool that replays the stream from its start is not new data
+    either, as the job's next epoch is not.
+    """
+
+    REMEMBERED = 65536
+
+    def __init__(self) -> None:
+        self.seen: collections.OrderedDict[bytes, None] = collections.OrderedDict()
+        self.batches = self.repeated = 0
+
+    def counting(self, count: Count) -> Count:
+        """``count``, except that a batch seen before counts 0 samples (its bytes still count: they were moved)."""
+
+        def counted(batch: Any) -> tuple[int, int]:
+            samples, nbytes = count(batch)
+            return (0 if self._repeats(batch) else samples), nbytes
+
+        return counted
+
+    def note(self, workers: int) -> str:
+        """The row's note when any batch repeated: how many, and the fix; "" when none did."""
+        if not self.repeated:
+            return ""
+        return (f"{self.repeated} of {self.batches} batches repeated an earlier batch exactly and counted no sample: "
+                f"an IterableDataset read by {workers} workers yields its whole stream in each unless it shards it "
+                f"with torch.utils.data.get_worker_info() (pytorch/pytorch#30599); the figure is distinct samples")
+
+    def _repeats(self, batch: Any) -> bool:
+        import hashlib
+
+        digest = hashlib.blake2b(digest_size=16)
+        for leaf in _leaves(batch):
+            digest.update(_leaf_bytes(leaf))
+        key = digest.digest()
+        self.batches += 1
+        if key in self.seen:
+            self.repeated += 1
+            self.seen.move_to_end(key)
+            return True
+        self.seen[key] = None
+        if len(self.seen) > self.REMEMBERED:
+            self.seen.popitem(last=False)
+        return False
 
 
 def counted_by(job: Job, spec: str) -> str:
@@ -223,6 +280,36 @@ def _first_length(value: Any) -> int | None:
         return next((n for n in (_first_length(getattr(value, f.name)) for f in dataclasses.fields(value))
                      if n is not None), None)
     return None
+
+
+def _leaves(value: Any) -> Iterator[Any]:
+    """Every leaf of a collated batch (tensors, strings, numbers), depth first."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            yield key
+            yield from _leaves(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _leaves(item)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for field in dataclasses.fields(value):
+            yield from _leaves(getattr(value, field.name))
+    else:
+        yield value
+
+
+def _leaf_bytes(leaf: Any) -> bytes:
+    """What ``Replays`` hashes of one leaf: a tensor's shape, dtype and first and last 4 KiB; else its repr."""
+    import torch
+
+    if not isinstance(leaf, torch.Tensor):
+        return repr(leaf)[:256].encode("utf-8", "replace")
+    flat = leaf.detach().reshape(-1).cpu()
+    if not flat.is_contiguous():
+        flat = flat.contiguous()
+    raw = flat.view(torch.uint8) if flat.dtype != torch.bool and flat.numel() else flat.to(torch.uint8)
+    head, tail = raw[:4096], raw[-4096:]
+    return f"{tuple(leaf.shape)} {leaf.dtype}".encode() + bytes(head.numpy().tobytes()) + bytes(tail.numpy().tobytes())
 
 
 def _tensors(value: Any) -> Any:

@@ -83,6 +83,28 @@ def stream():
     return Stream()
 
 
+class Records(torch.utils.data.IterableDataset):
+    """A stream of numbered records that does not shard itself: each worker yields all of it (pytorch#30599)."""
+
+    def __init__(self, sharded):
+        self.sharded = sharded
+
+    def __iter__(self):
+        worker = torch.utils.data.get_worker_info()
+        step, first = (worker.num_workers, worker.id) if self.sharded and worker else (1, 0)
+        for index in itertools.count(first, step):
+            time.sleep(ITEM_S)
+            yield torch.tensor([index]), torch.zeros(64)
+
+
+def records():
+    return Records(sharded=False)
+
+
+def sharded_records():
+    return Records(sharded=True)
+
+
 def texts(n=4000):
     return Texts(n)
 
@@ -292,3 +314,63 @@ def test_the_pipeline_counts_utterances_too_and_still_times_the_model_when_it_ca
     assert results["model_samples_per_s[cpu]"].measured
     for name in ("samples_per_s[cpu]", "input_bound[cpu]"):
         assert not results[name].measured and "more than batch_size=8 can hold" in results[name].reason
+
+
+def _two_workers(tmp_path: Path, factory: str) -> dict:
+    _job(tmp_path, "")
+    path = tmp_path / "two.yaml"
+    path.write_text("version: 1\ndefaults: {duration: 1s, timeout: 60s}\nchecks:\n  dataloader:\n"
+                    f"    python_path: [src]\n    dataset: \"speechjob.data:{factory}\"\n    num_workers: 2\n"
+                    f"    worker_pools: 1\n    batch_size: {BATCH}\n    throughput: {{min: 1 samples/s}}\n")
+    return _run(path)[1]["throughput"]
+
+
+def test_an_iterable_dataset_every_worker_replays_counts_each_record_once_and_says_so(tmp_path):
+    """pytorch/pytorch#30599: 2 workers over an IterableDataset that does not shard deliver every record
+    twice; the gate approved twice the distinct rate. Every second batch repeats the one before."""
+    throughput = _two_workers(tmp_path, "records")
+    assert throughput["value"] <= 1.05 * TRUE_RATE, throughput  # the distinct rate; with the replays ~2x it
+    note = throughput["note"]
+    repeated, batches = (int(n) for n in note.split(" batches repeated")[0].split(" of "))
+    assert batches >= 4 and repeated == batches // 2, note
+    assert "an IterableDataset read by 2 workers yields its whole stream in each" in note
+    assert "get_worker_info()" in note and "a batch that repeats an earlier one" in throughput["method"]
+
+
+def test_an_iterable_dataset_that_shards_by_worker_repeats_nothing(tmp_path):
+    throughput = _two_workers(tmp_path, "sharded_records")
+    assert "repeated" not in throughput["note"], throughput
+    assert throughput["value"] > 0
+
+
+def test_a_detection_collate_of_per_sample_tuples_counts_the_batch_sampler_indices(tmp_path):
+    """Lightning-AI/pytorch-lightning#10093: with torchvision's detection collate, tuple(zip(*batch)), the
+    first tensor is one image (3 x H x W): its first dimension read 3 samples per batch of 2."""
+    package = tmp_path / "src" / "detjob"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "data.py").write_text(textwrap.dedent(f'''
+        import time
+        import torch
+
+        class Detection(torch.utils.data.Dataset):
+            def __len__(self):
+                return 100000
+
+            def __getitem__(self, i):
+                time.sleep({ITEM_S})
+                image = torch.zeros(3, 120 + (i % 7) * 8, 160, dtype=torch.uint8)
+                return image, {{"boxes": torch.zeros(1 + i % 3, 4), "labels": torch.ones(1 + i % 3)}}
+
+        def make():
+            return Detection()
+
+        def collate(batch):
+            return tuple(zip(*batch))
+    '''))
+    path = tmp_path / "t.yaml"
+    path.write_text("version: 1\ndefaults: {duration: 1s, timeout: 60s}\nchecks:\n  dataloader:\n"
+                    "    python_path: [src]\n    dataset: \"detjob.data:make\"\n    collate_fn: \"detjob.data:collate\"\n"
+                    "    num_workers: 1\n    worker_pools: 1\n    batch_size: 2\n    throughput: {min: 1 samples/s}\n")
+    _, results = _run(path)
+    _utterance_rate(results["throughput"]["value"])  # at most one worker's 200 items/s; 3 per batch read 300/s
