@@ -132,13 +132,15 @@ def test_garbage_where_a_header_should_be_is_corrupt(one_shard):
 
 def test_damaged_shards_are_counted_in_a_note_and_the_rest_is_measured(tmp_path):
     root = datasets.tar_shards(tmp_path / "shards", shards=100, per_shard=100, size=SIZE)
-    _cut(root / "shard-000007.tar", 10 * SAMPLE_ON_DISK + 700)
-    (root / "shard-000042.tar").write_bytes(os.urandom(50_000))  # not a tar file at all
+    # The first shard each of the 2 workers streams (worker w takes shards w, w+2, ...): both are read in the
+    # warm-up, however little the timed windows hold on a busy machine (shard 42 was missed under load, issue 26).
+    _cut(root / "shard-000000.tar", 10 * SAMPLE_ON_DISK + 700)
+    (root / "shard-000001.tar").write_bytes(os.urandom(50_000))  # not a tar file at all
     measured = run_check("dataloader", 0.5, path=str(root), format="tar", num_workers=2, batch_size=32)
     assert measured["throughput"].value > 0
     note = measured["throughput"].note
     assert note.startswith("2 of 100 shards damaged, read up to the damage (first: shard-0000")
-    assert "shard-000007.tar: unexpected end of data" in note or "shard-000042.tar: invalid header" in note
+    assert "shard-000000.tar: unexpected end of data" in note or "shard-000001.tar: invalid header" in note
 
 
 def test_files_that_are_not_shards_are_unmeasurable_with_the_fix(tmp_path):

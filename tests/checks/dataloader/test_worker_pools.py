@@ -20,7 +20,7 @@ PACKAGE = textwrap.dedent('''
 
 
     class StartState(torch.utils.data.Dataset):
-        """Sleeps 1 ms per sample in pools that started odd-numbered, 2 ms in even ones."""
+        """Sleeps 2 ms per sample in pools that started odd-numbered, 8 ms in even ones (a contrast no load hides)."""
 
         def __init__(self, counter):
             self.counter, self.delay_s = counter, None
@@ -32,7 +32,7 @@ PACKAGE = textwrap.dedent('''
             if self.delay_s is None:  # the first sample this worker reads: its pool just started
                 with open(self.counter, "ab") as handle:
                     handle.write(b"x")
-                self.delay_s = 0.001 if os.path.getsize(self.counter) % 2 else 0.002
+                self.delay_s = 0.002 if os.path.getsize(self.counter) % 2 else 0.008
             time.sleep(self.delay_s)
             return torch.zeros(4)
 
@@ -56,10 +56,15 @@ def test_one_pool_per_run_reports_whichever_speed_its_worker_drew(tmp_path):
 
 
 def test_the_mean_of_fresh_pools_is_the_same_from_run_to_run_and_keeps_each_pool_in_samples(tmp_path):
+    """Every run holds two pools of each draw, so every run's mean is the same figure. Asserted on what each
+    run did (which pools drew the fast speed: they alternate), not on how close two timed means came on a
+    busy machine (a 10% bound failed under load, issue 26)."""
     measured = _runs(tmp_path, pools=4, runs=3)
-    values = [m.value for m in measured]
-    assert max(values) < 1.1 * min(values), values
     for m in measured:
-        assert len(m.samples) == 4 and max(m.samples) > 1.5 * min(m.samples), m.samples
+        assert len(m.samples) == 4, m.samples
+        fast, slow = m.samples[0::2], m.samples[1::2]  # the pools alternate draws, as the counter alternates
+        if min(fast) < max(slow):
+            fast, slow = slow, fast
+        assert min(fast) > 1.5 * max(slow), m.samples  # two of each in every run: the same mean, run after run
         assert m.value == sum(m.samples) / 4
         assert "mean of 4 fresh worker pools" in m.method
