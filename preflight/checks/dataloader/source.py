@@ -27,7 +27,7 @@ from preflight.checks.dataloader.files import FileSamples, collate_sizes, list_f
 from preflight.checks.dataloader.loop import sizes_or_tensor
 from preflight.host.cpus import auto_workers
 from preflight.host.fsinfo import Filesystem, filesystem_of
-from preflight.io.dataset_walk import DataFile, too_few
+from preflight.io.dataset_walk import SKIPPED, DataFile, filesystems, too_few
 from preflight.io.scratch import choose_parent, room_for, scratch_dir, write_small_files
 from preflight.io.uncached import Bypass, bypass_for
 
@@ -97,24 +97,24 @@ def _files(options: Mapping[str, Any], check: str, walk_s: float) -> Iterator[So
         yield "decode: image needs Pillow: pip install 'train-preflight[image]' (or pillow) in this image"
         return
     files, walk = list_files(path, options["include"], options["exclude"], int(options["max_files"]), walk_s)
-    skipped = walk.summary()
+    skipped, note = walk.summary(tuple(SKIPPED)), walk.note(files, path)  # note: what was skipped, and any stop
     if not files:
         yield (f"no readable files under {path} match include={options['include']!r} "
-               f"exclude={options['exclude']!r}" + (f" ({skipped} skipped)" if skipped else "")
+               f"exclude={options['exclude']!r}" + (f" ({walk.summary()} skipped)" if walk.summary() else "")
                + f": point {check}.path at the dataset")
         return
     globs = f" (include={options['include']!r} exclude={options['exclude']!r})"
-    too_little = too_few(files, path + (globs if (options["include"], options["exclude"]) != ("*", "") else ""))
+    too_little = too_few(files, path + (globs if (options["include"], options["exclude"]) != ("*", "") else ""), walk)
     if options.get("format") == "tar":
         if too_little:
             yield f"{too_little}: point {check}.path at the shards (no scratch set stands in for tar shards)"
             return
         yield Source(files, f"{len(files)} tar shards (WebDataset) under {path}" + (f" ({skipped} skipped)" if skipped
-                     else "") + ", each streamed whole, cold", f"skipped under {path}: {skipped}" if skipped else "")
+                     else "") + ", each streamed whole, cold", note)
         return
     if not too_little:
-        yield Source(files, f"{len(files)} files under {path}" + (f" ({skipped} skipped)" if skipped else "")
-                     + ", cold cache per file", f"skipped under {path}: {skipped}" if skipped else "")
+        yield Source(files, f"{len(files)} files under {path}{filesystems(files)}" + (f" ({skipped} skipped)" if skipped else "")
+                     + ", cold cache per file", note)
         return
     if options["decode"] == "image":
         yield f"{too_little}: point {check}.path at the dataset (scratch bytes cannot be decoded as images)"
