@@ -124,8 +124,9 @@ class Walk:
     Iterate it once (or ``take`` from it); afterwards ``skipped`` counts the entries passed over
     by reason (keys of ``SKIPPED``), with the first few named in ``examples``, and ``stopped``
     says what stopped it before the end: "" (nothing), ``max_files`` (``take``), ``entries``
-    (``max_entries``) or ``time`` (``seconds``). Callers that stop iterating early themselves
-    get counts that cover what was looked at.
+    (``max_entries``), ``time`` (``seconds``) or ``share`` (a folder larger than its share of
+    ``max_entries`` was only sampled). Callers that stop iterating early themselves get counts
+    that cover what was looked at.
     """
 
     def __init__(self, path: str, max_entries: int = 1 << 62, seconds: float = math.inf) -> None:
@@ -193,7 +194,7 @@ class Walk:
         except _Stopped:
             return
         if self._thinned:
-            self.stopped = "entries"  # entries beyond a directory's share were never looked at
+            self.stopped = "share"  # entries beyond a directory's share were never looked at
 
     def _next(self, root: _Directory) -> DataFile | None:
         """The next data file: down from ``root``, each directory on the way giving the turn to its next
@@ -339,10 +340,13 @@ class Walk:
         no ``reasons`` named, every reason, and where the walk stopped before the end."""
         parts = [self._counted(key) for key in (reasons or SKIPPED) if self.skipped[key]]
         if reasons is None and self.stopped:
-            parts.append({"time": f"walk cut short by its {self.seconds:g} s time limit",
-                          "entries": "walk stopped at its limit on entries",
-                          "max_files": "walk stopped at max_files"}[self.stopped]
-                         + f" after {self.looked_at} entries, the rest was not looked at")
+            looked = self.looked_at
+            parts.append({"time": f"walk cut short by its {self.seconds:g} s time limit after {looked} entries",
+                          "entries": f"walk stopped at its limit on entries after {looked} entries",
+                          "share": f"walk looked at {looked} entries, an evenly spaced share of each folder too "
+                                   f"large for its limit on entries",
+                          "max_files": f"walk stopped at max_files after {looked} entries"}[self.stopped]
+                         + ", the rest was not looked at")
         return ", ".join(parts)
 
     def _counted(self, reason: str) -> str:
@@ -360,6 +364,8 @@ class Walk:
             return ""
         return {"time": f"it stopped at its {self.seconds:g} s time limit",
                 "entries": f"it stopped at its limit of {self.max_entries} entries",
+                "share": f"it took an evenly spaced share of each folder too large for its limit of {self.max_entries} "
+                         f"entries",
                 "max_files": "it stopped at max_files"}[self.stopped] + ", the rest was not looked at"
 
     def reached(self, files: Sequence[DataFile], where: str) -> str:

@@ -149,9 +149,10 @@ def test_the_walk_is_bounded_by_entries_looked_at(tmp_path):
     for i in range(50):
         (tmp_path / f"{i:02d}").write_bytes(b"")  # empty: skipped, but each one is looked at
     walk = Walk(str(tmp_path), max_entries=20)
-    assert list(walk) == [] and walk.looked_at == 20 and walk.stopped == "entries"
-    assert walk.summary() == ("20 empty files, walk stopped at its limit on entries after 20 entries, the rest was "
-                              "not looked at")
+    # the folder keeps 20 of its 50 names (its share of the limit), every other one
+    assert list(walk) == [] and walk.looked_at == 20 and walk.stopped == "share"
+    assert walk.summary() == ("20 empty files, walk looked at 20 entries, an evenly spaced share of each folder too "
+                              "large for its limit on entries, the rest was not looked at")
 
 
 def test_unreadable_files_and_directories_are_counted_for_a_user_without_access(tmp_path):
@@ -290,3 +291,15 @@ def test_pseudo_filesystems_are_not_descended_whether_mounted_or_linked(tmp_path
     assert skipped == {"pseudo_fs": 2}
     assert summary in ("2 pseudo filesystems not descended (no dataset lives on them: proc at proc, sysfs at sys)",
                        "2 pseudo filesystems not descended (no dataset lives on them: sysfs at sys, proc at proc)")
+
+
+def test_a_walk_that_only_sampled_a_large_folder_says_so(tmp_path):
+    """A folder of 100 names with a limit of 20 entries keeps 20 evenly spaced ones; taking them all is no whole
+    walk: the rest was never looked at."""
+    for i in range(100):
+        (tmp_path / f"{i:03d}.txt").write_bytes(b"x")
+    walk = Walk(str(tmp_path), max_entries=20)
+    assert sorted(os.path.basename(f.name) for f in walk) == [f"{i:03d}.txt" for i in range(0, 100, 5)]
+    assert walk.stopped == "share" and walk.looked_at == 20
+    assert walk.cut() == ("it took an evenly spaced share of each folder too large for its limit of 20 entries, the "
+                          "rest was not looked at")
