@@ -1,8 +1,10 @@
 """Storage I/O on the dataset path, measured as fio measures it, from the device and not the cache.
 
 The walk of ``path`` (``data``) finds the files a job would read, where its ``open()`` lands
-(links followed, within a quarter of the check's timeout), and reports what a job would trip
-over (unreadable files, links to nowhere, files vanishing). Filesystem facts follow
+(links followed and mount points descended, as ``os.walk`` does; taken in turn from every
+folder, within ``max_files`` and a quarter of the check's timeout, and every figure on it says
+when it stopped early), and reports what a job would trip over (unreadable files, links to
+nowhere, files vanishing, hidden files it may read). Filesystem facts follow
 (``facts``) for the filesystem that holds most of the dataset's bytes, which is not always
 ``path``'s own (a symlink farm keeps its links on one disk and its files on another): the
 type, device and mount options are named in every result, because tmpfs, overlay, FUSE and
