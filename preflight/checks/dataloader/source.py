@@ -113,7 +113,8 @@ def _files(options: Mapping[str, Any], check: str, walk_s: float) -> Iterator[So
                      else "") + ", each streamed whole, cold", note)
         return
     if not too_little:
-        yield Source(files, f"{len(files)} files under {path}{filesystems(files)}" + (f" ({skipped} skipped)" if skipped else "")
+        yield Source(files, f"{len(files)} files under {path}{filesystems(files)}"
+                     + (f" ({skipped} skipped)" if skipped else "")
                      + ", cold cache per file", note)
         return
     if options["decode"] == "image":
