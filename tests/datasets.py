@@ -198,3 +198,39 @@ def tiny_full_volume_script(mount: Path, size_mb: int = 400, files: int = 200, f
         f"avail=$(df -B1 --output=avail {mount} | tail -1); "
         f"fallocate -l $((avail - {free_mb} * 1000000)) {mount}/filler; sync; "
     )
+
+
+def mixed_sources(root: Path, small: int = 1000, small_size: int = 2500, large: int = 40,
+                  large_size: int = 1_000_000) -> Path:
+    """Two sources merged in one tree, sorted so a prefix sees only one (dotnet/machinelearning#3778):
+    ``a_cifar/`` of ``small`` CIFAR-sized PNGs, then ``b_hires/`` of ``large`` high-resolution JPEGs that hold
+    most of the bytes."""
+    for folder, count, size, extension in (("a_cifar", small, small_size, "png"), ("b_hires", large, large_size, "jpg")):
+        (root / folder).mkdir(parents=True, exist_ok=True)
+        for i in range(count):
+            (root / folder / f"{i:05d}.{extension}").write_bytes(os.urandom(size))
+    os.sync()
+    return root
+
+
+def apple_double_image_folder(root: Path, classes: tuple[str, ...] = ("cat", "dog"), per_class: int = 80) -> Path:
+    """An ImageFolder copied from a Mac and opened in Jupyter: real 256x256 JPEGs in class folders, each with
+    its AppleDouble companion ``._NAME.jpg`` (a 4 KiB header, not an image: hako-mikan/sd-webui-traintrain#26),
+    and a ``.ipynb_checkpoints`` folder among the classes (pytorch/vision#2831)."""
+    import struct
+
+    from PIL import Image
+
+    def jpeg(path: Path) -> None:
+        Image.frombytes("RGB", (256, 256), os.urandom(256 * 256 * 3)).save(path, quality=90)
+
+    header = struct.pack(">II16sH", 0x00051607, 0x00020000, b"Mac OS X        ", 2)
+    for name in classes:
+        (root / name).mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            jpeg(root / name / f"img_{i:03d}.jpg")
+            (root / name / f"._img_{i:03d}.jpg").write_bytes(header + b"\0" * (4096 - len(header)))
+    (root / ".ipynb_checkpoints").mkdir()
+    jpeg(root / ".ipynb_checkpoints" / "img_000-checkpoint.jpg")
+    os.sync()
+    return root

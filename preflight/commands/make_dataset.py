@@ -21,8 +21,9 @@ import sys
 from typing import TextIO
 
 from preflight.errors import UsageError
+from preflight.io.dataset_walk import DATASET_MARKER
 
-MARKER = ".preflight-dataset.json"
+MARKER = DATASET_MARKER  # hidden, and not counted by the dataset walk: preflight's, not the job's
 FIRST_WNID = 1440764  # n01440764, tench: ImageNet's first class
 SAMPLE_BYTES = 110_000  # ImageNet's median JPEG is about 110 kB
 

@@ -12,6 +12,11 @@ from typing import NamedTuple
 
 MEMORY_BACKED = ("tmpfs", "ramfs")
 NETWORK = ("nfs", "nfs4", "cifs", "smb3", "lustre", "gpfs", "beegfs", "ceph", "glusterfs", "9p", "virtiofs")
+# Kernel and daemon interfaces mounted as filesystems: no dataset lives on one, and a walk into /proc or /sys
+# would read the kernel's state, not data (``dataset_walk`` does not descend them).
+PSEUDO = ("proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "debugfs", "tracefs", "securityfs", "pstore",
+          "bpf", "configfs", "fusectl", "mqueue", "binfmt_misc", "efivarfs", "autofs", "nsfs", "hugetlbfs",
+          "rpc_pipefs", "selinuxfs", "nfsd", "sockfs", "pipefs")
 MOUNTINFO = "/proc/self/mountinfo"
 
 
@@ -26,6 +31,11 @@ class Filesystem(NamedTuple):
     @property
     def memory_backed(self) -> bool:
         return self.fstype in MEMORY_BACKED
+
+    @property
+    def pseudo(self) -> bool:
+        """A kernel interface (proc, sysfs, cgroup ...), not storage: ``PSEUDO``."""
+        return self.fstype in PSEUDO
 
     @property
     def read_only(self) -> bool:

@@ -17,9 +17,9 @@ import shutil
 import tempfile
 from typing import Callable, Iterator
 
-from preflight.io.dataset_walk import DataFile
+from preflight.io.dataset_walk import SCRATCH_PREFIX, DataFile
 
-PREFIX = ".preflight-scratch-"
+PREFIX = SCRATCH_PREFIX  # hidden, and never counted by the dataset walk
 RESERVE_BYTES = 64 << 20  # left free on a volume whatever scratch data wants
 on_create: Callable[[str], None] = lambda path: None  # noqa: E731  (replaced by the worker)
 

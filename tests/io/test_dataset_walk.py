@@ -26,14 +26,16 @@ def tree(tmp_path):
     return tmp_path
 
 
-def test_walks_regular_non_empty_files_in_sorted_order_skipping_hidden_and_following_links(tree):
+def test_walks_regular_non_empty_files_counting_hidden_ones_and_following_links(tree):
     walk = Walk(str(tree))
     found = [(f.name, f.size) for f in walk]
-    # top-down: a directory's files before its subdirectories, as os.walk and find; the link is
-    # followed as open() follows it, and the file it names is one sample, not two
+    # the top directory's own files have the first turn; the link is followed as open() follows it, and the
+    # file it names is one sample, not two; hidden entries are not samples, but counted and named
     assert found == [(str(tree / "link.jpg"), 20), (str(tree / "train" / "a" / "img1.jpg"), 10)]
-    assert walk.skipped == {"empty": 1, "duplicate": 1}
-    assert walk.summary() == "1 empty file, 1 second link to a file already counted"
+    assert walk.skipped == {"empty": 1, "duplicate": 1, "hidden": 2}
+    assert walk.summary() == ("1 empty file, 1 second link to a file already counted, 2 hidden files or "
+                              "directories, not read (the job's os.walk may read them: .git, .hidden.txt)")
+    assert walk.stopped == "" and walk.holds(list(Walk(str(tree))), str(tree)) == f"{tree} holds 2 data files (30 B)"
 
 
 def test_a_file_path_is_its_own_dataset_and_a_missing_path_is_empty(tree):
@@ -41,8 +43,8 @@ def test_a_file_path_is_its_own_dataset_and_a_missing_path_is_empty(tree):
     assert list(Walk(str(tree / "nope"))) == []
 
 
-def test_stays_on_the_filesystem_of_path(tree):
-    """A real tmpfs mounted inside the tree (private mount namespace) is not walked, as find -xdev."""
+def test_descends_a_volume_mounted_inside_the_tree_as_os_walk_does(tree):
+    """A real tmpfs mounted inside the tree (private mount namespace) is walked: the job's os.walk reads it."""
     mount = tree / "train" / "mnt"
     mount.mkdir()
     code = (f"from preflight.io.dataset_walk import Walk\n"
@@ -51,13 +53,14 @@ def test_stays_on_the_filesystem_of_path(tree):
               f"{sys.executable} -c \"{code}\"")
     result = in_mount_namespace(script)
     assert result.returncode == 0, result.stderr
-    assert "other.jpg" not in result.stdout
+    assert "other.jpg" in result.stdout
     assert "img1.jpg" in result.stdout
 
 
-def test_links_lead_onto_other_filesystems_and_mount_points_are_not_descended(tmp_path):
+def test_links_lead_onto_other_filesystems_and_mount_points_are_descended(tmp_path):
     """Issue 21 case 2: a file link and a directory link into a tmpfs are read where open() lands, as the job's
-    open() and os.walk(followlinks=True) reach them; a tmpfs mounted below the dataset is not descended (-xdev)."""
+    open() and os.walk(followlinks=True) reach them; a tmpfs mounted below the dataset is descended, as os.walk
+    descends it."""
     data, other = tmp_path / "data", tmp_path / "other"
     (data / "mnt").mkdir(parents=True)
     other.mkdir()
@@ -73,9 +76,10 @@ def test_links_lead_onto_other_filesystems_and_mount_points_are_not_descended(tm
     result = in_mount_namespace(script)
     assert result.returncode == 0, result.stderr
     found, skipped, summary = json.loads(result.stdout)
-    # sorted, files before directories: the link's own path, with the device its bytes are on
-    assert found == [["blob.jpg", True], ["own.jpg", False], ["linked/a.jpg", True]]
-    assert skipped == {"other_fs": 1} and summary == "1 mount point not descended (another filesystem)"
+    # the link's own path, with the device its bytes are on; the top directory's own files take turns with
+    # its subdirectories, met among them in bit-reversed order (blob.jpg, mnt, linked, own.jpg)
+    assert found == [["blob.jpg", True], ["own.jpg", False], ["mnt/b.jpg", False], ["linked/a.jpg", True]]
+    assert skipped == {} and summary == ""
 
 
 def test_files_are_grouped_by_the_device_that_holds_their_bytes_most_bytes_first():
@@ -102,8 +106,11 @@ def test_a_walk_on_slow_metadata_stops_at_its_time_limit(tmp_path, monkeypatch):
     walk = Walk.for_files(str(tmp_path), max_files=1000, seconds=10)
     found = list(walk)
     assert walk.looked_at == len(found) == entries and clock.now == 10
-    assert walk.truncated and walk.timed_out
-    assert walk.summary() == f"walk cut short by its 10 s time limit after {entries} entries"
+    assert walk.truncated and walk.timed_out and walk.stopped == "time"
+    assert walk.summary() == (f"walk cut short by its 10 s time limit after {entries} entries, the rest was not "
+                              f"looked at")
+    assert walk.holds(found, "D") == (f"the first {entries} data files ({entries} B) the walk reached under D (it "
+                                      f"stopped at its 10 s time limit, the rest was not looked at)")
 
 
 def test_a_hugging_face_cache_of_symlinks_is_300_samples_and_its_loop_is_not_followed(tmp_path):
@@ -142,8 +149,10 @@ def test_the_walk_is_bounded_by_entries_looked_at(tmp_path):
     for i in range(50):
         (tmp_path / f"{i:02d}").write_bytes(b"")  # empty: skipped, but each one is looked at
     walk = Walk(str(tmp_path), max_entries=20)
-    assert list(walk) == [] and walk.looked_at == 20 and walk.truncated
-    assert walk.summary() == "20 empty files, walk stopped after 20 entries"
+    # the folder keeps 20 of its 50 names (its share of the limit), every other one
+    assert list(walk) == [] and walk.looked_at == 20 and walk.stopped == "share"
+    assert walk.summary() == ("20 empty files, walk looked at 20 entries, an evenly spaced share of each folder too "
+                              "large for its limit on entries, the rest was not looked at")
 
 
 def test_unreadable_files_and_directories_are_counted_for_a_user_without_access(tmp_path):
@@ -168,3 +177,129 @@ def test_too_few_files_are_not_a_dataset():
     assert too_few([DataFile("a", 110_000)] * 100, "x") == ""  # ImageNet-sized samples
     assert too_few([DataFile("a", 11 << 20)] * 6, "x") == ""  # a few shards
     assert too_few([DataFile("a", 1000)] * 5000, "x") != ""  # 5 MB of files: not enough bytes
+
+
+def _per_directory(files, root) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for found in files:
+        folder = os.path.relpath(os.path.dirname(found.name), root)
+        counts[folder] = counts.get(folder, 0) + 1
+    return counts
+
+
+def test_a_capped_walk_takes_files_from_every_folder_in_turn_not_the_first_folders(tmp_path):
+    """A sorted prefix is a biased sample (dotnet/machinelearning#3778): 300 small files in a_cifar/ beside 20
+    large ones in b_hires/ and a nested c/d/: 100 files taken alternate between the folders until one runs out."""
+    for i in range(300):
+        (tmp_path / "a_cifar").mkdir(exist_ok=True)
+        (tmp_path / "a_cifar" / f"{i:05d}.png").write_bytes(b"s" * 25)
+    for i in range(20):
+        (tmp_path / "b_hires").mkdir(exist_ok=True)
+        (tmp_path / "b_hires" / f"{i:05d}.jpg").write_bytes(b"L" * 1000)
+    (tmp_path / "c" / "d").mkdir(parents=True)
+    for i in range(50):
+        (tmp_path / "c" / "d" / f"{i:03d}.jpg").write_bytes(b"m" * 100)
+    walk = Walk.for_files(str(tmp_path), 100)
+    taken = walk.take(100)
+    # a turn each, one file per turn: 20 rounds of three, then a_cifar and c/d alternate for the other 40
+    assert _per_directory(taken, tmp_path) == {"a_cifar": 40, "b_hires": 20, "c/d": 40}
+    assert walk.stopped == "max_files" and walk.truncated
+    assert walk.reached(taken, "D") == ("the first 100 data files (25 kB) the walk reached under D; it stopped at "
+                                        "max_files, the rest was not looked at")
+    assert walk.holds(taken, "D").startswith("the first 100 data files (25 kB) the walk reached under D (it stopped")
+    assert "walk stopped at max_files after" in walk.summary()
+    again = Walk.for_files(str(tmp_path), 100)
+    assert [f.name for f in again.take(100)] == [f.name for f in taken]  # two runs take the same files
+
+
+def test_a_walk_that_takes_everything_is_not_cut_short(tmp_path):
+    for i in range(10):
+        (tmp_path / f"{i}.bin").write_bytes(b"x")
+    walk = Walk.for_files(str(tmp_path), 10)
+    assert len(walk.take(10)) == 10 and walk.stopped == "" and walk.reached([], "D") == ""
+
+
+def test_within_a_folder_any_prefix_spans_its_sorted_entries(tmp_path):
+    """A flat folder whose sorted names put one source first (cifar_*, then hires_*): the first files taken are
+    spread over the listing in bit-reversed order (0, 64, 32, 96, ... of 128), not its first names: a quarter
+    of them hires, as in the folder."""
+    for i in range(96):
+        (tmp_path / f"cifar_{i:03d}.png").write_bytes(b"s")
+    for i in range(32):
+        (tmp_path / f"hires_{i:03d}.jpg").write_bytes(b"L" * 10)
+    names = [os.path.basename(f.name) for f in Walk(str(tmp_path)).take(8)]
+    assert names == ["cifar_000.png", "cifar_064.png", "cifar_032.png", "hires_000.jpg", "cifar_016.png",
+                     "cifar_080.png", "cifar_048.png", "hires_016.jpg"]
+
+
+def test_each_folder_keeps_only_its_share_of_the_entry_limit(tmp_path):
+    """Memory stays bounded: with max_entries 40, each of 10 folders of 100 files keeps 4 names (40 / 10),
+    evenly spaced over its listing, so the walk's files come from every folder and from across each."""
+    for c in range(10):
+        (tmp_path / f"c{c}").mkdir()
+        for i in range(100):
+            (tmp_path / f"c{c}" / f"{i:03d}.jpg").write_bytes(b"x")
+    walk = Walk(str(tmp_path), max_entries=40)
+    files = list(walk)
+    assert _per_directory(files, tmp_path) == {f"c{c}": 3 for c in range(10)}  # 10 folders + 30 files = 40
+    assert walk.looked_at == 40 and walk.stopped == "entries"
+    assert {os.path.basename(f.name) for f in files if "/c0/" in f.name} == {"000.jpg", "050.jpg", "025.jpg"}
+
+
+def test_hidden_entries_are_counted_and_named_but_preflights_own_are_not(tmp_path):
+    """pytorch/vision#2831 and AppleDouble files: the job's os.walk reads .ipynb_checkpoints and ._x.jpg; the walk
+    does not take them as samples but counts each (a hidden folder once, not walked) and names the first three.
+    Its own scratch directories and make-dataset's marker are preflight's, not the job's: not counted."""
+    for cls in ("cat", "dog"):
+        (tmp_path / cls).mkdir()
+        for i in range(3):
+            (tmp_path / cls / f"img_{i}.jpg").write_bytes(b"j" * 100)
+            (tmp_path / cls / f"._img_{i}.jpg").write_bytes(b"a" * 40)
+    (tmp_path / ".ipynb_checkpoints").mkdir()
+    (tmp_path / ".ipynb_checkpoints" / "img_0-checkpoint.jpg").write_bytes(b"c" * 100)
+    (tmp_path / f"{dataset_walk.SCRATCH_PREFIX}abc").mkdir()
+    (tmp_path / f"{dataset_walk.SCRATCH_PREFIX}abc" / "seq_read.dat").write_bytes(b"s" * 100)
+    (tmp_path / dataset_walk.DATASET_MARKER).write_text("{}")
+    walk = Walk(str(tmp_path))
+    assert sorted(os.path.relpath(f.name, tmp_path) for f in walk) == [
+        f"{cls}/img_{i}.jpg" for cls in ("cat", "dog") for i in range(3)]
+    assert walk.skipped == {"hidden": 7}
+    assert walk.summary() == ("7 hidden files or directories, not read (the job's os.walk may read them: "
+                              ".ipynb_checkpoints, cat/._img_0.jpg, cat/._img_1.jpg, ...)")
+    assert walk.note([], "D") == f"skipped under D: {walk.summary()}"
+
+
+def test_pseudo_filesystems_are_not_descended_whether_mounted_or_linked(tmp_path):
+    """A real proc mounted inside the tree and a link to /sys (a sysfs here) are kernel interfaces, not data:
+    counted as pseudo filesystems, never walked; a tmpfs mounted beside them is walked."""
+    data = tmp_path / "data"
+    for folder in ("proc", "volume", "real"):
+        (data / folder).mkdir(parents=True)
+    (data / "real" / "a.jpg").write_bytes(b"x" * 10)
+    (data / "sys").symlink_to("/sys")
+    code = ("import json, os, sys; from preflight.io.dataset_walk import Walk; w = Walk(sys.argv[1]); "
+            "found = sorted(os.path.relpath(f.name, sys.argv[1]) for f in w); "
+            "print(json.dumps([found, dict(w.skipped), w.summary()]))")
+    script = (f"mount -t proc proc {data / 'proc'} && mount -t tmpfs -o size=1m tmpfs {data / 'volume'} && "
+              f"echo mounted > {data / 'volume' / 'b.jpg'} && {sys.executable} -c '{code}' {data}")
+    result = in_mount_namespace(script)
+    assert result.returncode == 0, result.stderr
+    found, skipped, summary = json.loads(result.stdout)
+    if os.stat("/sys").st_dev == os.stat("/").st_dev:
+        pytest.skip("/sys is not a mounted sysfs here")
+    assert found == ["real/a.jpg", "volume/b.jpg"]
+    assert skipped == {"pseudo_fs": 2}
+    assert summary in ("2 pseudo filesystems not descended (no dataset lives on them: proc at proc, sysfs at sys)",
+                       "2 pseudo filesystems not descended (no dataset lives on them: sysfs at sys, proc at proc)")
+
+
+def test_a_walk_that_only_sampled_a_large_folder_says_so(tmp_path):
+    """A folder of 100 names with a limit of 20 entries keeps 20 evenly spaced ones; taking them all is no whole
+    walk: the rest was never looked at."""
+    for i in range(100):
+        (tmp_path / f"{i:03d}.txt").write_bytes(b"x")
+    walk = Walk(str(tmp_path), max_entries=20)
+    assert sorted(os.path.basename(f.name) for f in walk) == [f"{i:03d}.txt" for i in range(0, 100, 5)]
+    assert walk.stopped == "share" and walk.looked_at == 20
+    assert walk.cut() == ("it took an evenly spaced share of each folder too large for its limit of 20 entries, the "
+                          "rest was not looked at")

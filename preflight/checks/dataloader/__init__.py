@@ -74,8 +74,8 @@ OPTIONS = (
            "count_samples (relative to this file), e.g. [src]", for_factory=("dataset",)),
     Option("path", "path", "", "dataset directory (empty: none named; the working directory is measured and no "
            "dataset threshold can pass); every matching regular file under it (links followed wherever "
-           "they lead; mount points below it and hidden entries skipped) is one sample, or with format: tar one "
-           "shard", ignored_with=FILES_ONLY),
+           "they lead and mount points descended, as os.walk does; pseudo filesystems and hidden entries skipped "
+           "and counted) is one sample, or with format: tar one shard", ignored_with=FILES_ONLY),
     Option("include", "text", "*", "comma-separated globs of files to read (\"*.jpg,*.png\", \"train/*\")",
            ignored_with=FILES_ONLY),
     Option("exclude", "text", "", "comma-separated globs of files to skip", ignored_with=FILES_ONLY),
@@ -93,8 +93,9 @@ OPTIONS = (
     Option("worker_pools", "int", 8, "fresh worker pools measured in turn, each for an equal share of duration; "
            "the figures are their mean (a pool's rate can hang on where its workers started, as an epoch's does)",
            minimum=1),
-    Option("max_files", "int", 10000, "files under path to read (the first in walk order; the walk stops "
-           "there, and after 4x as many entries), so walk time and memory stay bounded", minimum=1,
+    Option("max_files", "int", 10000, "files under path to read, taken in turn from every folder (the walk "
+           "stops there, and after 4x as many entries, and the figures say so), so walk time and memory stay "
+           "bounded", minimum=1,
            ignored_with=FILES_ONLY),
     Option("scratch_dir", "text", "", "writable directory outside path for the scratch set used when path holds "
            "too few files (default: the nearest writable directory above path on its filesystem)",

@@ -13,8 +13,9 @@ dataset cannot end the measurement.
 The walk (``dataset_walk.Walk``) follows symbolic links as the job's ``open()`` does and is
 bounded: it stops after ``max_files`` matching files, ``Walk.for_files``' limit on entries or
 ``seconds`` (a share of the check's timeout, ``Budget.walk_s``), so its time and memory do
-not grow with the dataset or with the cost of the filesystem's metadata. A shuffled loader reads any file, so
-the first files in walk order stand for the rest.
+not grow with the dataset or with the cost of the filesystem's metadata. A shuffled loader reads any file, and
+the walk spreads the files it takes over the tree (one from each class folder in turn), so the files taken
+stand for the rest; when it stopped before the end, the figure's note says so (``Walk.note``).
 
 Files that hold many samples (container formats, or a median size above 64 MiB) are not one
 sample each, and ``not_one_sample_each`` says so, with the fix: the rule is in its docstring.
@@ -59,14 +60,12 @@ def list_files(path: str, include: str, exclude: str, max_files: int,
     includes = [g.strip() for g in include.split(",") if g.strip()] or ["*"]
     excludes = [g.strip() for g in exclude.split(",") if g.strip()]
     walk = Walk.for_files(path, max_files, seconds)
-    found: list[DataFile] = []
-    for candidate in walk:
+
+    def wanted(candidate: DataFile) -> bool:
         relative, name = os.path.relpath(candidate.name, path), os.path.basename(candidate.name)
-        if _matches(relative, name, includes) and not _matches(relative, name, excludes):
-            found.append(candidate)
-            if len(found) >= max_files:
-                break
-    return found, walk
+        return _matches(relative, name, includes) and not _matches(relative, name, excludes)
+
+    return walk.take(max_files, wanted), walk  # walk.stopped says when it stopped at max_files
 
 
 def _matches(relative: str, name: str, globs: list[str]) -> bool:

@@ -31,7 +31,7 @@ from preflight.checks.dataloader.files import FileSamples, collate_sizes, list_f
 from preflight.checks.dataloader.loop import sizes_or_tensor
 from preflight.host.cpus import auto_workers
 from preflight.host.fsinfo import Filesystem, filesystem_of
-from preflight.io.dataset_walk import MIN_SAMPLES, DataFile, too_few
+from preflight.io.dataset_walk import MIN_SAMPLES, SKIPPED, DataFile, Walk, filesystems, too_few
 from preflight.io.scratch import choose_parent, room_for, scratch_dir, write_small_files
 from preflight.io.uncached import Bypass, bypass_for
 
@@ -119,27 +119,28 @@ def _files(options: Mapping[str, Any], check: str, walk_s: float, named: bool = 
         yield "decode: image needs Pillow: pip install 'train-preflight[image]' (or pillow) in this image"
         return
     files, walk = list_files(path, options["include"], options["exclude"], int(options["max_files"]), walk_s)
-    skipped = walk.summary()
+    skipped, note = walk.summary(tuple(SKIPPED)), walk.note(files, path)  # note: what was skipped, and any stop
     if not files:
         yield (f"no readable files under {path} match include={options['include']!r} "
-               f"exclude={options['exclude']!r}" + (f" ({skipped} skipped)" if skipped else "")
+               f"exclude={options['exclude']!r}" + (f" ({walk.summary()} skipped)" if walk.summary() else "")
                + f": point {check}.path at the dataset")
         return
-    passed_over = f"skipped under {path}: {skipped}" if skipped else ""  # for the note or the reason
+    passed_over = note  # for the note or the reason: what the walk skipped, and where it stopped early
     listed = f" ({skipped} skipped)" if skipped else ""  # for the method column
     globs = f" (include={options['include']!r} exclude={options['exclude']!r})"
     where = path + (globs if (options["include"], options["exclude"]) != ("*", "") else "")
     if options.get("format") == "tar":
-        refused = _too_few_shards(files, where, check)
+        refused = _too_few_shards(files, where, check, walk)
         yield _also(refused, passed_over) if refused else Source(
             files, f"{len(files)} tar shards (WebDataset) under {path}{listed}, each streamed whole, cold",
             passed_over, "dataset")
         return
-    too_little = too_few(files, where)
+    too_little = too_few(files, where, walk=walk)
     # Containers whatever their number: a scratch set of small files would not stand for them either.
     refused = not_one_sample_each(files, where, check) if named else ""
     if not refused and not too_little:
-        yield Source(files, f"{len(files)} files under {path}{listed}, cold cache per file", passed_over, "dataset")
+        yield Source(files, f"{len(files)} files under {path}{filesystems(files)}{listed}, cold cache per file",
+                     passed_over, "dataset")
         return
     if refused or options["decode"] == "image":
         yield _also(refused or f"{too_little}: point {check}.path at the dataset (scratch bytes cannot be decoded as "
@@ -160,20 +161,20 @@ def _files(options: Mapping[str, Any], check: str, walk_s: float, named: bool = 
                      measured_on)
 
 
-def _too_few_shards(files: list[DataFile], where: str, check: str) -> str:
+def _too_few_shards(files: list[DataFile], where: str, check: str, walk: Walk | None = None) -> str:
     """Why the tar shards ``files`` cannot stand for the dataset, with the fix; "" when they can.
 
     Few shards are judged by the samples inside them (``shards.count_samples``, headers only), never
     by their count (issue 21, case 8). The configuration already points at shards: a fix never says so again.
     """
-    too_little = too_few(files, where)
+    too_little = too_few(files, where, walk=walk)
     if not too_little:
         return ""
     samples, damage = shards.count_samples([f.name for f in files], MIN_SAMPLES)
     if not samples:
         return (f"no sample in the {len(files)} files under {where}" + (f" (first: {damage})" if damage else "")
                 + f": point {check}.path at WebDataset tar shards, and include at their names (\"*.tar\")")
-    too_little = too_few(files, where, samples)
+    too_little = too_few(files, where, samples, walk)
     return too_little and (f"{too_little}: so few samples are re-read from caches, not from the storage: if the "
                            f"dataset has more shards, widen {check}.path or include to them all; if not, it fits in "
                            f"the page cache and needs no storage gate (required: false on this check)")

@@ -1,8 +1,10 @@
 """Storage I/O on the dataset path, measured as fio measures it, from the device and not the cache.
 
 The walk of ``path`` (``data``) finds the files a job would read, where its ``open()`` lands
-(links followed, within a quarter of the check's timeout), and reports what a job would trip
-over (unreadable files, links to nowhere, files vanishing). Filesystem facts follow
+(links followed and mount points descended, as ``os.walk`` does; taken in turn from every
+folder, within ``max_files`` and a quarter of the check's timeout, and every figure on it says
+when it stopped early), and reports what a job would trip over (unreadable files, links to
+nowhere, files vanishing, hidden files it may read). Filesystem facts follow
 (``facts``) for the filesystem that holds most of the dataset's bytes, which is not always
 ``path``'s own (a symlink farm keeps its links on one disk and its files on another): the
 type, device and mount options are named in every result, because tmpfs, overlay, FUSE and
@@ -63,8 +65,9 @@ OPTIONS = (
     Option("file_readers", "int", 8, "small_files parallel readers, like DataLoader workers", minimum=1),
     Option("write_size", Dimension.SIZE, "128 MiB", "bytes per seq_write sample, written then fsynced",
            minimum=1 << 20),
-    Option("max_files", "int", 10000, "data files under path to look at (the walk stops there, and after "
-           "4x as many entries), so walk time and memory stay bounded", minimum=1),
+    Option("max_files", "int", 10000, "data files under path to look at, taken in turn from every folder (the "
+           "walk stops there, and after 4x as many entries, and every figure on it says so), so walk time and "
+           "memory stay bounded", minimum=1),
 )
 
 METRICS = (
@@ -80,11 +83,13 @@ METRICS = (
            "(access(2) R_OK, or listing refused): the job would stop on PermissionError; `{max: 0}` gates on it",
            hint="make {path} readable by the job's user (chmod/chown, fsGroup in the pod's securityContext)", about_data=True),
     Metric("skipped_files", "", False, "entries under path that are not samples: unreadable, vanished while "
-           "walked, special files, dangling links, directory loops, mount points below path (not descended), empty "
-           "files, second links to one file (find -L -type f -size +0 -readable, -xdev for mount points only); "
-           "the row says which",
+           "walked, special files, dangling links, directory loops, pseudo filesystems below path (proc, sysfs: not "
+           "descended), empty files, second links to one file, hidden entries the job's os.walk may read "
+           "(.ipynb_checkpoints, ._x.jpg) (find -L -type f -size +0 -readable); the row says which, and whether "
+           "the walk stopped before the end",
            hint="the row's note says what was skipped under {path}: fix permissions, remove dangling links and "
-                "special files, or stop the process rewriting the dataset", about_data=True),
+                "special files, delete hidden files the job would read (.ipynb_checkpoints, macOS ._* files; or "
+                "skip them in the job's Dataset), or stop the process rewriting the dataset", about_data=True),
     Metric("seq_read", "MB/s", True, "sequential read throughput, 1 MB = 10^6 B; `readers` threads of "
            "`block_size` O_DIRECT reads over contiguous spans (fio --rw=read --direct=1 --bs=1M --numjobs) of "
            "path's files of 8 MiB or more (data extents only); else a scratch file beside path, or path's files read "

@@ -2,8 +2,10 @@
 
 ``path`` is only ever read: files are opened read-only and nothing is created under it
 (its directory mtimes stay as they were). The walk (``dataset_walk.Walk``) is bounded by
-``max_files`` and by a share of the check's timeout, follows symbolic links as the job's
-``open()`` does, and counts what it passes over (unreadable, vanished, special files ...).
+``max_files`` and by a share of the check's timeout, follows symbolic links and descends mount
+points as the job's ``open()`` and ``os.walk`` do, spreads the files it takes over the tree, and
+counts what it passes over (unreadable, vanished, hidden, special files ...); when it stops
+before the end, every figure built on it says so (``Walk.reached``).
 
 - The bytes measured are those on the device that holds most of the dataset's bytes, where
   ``open()`` lands (``Found.devices``): a symlink farm's links on one disk and its files in a
@@ -20,7 +22,6 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 from typing import NamedTuple, Sequence
 
@@ -44,7 +45,7 @@ def survey(path: str, wanted_bytes: int, small_size: int, max_files: int, second
     """Files under ``path`` as ``dataset_walk.Walk`` finds them (at most ``max_files`` of them, walked for
     ``seconds`` at most); ``large`` and ``small`` come from the device that holds most of their bytes."""
     walk = Walk.for_files(path, max_files, seconds)
-    seen = list(itertools.islice(walk, max_files))
+    seen = walk.take(max_files)  # spread over the tree; walk.stopped says when the rest was not looked at
     devices = by_device(seen)
     measured = devices[0] if devices else []
     small = [f for f in measured if f.size <= small_size]

@@ -28,7 +28,7 @@ from preflight.checks.base import Budget
 from preflight.checks.storage import guard, reads, small_files, writes
 from preflight.checks.storage.data import LARGE_FILE, Found, Segment, data_bytes, segments
 from preflight.checks.storage.facts import READ_ONLY_VOLUME
-from preflight.io.dataset_walk import DataFile, data_extents, describe_files, too_few
+from preflight.io.dataset_walk import DataFile, data_extents, too_few
 from preflight.host.fsinfo import Filesystem, filesystem_of
 from preflight.io.parallel import Interval, Tally, in_intervals, run_loops
 from preflight.io.uncached import Bypass, bypass_for, describe
@@ -92,7 +92,7 @@ class IO:
         if data_bytes(large) >= min(wanted, MIN_READ_BYTES):
             return ReadSet(large, f"{len(found.large)} existing files of {_mib(LARGE_FILE)} or more "
                            f"({_mib(data_bytes(large))} of data)", _sparse_note(found.large), self.fs)
-        what = f"{self.path} holds {describe_files(found.files)}"
+        what = found.walk.holds(found.files, self.path)  # all of path, or the files the walk reached
         streamable = (f"only {_mib(data_bytes(large))} in files of {_mib(LARGE_FILE)} or more" if large
                       else f"none of {_mib(LARGE_FILE)} or more")
         no_room = self.why_no_scratch or room_for(self.scratch or "", wanted)
@@ -181,7 +181,7 @@ class IO:
         files, source, note = found.small[:count], f"{min(len(found.small), count)} existing small files", ""
         fs, measured_on = self.fs, "dataset"
         limit = format_value(to_unit(int(self.options["small_file_size"]), "KiB"), "KiB")
-        too_little = too_few(found.small, f"{self.path} (files up to {limit})")
+        too_little = too_few(found.small, f"{self.path} (files up to {limit})", found.walk)
         if too_little:
             size = int(self.options["small_file_size"]) * 7 // 8
             no_room = self.why_no_scratch or room_for(self.scratch or "", count * (size + 4096))

@@ -22,10 +22,14 @@ from preflight.checks.storage import measure_io
 from preflight.checks.storage.data import Found, survey
 from preflight.checks.storage.facts import facts, os_error_reason
 from preflight.host.fsinfo import Filesystem, filesystem_of
-from preflight.io.dataset_walk import UNREADABLE, describe_files
+from preflight.io.dataset_walk import UNREADABLE, DataFile, describe_files
 from preflight.io.scratch import choose_parent, scratch_dir
 from preflight.measurement import Measurement, unmeasurable
+from preflight.units import format_value
 
+# The rows whose figures come from the files the walk found (the facts and the writes do not).
+BUILT_ON_WALK = ("filesystem", "unreadable_files", "seq_read", "rand_read", "rand_read_p50", "rand_read_p99",
+                 "small_files", "small_files_bandwidth")
 SHARDS_HINT = ("small files read at {small:.0f} MB/s against {seq:.0f} MB/s sequential: pack them into shards "
                "(WebDataset tar, LMDB, TFRecord) so each read is large")
 
@@ -55,6 +59,7 @@ def measure(options: Mapping[str, Any], budget: Budget, metrics: Sequence[Metric
         results += _isolated(lambda: io.small(found), (("small_files", "files/s"), ("small_files_bandwidth", "MB/s")),
                              path)
         results += _isolated(io.writes, (("seq_write", "MB/s"), ("fsync_p99", "ms")), path)
+    results = _reached(results, found, path)
     caveat = fs.caveat()
     if caveat and fs.kind != "memory":
         results = [_with_hint(m, f"the data under {path} is on {fs.fstype} ({caveat}): mount the dataset volume itself")
@@ -76,16 +81,24 @@ def _filesystem(home: str, path: str) -> Filesystem:
 
 def _where_note(found: Found, path: str, fs: Filesystem) -> str:
     """What the ``filesystem`` row adds when the data is not all on ``path``'s own filesystem: that its links lead
-    to ``fs``, or which other filesystems hold some of it (not measured: one figure describes one filesystem)."""
+    to ``fs``, or which filesystems hold what share of it (a volume mounted inside the dataset, a directory link
+    to another disk); only the one with the most bytes is measured: one figure describes one filesystem."""
     if not found.devices:
         return ""
     if len(found.devices) > 1:
-        others = [f"{describe_files(group)} on {_filesystem(subject.bytes_home(group, path), path).describe()}"
+        files, size = len(found.files), sum(f.size for f in found.files)
+
+        def share(group: list[DataFile]) -> str:  # "850 (85%) and 93.5 MB (85%)": of the files, of the bytes
+            group_size = sum(f.size for f in group)
+            return (f"{len(group)} ({_percent(len(group), files)}) and {format_value(group_size / 1e6, 'MB')} "
+                    f"({_percent(group_size, size)})")
+
+        others = [f"{_filesystem(subject.bytes_home(group, path), path).describe()} holds {share(group)}"
                   for group in found.devices[1:4]]
-        more = f" and on {len(found.devices) - 4} more" if len(found.devices) > 4 else ""
-        return (f"the data under {path} lies on {len(found.devices)} filesystems: this one holds "
-                f"{describe_files(found.devices[0])}, the most bytes, and is measured; "
-                f"{'; '.join(others)}{more} are not measured")
+        more = f"; {len(found.devices) - 4} more filesystems hold the rest" if len(found.devices) > 4 else ""
+        return (f"the data under {path} lies on {len(found.devices)} filesystems (shares of the {files} data files"
+                f"{' the walk reached' if found.walk.stopped else ''} and of their bytes): {fs.describe()} holds "
+                f"{share(found.devices[0])}, the most bytes, and is measured; {'; '.join(others)}{more}: not measured")
     try:
         own = os.stat(path).st_dev
     except OSError:
@@ -94,6 +107,19 @@ def _where_note(found: Found, path: str, fs: Filesystem) -> str:
         return ""
     return (f"{path} links here: its {describe_files(found.devices[0])} lie on this filesystem, where the job's "
             f"open() lands; {path} itself is on {filesystem_of(path).describe()}")
+
+
+def _percent(part: float, whole: float) -> str:
+    return f"{100 * part / whole:.0f}%" if whole else "0%"
+
+
+def _reached(results: list[Measurement], found: Found, path: str) -> list[Measurement]:
+    """Every figure built on a walk that stopped before the end says so, once: which files it reached."""
+    reached = found.walk.reached(found.files, path)
+    if not reached:
+        return results
+    return [dataclasses.replace(m, note="; ".join(n for n in (m.note, reached) if n))
+            if m.measured and m.metric in BUILT_ON_WALK and found.walk.cut() not in m.note else m for m in results]
 
 
 def _walk_metrics(found: Found, path: str) -> list[Measurement]:

@@ -11,7 +11,7 @@ import pytest
 import torch.utils.data
 
 from preflight.checks.dataloader import shards
-from preflight.io.dataset_walk import DataFile
+from preflight.io.dataset_walk import DataFile, Walk
 from preflight.io.uncached import aligned_buffer, bypass_for
 from tests import datasets
 from tests.helpers import run_check
@@ -132,15 +132,17 @@ def test_garbage_where_a_header_should_be_is_corrupt(one_shard):
 
 def test_damaged_shards_are_counted_in_a_note_and_the_rest_is_measured(tmp_path):
     root = datasets.tar_shards(tmp_path / "shards", shards=100, per_shard=100, size=SIZE)
-    # The first shard each of the 2 workers streams (worker w takes shards w, w+2, ...): both are read in the
-    # warm-up, however little the timed windows hold on a busy machine (shard 42 was missed under load, issue 26).
-    _cut(root / "shard-000000.tar", 10 * SAMPLE_ON_DISK + 700)
-    (root / "shard-000001.tar").write_bytes(os.urandom(50_000))  # not a tar file at all
+    # The first shard each of the 2 workers streams (worker w takes the walk's w-th, w+2-th, ... shard): both are
+    # read in the warm-up, however little the timed windows hold on a busy machine (issue 26: the 43rd was missed).
+    order = [os.path.basename(f.name) for f in Walk(str(root))]  # the order the loader streams them in
+    cut, garbage = order[0], order[1]
+    _cut(root / cut, 10 * SAMPLE_ON_DISK + 700)
+    (root / garbage).write_bytes(os.urandom(50_000))  # not a tar file at all
     measured = run_check("dataloader", 0.5, path=str(root), format="tar", num_workers=2, batch_size=32)
     assert measured["throughput"].value > 0
     note = measured["throughput"].note
     assert note.startswith("2 of 100 shards damaged, read up to the damage (first: shard-0000")
-    assert "shard-000000.tar: unexpected end of data" in note or "shard-000001.tar: invalid header" in note
+    assert f"{cut}: unexpected end of data" in note or f"{garbage}: invalid header" in note
 
 
 def test_files_that_are_not_shards_are_unmeasurable_with_the_fix(tmp_path):

@@ -58,7 +58,7 @@ def _on(directory: Path) -> str:
 def farms(tmp_path_factory) -> tuple[Path, dict[str, dict]]:
     """One run over two datasets whose bytes lie in a cache on a loop-mounted ext4 disk at ``cache``:
     ``farm/data``, 400 file links into it (DVC's symlink cache type), and ``mixed``, 50 files of its own on /,
-    a directory link into the cache and a tmpfs mounted below it."""
+    a directory link into the cache and a tmpfs mounted below it, holding one file of 100 kB."""
     root = tmp_path_factory.mktemp("where")
     cache = root / "cache"
     datasets.symlink_farm(root / "farm" / "data", root / "cache-tree", cache, files=400, size=50_000)
@@ -76,7 +76,7 @@ def farms(tmp_path_factory) -> tuple[Path, dict[str, dict]]:
         "dataloader": {"path": root / "farm" / "data", "duration": "1s", "num_workers": 1, "batch_size": 16,
                        "throughput": "{min: 1 samples/s}"}})
     mounts = (datasets.loop_mount(image, cache) + f"mount -t tmpfs -o size=1m tmpfs {mixed / 'mnt'} && "
-              f"echo data > {mixed / 'mnt' / 'other.jpg'} && ")
+              f"head -c 100000 /dev/urandom > {mixed / 'mnt' / 'other.jpg'} && ")
     return root, _run_in_namespace(mounts, config)
 
 
@@ -119,19 +119,22 @@ def test_a_symlink_farm_is_measured_on_the_disk_its_links_lead_to(farms):
     assert f"400 files under {data}, cold cache per file" in loader["method"] and loader["note"] == ""
 
 
-def test_data_on_two_filesystems_is_measured_where_most_bytes_are_and_the_other_is_named(farms):
+def test_data_on_three_filesystems_is_measured_where_most_bytes_are_and_the_others_are_named(farms):
     """A dataset of 50 files of its own (1 MB on /), a directory link into the cache (400 files, 20 MB) and a
-    tmpfs mounted below it: the link is walked as the job's os.walk(followlinks=True) walks it, the mount point
-    is not descended (find -xdev), and the figures come from the cache's disk, the other disk named."""
+    tmpfs mounted below it (1 file, 100 kB): the link and the mount point are walked as the job's
+    os.walk(followlinks=True) walks them, and the figures come from the cache's disk, the others named with
+    their shares of the files and of the bytes."""
     root, results = farms
     cache, mixed = root / "cache", root / "mixed"
     filesystem = results["mixed.filesystem"]
     assert filesystem["value"].startswith(f"ext4 at {cache} (/dev/loop")
-    assert filesystem["note"] == (f"the data under {mixed} lies on 2 filesystems: this one holds 400 data files "
-                                  f"(20 MB), the most bytes, and is measured; 50 data files (1 MB) on "
-                                  f"{filesystem_of(str(mixed)).describe()} are not measured")
+    assert filesystem["note"] == (f"the data under {mixed} lies on 3 filesystems (shares of the 451 data files and "
+                                  f"of their bytes): {filesystem['value']} holds 400 (89%) and 20 MB (95%), the most "
+                                  f"bytes, and is measured; {filesystem_of(str(mixed)).describe()} holds 50 (11%) "
+                                  f"and 1 MB (5%); tmpfs at {mixed / 'mnt'} (tmpfs, rw,relatime) holds 1 (0%) and "
+                                  f"100 kB (0%): not measured")
     skipped = results["mixed.skipped_files"]
-    assert skipped["value"] == 1 and skipped["note"] == "1 mount point not descended (another filesystem)"
+    assert skipped["value"] == 0 and skipped["note"] == ""
     small = results["mixed.small_files"]
     assert small["verdict"] == "pass" and small["subject"] == "dataset"
     assert f"200 existing small files on ext4 at {cache} (/dev/loop" in small["method"]
@@ -243,9 +246,12 @@ def test_a_walk_on_slow_metadata_is_cut_short_by_its_time_limit_and_the_check_st
     measured = run_check("storage", 0.3, path=str(root), data_size="16 MiB", write_size="4 MiB", small_file_count=100,
                          rand_depth=2, file_readers=2)
     entries = 15 - setup  # each entry costs one stat; the walk stops at the first entry at or past 15 s
-    assert measured["skipped_files"].note == f"walk cut short by its 15 s time limit after {entries} entries"
+    assert measured["skipped_files"].note == (f"walk cut short by its 15 s time limit after {entries} entries, the "
+                                              f"rest was not looked at")
     assert measured["skipped_files"].method.startswith(f"walk of {root}: {entries} entries looked at, ")
     for name in ("filesystem", "seq_read", "rand_read", "small_files", "seq_write", "fsync_p99"):
         assert measured[name].measured, (name, measured[name].reason)
-    assert re.match(r"on 100 scratch files of 112 KiB beside the dataset: .* holds \d+ data files",
-                    measured["small_files"].note)
+    # no figure claims what the path holds: it says what the walk reached before its time limit
+    assert re.match(rf"on 100 scratch files of 112 KiB beside the dataset: the first \d+ data files \(.*\) the walk "
+                    rf"reached under {re.escape(str(root))} \(files up to 128 KiB\) \(it stopped at its 15 s time limit, "
+                    rf"the rest was not looked at\)", measured["small_files"].note)
