@@ -304,25 +304,13 @@ def _leaf_bytes(leaf: Any) -> bytes:
 
     if not isinstance(leaf, torch.Tensor):
         return repr(leaf)[:256].encode("utf-8", "replace")
-    flat = leaf.detach().reshape(-1).cpu()
-    if not flat.is_contiguous():
-        flat = flat.contiguous()
+    flat = leaf.detach().reshape(-1).cpu()  # reshape copies a non-contiguous tensor: contiguous either way
     raw = flat.view(torch.uint8) if flat.dtype != torch.bool and flat.numel() else flat.to(torch.uint8)
-    head, tail = raw[:4096], raw[-4096:]
-    return f"{tuple(leaf.shape)} {leaf.dtype}".encode() + bytes(head.numpy().tobytes()) + bytes(tail.numpy().tobytes())
+    return f"{tuple(leaf.shape)} {leaf.dtype}".encode() + raw[:4096].numpy().tobytes() + raw[-4096:].numpy().tobytes()
 
 
-def _tensors(value: Any) -> Any:
+def _tensors(value: Any) -> Iterator[Any]:
+    """Every tensor in a collated batch, depth first (``_leaves``)."""
     import torch
 
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, Mapping):
-        for item in value.values():
-            yield from _tensors(item)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _tensors(item)
-    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        for field in dataclasses.fields(value):
-            yield from _tensors(getattr(value, field.name))
+    return (leaf for leaf in _leaves(value) if isinstance(leaf, torch.Tensor))
