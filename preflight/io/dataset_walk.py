@@ -374,11 +374,11 @@ class Walk:
             return ""
         return f"the first {describe_files(files)} the walk reached under {where}; {self.cut()}"
 
-    def holds(self, files: Sequence[DataFile], where: str) -> str:
+    def holds(self, files: Sequence[DataFile], where: str, noun: str = "data file") -> str:
         """What ``files`` (from this walk) say ``where`` holds: all of it, or only what the walk reached."""
         if not self.stopped:
-            return f"{where} holds {describe_files(files)}"
-        return f"the first {describe_files(files)} the walk reached under {where} ({self.cut()})"
+            return f"{where} holds {describe_files(files, noun)}"
+        return f"the first {describe_files(files, noun)} the walk reached under {where} ({self.cut()})"
 
     def note(self, files: Sequence[DataFile], where: str) -> str:
         """What a figure on ``files`` must say about this walk: that it stopped early, and what it skipped."""
@@ -431,7 +431,7 @@ def filesystems(files: Sequence[DataFile]) -> str:
     return f" on {len(groups)} filesystems ({', '.join(named)})"
 
 
-def too_few(files: list[DataFile], where: str, samples: int | None = None, walk: Walk | None = None) -> str:
+def too_few(files: list[DataFile], where: str, *, samples: int | None = None, walk: Walk | None = None) -> str:
     """Why ``files`` are too few to stand for a dataset, or "" when they are enough.
 
     A figure over a handful of files re-reads the same few blocks (the device's and the
@@ -446,17 +446,18 @@ def too_few(files: list[DataFile], where: str, samples: int | None = None, walk:
     count = len(files) if samples is None else samples
     if total >= MIN_SHARD_BYTES or (count >= MIN_SAMPLES and total >= MIN_SAMPLE_BYTES):
         return ""
-    seen = walk.holds(files, where) if walk else f"{where} holds {describe_files(files)}"
+    noun = "data file" if samples is None else "tar shard"
+    seen = walk.holds(files, where, noun) if walk else f"{where} holds {describe_files(files, noun)}"
     if samples is not None:
-        return (f"{seen} of {_plural(samples, 'sample', 'samples')} (in tar shards), under the {MIN_SAMPLES} samples "
-                f"and {MIN_SAMPLE_BYTES >> 20} MiB (or {MIN_SHARD_BYTES >> 20} MiB of shards) a dataset figure needs")
+        return (f"{seen} of {_plural(samples, 'sample', 'samples')}, under the {MIN_SAMPLES} samples and "
+                f"{MIN_SAMPLE_BYTES >> 20} MiB (or {MIN_SHARD_BYTES >> 20} MiB of shards) a dataset figure needs")
     return (f"{seen}, under the {MIN_SAMPLES} files and {MIN_SAMPLE_BYTES >> 20} MiB "
             f"(or {MIN_SHARD_BYTES >> 20} MiB of shards) a dataset figure needs")
 
 
-def describe_files(files: Sequence[DataFile]) -> str:
-    """``files`` in words: "192 data files (1.36 MB)" (1 MB = 10^6 B)."""
-    return f"{_plural(len(files), 'data file', 'data files')} ({format_value(sum(f.size for f in files) / 1e6, 'MB')})"
+def describe_files(files: Sequence[DataFile], noun: str = "data file") -> str:
+    """``files`` in words: "192 data files (1.36 MB)" (1 MB = 10^6 B); ``noun`` names one ("tar shard")."""
+    return f"{_plural(len(files), noun, noun + 's')} ({format_value(sum(f.size for f in files) / 1e6, 'MB')})"
 
 
 def data_extents(name: str, size: int) -> list[tuple[int, int]]:

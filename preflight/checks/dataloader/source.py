@@ -174,7 +174,7 @@ def _too_few_shards(files: list[DataFile], where: str, check: str, walk: Walk | 
     if not samples:
         return (f"no sample in the {len(files)} files under {where}" + (f" (first: {damage})" if damage else "")
                 + f": point {check}.path at WebDataset tar shards, and include at their names (\"*.tar\")")
-    too_little = too_few(files, where, samples, walk)
+    too_little = too_few(files, where, samples=samples, walk=walk)
     return too_little and (f"{too_little}: so few samples are re-read from caches, not from the storage: if the "
                            f"dataset has more shards, widen {check}.path or include to them all; if not, it fits in "
                            f"the page cache and needs no storage gate (required: false on this check)")

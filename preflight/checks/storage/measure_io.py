@@ -181,7 +181,7 @@ class IO:
         files, source, note = found.small[:count], f"{min(len(found.small), count)} existing small files", ""
         fs, measured_on = self.fs, "dataset"
         limit = format_value(to_unit(int(self.options["small_file_size"]), "KiB"), "KiB")
-        too_little = too_few(found.small, f"{self.path} (files up to {limit})", found.walk)
+        too_little = too_few(found.small, f"{self.path} (files up to {limit})", walk=found.walk)
         if too_little:
             size = int(self.options["small_file_size"]) * 7 // 8
             no_room = self.why_no_scratch or room_for(self.scratch or "", count * (size + 4096))

@@ -329,7 +329,9 @@ def test_an_iterable_dataset_every_worker_replays_counts_each_record_once_and_sa
     """pytorch/pytorch#30599: 2 workers over an IterableDataset that does not shard deliver every record
     twice; the gate approved twice the distinct rate. Every second batch repeats the one before."""
     throughput = _two_workers(tmp_path, "records")
-    assert throughput["value"] <= 1.05 * TRUE_RATE, throughput  # the distinct rate; with the replays ~2x it
+    # The distinct rate: one stream's 200/s at most, plus the prefetched batches a busy main process finds
+    # waiting (235/s was seen under load); counted with the replays it is ~2x, and the count below is exact.
+    assert throughput["value"] <= 1.5 * TRUE_RATE, throughput
     note = throughput["note"]
     repeated, batches = (int(n) for n in note.split(" batches repeated")[0].split(" of "))
     assert batches >= 4 and repeated == batches // 2, note
