@@ -21,6 +21,7 @@ import dataclasses
 import os
 from typing import Any, Iterable, Mapping, Sequence
 
+from preflight.checks.base import Metric
 from preflight.host.fsinfo import filesystem_of
 from preflight.io.dataset_walk import DataFile, by_device
 from preflight.measurement import Measurement
@@ -87,6 +88,8 @@ def bytes_home(files: Sequence[DataFile], path: str) -> str:
     return path
 
 
-def labelled(measurements: Iterable[Measurement], subject: str, only_unlabelled: bool = False) -> list[Measurement]:
-    """``measurements`` with ``subject`` set (on the unlabelled ones only, with ``only_unlabelled``)."""
-    return [m if only_unlabelled and m.subject else dataclasses.replace(m, subject=subject) for m in measurements]
+def labelled(measurements: Iterable[Measurement], subject: str, metrics: Iterable[Metric]) -> list[Measurement]:
+    """``measurements`` with ``subject`` set on those of ``metrics`` that are about data (``Metric.about_data``);
+    a process fact (the open-file limit) or a filesystem's name keeps none."""
+    about_data = {m.name for m in metrics if m.about_data}
+    return [dataclasses.replace(m, subject=subject) if m.metric in about_data else m for m in measurements]

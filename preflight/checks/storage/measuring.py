@@ -51,7 +51,7 @@ def measure(options: Mapping[str, Any], budget: Budget, metrics: Sequence[Metric
     fs, device = _filesystem(home, path), subject.device_of(home)
     results = facts(fs, path if subject.device_of(path) == device else fs.mount_point, _where_note(found, path, fs))
     results += _walk_metrics(found, path)
-    results = subject.labelled(results, "dataset")
+    results = subject.labelled(results, "dataset", metrics)
     parent, no_scratch = choose_parent(path, options["scratch_dir"], "storage.scratch_dir")
     with _scratch(parent, path) as (scratch, scratch_error):
         io = measure_io.IO(options, budget, fs, scratch, no_scratch or scratch_error, device)
