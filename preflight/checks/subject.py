@@ -47,23 +47,12 @@ def no_dataset_fix(instance: str) -> str:
             f"--set {instance}.path=.")
 
 
-def same_device(directory: str, dataset_device: int, dataset_source: str) -> bool:
-    """Whether ``directory`` lies on the device (``st_dev``) and mount source that hold the dataset's bytes.
-
-    False when ``directory`` cannot be stat'ed: an unverified location never stands for the dataset.
-    """
-    try:
-        device = os.stat(directory).st_dev
-        source = filesystem_of(directory).source
-    except OSError:
-        return False
-    return device == dataset_device and source == dataset_source
-
-
 def scratch_subject(directory: str, dataset_device: int, dataset_source: str) -> str:
-    """``scratch_on_dataset_fs`` when scratch in ``directory`` is verified on the dataset's device, else
-    ``scratch_elsewhere``."""
-    return "scratch_on_dataset_fs" if same_device(directory, dataset_device, dataset_source) else "scratch_elsewhere"
+    """``scratch_on_dataset_fs`` when ``directory`` lies on the device (``st_dev``) and mount source that hold the
+    dataset's bytes, else ``scratch_elsewhere``: a directory that cannot be stat'ed is never verified."""
+    device, source = device_of(directory)
+    verified = device != -1 and (device, source) == (dataset_device, dataset_source)
+    return "scratch_on_dataset_fs" if verified else "scratch_elsewhere"
 
 
 def device_of(path: str) -> tuple[int, str]:
