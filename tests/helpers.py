@@ -77,6 +77,19 @@ def write_config(directory: Path, text: str, name: str = "thresholds.yaml") -> P
     return path
 
 
+def job_package(src: Path, package: str, modules: dict[str, str]) -> Path:
+    """Write the job's package ``package`` under ``src`` (made if missing) with ``modules`` (name: source).
+
+    Returns ``src``: the folder a check's ``python_path`` names, as a training job's ``src/`` would be.
+    """
+    folder = src / package
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text("")
+    for name, source in modules.items():
+        (folder / f"{name}.py").write_text(source)
+    return src
+
+
 def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
             timeout: float = 120, prefix: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
     """Run ``python -m preflight ARGS`` as a user would, from this checkout.

@@ -8,6 +8,7 @@ import pytest
 
 from preflight.checks import usercode
 from preflight.checks.base import UserCodeError
+from tests.helpers import job_package
 
 TORCH_TEXT = '''Caught KeyError in DataLoader worker process 1.
 Original Traceback (most recent call last):
@@ -23,10 +24,7 @@ KeyError: 'n01440764/missing.JPEG'
 
 
 def _package(tmp_path, body: str) -> str:
-    (tmp_path / "jobpkg").mkdir()
-    (tmp_path / "jobpkg" / "__init__.py").write_text("")
-    (tmp_path / "jobpkg" / "data.py").write_text(body)
-    return str(tmp_path)
+    return str(job_package(tmp_path, "jobpkg", {"data": body}))
 
 
 def test_a_worker_exception_reraised_by_torch_is_read_from_its_text(tmp_path):

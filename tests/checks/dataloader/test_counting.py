@@ -20,7 +20,7 @@ import torch
 from preflight.checks.dataloader import user
 from preflight.checks.dataloader.loop import BatchPuller
 from preflight.checks.dataloader.source import Source, loader_for
-from tests.helpers import Ticks, one_intra_op_thread, run_check, run_cli  # noqa: F401  (a fixture)
+from tests.helpers import Ticks, job_package, one_intra_op_thread, run_check, run_cli  # noqa: F401  (a fixture)
 
 ITEM_S = 0.005  # each utterance sleeps this long: one worker delivers at most 200 utterances/s
 TRUE_RATE = 1 / ITEM_S
@@ -132,10 +132,7 @@ def spelled(batch):
 
 def _job(tmp_path: Path, body: str) -> Path:
     """``speechjob.data`` (``JOB``) under ``tmp_path/src``, and a config beside it with the dataloader ``body``."""
-    package = tmp_path / "src" / "speechjob"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    (package / "data.py").write_text(JOB)
+    job_package(tmp_path / "src", "speechjob", {"data": JOB})
     path = tmp_path / "thresholds.yaml"
     path.write_text("version: 1\ndefaults: {duration: 1s, timeout: 60s}\nchecks:\n  dataloader:\n"
                     + textwrap.indent(f"python_path: [src]\nnum_workers: 1\nworker_pools: 1\nbatch_size: {BATCH}\n"
@@ -348,10 +345,7 @@ def test_an_iterable_dataset_that_shards_by_worker_repeats_nothing(tmp_path):
 def test_a_detection_collate_of_per_sample_tuples_counts_the_batch_sampler_indices(tmp_path):
     """Lightning-AI/pytorch-lightning#10093: with torchvision's detection collate, tuple(zip(*batch)), the
     first tensor is one image (3 x H x W): its first dimension read 3 samples per batch of 2."""
-    package = tmp_path / "src" / "detjob"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    (package / "data.py").write_text(textwrap.dedent(f'''
+    job_package(tmp_path / "src", "detjob", {"data": textwrap.dedent(f'''
         import time
         import torch
 
@@ -369,7 +363,7 @@ def test_a_detection_collate_of_per_sample_tuples_counts_the_batch_sampler_indic
 
         def collate(batch):
             return tuple(zip(*batch))
-    '''))
+    ''')})
     path = tmp_path / "t.yaml"
     path.write_text("version: 1\ndefaults: {duration: 1s, timeout: 60s}\nchecks:\n  dataloader:\n"
                     "    python_path: [src]\n    dataset: \"detjob.data:make\"\n    collate_fn: \"detjob.data:collate\"\n"

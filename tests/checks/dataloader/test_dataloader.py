@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import random
-import statistics
 import tempfile
 
 import pytest
@@ -12,11 +10,7 @@ import pytest
 from preflight.checks import dataloader
 from preflight.checks.dataloader.files import list_files
 from preflight.io.dataset_walk import WALK_FACTOR
-from preflight.io.dataset_walk import DataFile
-from preflight.checks.storage.small_files import file_loop
 from preflight.config import Instance, Threshold
-from preflight.io.parallel import run_loops
-from preflight.sampling import sample
 from preflight.verdict import Outcome, judge
 from tests.helpers import run_check
 
@@ -35,34 +29,18 @@ def ten_thousand_files(tmp_path_factory):
     return root
 
 
-def _plain_read_rate(root, processes: int) -> float:
-    """files/s of a plain multi-process, open+read+close, O_DIRECT read of the same files.
-
-    In a shuffled order, as the loader reads them: in directory order, neighbouring files sit
-    next to each other on disk and the VM host's readahead would flatter the plain read.
-    """
-    files = [DataFile(os.path.join(d, n), 8192) for d, _, names in os.walk(root) for n in names]
-    random.Random(0).shuffle(files)
-
-    def window() -> float:
-        tally = run_loops(file_loop(files, processes, "O_DIRECT"), processes, 1, 0.3)
-        return tally.ops / tally.elapsed_s
-
-    return statistics.median(sample(window, 1.2, min_samples=3).values)
-
-
-def test_raw_throughput_counts_files_read_at_the_rate_a_plain_multiprocess_read_reaches(ten_thousand_files):
-    # A count of batches, of bytes, or of a cached re-read would be off by 64x, 8192x or several times;
-    # the loader's own overhead costs it a fraction. The 20% target is bench/dataloader_vs_plain.py's: a
-    # timed bound that tight fails on a loaded CI runner (medians of 0.68-0.81 were seen there).
-    # Alternate the two, round by round, so that other load on the machine hits both alike.
-    ratios = []
-    for _ in range(3):
-        plain = _plain_read_rate(ten_thousand_files, WORKERS)
-        loader = run_check("dataloader", 1.2, path=str(ten_thousand_files), num_workers=WORKERS, batch_size=64)
-        assert "10000 files" in loader["throughput"].method
-        ratios.append(loader["throughput"].value / plain)
-    assert 0.5 <= statistics.median(ratios) <= 2.0, [round(r, 2) for r in ratios]
+def test_raw_throughput_counts_files_read_not_batches_or_bytes(ten_thousand_files):
+    # Each file read sleeps 20 ms in its worker, so two workers can deliver at most 100 samples/s: a bound set
+    # by what was done, which a busy machine only lowers. A count of batches (16 samples each) would read
+    # ~6 samples/s, a count of bytes (8192 per file) ~800,000. The loader's speed against a plain read is
+    # bench/dataloader_vs_plain.py's measure, not a unit test's: it depends on how loaded the machine is.
+    measured = run_check("dataloader", 1.0, path=str(ten_thousand_files), num_workers=WORKERS, batch_size=16,
+                         sample_delay="20ms", worker_pools=2)["throughput"]
+    assert "10000 files" in measured.method and "O_DIRECT" in measured.method, measured.method
+    ceiling = WORKERS / 0.020
+    # Batches queued before a pool's window opens (prefetch_factor 2 x 2 workers x 16) can lift a short window
+    # a little above the ceiling; a quarter of it holds under two busy loops beside the test.
+    assert ceiling / 4 <= measured.value <= 1.5 * ceiling, (measured.value, measured.samples)
 
 
 def test_accelerator_utilization_is_high_when_compute_hides_io_and_fails_when_reads_are_throttled(

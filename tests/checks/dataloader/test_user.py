@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from preflight.checks.dataloader.user import Uncountable, count_batch
-from tests.helpers import run_cli
+from tests.helpers import job_package, run_cli
 
 SAMPLE_S = 0.004  # each sample sleeps this long: one process delivers at most 250 samples/s
 SAMPLE_BYTES = 3 * 8 * 8 * 4 + 8  # a 3x8x8 float32 tensor and an int label (collated into int64)
@@ -63,10 +63,7 @@ def not_a_dataset(n=1000):
 
 
 def _job(tmp_path: Path, body: str) -> Path:
-    package = tmp_path / "src" / "jobpkg"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    (package / "data.py").write_text(PACKAGE)
+    job_package(tmp_path / "src", "jobpkg", {"data": PACKAGE})
     path = tmp_path / "thresholds.yaml"
     path.write_text("version: 1\ndefaults: {duration: 1.5s, timeout: 60s}\nchecks:\n  dataloader:\n"
                     + textwrap.indent(textwrap.dedent(body).strip() + "\n", "    "))

@@ -15,7 +15,7 @@ from preflight.checks import dataloader, model, pipeline
 from preflight.checks.model.step import Window
 from preflight.checks.pipeline.measuring import input_bound
 from preflight.measurement import Measurement
-from tests.helpers import one_intra_op_thread, run_check, run_cli, write_config  # noqa: F401  (a fixture, used by pytestmark)
+from tests.helpers import job_package, one_intra_op_thread, run_check, run_cli, write_config  # noqa: F401  (a fixture, used by pytestmark)
 
 DELAY_S = 0.1  # per sample: one process reads at most 10 samples/s
 WIDE = '''
@@ -49,11 +49,7 @@ def files(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def src(tmp_path: Path) -> Path:
-    package = tmp_path / "src" / "jobpkg"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    (package / "wide.py").write_text(WIDE)
-    return tmp_path / "src"
+    return job_package(tmp_path / "src", "jobpkg", {"wide": WIDE})
 
 
 def test_a_throttled_loader_makes_the_step_input_bound(files):
