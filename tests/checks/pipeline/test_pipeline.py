@@ -124,5 +124,7 @@ def test_batches_prefetched_while_the_model_ran_alone_are_not_counted_as_fed(fil
     results = run_check("pipeline", 0.5, path=str(files), sample_delay=f"{DELAY_S * 1e3:g}ms", num_workers=1,
                         prefetch_factor=2, batch_size=2, model="tiny", input_shape=[3, 32, 32], num_classes=10)
     fed = results["samples_per_s[cpu]"]
+    # A sleep only ever overshoots, so load lowers the rate, never raises it; one short window may end just after
+    # a batch the worker had half made, hence a little room above 1 / DELAY_S for the windows, none for the mean.
     assert 0.2 / DELAY_S < fed.value <= 1.05 / DELAY_S, fed
-    assert max(fed.samples) <= 1.1 / DELAY_S, fed.samples
+    assert max(fed.samples) <= 1.5 / DELAY_S, fed.samples
