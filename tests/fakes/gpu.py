@@ -30,7 +30,8 @@ H200_BUS = "0000:3b:00.0"
 
 @dataclass
 class FakeGpu:
-    """One GPU as NVML reports it; ``errors`` maps a pynvml function name to an NVML error code."""
+    """One GPU as NVML reports it; ``errors`` maps a pynvml function name to an NVML error code
+    (``nvmlDeviceGetHandleByIndex`` too: the handle of a GPU this process may not open, or a lost one)."""
 
     bus_id: str = "00000000:3B:00.0"
     mig: tuple[int, int] = (0, 0)
@@ -105,7 +106,11 @@ class FakeNvml:
         return self._call("nvmlDeviceGetCount", (), lambda: len(self.gpus))
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeGpu:
-        return self._call("nvmlDeviceGetHandleByIndex", (index,), lambda: self.gpus[index])
+        self.calls.append(("nvmlDeviceGetHandleByIndex", (index,)))
+        code = self.gpus[index].errors.get("nvmlDeviceGetHandleByIndex")  # NO_PERMISSION: a GPU of another job
+        if code is not None:
+            raise pynvml.NVMLError(code)
+        return self.gpus[index]
 
     def nvmlDeviceGetPciInfo(self, handle: FakeGpu) -> pynvml.nvmlPciInfo_t:
         return self._call("nvmlDeviceGetPciInfo", (handle,), lambda: pci_info(handle.bus_id))
