@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from preflight.host import gpu, gpu_visibility, nvml
+from preflight.host import gpu, gpu_memory, gpu_visibility, nvml
 from preflight.checks.base import Budget, Metric, Option
 from preflight.measurement import Measurement, not_applicable, unmeasurable
 from preflight.units import Dimension, to_unit, with_article
@@ -145,6 +145,10 @@ def _smoke(cuda: gpu.TorchCuda, index: int, options: Mapping[str, Any], where: s
         error = cuda.matmul_error(index, size)
         matmul = Measurement("matmul_error", error, "", device=where,
                              method=f"{size}x{size} float32 matmul, GPU vs CPU, TF32 off")
+    except gpu_memory.HostMemoryError as failure:
+        matmul = unmeasurable("matmul_error", f"host memory ran out for the CPU reference of {with_article(f'{size}x{size}')} "
+                                              f"matmul ({_first_line(failure)}): a host limit, not a GPU fault; lower "
+                                              f"cuda.matmul_size or raise the memory limit", "", where)
     except RuntimeError as failure:
         matmul = unmeasurable("matmul_error", f"the GPU failed {with_article(f'{size}x{size}')} matmul ({_first_line(failure)}); "
                                               f"check dmesg for Xid errors", "", where)

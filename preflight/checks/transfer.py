@@ -110,6 +110,8 @@ def _copy(cuda: gpu.TorchCuda, index: int, metric: str, size: int, budget_s: flo
     except gpu_memory.PinError as error:
         return unmeasurable(metric, hostmem.pinned_failure(gpu_memory.pinned_block(size), _first_line(error), root,
                                                            requested=size), "GB/s", where)
+    except gpu_memory.HostMemoryError as error:
+        return unmeasurable(metric, hostmem.host_failure(size, _first_line(error), root), "GB/s", where)
     except gpu_memory.DeviceMemoryError as error:
         return unmeasurable(metric, f"{where} has no room for {with_article(format_value(to_unit(size, 'MiB'), 'MiB'))} copy "
                                     f"buffer ({_first_line(error)}): another process holds its memory (see "

@@ -99,13 +99,18 @@ class TorchCuda:
         """Max |GPU - CPU| / max |CPU| of a ``size`` x ``size`` float32 matmul (TF32 off).
 
         Raises:
+            HostMemoryError: the host could not hold the CPU reference (three ``size`` x ``size`` matrices).
             RuntimeError: the device cannot run the kernel (CUDA error, Xid, ECC fault).
         """
         import torch
 
         generator = torch.Generator().manual_seed(index)
-        a, b = (torch.randn(size, size, generator=generator) for _ in range(2))
-        expected = a @ b
+
+        def reference() -> tuple[Any, Any, Any]:
+            a, b = (torch.randn(size, size, generator=generator) for _ in range(2))
+            return a, b, a @ b
+
+        a, b, expected = allocating("pageable", reference)
         allow_tf32 = torch.backends.cuda.matmul.allow_tf32
         torch.backends.cuda.matmul.allow_tf32 = False
         try:
@@ -181,7 +186,7 @@ class TorchCuda:
 
         Raises:
             DeviceMemoryError: the device buffer could not be allocated.
-            PinError: the pinned host buffer could not be allocated or is not pinned.
+            HostMemoryError: the host buffer could not be allocated (PinError: the pinned one, or it is not pinned).
             DeviceFault: CUDA failed while allocating, writing or copying.
         """
         import torch
@@ -233,19 +238,21 @@ def host_buffer(size: int, pinned: bool) -> Any:
     speed is part of the figure). Pinned pages are resident already; they are written alike.
 
     Raises:
+        HostMemoryError: the pageable buffer could not be allocated or written (host RAM, cgroup limit).
         PinError: cudaHostAlloc failed for want of host memory, or the buffer came back unpinned.
         DeviceFault: CUDA failed for another reason.
     """
     import torch
 
-    buffer = _pinned(size) if pinned else torch.empty(size, dtype=torch.uint8)
-    return buffer.fill_(0xA5)
+    if pinned:
+        return _pinned(size).fill_(0xA5)
+    return allocating("pageable", lambda: torch.empty(size, dtype=torch.uint8).fill_(0xA5))
 
 
 def _pinned(size: int) -> Any:  # pragma: no mutate block (gpu-only)
     import torch
 
-    buffer = allocating("host", lambda: torch.empty(size, dtype=torch.uint8, pin_memory=True))
+    buffer = allocating("pinned", lambda: torch.empty(size, dtype=torch.uint8, pin_memory=True))
     if not buffer.is_pinned():
         raise PinError(f"torch returned an unpinned buffer of {size} bytes")
     return buffer

@@ -9,6 +9,7 @@ import pytest
 
 from preflight.host import nvml
 from preflight.checks import cuda
+from preflight.host.gpu_memory import HostMemoryError
 from tests.fakes.gpu import FakeCuda, FakeGpu, FakeNvml, h200
 from tests.fakes.libnvml import installed
 from tests.helpers import judged, keyed
@@ -321,3 +322,12 @@ def test_torch_cuda_runtime_is_reported_next_to_the_driver(tmp_path):
     results = judged(tmp_path, "cuda", 'cuda_runtime: {min: "12.4"}', list(measured.values()))
     assert results["cuda.cuda_runtime"].message == "measured 12.8, required >= 12.4"
 
+
+def test_a_host_that_cannot_hold_the_matmul_reference_is_not_blamed_on_the_gpu(tmp_path):
+    short = FakeCuda(matmul=HostMemoryError("DefaultCPUAllocator: can't allocate memory: you tried to allocate "
+                                            "50331648 bytes. Error code 12 (Cannot allocate memory)"))
+    message = judged(tmp_path, "cuda", HEALTHY_GATE, run(short))["cuda.matmul_error[cuda:0]"].message
+    assert message == ("could not measure: host memory ran out for the CPU reference of a 256x256 matmul "
+                       "(DefaultCPUAllocator: can't allocate memory: you tried to allocate 50331648 bytes. Error code "
+                       "12 (Cannot allocate memory)): a host limit, not a GPU fault; lower cuda.matmul_size or raise "
+                       "the memory limit; required <= 0.001")

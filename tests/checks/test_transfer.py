@@ -9,8 +9,8 @@ import pytest
 
 from preflight.checks import cuda, transfer
 from preflight.checks.base import Budget
-from preflight.host import nvml
-from preflight.host.gpu_memory import DeviceFault, DeviceMemoryError, PinError
+from preflight.host import gpu, nvml
+from preflight.host.gpu_memory import DeviceFault, DeviceMemoryError, HostMemoryError, PinError
 from tests.fakes.gpu import FakeCuda, FakeGpu, FakeNvml, h200
 from tests.fakes.libnvml import installed
 from tests.helpers import judged, keyed
@@ -263,3 +263,14 @@ def test_a_link_nvml_does_not_report_is_a_skip_here_as_in_the_cuda_check(monkeyp
     assert (same_rule["pcie_link_width[cuda:0]"].applicable, same_rule["pcie_link_width[cuda:0]"].reason) == (
         False, nvml.NOT_SUPPORTED)
 
+
+def test_a_pageable_buffer_the_host_cannot_hold_is_a_host_limit_not_a_gpu_fault(tmp_path, sysfs):
+    with pytest.raises(HostMemoryError) as refused:  # the real CPU allocator, asked for 1 EiB
+        gpu.host_buffer(1 << 60, pinned=False)
+    short = FakeCuda(rates={("h2d", True): 55.1, ("h2d", False): refused.value, ("d2h", True): 55.6,
+                            ("d2h", False): 17.2})
+    message = judged(tmp_path, "transfer", GATE, run(sysfs, short))["transfer.h2d_pageable[cuda:0]"].message
+    assert message == (f"could not measure: could not allocate 64 MiB of pageable host memory in a docker container "
+                       f"({str(refused.value)}); MemAvailable 4 GiB, cgroup memory limit 16 GiB: raise --memory; "
+                       f"this is a host memory limit, not a GPU fault; required >= 10 GB/s")
+    assert "Xid" not in message

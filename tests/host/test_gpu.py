@@ -345,3 +345,17 @@ def test_a_pinned_host_buffer_comes_from_the_pinned_allocation_and_is_written(mo
     buffer = gpu.host_buffer(4096, pinned=True)
     assert asked == [4096]
     assert int(buffer.min()) == int(buffer.max()) == 0xA5
+
+
+def test_a_pageable_buffer_the_host_cannot_hold_is_labelled_host_memory():
+    # the real CPU allocator asked for 1 EiB, past any address space: it fails at once and writes nothing
+    with pytest.raises(gpu_memory.HostMemoryError) as refused:
+        gpu.host_buffer(1 << 60, pinned=False)
+    assert not isinstance(refused.value, (gpu_memory.PinError, gpu_memory.DeviceFault))
+    assert str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_a_matmul_whose_cpu_reference_the_host_cannot_hold_is_labelled_host_memory():
+    # 2^24 x 2^24 float32 is 1 PiB: the CPU reference fails before any GPU is touched
+    with pytest.raises(gpu_memory.HostMemoryError):
+        gpu.TorchCuda().matmul_error(0, 1 << 24)
