@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import inspect
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
@@ -119,6 +120,22 @@ class TorchCuda:
         finally:
             torch.backends.cuda.matmul.allow_tf32 = allow_tf32
         return relative_error(got, expected)
+
+    def bf16_native(self, index: int) -> bool:  # pragma: no mutate block (gpu-only)
+        """Whether GPU ``index`` has bf16 in hardware (compute capability 8.0+; every ROCm GPU torch runs).
+
+        torch 2.13's ``torch.cuda.is_bf16_supported`` counts emulation unless told not to: its default,
+        ``including_emulation=True``, answers True on compute capability 7.x (V100, T4), where a bf16
+        tensor can be created but bf16 math is emulated. torch before 2.3 has no such parameter and
+        answers for the hardware alone.
+        """
+        import torch
+
+        supported = torch.cuda.is_bf16_supported
+        native = {"including_emulation": False} if "including_emulation" in inspect.signature(supported).parameters \
+            else {}
+        with torch.cuda.device(index):
+            return bool(supported(**native))
 
     def allocate_share(self, index: int, share: float) -> tuple[int, int]:  # pragma: no mutate block (gpu-only)
         """Allocate and write ``share`` (0..1) of the free memory; return (bytes, free bytes).

@@ -206,6 +206,7 @@ class FakeCuda:
         ("h2d", True): 55.1, ("h2d", False): 19.8, ("d2h", True): 55.6, ("d2h", False): 17.2})
     peer_rate: float | Exception = 372.5
     peer_access: bool = True
+    bf16: bool = True  # bf16 in hardware (compute capability 8.0+)
     # What the seam was asked, in order (("pin", size), ("copy", direction, pinned), ("release",)), and
     # the pinned bytes torch's caching host allocator would hold: pinned copy buffers stay cached
     # after use until release_pinned; pin() releases its own block before returning.
@@ -217,6 +218,9 @@ class FakeCuda:
 
     def matmul_error(self, index: int, size: int) -> float:
         return _answer(self.matmul)
+
+    def bf16_native(self, index: int) -> bool:
+        return self.bf16
 
     def allocate_share(self, index: int, share: float) -> tuple[int, int]:
         used, free = _answer(self.allocation)

@@ -62,13 +62,14 @@ def test_every_torch_api_the_gpu_only_paths_call_exists_in_this_torch():
                    "cuda.synchronize", "cuda.empty_cache", "cuda.Stream", "cuda.Event", "cuda.stream",
                    "cuda.can_device_access_peer", "backends.cuda.matmul", "Generator", "randn", "empty",
                    "cuda.OutOfMemoryError", "AcceleratorError", "cuda.host_memory_stats", "accelerator.empty_host_cache",
-                   "Tensor.is_pinned", "Tensor.fill_"):
+                   "Tensor.is_pinned", "Tensor.fill_", "cuda.is_bf16_supported", "cuda.device"):
         target = torch
         for part in dotted.split("."):
             target = getattr(target, part)
     inspect.signature(torch.cuda.Event).bind(enable_timing=True)
     inspect.signature(torch.cuda.Stream).bind(device=torch.device("cuda", 0))
     inspect.signature(torch.cuda.mem_get_info).bind(0)
+    inspect.signature(torch.cuda.is_bf16_supported).bind(including_emulation=False)  # torch 2.3+; bf16_native asks
     assert isinstance(torch.backends.cuda.matmul.allow_tf32, bool)
 
 
