@@ -15,10 +15,16 @@
 # the image's torch is never replaced. This checkout's preflight is used, via PYTHONPATH; PYTHON
 # names the interpreter (default python3).
 #
-# Exit status: 0 when every step ran, no result is an `error` (a check that crashed or timed
-# out), a GPU was seen and transfer agrees with the reference within 10 %; 1 otherwise, with
-# the reasons listed at the end, errors first; 2 when a dependency is missing and no wheel
-# provides it, or on a usage error.
+# It stops at once, before any check, when torch sees no GPU (a CPU-only machine, a container
+# started without --gpus): the battery would only train models on the CPU. Dependencies are
+# settled first: nvidia-ml-py is optional, as it is for preflight (without it every NVML reading
+# is reported as not measured, which fails the smoke test by name).
+#
+# Exit status: 0 when every step ran, torch saw a GPU, every row of the battery was measured and
+# none failed or errored (a `warn` row that was measured does not fail it; a `skip` is a reading
+# this GPU does not have) and transfer agrees with the reference within 10 %; 1 otherwise, with
+# the reasons listed at the end, errors first, each naming its row (`cuda.matmul_error[cuda:0]`);
+# 2 when pyyaml, junit-xml or six is missing and no wheel provides it, or on a usage error.
 set -uo pipefail
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 out=gpu-smoke-out
@@ -45,25 +51,28 @@ if [ -n "$config" ]; then
     config=$(cd "$(dirname "$config")" && pwd)/$(basename "$config")
 fi
 mkdir -p "$out" && out=$(cd "$out" && pwd)
+rm -f "$out/report.json" "$out/report.xml" "$out/problems.txt"  # an earlier run's verdict must not outlive this one
 cd "$(dirname "$0")/.."
 config=${config:-$PWD/scripts/gpu-smoke.yaml}
 [ -z "$wheels" ] && [ -d wheels ] && wheels=$PWD/wheels  # the layout gpu-smoke-bundle.sh writes
 py="${PYTHON:-python3}"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 errors=()    # `error` verdicts: crashes and timeouts inside checks
-problems=()  # every other reason this smoke test fails
+problems=()  # every other reason this smoke test fails: rows failed or not measured, steps that failed
 
 echo "== environment"
-"$py" - <<'PY' || problems+=("torch could not be imported by $py: the node must have the job's torch")
+# torch's build from its version.py, without importing it (seconds); the GPU check below imports it where it has CUDA
+"$py" - <<'PY' || problems+=("torch is not installed for $py: the node must have the job's torch")
 import sys
-try:
-    import torch
-except Exception as error:  # the report below says the same per check; say it once here too
-    print(f"python {sys.version.split()[0]}: torch not importable ({type(error).__name__}: {error})")
+
+from preflight.host.gpu import torch_build
+
+build = torch_build()
+if build is None:
+    print(f"python {sys.version.split()[0]}: torch is not installed")
     sys.exit(1)
-print(f"python {sys.version.split()[0]}, torch {torch.__version__}, CUDA {torch.version.cuda}, "
-      f"HIP {getattr(torch.version, 'hip', None)}, "
-      f"GPUs visible: {torch.cuda.device_count() if torch.cuda.is_available() else 0}")
+print(f"python {sys.version.split()[0]}, torch {build.get('__version__')}, CUDA {build.get('cuda')}, "
+      f"HIP {build.get('hip')}")
 PY
 
 missing_packages() {  # the distributions whose modules this python cannot import, one per line
@@ -90,14 +99,38 @@ if [ -n "$missing" ]; then
     done
     export PYTHONPATH="$out/pydeps:$PYTHONPATH"
     still=$(missing_packages | xargs)
-    if [ -n "$still" ]; then
+    required=$(xargs -n1 <<<"$still" | grep -vx nvidia-ml-py | xargs)
+    if [ -n "$required" ]; then
         echo "cannot run: $still missing from $py, with no wheel in $source_"
         echo "fix: where PyPI is reachable run scripts/gpu-smoke-bundle.sh BUNDLE, copy BUNDLE to this node and run" \
              "BUNDLE/scripts/gpu-smoke.sh (it finds BUNDLE/wheels); or pass --wheels DIR; or pip install $still"
         exit 2
     fi
+    if [ -n "$still" ]; then
+        echo "nvidia-ml-py missing, with no wheel in $source_: preflight runs without it, and every NVML reading" \
+             "(driver, ECC, row remapping, PCIe link, clocks) will be reported as not measured, failing this smoke" \
+             "test; pass --wheels DIR with its wheel to read them"
+    fi
 fi
 "$py" -c "import preflight; print('preflight from', preflight.__file__)"
+
+echo "== GPUs torch sees (preflight.host.gpu, the checks' own view)"
+# No GPU: stop here. The battery would fail every GPU row for the same reason after minutes of
+# training models on the CPU, and say nothing more.
+"$py" - <<'PY' || exit 1
+import sys
+
+from preflight.host.gpu import TorchCuda
+
+view = TorchCuda().view()
+if not view.devices:
+    print(f"cannot run: no GPU visible: {view.reason}")
+    print("fix: run this on a GPU node, in the job's image with its GPUs given to the container "
+          "(--gpus all, or the pod's nvidia.com/gpu limit)")
+    sys.exit(1)
+for device in view.devices:
+    print(f"cuda:{device.index} {device.name}, compute capability {device.compute_capability}, PCI {device.bus_id or '?'}")
+PY
 
 echo "== data and model for the model and pipeline checks"
 # An ImageNet-shaped folder for the pipeline's DataLoader: 256 files of 110 kB (ImageNet's median
@@ -130,7 +163,6 @@ fi
 echo "model: $SMOKE_MODEL"
 
 echo "== preflight: cuda, transfer, p2p, model, pipeline (thresholds in ${config#"$PWD"/})"
-rm -f "$out/report.json"
 "$py" -m preflight run -c "$config" --json "$out/report.json" --junit-xml "$out/report.xml"
 gate=$?
 echo "preflight exit status: $gate (1: a threshold missed or a check errored; 2: usage; 3: a preflight bug)"
@@ -138,30 +170,13 @@ echo "preflight exit status: $gate (1: a threshold missed or a check errored; 2:
 
 echo "== preflight results from $out/report.json, errors first"
 if [ -s "$out/report.json" ]; then
-    "$py" - "$out/report.json" "$out/problems.txt" <<'PY' || problems+=("$out/report.json could not be read")
-import json, sys
-
-results = json.load(open(sys.argv[1]))["results"]
-first = {"error": 0, "fail": 1, "warn": 2, "skip": 3, "info": 4, "pass": 5}
-for r in sorted(results, key=lambda r: first.get(r["verdict"], 6)):  # sorted() keeps the report's order within a verdict
-    value = "-" if r["value"] is None else f"{r['value']} {r['unit']}".strip()
-    print(f"{r['verdict'].upper() if r['verdict'] == 'error' else r['verdict']:<5} {r['id']:<48} {value}"
-          f"{'  ' + r['message'] if r['verdict'] in ('error', 'fail') else ''}")
-errors = {}  # message -> ids: a check that crashed gives each of its metrics the same message
-for r in results:
-    if r["verdict"] == "error":
-        errors.setdefault(r["message"], []).append(r["id"])
-with open(sys.argv[2], "w") as problems:
-    for message, ids in errors.items():
-        more = f" and {len(ids) - 1} more" if len(ids) > 1 else ""
-        problems.write(f"error\terror in {ids[0]}{more}: {message}\n")
-    for r in results:
-        if r["id"] == "cuda.device_count" and r["verdict"] != "error" and not r["value"]:
-            problems.write(f"problem\tno GPU: {r['message']}\n")
-PY
-    while IFS=$'\t' read -r kind text; do
-        if [ "$kind" = error ]; then errors+=("$text"); else problems+=("$text"); fi
-    done < "$out/problems.txt"
+    if "$py" scripts/gpu_smoke_report.py "$out/report.json" "$out/problems.txt"; then
+        while IFS=$'\t' read -r kind text; do
+            if [ "$kind" = error ]; then errors+=("$text"); else problems+=("$text"); fi
+        done < "$out/problems.txt"
+    else
+        problems+=("$out/report.json could not be read")
+    fi
 else
     problems+=("preflight wrote no report to $out/report.json")
 fi

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from preflight.host import gpu, nvml
+from preflight.host import gpu, gpu_memory, gpu_visibility, nvml
 from preflight.checks.base import Budget, Metric, Option
 from preflight.measurement import Measurement, not_applicable, unmeasurable
 from preflight.units import Dimension, to_unit, with_article
@@ -82,23 +82,27 @@ def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
     return measurements(options, gpu.TorchCuda(), nvml.library())
 
 
-def measurements(options: Mapping[str, Any], cuda: gpu.TorchCuda, lib: Any) -> list[Measurement]:
-    """Measurements through the seam: ``cuda`` (torch) and ``lib`` (pynvml or a fake)."""
+def measurements(options: Mapping[str, Any], cuda: gpu.TorchCuda, lib: Any, environ: Mapping[str, str] | None = None,
+                 root: str = "/") -> list[Measurement]:
+    """Measurements through the seam: ``cuda`` (torch) and ``lib`` (pynvml or a fake); ``environ`` and ``root``
+    (for ``/dev``) are where what hides GPUs from torch is looked for."""
     view = cuda.view()
     if view.hip_runtime is not None:
         rocm = f"ROCm build of torch (HIP {view.hip_runtime}): NVIDIA-only NVML reading; use amd-smi on AMD GPUs"
-        return _measure(options, cuda, view, nvml.Session(None, rocm), rocm)
+        return _measure(options, cuda, view, nvml.Session(None, rocm), rocm, "")
     session = nvml.open_session(lib)
     try:
-        return _measure(options, cuda, view, session, "")
+        return _measure(options, cuda, view, session, "", gpu_visibility.found(environ, root))
     finally:
         nvml.close(session)
 
 
 def _measure(options: Mapping[str, Any], cuda: gpu.TorchCuda, view: gpu.TorchView, session: nvml.Session,
-             rocm: str) -> list[Measurement]:
+             rocm: str, visibility: str) -> list[Measurement]:
     method = f"torch {view.torch_version}, CUDA runtime {view.cuda_runtime or view.hip_runtime or 'none'}"
-    results = [Measurement("device_count", float(len(view.devices)), "", method=method, reason=view.reason)]
+    nvml_devices = nvml.handles_by_bus(session)
+    results = [Measurement("device_count", float(len(view.devices)), "", method=method,
+                           reason=_count_reason(view, nvml_devices, visibility))]
     if view.cuda_runtime is not None:
         results.append(Measurement("cuda_runtime", view.cuda_runtime, "version", method=method))
     elif not rocm:
@@ -117,7 +121,6 @@ def _measure(options: Mapping[str, Any], cuda: gpu.TorchCuda, view: gpu.TorchVie
                     _runtime_supported(view, system)]
     if not view.devices:
         return results + [unmeasurable(m.name, view.reason, m.unit) for m in METRICS if m.per_device]
-    handles, missing = nvml.handles_by_bus(session)
     for device in view.devices:
         where = f"cuda:{device.index}"
         results += [
@@ -128,10 +131,10 @@ def _measure(options: Mapping[str, Any], cuda: gpu.TorchCuda, view: gpu.TorchVie
         ]
         if rocm:
             results += [not_applicable(name, rocm, _unit(name), where) for name in NVML_DEVICE_METRICS]
-        elif device.bus_id in handles:
-            results += nvml.health(session.lib, handles[device.bus_id], where)
+        elif device.bus_id in nvml_devices.handles:
+            results += nvml.health(session.lib, nvml_devices.handles[device.bus_id], where)
         else:
-            reason = missing or f"NVML lists no GPU at PCI {device.bus_id or '(unknown: torch gave no PCI id)'}"
+            reason = nvml_devices.missing(device.bus_id)
             results += [unmeasurable(name, reason, _unit(name), where) for name in NVML_DEVICE_METRICS]
     return results
 
@@ -142,6 +145,10 @@ def _smoke(cuda: gpu.TorchCuda, index: int, options: Mapping[str, Any], where: s
         error = cuda.matmul_error(index, size)
         matmul = Measurement("matmul_error", error, "", device=where,
                              method=f"{size}x{size} float32 matmul, GPU vs CPU, TF32 off")
+    except gpu_memory.HostMemoryError as failure:
+        matmul = unmeasurable("matmul_error", f"host memory ran out for the CPU reference of {with_article(f'{size}x{size}')} "
+                                              f"matmul ({_first_line(failure)}): a host limit, not a GPU fault; lower "
+                                              f"cuda.matmul_size or raise the memory limit", "", where)
     except RuntimeError as failure:
         matmul = unmeasurable("matmul_error", f"the GPU failed {with_article(f'{size}x{size}')} matmul ({_first_line(failure)}); "
                                               f"check dmesg for Xid errors", "", where)
@@ -154,6 +161,18 @@ def _smoke(cuda: gpu.TorchCuda, index: int, options: Mapping[str, Any], where: s
         reason = f"allocating {share:.0%} of free memory failed ({_first_line(failure)})"
         return [matmul, unmeasurable("memory_free", reason, "GiB", where),
                 Measurement("memory_allocatable", 0.0, "%", device=where, reason=reason)]
+
+
+def _count_reason(view: gpu.TorchView, devices: nvml.Devices, visibility: str) -> str:
+    """torch's reason for its count, or, where a CUDA build of torch sees another number of GPUs than NVML
+    counts, both counts and what can hide GPUs from torch here, with the values found (``visibility``)."""
+    seen = len(view.devices)
+    if view.cuda_runtime is None or devices.count is None or devices.count == seen:
+        return view.reason  # a CPU build (its reason says so), no NVML, or no disagreement
+    hidden = f" ({len(devices.hidden)} of them this process may not open)" if devices.hidden else ""
+    unreadable = "".join(f"; NVML could not read {line}" for line in devices.unreadable)
+    return (f"torch sees {seen} GPU{'' if seen == 1 else 's'}, NVML counts {devices.count}{hidden}{unreadable}; "
+            f"what can hide GPUs from torch here: {visibility}")
 
 
 def _runtime_supported(view: gpu.TorchView, system: nvml.System) -> Measurement:

@@ -73,14 +73,13 @@ def measurements(options: Mapping[str, Any], budget: Budget, cuda: gpu.TorchCuda
     session = nvml.Session(None, f"ROCm build (HIP {view.hip_runtime}): the link rate needs NVML") if rocm \
         else nvml.open_session(lib)
     try:
-        handles, reason = nvml.handles_by_bus(session)
+        devices = nvml.handles_by_bus(session)
         pinned_size = int(options["pinned_size"])
         pinned = _pin(cuda, pinned_size)
         results: list[Measurement] = []
         try:
             for device in view.devices:
-                results += _device(cuda, device, int(options["size"]), budget, (session.lib, handles, reason, rocm),
-                                   root)
+                results += _device(cuda, device, int(options["size"]), budget, (session.lib, devices, rocm), root)
         finally:
             released = _release(cuda)
         return [_pinned_alloc(pinned_size, pinned, released, root), *results]
@@ -111,6 +110,8 @@ def _copy(cuda: gpu.TorchCuda, index: int, metric: str, size: int, budget_s: flo
     except gpu_memory.PinError as error:
         return unmeasurable(metric, hostmem.pinned_failure(gpu_memory.pinned_block(size), _first_line(error), root,
                                                            requested=size), "GB/s", where)
+    except gpu_memory.HostMemoryError as error:
+        return unmeasurable(metric, hostmem.host_failure(size, _first_line(error), root), "GB/s", where)
     except gpu_memory.DeviceMemoryError as error:
         return unmeasurable(metric, f"{where} has no room for {with_article(format_value(to_unit(size, 'MiB'), 'MiB'))} copy "
                                     f"buffer ({_first_line(error)}): another process holds its memory (see "
@@ -124,18 +125,19 @@ def _copy(cuda: gpu.TorchCuda, index: int, metric: str, size: int, budget_s: flo
 
 
 def _link(device: gpu.Device, pinned: Any, link: tuple[Any, ...], where: str) -> list[Measurement]:
-    lib, handles, reason, rocm = link
+    lib, devices, rocm = link
     if rocm:
-        return [not_applicable(name, reason, unit, where) for name, unit in (("link_rate", "GB/s"),
-                                                                             ("h2d_link_efficiency", "%"))]
-    handle = handles.get(device.bus_id)
+        return [not_applicable(name, devices.reason, unit, where) for name, unit in (("link_rate", "GB/s"),
+                                                                                     ("h2d_link_efficiency", "%"))]
+    handle = devices.handles.get(device.bus_id)
     if handle is None:
-        return _no_link(reason or f"NVML lists no GPU at PCI {device.bus_id or '(unknown)'}", where)
+        return _no_link(devices.missing(device.bus_id), where)
     try:
         generation, width = nvml.max_link(lib, handle)
         now_generation, now_width = nvml.current_link(lib, handle)  # read right after the copies, under load
-    except lib.NVMLError as error:
-        return _no_link(nvml.describe(lib, error), where)
+    except lib.NVMLError as error:  # NOT_SUPPORTED (vGPU, cloud guests) is a skip, as in the cuda check
+        return [nvml.unanswered(lib, error, "link_rate", "GB/s", where),
+                nvml.unanswered(lib, error, "h2d_link_efficiency", "%", where)]
     if generation not in LANE_GBPS:
         return _no_link(f"NVML reports PCIe generation {generation}, which preflight has no rate for", where)
     rate = LANE_GBPS[generation] * width

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import inspect
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
@@ -99,13 +100,18 @@ class TorchCuda:
         """Max |GPU - CPU| / max |CPU| of a ``size`` x ``size`` float32 matmul (TF32 off).
 
         Raises:
+            HostMemoryError: the host could not hold the CPU reference (three ``size`` x ``size`` matrices).
             RuntimeError: the device cannot run the kernel (CUDA error, Xid, ECC fault).
         """
         import torch
 
         generator = torch.Generator().manual_seed(index)
-        a, b = (torch.randn(size, size, generator=generator) for _ in range(2))
-        expected = a @ b
+
+        def reference() -> tuple[Any, Any, Any]:
+            a, b = (torch.randn(size, size, generator=generator) for _ in range(2))
+            return a, b, a @ b
+
+        a, b, expected = allocating("pageable", reference)
         allow_tf32 = torch.backends.cuda.matmul.allow_tf32
         torch.backends.cuda.matmul.allow_tf32 = False
         try:
@@ -114,6 +120,22 @@ class TorchCuda:
         finally:
             torch.backends.cuda.matmul.allow_tf32 = allow_tf32
         return relative_error(got, expected)
+
+    def bf16_native(self, index: int) -> bool:  # pragma: no mutate block (gpu-only)
+        """Whether GPU ``index`` has bf16 in hardware (compute capability 8.0+; every ROCm GPU torch runs).
+
+        torch 2.13's ``torch.cuda.is_bf16_supported`` counts emulation unless told not to: its default,
+        ``including_emulation=True``, answers True on compute capability 7.x (V100, T4), where a bf16
+        tensor can be created but bf16 math is emulated. torch before 2.3 has no such parameter and
+        answers for the hardware alone.
+        """
+        import torch
+
+        supported = torch.cuda.is_bf16_supported
+        native = {"including_emulation": False} if "including_emulation" in inspect.signature(supported).parameters \
+            else {}
+        with torch.cuda.device(index):
+            return bool(supported(**native))
 
     def allocate_share(self, index: int, share: float) -> tuple[int, int]:  # pragma: no mutate block (gpu-only)
         """Allocate and write ``share`` (0..1) of the free memory; return (bytes, free bytes).
@@ -181,7 +203,7 @@ class TorchCuda:
 
         Raises:
             DeviceMemoryError: the device buffer could not be allocated.
-            PinError: the pinned host buffer could not be allocated or is not pinned.
+            HostMemoryError: the host buffer could not be allocated (PinError: the pinned one, or it is not pinned).
             DeviceFault: CUDA failed while allocating, writing or copying.
         """
         import torch
@@ -233,19 +255,21 @@ def host_buffer(size: int, pinned: bool) -> Any:
     speed is part of the figure). Pinned pages are resident already; they are written alike.
 
     Raises:
+        HostMemoryError: the pageable buffer could not be allocated or written (host RAM, cgroup limit).
         PinError: cudaHostAlloc failed for want of host memory, or the buffer came back unpinned.
         DeviceFault: CUDA failed for another reason.
     """
     import torch
 
-    buffer = _pinned(size) if pinned else torch.empty(size, dtype=torch.uint8)
-    return buffer.fill_(0xA5)
+    if pinned:
+        return _pinned(size).fill_(0xA5)
+    return allocating("pageable", lambda: torch.empty(size, dtype=torch.uint8).fill_(0xA5))
 
 
 def _pinned(size: int) -> Any:  # pragma: no mutate block (gpu-only)
     import torch
 
-    buffer = allocating("host", lambda: torch.empty(size, dtype=torch.uint8, pin_memory=True))
+    buffer = allocating("pinned", lambda: torch.empty(size, dtype=torch.uint8, pin_memory=True))
     if not buffer.is_pinned():
         raise PinError(f"torch returned an unpinned buffer of {size} bytes")
     return buffer

@@ -8,7 +8,7 @@ torch 2.13's own sources and names; tests check the names against the installed 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Literal, Mapping
 
 # torch's caching host allocator (ATen/core/CachingHostAllocator.h), which serves every
 # pin_memory=True tensor: it rounds a request up to the next power of two and keeps a freed block
@@ -17,8 +17,15 @@ from typing import Any, Callable, Mapping
 HOST_STATS = "cuda.host_memory_stats"
 EMPTY_HOST_CACHE = ("accelerator.empty_host_cache", "_C._host_emptyCache")
 
+Memory = Literal["pinned", "pageable", "device"]  # where a buffer is allocated
 
-class PinError(RuntimeError):
+
+class HostMemoryError(RuntimeError):
+    """Host memory could not be had for a buffer (torch's CPU allocator failed): host RAM or the cgroup memory
+    limit is short; the GPU is not at fault."""
+
+
+class PinError(HostMemoryError):
     """Pinned host memory could not be had: cudaHostAlloc ran out of memory or torch returned an unpinned
     buffer. Host RAM, the cgroup limit or RLIMIT_MEMLOCK is short; the GPU is not at fault."""
 
@@ -32,36 +39,43 @@ class DeviceFault(RuntimeError):
     an ECC error, a GPU that fell off the bus. Any later CUDA call in the process may fail the same way."""
 
 
-def allocating(where: str, allocate: Callable[[], Any]) -> Any:
+def allocating(where: Memory, allocate: Callable[[], Any]) -> Any:
     """``allocate()``, its RuntimeError raised as what it means for an allocation in ``where``.
 
-    ``where`` is ``"host"`` (pinned host memory) or ``"device"``. In torch 2.13 both
-    torch.OutOfMemoryError (the device caching allocator could not serve a request) and
-    torch.AcceleratorError (any other CUDA error; cudaHostAlloc's cudaErrorMemoryAllocation
-    is one, "CUDA error: out of memory") are RuntimeErrors, so the type alone cannot tell a
-    host limit from a GPU fault: the allocation that failed says which memory ran out.
+    ``where`` is ``"pinned"`` (pinned host memory), ``"pageable"`` (ordinary host memory) or
+    ``"device"``. In torch 2.13 both torch.OutOfMemoryError (the device caching allocator
+    could not serve a request) and torch.AcceleratorError (any other CUDA error;
+    cudaHostAlloc's cudaErrorMemoryAllocation is one, "CUDA error: out of memory") are
+    RuntimeErrors, so the type alone cannot tell a host limit from a GPU fault: the
+    allocation that failed says which memory ran out. A pageable buffer never touches CUDA,
+    so whatever its allocation raises is the host's (c10's DefaultCPUAllocator).
 
     Raises:
-        PinError: ``where`` is "host" and the error is an out-of-memory one.
+        HostMemoryError: ``where`` is "pageable" (any RuntimeError).
+        PinError: ``where`` is "pinned" and the error is an out-of-memory one.
         DeviceMemoryError: ``where`` is "device" and the error is an out-of-memory one
             (torch.OutOfMemoryError, or a CUDA error "out of memory" from outside the caching allocator).
         DeviceFault: any other CUDA error (a sticky fault from earlier fails every later call).
         RuntimeError: anything else, as raised.
     """
+    if where not in ("pinned", "pageable", "device"):
+        raise ValueError(f"allocating: where must be pinned, pageable or device, not {where!r}")
     try:
         return allocate()
     except RuntimeError as error:
         raise classified(error, where) from error
 
 
-def classified(error: RuntimeError, where: str) -> RuntimeError:
+def classified(error: RuntimeError, where: Memory) -> RuntimeError:
     """The preflight error for ``error`` raised by an allocation in ``where`` (see ``allocating``)."""
     import torch
 
     text = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    if where == "pageable":
+        return HostMemoryError(text)
     out_of_memory = isinstance(error, torch.cuda.OutOfMemoryError) or "out of memory" in text.lower()
     if out_of_memory:
-        return PinError(text) if where == "host" else DeviceMemoryError(text)
+        return PinError(text) if where == "pinned" else DeviceMemoryError(text)
     accelerator_error = getattr(torch, "AcceleratorError", ())  # torch 2.8+; before, a RuntimeError "CUDA error: ..."
     if isinstance(error, accelerator_error) or text.startswith(("CUDA error", "HIP error")):
         return DeviceFault(text)

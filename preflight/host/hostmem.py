@@ -63,10 +63,7 @@ def pinned_failure(size: int, error: str, root: str = "/", environ: dict[str, st
     behalf. None of this is a GPU fault (CUDA C++ Best Practices Guide, "Pinned Memory").
     ``requested``: what the caller asked for, when the allocator rounded it up to ``size``.
     """
-    facts = [f"RLIMIT_MEMLOCK {memlock_limit()}"]
-    available, limit = mem_available(root), cgroup_memory_limit(root)
-    facts.append(f"MemAvailable {_size(available)}" if available is not None else "MemAvailable unknown")
-    facts.append(f"cgroup memory limit {_size(limit)}" if limit is not None else "no cgroup memory limit")
+    facts = [f"RLIMIT_MEMLOCK {memlock_limit()}", *_memory_facts(root)]
     runtime = container_runtime(root, environ)
     fix = {
         "docker": "raise --memory and run with --ulimit memlock=-1",
@@ -77,6 +74,26 @@ def pinned_failure(size: int, error: str, root: str = "/", environ: dict[str, st
     asked = f" ({_size(requested)} requested, rounded up)" if requested not in (None, size) else ""
     return (f"could not pin {_size(size)}{asked} of host memory{where} ({error}); {', '.join(facts)}: {fix}; "
             f"this is a host memory limit, not a GPU fault")
+
+
+def host_failure(size: int, error: str, root: str = "/", environ: dict[str, str] | None = None) -> str:
+    """Why an ordinary (pageable) host allocation of ``size`` bytes failed, with the numbers and the fix.
+
+    torch's CPU allocator (c10 DefaultCPUAllocator) takes the memory from host RAM under the
+    container's memory limit; no GPU is involved.
+    """
+    runtime = container_runtime(root, environ)
+    fix = {"docker": "raise --memory", "podman": "raise --memory",
+           "kubernetes": "raise the pod's memory limit"}.get(runtime, "free host memory")
+    where = f" in {with_article(runtime)} container" if runtime else ""
+    return (f"could not allocate {_size(size)} of pageable host memory{where} ({error}); "
+            f"{', '.join(_memory_facts(root))}: {fix}; this is a host memory limit, not a GPU fault")
+
+
+def _memory_facts(root: str) -> list[str]:
+    available, limit = mem_available(root), cgroup_memory_limit(root)
+    return [f"MemAvailable {_size(available)}" if available is not None else "MemAvailable unknown",
+            f"cgroup memory limit {_size(limit)}" if limit is not None else "no cgroup memory limit"]
 
 
 def numa_node_of_pci(bus_id: str, root: str = "/") -> int | None:

@@ -45,6 +45,10 @@ ADVERSE_THROTTLE = {
 }
 
 
+NOT_SUPPORTED = ("NVML answers Not Supported for this GPU: it lacks the feature, or a vGPU or cloud guest does not "
+                 "expose it")
+
+
 class Session(NamedTuple):
     """An initialised NVML, or why there is none (``lib`` is None then)."""
 
@@ -103,16 +107,61 @@ def system(session: Session) -> System:
     return System(driver, f"{cuda // 1000}.{cuda % 1000 // 10}", "")
 
 
-def handles_by_bus(session: Session) -> tuple[dict[str, Any], str]:
-    """NVML device handles keyed by normalised PCI bus id (``0000:3b:00.0``), or why none."""
+class Devices(NamedTuple):
+    """The GPUs NVML lists, each resolved on its own, so one that cannot be read leaves the others readable."""
+
+    handles: dict[str, Any]  # by normalised PCI bus id (``0000:3b:00.0``)
+    count: int | None  # nvmlDeviceGetCount: every GPU the driver has, those this process may not open too
+    hidden: tuple[int, ...]  # NVML indices this process may not open (NO_PERMISSION): GPUs of other jobs
+    unreadable: tuple[str, ...]  # one line per other GPU NVML could not open or place (GPU lost), with the fix
+    reason: str  # why NVML lists nothing (not initialised, no count), "" when it counted
+
+    def missing(self, bus_id: str) -> str:
+        """Why NVML has no handle for the GPU torch sees at ``bus_id``: names the GPUs NVML could not read."""
+        if self.reason:
+            return self.reason
+        lines = [f"NVML lists no GPU at PCI {bus_id or '(unknown: torch gave no PCI id)'}"]
+        lines += [f"it could not read {line}" for line in self.unreadable]
+        if self.hidden:
+            lines.append(f"it may not open NVML {_indices(self.hidden)} (no permission): run with access to their "
+                         f"/dev/nvidia* devices")
+        return "; ".join(lines)
+
+
+def handles_by_bus(session: Session) -> Devices:
+    """Every GPU NVML lists, resolved index by index (``nvmlDeviceGetHandleByIndex``, then its PCI bus id).
+
+    ``nvmlDeviceGetCount`` counts GPUs this process may not open: under a cgroup device
+    restriction (Slurm with GRES, a container given some of a node's GPUs) their handles
+    answer NO_PERMISSION. Those are another job's GPUs and not this one's problem, so they
+    are only counted (``hidden``). Any other error (GPU_IS_LOST: the GPU fell off the bus) is
+    kept with its fix (``unreadable``), for the GPU torch sees that NVML then cannot read.
+    NVML API reference, nvmlDeviceGetCount_v2 and nvmlDeviceGetHandleByIndex_v2.
+    """
     lib = session.lib
     if lib is None:
-        return {}, session.reason
+        return Devices({}, None, (), (), session.reason)
     try:
-        handles = [lib.nvmlDeviceGetHandleByIndex(i) for i in range(lib.nvmlDeviceGetCount())]
-        return {normalise_bus_id(_text(lib.nvmlDeviceGetPciInfo(h).busId)): h for h in handles}, ""
+        count = lib.nvmlDeviceGetCount()
     except lib.NVMLError as error:
-        return {}, f"NVML could not list devices ({describe(lib, error)})"
+        return Devices({}, None, (), (), f"NVML could not count devices ({describe(lib, error)})")
+    handles: dict[str, Any] = {}
+    hidden: list[int] = []
+    unreadable: list[str] = []
+    for index in range(count):
+        try:
+            handle = lib.nvmlDeviceGetHandleByIndex(index)
+            handles[normalise_bus_id(_text(lib.nvmlDeviceGetPciInfo(handle).busId))] = handle
+        except lib.NVMLError as error:
+            if getattr(error, "value", None) == lib.NVML_ERROR_NO_PERMISSION:
+                hidden.append(index)
+            else:
+                unreadable.append(f"NVML GPU {index}: {describe(lib, error)}")
+    return Devices(handles, count, tuple(hidden), tuple(unreadable), "")
+
+
+def _indices(indices: tuple[int, ...]) -> str:
+    return f"GPU {indices[0]}" if len(indices) == 1 else f"GPUs {', '.join(map(str, indices))}"
 
 
 def normalise_bus_id(bus_id: str) -> str:
@@ -132,20 +181,30 @@ def describe(lib: Any, error: Exception) -> str:
     return text
 
 
+def unanswered(lib: Any, error: Exception, metric: str, unit: str, device: str | None) -> Measurement:
+    """The row of a reading NVML did not give, by one rule for every check.
+
+    NOT_SUPPORTED means the GPU has no such reading here (a consumer GPU has no ECC; a vGPU or
+    some cloud guests hide the PCIe link): ``not_applicable``, judged skip with the reason. Any
+    other NVML error (GPU lost, no permission) is ``unmeasurable``, with the fix from ``describe``.
+    """
+    if isinstance(error, lib.NVMLError_NotSupported):
+        return not_applicable(metric, NOT_SUPPORTED, unit, device)
+    return unmeasurable(metric, describe(lib, error), unit, device)
+
+
 def health(lib: Any, handle: Any, device: str) -> list[Measurement]:
     """The NVML health readings of one device, one measurement per metric of ``cuda``.
 
-    A reading NVML reports as NOT_SUPPORTED becomes ``not_applicable`` (judged skip);
-    any other NVML error (GPU lost, no permission) an unmeasurable reading with the fix.
+    A reading NVML cannot give is ``unanswered``: NOT_SUPPORTED is judged skip, any other NVML
+    error (GPU lost, no permission) fails with the fix.
     """
 
     def read(metric: str, unit: str, query: Callable[[], Any]) -> Measurement:
         try:
             value, reason = query()
-        except lib.NVMLError_NotSupported:
-            return not_applicable(metric, "this GPU does not have it (NVML: Not Supported)", unit, device)
         except lib.NVMLError as error:
-            return unmeasurable(metric, describe(lib, error), unit, device)
+            return unanswered(lib, error, metric, unit, device)
         return Measurement(metric, value, unit, device=device, method="NVML", reason=reason)
 
     def mode(get: Callable[[Any], Any]) -> tuple[str, str]:

@@ -9,7 +9,9 @@ import pytest
 
 from preflight.host import nvml
 from preflight.checks import cuda
+from preflight.host.gpu_memory import HostMemoryError
 from tests.fakes.gpu import FakeCuda, FakeGpu, FakeNvml, h200
+from tests.fakes.libnvml import installed
 from tests.helpers import judged, keyed
 
 OPTIONS = {"matmul_size": 256, "allocate": 90.0}
@@ -47,9 +49,19 @@ power_limit: {min: 600 W}
 
 def run(fake_cuda: FakeCuda | None = None, fake_nvml: FakeNvml | None = None):
     fake_nvml = FakeNvml() if fake_nvml is None else fake_nvml
-    measured = cuda.measurements(OPTIONS, fake_cuda or FakeCuda(), fake_nvml)
+    measured = cuda.measurements(OPTIONS, fake_cuda or FakeCuda(), fake_nvml, environ={})
     assert fake_nvml.open == 0, "every successful nvmlInit is paired with nvmlShutdown"
     return measured
+
+
+def run_over_the_real_pynvml(monkeypatch, root, fake_cuda: FakeCuda, gpus: list[FakeGpu], environ: dict[str, str],
+                             nodes: tuple[str, ...] = ()):
+    """The check with the installed nvidia-ml-py over ``tests.fakes.libnvml`` for ``gpus``; ``nodes``: /dev names."""
+    installed(monkeypatch, FakeNvml(gpus))
+    (root / "dev").mkdir()
+    for node in nodes:
+        (root / "dev" / node).touch()
+    return cuda.measurements(OPTIONS, fake_cuda, pynvml, environ=environ, root=str(root))
 
 
 def test_a_healthy_h200_passes_every_metric_with_real_values(tmp_path):
@@ -87,7 +99,7 @@ def test_metrics_nvml_does_not_support_are_skipped_never_passed(tmp_path):
         "ecc_mode", "ecc_uncorrectable_volatile", "ecc_uncorrectable_aggregate", "retired_pages",
         "retired_pages_pending", "remapped_rows_pending", "remapped_rows_failed", "mig_mode")}
     message = results["cuda.ecc_mode[cuda:0]"].message
-    assert message == "not applicable: this GPU does not have it (NVML: Not Supported)"
+    assert message == f"not applicable: {nvml.NOT_SUPPORTED}"
     assert results["cuda.temperature[cuda:0]"].verdict == "pass"
 
 
@@ -118,7 +130,68 @@ def test_a_lost_gpu_fails_with_the_fix():
 def test_a_lost_gpu_while_listing_devices_fails_every_nvml_metric():
     lost = FakeGpu(errors={"nvmlDeviceGetPciInfo": pynvml.NVML_ERROR_GPU_IS_LOST})
     measured = keyed(run(fake_nvml=FakeNvml([lost])))
-    assert measured["temperature[cuda:0]"].reason.startswith("NVML could not list devices (GPU is lost")
+    assert measured["temperature[cuda:0]"].reason.startswith(
+        "NVML lists no GPU at PCI 0000:3b:00.0; it could not read NVML GPU 0: GPU is lost (NVML error 15): the GPU "
+        "fell off the bus")
+    assert all(measured[f"{m}[cuda:0]"].value is None and measured[f"{m}[cuda:0]"].applicable
+               for m in cuda.NVML_DEVICE_METRICS)
+
+
+BUSES = ("0000:3b:00.0", "0000:5e:00.0", "0000:af:00.0")
+
+
+def node_gpus(count: int = 3) -> list[FakeGpu]:
+    """The node's GPUs as NVML lists them (``00000000:3B:00.0``), at ``BUSES``."""
+    return [FakeGpu(bus_id=f"0000{bus.upper()}") for bus in BUSES[:count]]
+
+
+def test_a_gpu_of_another_job_leaves_this_jobs_gpus_read_and_is_counted(monkeypatch, tmp_path):
+    # a cgroup-restricted job (Slurm GRES) given GPUs 0 and 2 of 3: NVML counts 3, GPU 1 answers NO_PERMISSION
+    gpus = node_gpus()
+    gpus[1].errors["nvmlDeviceGetHandleByIndex"] = pynvml.NVML_ERROR_NO_PERMISSION
+    job = FakeCuda(devices=(h200(0, BUSES[0]), h200(1, BUSES[2])))
+    measured = run_over_the_real_pynvml(monkeypatch, tmp_path, job, gpus, {"CUDA_VISIBLE_DEVICES": "0,2"},
+                                        ("nvidia0", "nvidia1", "nvidia2", "nvidiactl", "nvidia-uvm"))
+    results = judged(tmp_path, "cuda", HEALTHY_GATE, measured)
+    assert len(results) == 5 + 2 * 22 and {r.verdict for r in results.values()} == {"pass"}
+    assert results["cuda.temperature[cuda:1]"].value == 34.0
+    assert results["cuda.device_count"].message == (
+        "measured 2, required >= 1 (torch sees 2 GPUs, NVML counts 3 (1 of them this process may not open); what can "
+        "hide GPUs from torch here: CUDA_VISIBLE_DEVICES=0,2, NVIDIA_VISIBLE_DEVICES unset, device nodes /dev/nvidia0 "
+        "/dev/nvidia1 /dev/nvidia2)")
+
+
+def test_a_lost_gpu_the_job_sees_fails_by_name_and_the_others_are_still_read(monkeypatch, tmp_path):
+    gpus = node_gpus()
+    gpus[1].errors["nvmlDeviceGetHandleByIndex"] = pynvml.NVML_ERROR_GPU_IS_LOST
+    job = FakeCuda(devices=tuple(h200(index, bus) for index, bus in enumerate(BUSES)))
+    results = judged(tmp_path, "cuda", HEALTHY_GATE, run_over_the_real_pynvml(monkeypatch, tmp_path, job, gpus, {}))
+    failed = {k: r for k, r in results.items() if r.verdict != "pass"}
+    assert sorted(failed) == sorted(f"cuda.{m}[cuda:1]" for m in cuda.NVML_DEVICE_METRICS)
+    assert failed["cuda.ecc_uncorrectable_volatile[cuda:1]"].message == (
+        "could not measure: NVML lists no GPU at PCI 0000:5e:00.0; it could not read NVML GPU 1: GPU is lost (NVML "
+        "error 15): the GPU fell off the bus; drain the node and reset or replace the GPU (see dmesg Xid 79); "
+        "required <= 0")
+    assert results["cuda.device_count"].message == "measured 3, required >= 1"  # NVML counts the lost one too
+
+
+def test_when_torch_sees_fewer_gpus_than_nvml_the_count_names_both_and_what_hides_them(monkeypatch, tmp_path):
+    no_gpu = FakeCuda(devices=(), reason="no GPU visible to torch 2.5.1 (CUDA 12.4): check the driver, the "
+                                         "container's GPU runtime (--gpus all) and CUDA_VISIBLE_DEVICES")
+    measured = run_over_the_real_pynvml(monkeypatch, tmp_path, no_gpu, node_gpus(2),
+                                        {"CUDA_VISIBLE_DEVICES": "", "NVIDIA_VISIBLE_DEVICES": "all"},
+                                        ("nvidia0", "nvidia1", "nvidia10", "nvidiactl"))
+    result = judged(tmp_path, "cuda", HEALTHY_GATE, measured)["cuda.device_count"]
+    assert result.verdict == "fail"
+    assert result.message == (
+        "measured 0, required >= 1 (torch sees 0 GPUs, NVML counts 2; what can hide GPUs from torch here: "
+        "CUDA_VISIBLE_DEVICES='', NVIDIA_VISIBLE_DEVICES=all, device nodes /dev/nvidia0 /dev/nvidia1 /dev/nvidia10)")
+    # a CPU build of torch sees no GPU whatever hides them: its own reason is the one to give
+    cpu_build = FakeCuda(devices=(), cuda_runtime=None, reason="no CUDA device: torch 2.5.1+cpu is a CPU build; "
+                                                                "install a CUDA build of torch")
+    (tmp_path / "cpu").mkdir()
+    measured = keyed(run_over_the_real_pynvml(monkeypatch, tmp_path / "cpu", cpu_build, node_gpus(2), {}))
+    assert measured["device_count"].reason == cpu_build.reason
 
 
 @pytest.mark.parametrize("gpu, metric, message", [
@@ -248,3 +321,13 @@ def test_torch_cuda_runtime_is_reported_next_to_the_driver(tmp_path):
     assert (measured["cuda_runtime"].value, measured["cuda_driver_version"].value) == ("12.8", "12.8")
     results = judged(tmp_path, "cuda", 'cuda_runtime: {min: "12.4"}', list(measured.values()))
     assert results["cuda.cuda_runtime"].message == "measured 12.8, required >= 12.4"
+
+
+def test_a_host_that_cannot_hold_the_matmul_reference_is_not_blamed_on_the_gpu(tmp_path):
+    short = FakeCuda(matmul=HostMemoryError("DefaultCPUAllocator: can't allocate memory: you tried to allocate "
+                                            "50331648 bytes. Error code 12 (Cannot allocate memory)"))
+    message = judged(tmp_path, "cuda", HEALTHY_GATE, run(short))["cuda.matmul_error[cuda:0]"].message
+    assert message == ("could not measure: host memory ran out for the CPU reference of a 256x256 matmul "
+                       "(DefaultCPUAllocator: can't allocate memory: you tried to allocate 50331648 bytes. Error code "
+                       "12 (Cannot allocate memory)): a host limit, not a GPU fault; lower cuda.matmul_size or raise "
+                       "the memory limit; required <= 0.001")

@@ -7,10 +7,12 @@ import os
 import pynvml
 import pytest
 
-from preflight.checks import transfer
+from preflight.checks import cuda, transfer
 from preflight.checks.base import Budget
-from preflight.host.gpu_memory import DeviceFault, DeviceMemoryError, PinError
+from preflight.host import gpu, nvml
+from preflight.host.gpu_memory import DeviceFault, DeviceMemoryError, HostMemoryError, PinError
 from tests.fakes.gpu import FakeCuda, FakeGpu, FakeNvml, h200
+from tests.fakes.libnvml import installed
 from tests.helpers import judged, keyed
 
 OPTIONS = {"size": 64 << 20, "pinned_size": 8 << 30}
@@ -242,3 +244,33 @@ def test_a_failed_release_is_reported_in_the_method(sysfs):
 
     measured = keyed(run(sysfs, Stuck()))
     assert "not released (CUDA error: an illegal memory access was encountered)" in measured["pinned_alloc"].method
+
+
+LINK_CALLS = ("nvmlDeviceGetMaxPcieLinkGeneration", "nvmlDeviceGetMaxPcieLinkWidth",
+              "nvmlDeviceGetCurrPcieLinkGeneration", "nvmlDeviceGetCurrPcieLinkWidth")
+
+
+def test_a_link_nvml_does_not_report_is_a_skip_here_as_in_the_cuda_check(monkeypatch, tmp_path, sysfs):
+    # a vGPU or cloud guest: NVML answers NOT_SUPPORTED for the PCIe link; read through the real pynvml
+    guest = FakeGpu(errors={name: pynvml.NVML_ERROR_NOT_SUPPORTED for name in LINK_CALLS})
+    installed(monkeypatch, FakeNvml([guest]))
+    results = judged(tmp_path, "transfer", GATE + "link_rate: {min: 1 GB/s}",
+                     transfer.measurements(OPTIONS, Budget(0.4, 60), FakeCuda(), pynvml, root=str(sysfs)))
+    link = [results["transfer.link_rate[cuda:0]"], results["transfer.h2d_link_efficiency[cuda:0]"]]
+    assert [(r.verdict, r.message) for r in link] == [("skip", f"not applicable: {nvml.NOT_SUPPORTED}")] * 2
+    assert results["transfer.h2d_pinned[cuda:0]"].verdict == "pass"
+    same_rule = keyed(cuda.measurements({"matmul_size": 256, "allocate": 90.0}, FakeCuda(), pynvml, environ={}))
+    assert (same_rule["pcie_link_width[cuda:0]"].applicable, same_rule["pcie_link_width[cuda:0]"].reason) == (
+        False, nvml.NOT_SUPPORTED)
+
+
+def test_a_pageable_buffer_the_host_cannot_hold_is_a_host_limit_not_a_gpu_fault(tmp_path, sysfs):
+    with pytest.raises(HostMemoryError) as refused:  # the real CPU allocator, asked for 1 EiB
+        gpu.host_buffer(1 << 60, pinned=False)
+    short = FakeCuda(rates={("h2d", True): 55.1, ("h2d", False): refused.value, ("d2h", True): 55.6,
+                            ("d2h", False): 17.2})
+    message = judged(tmp_path, "transfer", GATE, run(sysfs, short))["transfer.h2d_pageable[cuda:0]"].message
+    assert message == (f"could not measure: could not allocate 64 MiB of pageable host memory in a docker container "
+                       f"({str(refused.value)}); MemAvailable 4 GiB, cgroup memory limit 16 GiB: raise --memory; "
+                       f"this is a host memory limit, not a GPU fault; required >= 10 GB/s")
+    assert "Xid" not in message

@@ -30,7 +30,8 @@ H200_BUS = "0000:3b:00.0"
 
 @dataclass
 class FakeGpu:
-    """One GPU as NVML reports it; ``errors`` maps a pynvml function name to an NVML error code."""
+    """One GPU as NVML reports it; ``errors`` maps a pynvml function name to an NVML error code
+    (``nvmlDeviceGetHandleByIndex`` too: the handle of a GPU this process may not open, or a lost one)."""
 
     bus_id: str = "00000000:3B:00.0"
     mig: tuple[int, int] = (0, 0)
@@ -105,7 +106,11 @@ class FakeNvml:
         return self._call("nvmlDeviceGetCount", (), lambda: len(self.gpus))
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeGpu:
-        return self._call("nvmlDeviceGetHandleByIndex", (index,), lambda: self.gpus[index])
+        self.calls.append(("nvmlDeviceGetHandleByIndex", (index,)))
+        code = self.gpus[index].errors.get("nvmlDeviceGetHandleByIndex")  # NO_PERMISSION: a GPU of another job
+        if code is not None:
+            raise pynvml.NVMLError(code)
+        return self.gpus[index]
 
     def nvmlDeviceGetPciInfo(self, handle: FakeGpu) -> pynvml.nvmlPciInfo_t:
         return self._call("nvmlDeviceGetPciInfo", (handle,), lambda: pci_info(handle.bus_id))
@@ -201,6 +206,7 @@ class FakeCuda:
         ("h2d", True): 55.1, ("h2d", False): 19.8, ("d2h", True): 55.6, ("d2h", False): 17.2})
     peer_rate: float | Exception = 372.5
     peer_access: bool = True
+    bf16: bool = True  # bf16 in hardware (compute capability 8.0+)
     # What the seam was asked, in order (("pin", size), ("copy", direction, pinned), ("release",)), and
     # the pinned bytes torch's caching host allocator would hold: pinned copy buffers stay cached
     # after use until release_pinned; pin() releases its own block before returning.
@@ -212,6 +218,9 @@ class FakeCuda:
 
     def matmul_error(self, index: int, size: int) -> float:
         return _answer(self.matmul)
+
+    def bf16_native(self, index: int) -> bool:
+        return self.bf16
 
     def allocate_share(self, index: int, share: float) -> tuple[int, int]:
         used, free = _answer(self.allocation)

@@ -83,6 +83,9 @@ class FakeLibnvml:
     def nvmlDeviceGetHandleByIndex_v2(self, index: Any, device: Any) -> int:
         if index.value >= len(self.fake.gpus):
             return pynvml.NVML_ERROR_INVALID_ARGUMENT
+        code = self.fake.gpus[index.value].errors.get("nvmlDeviceGetHandleByIndex")
+        if code is not None:
+            return code
         pointer = ctypes.c_void_p(index.value + 1)  # an opaque handle, never 0
         ctypes.memmove(ctypes.addressof(_out(device)), ctypes.addressof(pointer), ctypes.sizeof(pointer))
         return pynvml.NVML_SUCCESS

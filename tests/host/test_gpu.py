@@ -62,13 +62,14 @@ def test_every_torch_api_the_gpu_only_paths_call_exists_in_this_torch():
                    "cuda.synchronize", "cuda.empty_cache", "cuda.Stream", "cuda.Event", "cuda.stream",
                    "cuda.can_device_access_peer", "backends.cuda.matmul", "Generator", "randn", "empty",
                    "cuda.OutOfMemoryError", "AcceleratorError", "cuda.host_memory_stats", "accelerator.empty_host_cache",
-                   "Tensor.is_pinned", "Tensor.fill_"):
+                   "Tensor.is_pinned", "Tensor.fill_", "cuda.is_bf16_supported", "cuda.device"):
         target = torch
         for part in dotted.split("."):
             target = getattr(target, part)
     inspect.signature(torch.cuda.Event).bind(enable_timing=True)
     inspect.signature(torch.cuda.Stream).bind(device=torch.device("cuda", 0))
     inspect.signature(torch.cuda.mem_get_info).bind(0)
+    inspect.signature(torch.cuda.is_bf16_supported).bind(including_emulation=False)  # torch 2.3+; bf16_native asks
     assert isinstance(torch.backends.cuda.matmul.allow_tf32, bool)
 
 
@@ -345,3 +346,17 @@ def test_a_pinned_host_buffer_comes_from_the_pinned_allocation_and_is_written(mo
     buffer = gpu.host_buffer(4096, pinned=True)
     assert asked == [4096]
     assert int(buffer.min()) == int(buffer.max()) == 0xA5
+
+
+def test_a_pageable_buffer_the_host_cannot_hold_is_labelled_host_memory():
+    # the real CPU allocator asked for 1 EiB, past any address space: it fails at once and writes nothing
+    with pytest.raises(gpu_memory.HostMemoryError) as refused:
+        gpu.host_buffer(1 << 60, pinned=False)
+    assert not isinstance(refused.value, (gpu_memory.PinError, gpu_memory.DeviceFault))
+    assert str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_a_matmul_whose_cpu_reference_the_host_cannot_hold_is_labelled_host_memory():
+    # 2^24 x 2^24 float32 is 1 PiB: the CPU reference fails before any GPU is touched
+    with pytest.raises(gpu_memory.HostMemoryError):
+        gpu.TorchCuda().matmul_error(0, 1 << 24)

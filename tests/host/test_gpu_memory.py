@@ -26,8 +26,8 @@ def test_torch_raises_runtime_errors_for_both_device_oom_and_cuda_faults():
 
 @pytest.mark.parametrize("error, where, expected, text", [
     (torch.OutOfMemoryError(DEVICE_OOM), "device", DeviceMemoryError, DEVICE_OOM),
-    (torch.AcceleratorError(HOST_OOM), "host", PinError, "CUDA error: out of memory"),
-    (torch.AcceleratorError(ILLEGAL_ACCESS), "host", DeviceFault, "CUDA error: an illegal memory access was encountered"),
+    (torch.AcceleratorError(HOST_OOM), "pinned", PinError, "CUDA error: out of memory"),
+    (torch.AcceleratorError(ILLEGAL_ACCESS), "pinned", DeviceFault, "CUDA error: an illegal memory access was encountered"),
     (torch.AcceleratorError(ILLEGAL_ACCESS), "device", DeviceFault, "CUDA error: an illegal memory access was encountered"),
     (RuntimeError(ILLEGAL_ACCESS), "device", DeviceFault, "CUDA error: an illegal memory access was encountered"),
     (torch.AcceleratorError(HOST_OOM), "device", DeviceMemoryError, "CUDA error: out of memory"),
@@ -44,7 +44,7 @@ def test_each_failed_allocation_is_named_by_the_memory_it_asked_for(error, where
 
 def test_an_error_that_is_not_cudas_passes_through():
     error = RuntimeError("pin_memory=True requires a CUDA or other accelerator backend")
-    assert gpu_memory.classified(error, "host") is error
+    assert gpu_memory.classified(error, "pinned") is error
     assert gpu_memory.allocating("device", lambda: "buffer") == "buffer"
 
 
@@ -80,3 +80,19 @@ def test_the_rounding_rule_is_the_one_in_the_installed_torch_headers():
     source = header.read_text()
     assert "return c10::llvm::PowerOf2Ceil(size);" in source
     assert "virtual void empty_cache()" in source
+
+
+def test_a_pageable_allocation_is_always_the_hosts():
+    # an ordinary host buffer never touches CUDA: whatever its allocation raises is host memory
+    for error in (RuntimeError("DefaultCPUAllocator: can't allocate memory"), torch.OutOfMemoryError(DEVICE_OOM)):
+        def allocate():
+            raise error
+
+        with pytest.raises(gpu_memory.HostMemoryError) as raised:
+            gpu_memory.allocating("pageable", allocate)
+        assert not isinstance(raised.value, (PinError, DeviceMemoryError, DeviceFault))
+
+
+def test_an_unknown_memory_is_refused_rather_than_read_as_the_device():
+    with pytest.raises(ValueError):
+        gpu_memory.allocating("host", lambda: None)

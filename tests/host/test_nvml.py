@@ -62,7 +62,7 @@ def test_the_real_library_on_a_machine_without_a_driver_says_so():
     assert session.lib is None
     assert session.reason.startswith("NVML library not found (libnvidia-ml.so.1): no NVIDIA driver here")
     assert nvml.system(session) == nvml.System(None, None, session.reason)
-    assert nvml.handles_by_bus(session) == ({}, session.reason)
+    assert nvml.handles_by_bus(session) == nvml.Devices({}, None, (), (), session.reason)
 
 
 def test_a_missing_nvidia_ml_py_names_the_package():
@@ -139,7 +139,8 @@ def test_the_whole_health_reading_is_the_same_over_the_real_pynvml(monkeypatch):
     assert nvml.health(pynvml, handle, "cuda:0") == nvml.health(fake, UNHEALTHY, "cuda:0")
     real_session, fake_session = nvml.open_session(pynvml), nvml.open_session(fake)
     assert nvml.system(real_session) == nvml.system(fake_session) == nvml.System("550.54.15", "12.4", "")
-    assert list(nvml.handles_by_bus(real_session)[0]) == list(nvml.handles_by_bus(fake_session)[0]) == ["0000:86:00.0"]
+    assert list(nvml.handles_by_bus(real_session).handles) == list(nvml.handles_by_bus(fake_session).handles) == [
+        "0000:86:00.0"]
 
 
 def test_clock_events_and_temperature_use_the_current_calls_not_the_deprecated_ones():
@@ -184,3 +185,28 @@ def test_the_adverse_clock_event_bits_are_pynvmls():
     assert set(nvml.ADVERSE_THROTTLE) == set(names)
     for bit, name in names.items():
         assert getattr(pynvml, f"nvmlClocksEventReason{name}") == getattr(pynvml, f"nvmlClocksThrottleReason{name}") == bit
+
+
+THREE_BUSES = ("00000000:3B:00.0", "00000000:5E:00.0", "00000000:AF:00.0")
+
+
+@pytest.mark.parametrize("code, hidden, unreadable", [
+    (pynvml.NVML_ERROR_NO_PERMISSION, (1,), ()),
+    (pynvml.NVML_ERROR_GPU_IS_LOST, (), ("NVML GPU 1: GPU is lost (NVML error 15): the GPU fell off the bus; drain the "
+                                         "node and reset or replace the GPU (see dmesg Xid 79)",)),
+], ids=["no-permission", "gpu-lost"])
+def test_one_gpu_nvml_cannot_open_leaves_the_others_listed_over_the_real_pynvml(monkeypatch, code, hidden, unreadable):
+    # nvmlDeviceGetCount_v2 counts a GPU of another job (cgroup device restriction) and a lost one
+    gpus = [FakeGpu(bus_id=bus) for bus in THREE_BUSES]
+    gpus[1].errors["nvmlDeviceGetHandleByIndex"] = code
+    installed(monkeypatch, FakeNvml(gpus))
+    fake = FakeNvml(gpus)
+    for lib in (pynvml, fake):
+        devices = nvml.handles_by_bus(nvml.open_session(lib))
+        assert list(devices.handles) == ["0000:3b:00.0", "0000:af:00.0"]
+        assert (devices.count, devices.hidden, devices.unreadable, devices.reason) == (3, hidden, unreadable, "")
+    with pytest.raises(pynvml.NVMLError) as real:
+        pynvml.nvmlDeviceGetHandleByIndex(1)
+    with pytest.raises(pynvml.NVMLError) as answer:
+        fake.nvmlDeviceGetHandleByIndex(1)
+    assert type(answer.value) is type(real.value) and answer.value.value == real.value.value == code

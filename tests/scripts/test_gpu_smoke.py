@@ -1,10 +1,12 @@
-"""scripts/gpu-smoke-bundle.sh and scripts/gpu-smoke.sh end to end on this CPU machine, pip cut off from any index.
+"""scripts/gpu-smoke-bundle.sh and scripts/gpu-smoke.sh on this CPU machine, pip cut off from any index.
 
-The GPU node is played by this Python with preflight's small dependencies hidden: a folder on
-PYTHONPATH whose ``pynvml``, ``six``, ``junit_xml`` and ``yaml`` raise ImportError, as if the
-image lacked them. The wheels come from the bundle script, offline, so it packs them from
-this Python's installed distributions. There is no GPU here, so every run must fail, and say
-why, with the errors first.
+The script's own logic, fast enough for CI: it settles its dependencies, stops at once when
+torch sees no GPU, and otherwise fails on every row of the battery that errored, failed or was
+not measured, naming it. A GPU node is played two ways. Its image: this Python with preflight's
+small dependencies hidden (a folder on PYTHONPATH whose ``pynvml``, ``six``, ``junit_xml`` and
+``yaml`` raise ImportError), the wheels packed offline by the bundle script. Its GPU:
+``tests/fakes/gpu_site``, which puts the seam's fakes (one H200) behind ``preflight.host.gpu``
+and ``preflight.host.nvml`` in every process the script starts; all above the seam is real.
 """
 
 from __future__ import annotations
@@ -17,27 +19,43 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import yaml
 
+from preflight import config
+from preflight.checks import CHECKS, p2p
+from preflight.checks.base import Budget
+from preflight.host import gpu
+from preflight.verdict import Outcome, judge
+from tests.fakes.gpu import FakeCuda, h200
 from tests.helpers import REPO
 
 HIDDEN = ("pynvml", "six", "junit_xml", "yaml")
 OFFLINE = {"PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+SMOKE = REPO / "scripts" / "gpu-smoke.yaml"
+FAKE_GPU = {"PYTHONPATH": str(REPO / "tests" / "fakes" / "gpu_site")}
+BUILD = gpu.torch_build() or {}
+cpu_build = pytest.mark.skipif(BUILD.get("cuda") is not None or BUILD.get("hip") is not None,
+                               reason="asserts what a machine without a GPU does; this torch can see GPUs")
 
 
 def script(name: str, *args: str, env: dict[str, str], cwd: Path = REPO, root: Path = REPO):
     environ = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") and k != "PYTHONPATH"}
     return subprocess.run(["bash", str(root / "scripts" / name), *args], cwd=cwd, capture_output=True, text=True,
-                          env={**environ, "PYTHON": sys.executable, **OFFLINE, **env}, timeout=240, check=False)
+                          env={**environ, "PYTHON": sys.executable, **OFFLINE, **env}, timeout=120, check=False)
+
+
+def hiding(folder: Path, modules: tuple[str, ...]) -> dict[str, str]:
+    """Environment variables under which this Python cannot import ``modules``, and pip finds no wheel."""
+    for module in modules:
+        (folder / module).mkdir(parents=True)
+        (folder / module / "__init__.py").write_text(f"raise ImportError('{module} hidden: the image lacks it')\n")
+    return {"PYTHONPATH": str(folder), "PIP_FIND_LINKS": str(folder / "no-wheels-here")}
 
 
 @pytest.fixture
 def bare_image(tmp_path) -> dict[str, str]:
     """Environment variables under which this Python cannot import preflight's small dependencies."""
-    hide = tmp_path / "hide"
-    for module in HIDDEN:
-        (hide / module).mkdir(parents=True)
-        (hide / module / "__init__.py").write_text(f"raise ImportError('{module} hidden: the image lacks it')\n")
-    return {"PYTHONPATH": str(hide), "PIP_FIND_LINKS": str(tmp_path / "no-wheels-here")}
+    return hiding(tmp_path / "hide", HIDDEN)
 
 
 def summary(output: str) -> list[str]:
@@ -45,13 +63,27 @@ def summary(output: str) -> list[str]:
     return [line.strip() for line in output.split("the smoke test failed:\n", 1)[1].splitlines()]
 
 
-def test_the_bundle_and_the_smoke_script_run_offline_and_fail_for_want_of_a_gpu(tmp_path, bare_image):
+def battery(tmp_path: Path, *instances: str, timeout: str = "") -> Path:
+    """scripts/gpu-smoke.yaml cut to ``instances`` (all when none), thresholds and all, as a file."""
+    document = yaml.safe_load(SMOKE.read_text())
+    if instances:
+        document["checks"] = {name: body for name, body in document["checks"].items() if name in instances}
+    if timeout:
+        document["defaults"]["timeout"] = timeout
+    path = tmp_path / "battery.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+@cpu_build
+def test_the_bundle_installs_offline_and_the_smoke_script_stops_for_want_of_a_gpu(tmp_path, bare_image):
     bundle = tmp_path / "bundle"
     made = script("gpu-smoke-bundle.sh", "--pythons", "3.11", "--archs", "x86_64", str(bundle), env={})
     assert made.returncode == 0, made.stdout + made.stderr
     wheels = sorted(path.name.split("-")[0].lower() for path in (bundle / "wheels").iterdir())
     assert wheels == ["junit_xml", "nvidia_ml_py", "pyyaml", "six"]
     assert (bundle / "preflight" / "checks" / "transfer.py").exists() and not (bundle / "tests").exists()
+    assert (bundle / "scripts" / "gpu_smoke_report.py").exists()
 
     out = tmp_path / "out"
     run = script("gpu-smoke.sh", str(out), env=bare_image, cwd=tmp_path, root=bundle)
@@ -60,16 +92,34 @@ def test_the_bundle_and_the_smoke_script_run_offline_and_fail_for_want_of_a_gpu(
     assert f"preflight from {bundle}/preflight/__init__.py" in run.stdout
     installed = {path.name for path in (out / "pydeps").iterdir()}
     assert {"_yaml", "junit_xml", "pynvml.py", "six.py", "yaml"} <= installed and "torch" not in installed
-    reasons = summary(run.stdout)
-    assert reasons[0].startswith("no GPU: measured 0, required >= 1 (no CUDA device: torch ")
-    assert reasons[1].startswith("bench/transfer_reference.py exited 1: no GPU measurement: no CUDA device")
-    assert (out / "report.json").exists() and (out / "report.xml").exists()
-    # model and pipeline fall back to the CPU and the built-in tiny CNN (no torchvision here), and measure
-    assert "torchvision is not importable here" in run.stdout and "model: tiny" in run.stdout
-    report = {r["id"]: r for r in json.loads((out / "report.json").read_text())["results"]}
-    for key in ("model.samples_per_s[cpu]", "model_bf16.step_time_p50[cpu]", "pipeline.input_bound[cpu]"):
-        assert report[key]["value"] is not None and report[key]["verdict"] != "error", report[key]
-    assert "over 256 files under" in report["pipeline.samples_per_s[cpu]"]["method"]
+    assert run.stdout.splitlines()[-2:] == [
+        f"cannot run: no GPU visible: no CUDA device: torch {BUILD['__version__']} is a CPU build; install a CUDA "
+        f"build of torch",
+        "fix: run this on a GPU node, in the job's image with its GPUs given to the container (--gpus all, or the "
+        "pod's nvidia.com/gpu limit)"]
+
+
+@cpu_build
+def test_with_no_gpu_it_stops_at_once_nonzero_and_says_why(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "report.json").write_text('{"results": []}')  # an earlier run's: must not outlive this one
+    run = script("gpu-smoke.sh", str(out), env={})
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "cannot run: no GPU visible: no CUDA device: torch " in run.stdout
+    # nothing after the check for a GPU ran: no data written, no check run, no report, no reference
+    assert "== data" not in run.stdout and "== preflight" not in run.stdout
+    assert sorted(path.name for path in out.iterdir()) == []
+
+
+@cpu_build
+def test_it_runs_when_only_nvidia_ml_py_is_missing(tmp_path):
+    run = script("gpu-smoke.sh", str(tmp_path / "out"), env=hiding(tmp_path / "hide", ("pynvml",)))
+    assert run.returncode == 1, run.stdout + run.stderr  # for want of a GPU, not of nvidia-ml-py (that is 2)
+    assert "missing here: nvidia-ml-py;" in run.stdout
+    assert "nvidia-ml-py missing, with no wheel in PIP_FIND_LINKS" in run.stdout
+    assert "preflight runs without it, and every NVML reading" in run.stdout
+    assert "cannot run: no GPU visible" in run.stdout and "cannot run: nvidia-ml-py" not in run.stdout
 
 
 def test_without_wheels_it_names_what_is_missing_and_how_to_get_it(tmp_path, bare_image):
@@ -80,23 +130,61 @@ def test_without_wheels_it_names_what_is_missing_and_how_to_get_it(tmp_path, bar
     assert "== preflight" not in run.stdout
 
 
+def test_a_gpu_that_cannot_compute_fails_the_smoke_test_by_its_row(tmp_path):
+    crash = "CUDA error: an illegal memory access was encountered"
+    out = tmp_path / "out"
+    run = script("gpu-smoke.sh", "--config", str(battery(tmp_path, "cuda")), str(out),
+                 env={**FAKE_GPU, "FAKE_GPU_MATMUL_ERROR": crash})
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "cuda:0 NVIDIA H200, compute capability 9.0, PCI 0000:3b:00.0" in run.stdout
+    reasons = summary(run.stdout)
+    assert reasons[0] == (f"not measured: cuda.matmul_error[cuda:0]: the GPU failed a 2048x2048 matmul ({crash}); "
+                          f"check dmesg for Xid errors; required <= 0.001")
+    # every other row of the healthy fake H200 passed the smoke thresholds; the reference needs a real GPU
+    assert len(reasons) == 2 and reasons[1].startswith("bench/transfer_reference.py exited 1")
+    verdicts = {r["id"]: r["verdict"] for r in json.loads((out / "report.json").read_text())["results"]}
+    assert len(verdicts) == 27 and verdicts.pop("cuda.matmul_error[cuda:0]") == "fail"
+    assert set(verdicts.values()) == {"pass"}
+
+
 def test_a_check_that_errors_fails_the_smoke_test_and_its_errors_come_first(tmp_path):
-    config = tmp_path / "hang.yaml"
-    config.write_text((REPO / "scripts" / "gpu-smoke.yaml").read_text().replace("timeout: 300s", "timeout: 1 ms"))
-    run = script("gpu-smoke.sh", "--config", str(config), str(tmp_path / "out"), env={})
+    run = script("gpu-smoke.sh", "--config", str(battery(tmp_path, timeout="1 ms")), str(tmp_path / "out"),
+                 env=FAKE_GPU)
     assert run.returncode == 1, run.stdout + run.stderr
     table = run.stdout.split("errors first\n", 1)[1].splitlines()
+    thresholds = sum(len(i.thresholds) for i in config.load(str(SMOKE), environ={}).instances)
+    assert [line.split()[0] for line in table[:thresholds]] == ["ERROR"] * thresholds
     assert table[0].startswith("ERROR cuda.device_count") and "timed out after 0.001s" in table[0]
-    assert [line.split()[0] for line in table[:19]] == ["ERROR"] * 19
+    timed_out = "check did not finish: timed out after 0.001s and was killed; raise `timeout` in thresholds.yaml if " \
+                "the node is slow"
     reasons = summary(run.stdout)
-    assert reasons[:3] == [
-        f"error in cuda.device_count and 9 more: cuda check did not finish: timed out after 0.001s and was killed; "
-        f"raise `timeout` in thresholds.yaml if the node is slow",
-        f"error in transfer.h2d_pinned and 6 more: transfer check did not finish: timed out after 0.001s and was "
-        f"killed; raise `timeout` in thresholds.yaml if the node is slow",
-        f"error in p2p.p2p_access and 1 more: p2p check did not finish: timed out after 0.001s and was killed; raise "
-        f"`timeout` in thresholds.yaml if the node is slow",
+    assert reasons[:6] == [
+        f"error in cuda.device_count and 26 more: cuda {timed_out}",
+        f"error in transfer.h2d_pinned and 9 more: transfer {timed_out}",
+        f"error in p2p.p2p_access and 1 more: p2p {timed_out}",
+        f"error in model.samples_per_s and 2 more: model {timed_out}",
+        f"error in model_bf16.samples_per_s and 2 more: model {timed_out}",
+        f"error in pipeline.samples_per_s and 2 more: pipeline {timed_out}",
     ]
+    assert len(reasons) == 7 and reasons[6].startswith("bench/transfer_reference.py exited 1")
+
+
+def test_every_metric_of_every_smoke_instance_has_a_threshold():
+    # a row without one leaves the report when it cannot be measured: the smoke test would not see it fail
+    for instance in config.load(str(SMOKE), environ={}).instances:
+        gated = {threshold.metric for threshold in instance.thresholds}
+        assert gated == {metric.name for metric in CHECKS[instance.check].METRICS}, instance.name
+
+
+def test_a_failing_peer_copy_fails_the_smoke_battery_and_one_gpu_is_a_skip():
+    [instance] = [i for i in config.load(str(SMOKE), environ={}).instances if i.check == "p2p"]
+    broken = FakeCuda(devices=(h200(0), h200(1, "0000:86:00.0")),
+                      peer_rate=RuntimeError("CUDA error: an illegal memory access was encountered"))
+    results = judge(instance, Outcome(tuple(p2p.measurements({"size": 64 << 20}, Budget(0.2, 60), broken))))
+    bandwidth = {r.id: r.verdict for r in results if r.metric == "p2p_bandwidth"}
+    assert bandwidth == {"p2p.p2p_bandwidth[cuda:0->cuda:1]": "fail", "p2p.p2p_bandwidth[cuda:1->cuda:0]": "fail"}
+    alone = judge(instance, Outcome(tuple(p2p.measurements({"size": 64 << 20}, Budget(0.2, 60), FakeCuda()))))
+    assert {r.verdict for r in alone} == {"skip"}
 
 
 def test_usage_errors_exit_2():

@@ -61,16 +61,13 @@ def unsupported(options: Mapping[str, Any], device: str) -> str:
         return (f"channels_last needs an image input_shape (C, H, W), found {options['input_shape']}: set "
                 f"channels_last: false")
     if options["precision"] == "bf16" and device.startswith("cuda"):
-        return _bf16_unsupported(device)  # gpu-only
+        return _bf16_unsupported(device)
     return ""
 
 
-def _bf16_unsupported(device: str) -> str:  # gpu-only
-    import torch
-
-    with torch.cuda.device(torch.device(device)):
-        if torch.cuda.is_bf16_supported():
-            return ""
+def _bf16_unsupported(device: str) -> str:
+    if gpu.TorchCuda().bf16_native(int(device.split(":")[1])):
+        return ""
     return f"{device} has no bf16 Tensor Cores (bf16 needs compute capability 8.0, Ampere, or newer): use fp16"
 
 

@@ -231,3 +231,23 @@ def test_a_run_through_the_cli_judges_the_model_per_device(tmp_path):
     results = {r["id"]: r for r in json.loads(completed.stdout)["results"]}
     assert set(results) == {"model.samples_per_s[cpu]", "model.step_time_p50[cpu]", "model.step_time_p99[cpu]"}
     assert results["model.samples_per_s[cpu]"]["verdict"] == "pass" and results["model.samples_per_s[cpu]"]["value"] > 1
+
+
+@pytest.mark.parametrize("major, reason", [
+    (7, "cuda:0 has no bf16 Tensor Cores (bf16 needs compute capability 8.0, Ampere, or newer): use fp16"),
+    (8, ""),
+], ids=["volta-emulated", "ampere"])
+def test_bf16_counts_only_when_the_gpu_has_it_not_when_torch_can_emulate_it(monkeypatch, major, reason):
+    # torch 2.13's own is_bf16_supported over a faked device: compute capability `major`, on which a bf16 tensor
+    # can be created (as on a V100), the probe behind its default including_emulation=True
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: SimpleNamespace(major=major, minor=0))
+    monkeypatch.setattr(torch.cuda, "_check_bf16_tensor_supported", lambda device: True)
+    monkeypatch.setattr(torch.cuda, "_exchange_device", lambda index: 0)  # torch.cuda.device(0), on no real device
+    monkeypatch.setattr(torch.cuda, "_maybe_exchange_device", lambda index: 0)
+    assert torch.cuda.is_bf16_supported() is True  # what the default answers, emulation counted
+    options = {"channels_last": False, "input_shape": [3, 32, 32], "precision": "bf16"}
+    assert measuring.unsupported(options, "cuda:0") == reason

@@ -1,0 +1,44 @@
+"""What can hide GPUs from torch in this process, as found here: environment variables and device nodes.
+
+CUDA enumerates only the GPUs ``CUDA_VISIBLE_DEVICES`` lists (CUDA C++ Programming Guide, "CUDA
+Environment Variables"; Slurm sets it for a job's GRES). The NVIDIA container runtime gives a
+container the GPUs ``NVIDIA_VISIBLE_DEVICES`` names, as the Kubernetes device plugin does
+(nvidia-container-toolkit), and mounts a ``/dev/nvidiaN`` node for each; a cgroup device
+restriction (Slurm's ConstrainDevices) leaves nodes the process may not open. NVML counts every
+GPU of the node in the last case, so torch and NVML disagree there.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Mapping
+
+VARIABLES = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
+
+
+def found(environ: Mapping[str, str] | None = None, root: str = "/") -> str:
+    """One line of what is set here: each variable of ``VARIABLES`` with its value, and the device nodes.
+
+    ``CUDA_VISIBLE_DEVICES=0,1, NVIDIA_VISIBLE_DEVICES unset, device nodes /dev/nvidia0 /dev/nvidia1``;
+    an empty value, which hides every GPU, is shown quoted (``CUDA_VISIBLE_DEVICES=''``).
+    """
+    environ = os.environ if environ is None else environ
+    facts = [_variable(name, environ.get(name)) for name in VARIABLES]
+    nodes = device_nodes(root)
+    facts.append(f"device nodes {' '.join(nodes)}" if nodes else "no /dev/nvidia[0-9]* device nodes")
+    return ", ".join(facts)
+
+
+def device_nodes(root: str = "/") -> list[str]:
+    """The ``/dev/nvidiaN`` GPU device nodes present (not nvidiactl or nvidia-uvm), in numeric order."""
+    numbered = [(int(match.group(1)), path.name) for path in Path(root, "dev").glob("nvidia[0-9]*")
+                if (match := re.fullmatch(r"nvidia(\d+)", path.name))]
+    return [f"/dev/{name}" for _, name in sorted(numbered)]
+
+
+def _variable(name: str, value: str | None) -> str:
+    if value is None:
+        return f"{name} unset"
+    return f"{name}={value!r}" if not value.strip() else f"{name}={value}"
