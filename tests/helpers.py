@@ -181,18 +181,6 @@ def in_read_only_root(script: str, shm: str = "private", writable: Sequence[Path
                               f"mount -t tmpfs -o {options} tmpfs /dev/shm && {script}", timeout)
 
 
-@pytest.fixture
-def one_intra_op_thread() -> Iterator[None]:
-    """One intra-op thread while a test measures: on a shared 2-CPU machine, two threads wait on each other's
-    straggler and a step's time swings 2-5x between windows (1 thread: 1100 samples/s steady; 2: 100-600)."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 class Ticks:
     """A ``time`` module whose ``perf_counter`` reads 1, 2, 3 ... : one second per call.
 

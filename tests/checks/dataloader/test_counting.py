@@ -20,7 +20,7 @@ import torch
 from preflight.checks.dataloader import user
 from preflight.checks.dataloader.loop import BatchPuller
 from preflight.checks.dataloader.source import Source, loader_for
-from tests.helpers import Ticks, job_package, one_intra_op_thread, run_check, run_cli  # noqa: F401  (a fixture)
+from tests.helpers import Ticks, job_package, run_check, run_cli
 
 ITEM_S = 0.005  # each utterance sleeps this long: one worker delivers at most 200 utterances/s
 TRUE_RATE = 1 / ITEM_S

@@ -20,7 +20,7 @@ import torch
 from preflight.checks.base import Budget
 from preflight.checks.model import build, measuring
 from preflight.checks.model import step as step_module
-from tests.helpers import job_package, one_intra_op_thread, run_check, run_cli, write_config  # noqa: F401  (a fixture, used by pytestmark)
+from tests.helpers import job_package, run_check, run_cli, write_config
 
 SLEEP_S = 0.008  # the sleeping model's forward: a step takes at least this long
 PACKAGE = '''

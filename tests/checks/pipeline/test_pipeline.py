@@ -15,7 +15,7 @@ from preflight.checks import dataloader, model, pipeline
 from preflight.checks.model.step import Window
 from preflight.checks.pipeline.measuring import input_bound
 from preflight.measurement import Measurement
-from tests.helpers import job_package, one_intra_op_thread, run_check, run_cli, write_config  # noqa: F401  (a fixture, used by pytestmark)
+from tests.helpers import job_package, run_check, run_cli, write_config
 
 DELAY_S = 0.1  # per sample: one process reads at most 10 samples/s
 WIDE = '''
