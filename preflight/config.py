@@ -107,13 +107,30 @@ class Config(NamedTuple):
         Raises:
             UsageError: an id names no instance; the message lists the valid ones.
         """
+        wanted = self._named(ids, "--only")
+        kept = tuple(i for i in self.instances if i.name in wanted)
+        return Config(self.path, kept, self.source, self.fleet)
+
+    def skip(self, ids: Iterable[str]) -> Config:
+        """Drop the named instances (``--skip cuda,transfer``).
+
+        Raises:
+            UsageError: an id names no instance, or nothing would be left to run.
+        """
+        unwanted = self._named(ids, "--skip")
+        kept = tuple(i for i in self.instances if i.name not in unwanted)
+        if not kept:
+            raise UsageError(f"--skip {','.join(unwanted)}: that leaves no check to run in {self.path}: skip fewer, "
+                             f"or name the ones to run with --only")
+        return Config(self.path, kept, self.source, self.fleet)
+
+    def _named(self, ids: Iterable[str], flag: str) -> list[str]:
         wanted = [i.strip() for i in ids if i.strip()]
         names = [instance.name for instance in self.instances]
         for name in wanted:
             if name not in names:
-                raise UsageError(f"--only {name}: no such check instance in {self.path}{_suggest(name, names)}")
-        kept = tuple(i for i in self.instances if i.name in wanted)
-        return Config(self.path, kept, self.source, self.fleet)
+                raise UsageError(f"{flag} {name}: no such check instance in {self.path}{_suggest(name, names)}")
+        return wanted
 
 
 def bundled_path() -> Path:
