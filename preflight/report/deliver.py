@@ -1,8 +1,8 @@
 """Deliver a finished run to every destination the command line asked for.
 
 One function for a single node and for a fleet (``deliver``): stdout gets the chosen format,
-each report file is written atomically and on its own (a full disk under one must not cost
-the others), then the integrations that read one report (Prometheus, GitHub, the Kubernetes
+each report file (JSON, JUnit, HTML, baseline) is written atomically and on its own (a full
+disk under one must not cost the others), then the integrations that read one report (Prometheus, GitHub, the Kubernetes
 termination message, the compact verdict line on stderr). A closed stdout (``| head``) is not
 an error: as command-line tools do on EPIPE, preflight stops writing to it and still writes
 every file (Python's documented handling: point stdout at /dev/null, "Note on SIGPIPE").

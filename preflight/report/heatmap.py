@@ -86,6 +86,7 @@ def _blend(rgb: tuple[int, int, int], strength: float) -> str:
 
 
 def node_name(report: RunReport) -> str:
+    """``node3``: the node as fleet ids name it (``report.merge.on_node``)."""
     return f"node{report.facts.get('node_rank', '?')}"
 
 
