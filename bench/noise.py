@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from preflight import config, runner  # noqa: E402
 from preflight.checks import CHECKS  # noqa: E402
 from preflight.host.cpus import auto_workers  # noqa: E402
+from preflight.report.noise import cv, floor  # noqa: E402  the same CV and floors `preflight diff` judges by
 
 FILE_BYTES = 110_000
 FIO_SECONDS, FIO_RAMP = 2, 0.33  # as the bundled storage.duration and the check's first window
@@ -100,17 +101,9 @@ def fio_run(data: str, scratch: str) -> dict[str, float]:
     return values
 
 
-def cv(series: list[float]) -> float:
-    """stdev / mean; a constant 0 (a flag that never changes) counts as stable."""
-    mean = statistics.fmean(series)
-    stdev = statistics.stdev(series) if len(series) > 1 else 0.0
-    return stdev / mean if mean else (0.0 if stdev == 0 else float("inf"))
-
-
 def limit(metric: str, fio_cv: float | None) -> float:
     """The largest CV that meets the target for ``metric``, given fio's CV for the same shape (None: no fio job)."""
-    floor = 0.10 if metric.startswith("dataloader.") else 0.05
-    return floor if fio_cv is None else max(floor, 1.25 * fio_cv)
+    return floor(metric) if fio_cv is None else max(floor(metric), 1.25 * fio_cv)
 
 
 def is_performance(metric: str) -> bool:

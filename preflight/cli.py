@@ -1,4 +1,4 @@
-"""Command line: parses ``preflight run|list|validate|schema|explain|make-dataset`` and holds the one error boundary.
+"""Command line: parses ``preflight run|list|validate|schema|explain|diff|make-dataset`` and holds the one error boundary.
 
 Exit codes: 0 nothing failed or errored (warnings allowed); 1 the gate failed; 2 a usage
 or configuration error, with nothing measured; 3 an internal error (a bug: the message
@@ -25,7 +25,7 @@ EXIT_INTERNAL = 3
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    if list(sys.argv[1:] if argv is None else argv) == ["--version"]:  # answered before argparse is even imported
+    if list(sys.argv[1:] if argv is None else argv) in (["--version"], ["-V"]):  # answered before argparse is imported
         print(f"preflight {__version__}")
         return 0
     parser = _parser()
@@ -54,6 +54,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             sys.stdout.write(explain.render(args.name))
             return 0
+        if args.command == "diff":
+            from preflight.commands import diff
+
+            return diff.main(args)
         if args.command == "make-dataset":
             from preflight.commands import make_dataset
 
@@ -136,7 +140,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog="exit codes: 0 passed (warnings allowed), 1 a check failed or errored, 2 usage or config error, "
                "3 internal error (a bug in preflight: stderr names the crash log)",
     )
-    parser.add_argument("--version", action="version", version=f"preflight {__version__}")
+    parser.add_argument("-V", "--version", action="version", version=f"preflight {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def add(name: str, help: str) -> argparse.ArgumentParser:
@@ -158,6 +162,12 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("name", metavar="CHECK[.METRIC]",
                          help="a check (`storage`) or a metric (`storage.seq_read`), as `preflight list` and the "
                               "report name them")
+    diff = add("diff", "compare two runs' JSON reports metric by metric, each change against its noise")
+    diff.add_argument("old", metavar="OLD.json", help="the earlier run's (or one node's) JSON report")
+    diff.add_argument("new", metavar="NEW.json", help="the later run's (or another node's) JSON report")
+    diff.add_argument("--fail-on", metavar="N%",
+                      help="exit 1 when a rate or latency got worse beyond its noise by more than N%% (e.g. 10%%); "
+                           "without it, diff only reports")
     make_dataset = add("make-dataset", "write an ImageNet-shaped sample dataset to rehearse the gate on")
     make_dataset.add_argument("directory", metavar="DIR", help="where to write it: a new or empty directory")
     for flag, default, help in (("--classes", 10, "class folders"), ("--per-class", 100, "files per class folder"),

@@ -107,13 +107,30 @@ class Config(NamedTuple):
         Raises:
             UsageError: an id names no instance; the message lists the valid ones.
         """
+        wanted = self._named(ids, "--only")
+        kept = tuple(i for i in self.instances if i.name in wanted)
+        return Config(self.path, kept, self.source, self.fleet)
+
+    def skip(self, ids: Iterable[str]) -> Config:
+        """Drop the named instances (``--skip cuda,transfer``).
+
+        Raises:
+            UsageError: an id names no instance, or nothing would be left to run.
+        """
+        unwanted = self._named(ids, "--skip")
+        kept = tuple(i for i in self.instances if i.name not in unwanted)
+        if not kept:
+            raise UsageError(f"--skip {','.join(unwanted)}: that leaves no check to run in {self.path}: skip fewer, "
+                             f"or name the ones to run with --only")
+        return Config(self.path, kept, self.source, self.fleet)
+
+    def _named(self, ids: Iterable[str], flag: str) -> list[str]:
         wanted = [i.strip() for i in ids if i.strip()]
         names = [instance.name for instance in self.instances]
         for name in wanted:
             if name not in names:
-                raise UsageError(f"--only {name}: no such check instance in {self.path}{_suggest(name, names)}")
-        kept = tuple(i for i in self.instances if i.name in wanted)
-        return Config(self.path, kept, self.source, self.fleet)
+                raise UsageError(f"{flag} {name}: no such check instance in {self.path}{_suggest(name, names)}")
+        return wanted
 
 
 def bundled_path() -> Path:
@@ -203,6 +220,8 @@ def _fleet(root: Located) -> FleetSettings:
 
 def _instance(name: str, node: Located, defaults: Mapping[str, Any], baseline: baselines.Source,
               base: str) -> Instance:
+    if name not in CHECKS and not (isinstance(node.value, dict) and "check" in node.value):
+        _refuse_misplaced(name, node)
     body = _mapping(node, f"check `{name}`") if node.value is not None else {}
     check_name = _text(body["check"]) if "check" in body else name
     if check_name not in CHECKS:
@@ -250,6 +269,22 @@ def _instance(name: str, node: Located, defaults: Mapping[str, Any], baseline: b
     option_where = {option.name: body[option.name].where for option in check.OPTIONS if option.name in body}
     return Instance(name, check_name, parsed_options, thresholds, timeout_s, duration_s, required, node.where,
                     repeats, retries, margin / 100, option_where)
+
+
+def _refuse_misplaced(name: str, node: Located) -> None:
+    """A metric or option written at the level of the checks, one indent short: say where it belongs.
+
+    Raises:
+        ConfigError: ``name`` is a metric or option of some check (nothing when it is neither).
+    """
+    owners = [c for c, module in CHECKS.items() if any(item.name == name for item in (*module.METRICS, *module.OPTIONS))]
+    if not owners:
+        return
+    kind = "metric" if any(m.name == name for m in CHECKS[owners[0]].METRICS) else "option"
+    such = " or ".join(f"`{c}:`" for c in owners[:3])
+    raise ConfigError(node.key_location, f"`{name}` belongs under a check such as {such}: it is a {kind} of "
+                      f"{'that check' if len(owners) == 1 else 'those checks'}, not a check; indent it below the "
+                      f"check's name")
 
 
 def _refuse_inside(name: str, option: Option, options: Mapping[str, Any], node: Located | None) -> None:

@@ -99,7 +99,7 @@ def judge(instance: Instance, outcome: Outcome) -> list[Result]:
         measured = by_metric.get(name, [])
         threshold = thresholds.get(name)
         if threshold is None:
-            results += [_info(instance, m, outcome.duration_s) for m in measured if m.measured]
+            results += [_info(instance, metric, m, outcome.duration_s) for m in measured if m.measured]
             continue
         if not measured:
             measured = [Measurement(name, None, metric.unit, reason="the check reported no value for this metric")]
@@ -209,7 +209,7 @@ def _judge_one(instance: Instance, metric: Metric, threshold: Threshold, m: Meas
         # No metric hint here: it names the fix for a bad value ("replace the GPU"), and nothing was
         # measured; the reason says what stopped the measurement and how to fix that.
         return Result(verdict=verdict, message=message, **common)
-    measured = format_value(m.value, "" if metric.is_version else metric.unit)
+    measured = _said(m.value, metric, "" if metric.is_version else metric.unit)
     ok = _within(m.value, threshold, metric)
     verdict = "pass" if ok else threshold.severity
     message = f"measured {measured}, required {required}"
@@ -229,6 +229,13 @@ def _judge_one(instance: Instance, metric: Metric, threshold: Threshold, m: Meas
     return Result(verdict=verdict, message=message, value=m.value, hint=hint, **common)
 
 
+def _said(value: float | str | None, metric: Metric, unit: str) -> str:
+    """A measured value in a message: ``yes``/``no`` for a flag (``Metric.flag``), else ``format_value``'s words."""
+    if metric.flag and isinstance(value, (int, float)):
+        return "yes" if value else "no"
+    return format_value(value, "" if unit in ("version", "text") else unit)
+
+
 def _within(value: float | str | None, threshold: Threshold, metric: Metric) -> bool:
     def key(v: float | str) -> Any:
         return tuple(int(p) for p in str(v).split(".") if p.isdigit()) if metric.is_version else float(v)
@@ -246,8 +253,8 @@ def _hint(metric: Metric, instance: Instance, measured: str, required: str) -> s
     return metric.hint.format(measured=measured, required=required, **instance.options)
 
 
-def _info(instance: Instance, m: Measurement, duration_s: float) -> Result:
-    text = format_value(m.value, "" if m.unit in ("version", "text") else m.unit)
+def _info(instance: Instance, metric: Metric, m: Measurement, duration_s: float) -> Result:
+    text = _said(m.value, metric, m.unit)
     message = f"measured {text} (no threshold)" + (f"; {m.note}" if m.note else "")
     return Result(instance.name, instance.check, m.metric, "info", message,
                   device=m.device, value=m.value, unit=m.unit, samples=m.samples, duration_s=duration_s,
@@ -270,6 +277,28 @@ def _errors(instance: Instance, outcome: Outcome, thresholds: Mapping[str, Thres
 def _bounds(threshold: Threshold) -> dict[str, float | str]:
     bounds = (("min", threshold.min), ("max", threshold.max), ("match", threshold.match))
     return {key: value for key, value in bounds if value is not None}
+
+
+def storage_first(results: Sequence[Result]) -> list[Result]:
+    """``results`` with the fix of a slow job's Dataset pointing at the volume when the storage check missed too.
+
+    A ``dataloader`` throughput measured through the job's own Dataset (subject ``job_dataset``)
+    says to profile that code; but when a ``storage`` figure of the same run missed its threshold,
+    the volume is slow as well and comes first. Nothing else changes: no verdict, no value.
+    """
+    slow = [r for r in results if r.check == "storage" and r.verdict in ("fail", "warn") and r.value is not None
+            and _metric_of(r).is_performance]
+    if not slow:
+        return list(results)
+    said = ", ".join(f"{r.id} {format_value(r.value, r.unit)} (required {r.required})" for r in slow[:2])
+    first = (f"storage on this node missed too ({said}): fix the volume first (its fix above), then profile the "
+             f"Dataset's own code if the loader is still slow")
+    return [replace(r, hint=first) if r.check == "dataloader" and r.metric == "throughput"
+            and r.subject == "job_dataset" and r.verdict in ("fail", "warn") else r for r in results]
+
+
+def _metric_of(result: Result) -> Metric:
+    return next(m for m in CHECKS[result.check].METRICS if m.name == result.metric)
 
 
 def judge_against_fleet(result: Result, median: float, nodes: int, ratio: float, severity: str) -> Result:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import re
 import shlex
+import subprocess
 from pathlib import Path
 
 import jsonschema
@@ -221,3 +222,40 @@ def _empty_report():
     from tests.report_helpers import make_report
 
     return make_report([])
+
+
+def test_every_pipeline_piece_writes_the_html_page_and_keeps_it():
+    """Issue 25: the GitHub action, the GitLab template and the Jenkinsfile publish the HTML report."""
+    action = yaml.safe_load((REPO / "action.yml").read_text())
+    run_step = next(step for step in action["runs"]["steps"] if step.get("id") == "run")
+    assert '--html "$PREFLIGHT_HTML"' in run_step["run"] and run_step["env"]["PREFLIGHT_HTML"] == "${{ inputs.html }}"
+    assert action["outputs"]["html"]["value"] == "${{ steps.run.outputs.html }}"
+    workflow = (REPO / "ci/github/preflight.yml").read_text()
+    assert "${{ steps.preflight.outputs.html }}" in workflow.split("upload-artifact", 1)[1]
+    job = yaml.safe_load((REPO / "ci/gitlab/preflight.gitlab-ci.yml").read_text())[".preflight"]
+    arguments = _run_arguments(job["script"][-1])
+    page = arguments[arguments.index("--html") + 1]
+    assert page in job["artifacts"]["paths"] and job["artifacts"]["expose_as"]
+    jenkins = (REPO / "ci/jenkins/Jenkinsfile").read_text()
+    command = re.search(r"sh '([^']+)'", jenkins).group(1)
+    page = command.split("--html ", 1)[1].split()[0]
+    assert re.search(rf"archiveArtifacts artifacts: '[^']*\b{re.escape(page)}\b", jenkins[jenkins.index("always {"):])
+
+
+def test_the_gitlab_template_with_no_wheel_and_no_preflight_stops_with_one_line(tmp_path):
+    """Its fallback: PREFLIGHT_PACKAGE, else the project's bundled wheel, else the image's preflight, else exit 2."""
+    job = yaml.safe_load((REPO / "ci/gitlab/preflight.gitlab-ci.yml").read_text())[".preflight"]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text("#!/bin/sh\nexit 1\n")  # an image's python3 without preflight
+    (bin_dir / "python3").chmod(0o755)
+    project = tmp_path / "project"
+    project.mkdir()
+    environ = {"PATH": f"{bin_dir}:/usr/bin:/bin", "CI_PROJECT_DIR": str(project), **job["variables"]}
+    done = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", "\n".join(job["script"][:2])],
+                          cwd=project, env=environ, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        f"preflight: no wheel matches PREFLIGHT_WHEEL=dist/train_preflight-*.whl in {project} and {bin_dir}/python3 "
+        "has no preflight: build the wheel in a preflight checkout (python -m build --wheel) and commit it to "
+        "dist/, or set PREFLIGHT_PACKAGE to a wheel's path or a git URL"]

@@ -61,6 +61,11 @@ def test_environment_and_set_overrides(tmp_path):
          "'8 GiB' is a size, but a bandwidth is expected"),
         ("version: 1\nchecks:\n  shm: {}\n  shm: {}\n", ":4:3:", "duplicate key `shm` (first written at"),
         ("version: 1\nchecks:\n  storge: {}\n", ":3:3:", "unknown check `storge`: did you mean `storage`?"),
+        # a metric written at the level of the checks (issue 25): where it belongs, not "add `check:`"
+        ("version: 1\nchecks:\n  storage:\n    path: /data\n  seq_read: {min: 1 GB/s}\n", ":5:3:",
+         "`seq_read` belongs under a check such as `storage:`: it is a metric of that check, not a check"),
+        ("version: 1\nchecks:\n  batch_size: 64\n", ":3:3:",
+         "`batch_size` belongs under a check such as `"),
         ("version: 2\nchecks: {shm: {}}\n", ":1:10:", "expected `version: 1`"),
         ("", ":1:1:", "the file is empty"),
         ("version: 1\nchecks:\n  shm:\n    size: 8 GiB\n", ":4:11:", "give it a threshold like {min: 8 GiB}"),

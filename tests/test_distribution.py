@@ -63,10 +63,37 @@ def test_the_install_passages_name_train_preflight(path: Path):
     assert "train-preflight" in path.read_text()
 
 
-def test_the_gitlab_template_installs_train_preflight_unless_told_otherwise():
+def test_the_gitlab_template_installs_the_bundled_wheel_unless_told_otherwise():
     job = yaml.safe_load((REPO / "ci" / "gitlab" / "preflight.gitlab-ci.yml").read_text())[".preflight"]
-    assert job["variables"]["PREFLIGHT_PACKAGE"] == "train-preflight"
+    assert job["variables"]["PREFLIGHT_PACKAGE"] == ""  # not the index: train-preflight is not released there yet
+    assert job["variables"]["PREFLIGHT_WHEEL"] == "dist/train_preflight-*.whl"
     assert job["variables"]["PREFLIGHT_CONFIG"] == ""  # ./thresholds.yaml, else the bundled default gate
+
+
+# `pip install train-preflight` (or `'train-preflight[image]'`) asks the package index, which does not serve it yet.
+ASKS_THE_INDEX_FOR_TRAIN_PREFLIGHT = re.compile(
+    r"pip3? install\b[^\n`;&|]*?(?<![\w/.+@:-])['\"]?train-preflight(?:\[[\w,]+\])?['\"]?(?=[\s`;&|)]|$)")
+
+
+@pytest.mark.parametrize("line, asks", [
+    ("pip install train-preflight", True),
+    ("pip install 'train-preflight[image]' (or pillow)", True),
+    ("RUN pip install train-preflight", True),
+    ("pip install dist/train_preflight-0.1.0-py3-none-any.whl", False),
+    ('pip install "git+https://<git host>/<your group>/preflight.git@<commit>"', False),
+])
+def test_the_index_pattern_finds_an_install_by_name(line, asks):
+    assert bool(ASKS_THE_INDEX_FOR_TRAIN_PREFLIGHT.search(line)) is asks
+
+
+@pytest.mark.parametrize("path", INSTRUCTIONS + sorted((REPO / "preflight").rglob("*.py")),
+                         ids=lambda p: str(p.relative_to(REPO)))
+def test_nothing_offers_an_install_from_the_index_or_an_unpublished_action_tag(path: Path):
+    """Issue 25: README, templates and the Pillow error offered `pip install train-preflight`, which no index
+    serves yet, and `<owner>/preflight@v0`, a tag that does not exist: say what works today."""
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        assert not ASKS_THE_INDEX_FOR_TRAIN_PREFLIGHT.search(line), f"{path.name}:{number}: {line.strip()}"
+        assert "preflight@v0" not in line and "<owner>" not in line, f"{path.name}:{number}: {line.strip()}"
 
 
 def _covers_the_three_ways_in(section: str) -> None:

@@ -145,3 +145,22 @@ def test_a_missing_file_a_missing_anchor_and_an_escape_are_each_reported(tmp_pat
         "README.md:5: ../elsewhere.md: outside the repository",
         "README.md:11: docs/c.md: no such file",
     ]
+
+
+MENTIONED_PAGE = re.compile(r"(?<![\w/.-])([\w./-]*[A-Za-z0-9_-]+\.md)\b")
+ELSEWHERE = {"doc/PERFORMANCE.md": "nccl-tests"}  # another project's page: the line must name that project
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_page_a_doc_names_is_in_the_repository(page):
+    """Issue 25: the docs sent readers to DESIGN.md, which the repository does not have. A page named in
+    prose or in code (`docs/ci.md`, `CONTRIBUTING.md`) must exist: relative to the page or to the root."""
+    names = {path.name for path in REPO.rglob("*.md") if ".git" not in path.parts}
+    missing = []
+    for number, line in enumerate(page.read_text().splitlines(), 1):
+        for mentioned in MENTIONED_PAGE.findall(line):
+            here = (page.parent / mentioned).exists() or (REPO / mentioned).exists() or (
+                mentioned in ELSEWHERE and ELSEWHERE[mentioned] in line)
+            if not here and Path(mentioned).name not in names:
+                missing.append(f"{page.name}:{number}: {mentioned}")
+    assert not missing, missing

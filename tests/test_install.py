@@ -322,8 +322,9 @@ def test_the_gitlab_template_installs_into_a_venv_and_gates_on_thresholds_yaml_e
         tmp_path, wheel, pep668_runner, executor):
     environ, site, before = pep668_runner
     project = tmp_path / "project"
-    project.mkdir()
-    variables = {"PREFLIGHT_PACKAGE": str(wheel), "PREFLIGHT_ARGS": "--only shm"}
+    (project / "dist").mkdir(parents=True)
+    shutil.copy(wheel, project / "dist")  # the bundled wheel the template falls back to (no PREFLIGHT_PACKAGE)
+    variables = {"PREFLIGHT_ARGS": "--only shm"}
 
     status, log = _run_gitlab_job(executor, project, environ, variables)  # no thresholds.yaml in the project
     assert status == 0, log

@@ -511,3 +511,29 @@ def test_a_miss_on_scratch_elsewhere_fails_with_the_checks_own_hint():
     [result] = judge(instance(thresholds=[seq_read(low=200.0)]), Outcome((m,)))
     assert (result.verdict, result.hint) == ("fail", "the scratch hint")
     assert result.message == "measured 20 MB/s, required >= 200 MB/s"
+
+
+def test_a_slow_jobs_dataset_points_at_the_volume_first_only_when_storage_missed_too():
+    from preflight.verdict import storage_first
+
+    loader = Result("dataloader", "dataloader", "throughput", "fail", "measured 300 samples/s", value=300.0,
+                    unit="samples/s", hint="the job's Dataset delivers 300 samples/s: its own code ...",
+                    subject="job_dataset")
+    fast = Result("storage", "storage", "small_files", "pass", "ok", value=9432.0, unit="files/s",
+                  required=">= 500 files/s")
+    assert storage_first([fast, loader]) == [fast, loader]  # storage measured fast: the Dataset's code it is
+    slow = Result("storage", "storage", "small_files", "fail", "slow", value=120.0, unit="files/s",
+                  required=">= 500 files/s")
+    facts = Result("storage", "storage", "free_space", "fail", "full", value=0.1, unit="GiB")  # no rate: no cause
+    assert storage_first([facts, loader]) == [facts, loader]
+    moved = storage_first([slow, loader])
+    assert moved[0] == slow and moved[1].verdict == "fail" and moved[1].value == 300.0
+    assert moved[1].hint.startswith("storage on this node missed too (storage.small_files 120 files/s "
+                                    "(required >= 500 files/s)): fix the volume first")
+
+
+def test_a_flag_is_said_yes_or_no_in_its_message(tmp_path):
+    results = judged(tmp_path, "storage", "read_only: {min: 1}", [Measurement("read_only", 0.0, "")])
+    assert results["storage.read_only"].message.startswith("measured no, required >= 1")
+    info = judged(tmp_path, "storage", "path: .", [Measurement("read_only", 1.0, "")])
+    assert info["storage.read_only"].message == "measured yes (no threshold)"

@@ -64,6 +64,7 @@ class Metric(NamedTuple):
     # A figure of the job's data (a read rate, samples/s, the dataset's free space): its threshold is a dataset
     # threshold, which only a measurement whose ``subject`` is the dataset's can pass (``verdict``).
     about_data: bool = False
+    flag: bool = False  # a yes/no fact measured as 1 or 0 (read_only): reports say "yes" or "no"
 
     @property
     def is_performance(self) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import re
+from pathlib import Path
 
 from preflight.checks import CHECKS
 from preflight.checks.base import Check, Metric
@@ -111,15 +112,31 @@ def _docstring(check: Check, width: int) -> list[str]:
 _ROLE = re.compile(r":[\w:.-]+:`~?(?:[^`<]*<)?([^`>]+)>?`")  # :func:`x`, :class:`~a.B` -> B, :ref:`text <target>`
 _LINK = re.compile(r"`([^`<]+?)\s*<([^>]+)>`_{1,2}")  # `text <https://...>`_
 _LITERAL = re.compile(r"``([^`]+)``")
+# preflight's own modules and records, which a docstring names for its maintainers ("(``usercode.blame``)",
+# "(``dataset_walk.too_few``: ...)"): a reader of `explain` cannot use them, so they are left out.
+_PACKAGE = Path(__file__).resolve().parent.parent
+_INTERNAL = {p.stem for p in _PACKAGE.rglob("*.py")} | {p.name for p in _PACKAGE.rglob("*") if p.is_dir()} | {
+    "preflight", "Measurement", "Metric", "Result", "Budget", "Stats", "Walk", "Instance", "Outcome", "Check"}
+_REFERENCE = r"``((?:{names})(?:\.\w+)+)``".format(names="|".join(sorted(_INTERNAL - {"__init__", "__pycache__"})))
+_ALONE = re.compile(rf"\s*\({_REFERENCE}\)")  # " (``usercode.blame``)" -> ""
+_LEADING = re.compile(rf"\({_REFERENCE}[:;,]\s*")  # "(``dataset_walk.too_few``: a few" -> "(a few"
 
 
 def _plain(text: str) -> str:
     """reStructuredText to plain text: ``x`` and :role:`x` become x, `text <url>`_ becomes text (url),
-    and a ``::`` ending a paragraph becomes ``:``."""
+    and a ``::`` ending a paragraph becomes ``:``; a parenthesised reference to preflight's own code goes."""
+    text = _LEADING.sub(lambda m: m.group(0) if _public(m.group(1)) else "(",
+                        _ALONE.sub(lambda m: m.group(0) if _public(m.group(1)) else "", text))
     text = _LINK.sub(r"\1 (\2)", text)
     text = _ROLE.sub(lambda m: m.group(1).rsplit(".", 1)[-1] if "~" in m.group(0) else m.group(1), text)
     text = _LITERAL.sub(r"\1", text)
     return re.sub(r"(\S)::$", r"\1:", text, flags=re.MULTILINE)
+
+
+def _public(name: str) -> bool:
+    """A result id a user reads in reports (``cuda.clock_throttle``), though its check shares a module's name."""
+    check, _, rest = name.partition(".")
+    return check in CHECKS and rest in {item.name for item in (*CHECKS[check].METRICS, *CHECKS[check].OPTIONS)}
 
 
 def _fields(hint: str) -> str:

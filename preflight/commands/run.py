@@ -32,12 +32,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="what stdout carries: the text table or the JSON report (progress goes to stderr)")
     parser.add_argument("--junit-xml", metavar="PATH", help="write a JUnit XML report to PATH")
     parser.add_argument("--json", metavar="PATH", help="write the JSON report to PATH (- for stdout)")
+    parser.add_argument("--html", metavar="PATH",
+                        help="write a self-contained HTML page (verdict, each metric against its threshold, "
+                             "samples; a fleet's grid of nodes x metrics) to PATH")
     parser.add_argument("--prometheus", metavar="PATH",
                         help="write node_exporter textfile metrics to PATH (e.g. .../textfile/preflight.prom)")
     parser.add_argument("--termination-log", metavar="PATH",
                         help="Kubernetes termination message file (default: $PREFLIGHT_TERMINATION_LOG, else "
                              "/dev/termination-log; written only when it exists and is writable)")
     parser.add_argument("--only", metavar="ID,...", help="run only these check instances (comma-separated)")
+    parser.add_argument("--skip", metavar="ID,...", help="run every check instance but these (comma-separated)")
     parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
                         help="override a config value, e.g. --set storage.path=/mnt/data (repeatable)")
     parser.add_argument("--distributed", action="store_true",
@@ -72,6 +76,8 @@ def main(args: argparse.Namespace, environ: Mapping[str, str] = os.environ, stdo
         loaded = config.load(path, args.overrides, environ, baseline=args.baseline)
         if args.only:
             loaded = loaded.select(args.only.split(","))
+        if args.skip:
+            loaded = loaded.skip(args.skip.split(","))
     except UsageError as error:
         deliver.deliver_config_error(path, error, to, environ, stdout, stderr,
                                      launch.world_size if launch is not None else None)

@@ -17,7 +17,7 @@ from typing import Any
 from preflight import config
 from preflight.checks import CHECKS
 from preflight.checks.base import Metric, Option
-from preflight.units import UNITS, Dimension, example
+from preflight.units import UNITS, Dimension, example, with_article
 
 DRAFT_07 = "http://json-schema.org/draft-07/schema#"
 # A "$" (after an even run of "$$", each a literal "$") starting $NAME or ${NAME...
@@ -36,15 +36,24 @@ _RELATIVE = {"type": "string", "pattern": r"^\s*(\d+(\.\d*)?|\.\d+)\s*%\s*of\s+b
 def build() -> dict[str, Any]:
     """The schema as a dict (draft-07)."""
     definitions = {name: _instance(name, check) for name, check in CHECKS.items()}
-    named = [{"allOf": [{"$ref": f"#/definitions/{name}"}, {"required": ["check"]}]} for name in CHECKS]
+    # Instances are told apart with if/then, not anyOf: an editor then reports the error of the one schema that
+    # applies ("Property seq_raed is not allowed", "Missing property check") instead of "not valid under any".
+    by_check = {
+        "type": "object",
+        "required": ["check"],
+        "properties": {"check": {"enum": list(CHECKS), "description": "the check this instance runs"}},
+        "allOf": [{"if": {"properties": {"check": {"const": name}}}, "then": {"$ref": f"#/definitions/{name}"}}
+                  for name in CHECKS],
+    }
     checks = {
         "type": "object",
         "minProperties": 1,
         "description": "instances to run: named after their check, or any name with `check: <check>`",
         "properties": {
-            name: {"anyOf": [{"type": "null"}, {"$ref": f"#/definitions/{name}"}, *named]} for name in CHECKS
+            name: {"if": {"type": "object", "required": ["check"]}, "then": by_check,
+                   "else": {"if": {"type": "null"}, "else": {"$ref": f"#/definitions/{name}"}}} for name in CHECKS
         },
-        "additionalProperties": {"anyOf": named},
+        "additionalProperties": by_check,
     }
     top = {"version": {"const": 1, "description": "format of this file"},
            "defaults": {"type": "object", "additionalProperties": False,
@@ -69,15 +78,26 @@ def render() -> str:
     return json.dumps(build(), indent=2, ensure_ascii=False) + "\n"
 
 
-def quantity(dimension: Dimension) -> dict[str, Any]:
-    """A quantity of ``dimension`` as units.parse_quantity accepts it (bare numbers only for counts)."""
+def quantity(dimension: Dimension, relative: bool = False) -> dict[str, Any]:
+    """A quantity of ``dimension`` as units.parse_quantity accepts it (bare numbers only for counts); with
+    ``relative``, also ``90% of baseline``.
+
+    One schema with one ``pattern``, not an ``anyOf`` of forms: an editor then says what is wrong with a
+    bad unit (``patternErrorMessage``, which VS Code's and yaml-language-server's JSON service show, with the
+    units of the dimension) instead of "is not valid under any of the given schemas".
+    """
     symbols = sorted((s for s, u in UNITS.items() if u.dimension is dimension and s), key=len, reverse=True)
     unit = "(" + "|".join(re.escape(s) for s in symbols) + ")" if symbols else ""
-    text = {"type": "string", "pattern": rf"^\s*{_NUMBER}\s*{unit}\s*$"}
-    forms: list[dict[str, Any]] = [text, ENV_REFERENCE]
+    forms = [rf"^\s*{_NUMBER}\s*{unit}\s*$", ENV_REFERENCE["pattern"]] + ([_RELATIVE["pattern"]] if relative else [])
+    units = ", ".join(sorted(symbols, key=lambda s: (UNITS[s].factor, s))) or "a plain number"
+    said = f"{with_article(dimension.value)} like `{example(dimension)}` (units: {units})" + (
+        ", or `90% of baseline`" if relative else "")
+    found: dict[str, Any] = {"type": "string", "pattern": "|".join(f"(?:{form})" for form in forms),
+                             "patternErrorMessage": f"expected {said}; a $VAR or ${{VAR:-default}} is expanded first",
+                             "examples": [example(dimension)]}
     if dimension is Dimension.COUNT:
-        forms.insert(0, {"type": "number", "minimum": 0})
-    return {"anyOf": forms, "examples": [example(dimension)]}
+        found.update(type=["number", "string"], minimum=0)
+    return found
 
 
 def _fleet() -> dict[str, Any]:
@@ -190,8 +210,7 @@ def _threshold(metric: Metric) -> dict[str, Any]:
         bound: dict[str, Any] = {"anyOf": [{"type": "string", "pattern": _VERSION}, {"type": "number", "minimum": 0},
                                            ENV_REFERENCE]}
     else:
-        bound = quantity(UNITS[metric.unit].dimension)
-        bound = {**bound, "anyOf": [*bound["anyOf"], _RELATIVE]}
+        bound = quantity(UNITS[metric.unit].dimension, relative=True)
     properties = {"min": bound, "max": bound, "severity": severity}
     assert set(properties) | {"match"} == set(config.THRESHOLD_KEYS), "config's threshold keys changed: update the schema"
     return {

@@ -34,11 +34,16 @@ def main(args: argparse.Namespace, stdout: TextIO | None = None) -> int:
     for instance in loaded.instances:
         check_user_code(instance)
     count = sum(len(instance.thresholds) for instance in loaded.instances)
-    stdout.write(f"{path}: valid, {len(loaded.instances)} checks, {count} thresholds\n")
+    stdout.write(f"{path}: valid, {_count(len(loaded.instances), 'check')}, {_count(count, 'threshold')}\n")
     for instance in loaded.instances:
         names = ", ".join(t.metric for t in instance.thresholds) or "no thresholds (measured only)"
         stdout.write(f"  {instance.name} ({instance.check}, timeout {instance.timeout_s:g}s): {names}\n")
     return 0
+
+
+def _count(number: int, noun: str) -> str:
+    """``1 check``, ``2 checks``, ``0 thresholds``."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def check_user_code(instance: config.Instance) -> None:

@@ -75,7 +75,10 @@ SKIPPED = {  # reason: (one, several)
     "loop": ("directory loop", "directory loops"),
     "pseudo_fs": ("pseudo filesystem not descended (no dataset lives on it)",
                   "pseudo filesystems not descended (no dataset lives on them)"),
-    "duplicate": ("second link to a file already counted", "second links to files already counted"),
+    # One file reached by two paths is one sample; which words say it depends on the paths (issue 25).
+    "hard_link": ("hard link to a file already counted", "hard links to files already counted"),
+    "symlink_duplicate": ("symbolic link to a file already counted", "symbolic links to files already counted"),
+    "linked_duplicate": ("file already counted through a symbolic link", "files already counted through symbolic links"),
     "hidden": ("hidden file or directory, not read (the job's os.walk may read it)",
                "hidden files or directories, not read (the job's os.walk may read them)"),
 }
@@ -136,6 +139,7 @@ class Walk:
         self.looked_at = 0
         self.stopped = ""
         self._seen: set[tuple[int, int]] = set()
+        self._linked: set[tuple[int, int]] = set()  # files first counted through a symbolic link
         self._pseudo: dict[int, str] = {}  # st_dev: filesystem type, for devices met below another
         self._root: _Directory | None = None
         self._thinned = False  # a directory kept only its share of its entries
@@ -318,9 +322,14 @@ class Walk:
             return self._skip("special")
         if info.st_size == 0:
             return self._skip("empty")
-        if (info.st_dev, info.st_ino) in self._seen:
-            return self._skip("duplicate")
-        self._seen.add((info.st_dev, info.st_ino))
+        identity = (info.st_dev, info.st_ino)
+        if identity in self._seen:
+            if os.path.islink(full):
+                return self._skip("symlink_duplicate")
+            return self._skip("linked_duplicate" if identity in self._linked else "hard_link")
+        self._seen.add(identity)
+        if os.path.islink(full):
+            self._linked.add(identity)
         if not os.access(full, os.R_OK):
             return self._skip("unreadable")
         return DataFile(full, info.st_size, info.st_blocks * 512, info.st_dev)

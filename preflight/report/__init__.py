@@ -20,7 +20,8 @@ from typing import Mapping, Sequence
 
 from preflight import __version__
 from preflight.errors import UsageError
-from preflight.verdict import Result, exit_code
+from preflight.units import format_value
+from preflight.verdict import Result, exit_code, storage_first
 
 
 @dataclass(frozen=True)
@@ -53,9 +54,26 @@ def tally(counts: Mapping[str, int], info: bool = True) -> str:
                      if counts.get(v) and (info or v != "info"))
 
 
+def shown_value(result: Result) -> str:
+    """``result``'s value as a person reads it: ``982 MB/s``, a version or a name as it is, ``yes``/``no`` for a
+    flag (``Metric.flag``: ``storage.read_only``); ``-`` when there is none."""
+    if isinstance(result.value, (int, float)) and is_flag(result.check, result.metric):
+        return "yes" if result.value else "no"
+    return format_value(result.value, "" if result.unit in ("version", "text") else result.unit)
+
+
+def is_flag(check: str, metric: str) -> bool:
+    """Whether ``check``'s ``metric`` is a yes/no fact measured as 1 or 0."""
+    from preflight.checks import CHECKS
+
+    found = next((m for m in getattr(CHECKS.get(check), "METRICS", ()) if m.name == metric), None)
+    return bool(found and found.flag)
+
+
 def build(config_path: str, config_digest: str, results: Sequence[Result], started: datetime,
           duration_s: float) -> RunReport:
-    """Assemble the report; host facts come from ``host_facts`` and the cuda check's results."""
+    """Assemble the report; host facts come from ``host_facts`` and the cuda check's results. A slow job's
+    Dataset's fix names the volume first when storage missed too (``verdict.storage_first``)."""
     facts = host_facts(config_path, config_digest)
     gpus: list[str] = []
     for result in results:
@@ -70,6 +88,7 @@ def build(config_path: str, config_digest: str, results: Sequence[Result], start
             gpus.append(str(result.value))
     if gpus:
         facts["gpu"] = ", ".join(f"{count}x {name}" for name, count in collections.Counter(gpus).items())
+    results = storage_first(results)
     return RunReport(facts["hostname"], started, duration_s, config_path, config_digest, tuple(results), facts)
 
 

@@ -18,8 +18,8 @@ from itertools import zip_longest
 from typing import Callable, NamedTuple, TextIO
 
 from preflight.measurement import DATASET_SUBJECTS, SUBJECTS
-from preflight.report import RunReport, tally
-from preflight.units import UNITS, format_value
+from preflight.report import RunReport, shown_value, tally
+from preflight.units import UNITS
 from preflight.verdict import Result
 
 DEFAULT_WIDTH = 80  # when stdout is not a terminal
@@ -63,7 +63,9 @@ def render(report: RunReport, colour: bool = False, width: int | None = None) ->
         where += f" (node {report.facts['node_rank']}, ranks {report.facts.get('ranks', '?')})"
     lines = wrap(f"preflight on {where} · {report.config_path}", width, "", "  ")
     results = list(report.results)
-    cells = [_Cells.of(result) for result in results]
+    # A check's duration is the whole check's: said on its first row, not repeated on every metric of it.
+    cells = [_Cells.of(result, first=index == 0 or results[index - 1].instance != result.instance)
+             for index, result in enumerate(results)]
     columns = _Columns.fit(cells, width)
     for index, result in enumerate(results):
         lines += _row(cells[index], columns, width, paint)
@@ -74,7 +76,7 @@ def render(report: RunReport, colour: bool = False, width: int | None = None) ->
     misses = [r for r in report.results if r.verdict in ("fail", "error", "warn")]
     if misses:
         lines += ["", "what to fix:"]
-        for ids, message, hint in _fixes(misses):
+        for ids, message, hint in grouped_fixes(misses):
             lines += wrap(f"{ids}: {message}", width, "  ", "    ")
             if hint:
                 lines += wrap(hint, width, "    fix: ", "         ")
@@ -85,7 +87,7 @@ def render(report: RunReport, colour: bool = False, width: int | None = None) ->
     return "\n".join(lines) + "\n"
 
 
-def _fixes(misses: list[Result]) -> list[tuple[str, str, str]]:
+def grouped_fixes(misses: list[Result]) -> list[tuple[str, str, str]]:
     """(ids, message, hint) per miss; unmeasured metrics that share one reason share one line, and
     misses in a row that share one fix show it once, after the last of them.
 
@@ -117,11 +119,12 @@ class _Cells(NamedTuple):
     duration: str
 
     @classmethod
-    def of(cls, result: Result) -> _Cells:
-        measured = format_value(result.value, "" if result.unit in ("version", "text") else result.unit)
+    def of(cls, result: Result, first: bool = True) -> _Cells:
+        """``first``: the first row of its check instance, the one that shows the check's duration."""
+        measured = shown_value(result)
         if result.value is None:
             measured = "not run" if result.verdict == "error" else "not measured"
-        return cls(result.id, result.verdict, measured, result.required, f"{result.duration_s:.1f}s")
+        return cls(result.id, result.verdict, measured, result.required, f"{result.duration_s:.1f}s" if first else "")
 
 
 class _Columns(NamedTuple):
@@ -198,11 +201,10 @@ def _row(cells: _Cells, columns: _Columns, width: int, paint: Paint) -> list[str
 
 def table_note(result: Result) -> str:
     """What the table says under ``result``'s row: what it was measured on when that is not the dataset
-    (``Result.subject``), then its note."""
+    (``Result.subject``), then its note, then its warnings ("noisy: interquartile range is 23% of the median")."""
     shown = "" if result.subject in ("", *DATASET_SUBJECTS) else f"measured on {SUBJECTS[result.subject]}"
-    if shown and result.note:
-        return f"{shown}: {result.note}"
-    return shown or result.note
+    note = f"{shown}: {result.note}" if shown and result.note else shown or result.note
+    return "; ".join(part for part in (note, *result.warnings) if part)
 
 
 def _note(results: list[Result], last: int, width: int) -> list[str]:

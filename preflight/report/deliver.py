@@ -1,8 +1,8 @@
 """Deliver a finished run to every destination the command line asked for.
 
 One function for a single node and for a fleet (``deliver``): stdout gets the chosen format,
-each report file is written atomically and on its own (a full disk under one must not cost
-the others), then the integrations that read one report (Prometheus, GitHub, the Kubernetes
+each report file (JSON, JUnit, HTML, baseline) is written atomically and on its own (a full
+disk under one must not cost the others), then the integrations that read one report (Prometheus, GitHub, the Kubernetes
 termination message, the compact verdict line on stderr). A closed stdout (``| head``) is not
 an error: as command-line tools do on EPIPE, preflight stops writing to it and still writes
 every file (Python's documented handling: point stdout at /dev/null, "Note on SIGPIPE").
@@ -27,13 +27,15 @@ class Destinations(NamedTuple):
     colour: str = "auto"
     json: str | None = None  # a path, or "-" for stdout
     junit_xml: str | None = None
+    html: str | None = None
     prometheus: str | None = None
     save_baseline: str | None = None
     termination_log: str | None = None
 
     def files(self) -> list[str]:
         """The report files to write, for checking them before measuring."""
-        return [p for p in (self.junit_xml, self.json, self.prometheus, self.save_baseline) if p and p != "-"]
+        return [p for p in (self.junit_xml, self.json, self.html, self.prometheus, self.save_baseline)
+                if p and p != "-"]
 
 
 def deliver(reports: Sequence[RunReport], to: Destinations, environ: Mapping[str, str], stdout: TextIO,
@@ -43,7 +45,7 @@ def deliver(reports: Sequence[RunReport], to: Destinations, environ: Mapping[str
     Raises:
         UsageError: one or more report files could not be written (every other one was).
     """
-    from preflight.report import console, json_report, junit
+    from preflight.report import console, html, json_report, junit
     from preflight.report.merge import flatten
 
     fleet = world_size is not None
@@ -57,6 +59,7 @@ def deliver(reports: Sequence[RunReport], to: Destinations, environ: Mapping[str
     failed = _write_each([
         (to.json if to.json != "-" else None, lambda path: write_atomic(path, as_json().encode())),
         (to.junit_xml, lambda path: junit.write(path, list(reports), fleet)),
+        (to.html, lambda path: html.write(path, reports, world_size)),
         (to.save_baseline, lambda path: _save_baseline(path, one)),
     ])
     if reports:
@@ -70,13 +73,13 @@ def deliver_config_error(config_path: str, error: UsageError, to: Destinations, 
     """Say why in every report the command line asked for; the CLI then prints it and exits 2.
 
     JSON (exit_code 2, an ``error``, no results; the fleet shape for a rank of ``world_size``),
-    JUnit (one ConfigError case) and Prometheus (``preflight_passed 0``,
+    JUnit (one ConfigError case), HTML (the error, nothing measured) and Prometheus (``preflight_passed 0``,
     ``preflight_config_error 1``) replace whatever an earlier run left there: a dashboard or
     pipeline must never read a good run's verdict after a broken config. No baseline is saved.
     A report that cannot be written is one ``preflight: error:`` line before the config error's.
     """
     from preflight import report
-    from preflight.report import github, json_report, junit, kubernetes, prometheus
+    from preflight.report import github, html, json_report, junit, kubernetes, prometheus
 
     message = str(error)
     facts, started = report.host_facts(config_path), report.now()
@@ -88,12 +91,14 @@ def deliver_config_error(config_path: str, error: UsageError, to: Destinations, 
         (to.junit_xml, lambda path: write_atomic(path, junit.render_config_error(config_path, message, facts,
                                                                                  started))),
         (to.prometheus, lambda path: write_atomic(path, prometheus.render_config_error(facts, started).encode())),
+        (to.html, lambda path: write_atomic(path, html.render_config_error(
+            config_path, message, facts, json_report.iso(started)).encode())),
     ])
     for failure in failed:
         print(f"preflight: error: {failure}", file=stderr)
     if github.active(environ):
         where = error.where if isinstance(error, ConfigError) else config_path
-        github.publish_config_error(where, message, environ, stderr, to.junit_xml, to.json)
+        github.publish_config_error(where, message, environ, stderr, to.junit_xml, to.json, to.html)
     kubernetes.write(kubernetes.termination_path(to.termination_log, environ), kubernetes.config_error_summary(message))
 
 
@@ -159,6 +164,6 @@ def _integrations(run_report: RunReport, to: Destinations, environ: Mapping[str,
     if to.prometheus:
         prometheus.write(to.prometheus, run_report)
     if github.active(environ):
-        github.publish(run_report, environ, stderr, to.junit_xml, to.json)
+        github.publish(run_report, environ, stderr, to.junit_xml, to.json, to.html)
     kubernetes.write(kubernetes.termination_path(to.termination_log, environ), kubernetes.summary(run_report))
     print(kubernetes.verdict_line(run_report), file=stderr, flush=True)

@@ -16,8 +16,7 @@ from __future__ import annotations
 import os
 from typing import Mapping, TextIO
 
-from preflight.report import RunReport
-from preflight.units import format_value
+from preflight.report import RunReport, shown_value
 from preflight.verdict import Result
 
 MAX_ANNOTATIONS = 10  # per level, as GitHub displays per step
@@ -62,8 +61,9 @@ def annotation(level: str, title: str, message: str, where: str = "", workspace:
     return f"::{level} {','.join(properties)}::{escape_data(message)}"
 
 
-def summary(report: RunReport) -> str:
-    """The Markdown table appended to ``$GITHUB_STEP_SUMMARY``."""
+def summary(report: RunReport, html_path: str | None = None) -> str:
+    """The Markdown table appended to ``$GITHUB_STEP_SUMMARY``; with ``html_path``, a line naming the HTML page
+    (a step summary cannot hold it: GitHub strips its styles and SVG, so it travels as an artifact)."""
     counts = report.counts()
     verdict = "❌ preflight failed" if report.exit_code else "✅ preflight passed"
     totals = ", ".join(f"{counts[v]} {v}" for v in ("fail", "error", "warn", "pass", "skip") if counts.get(v))
@@ -74,10 +74,14 @@ def summary(report: RunReport) -> str:
         lines.append(f"| `{_cell(r.id)}` | {_MARK[r.verdict]} | {_cell(_measured(r))} | {_cell(r.required or '-')} "
                      f"| {_cell(_why(r))} |")
     facts = ", ".join(f"{k} {v}" for k, v in report.facts.items() if k in ("gpu", "driver", "torch", "cuda") and v)
-    return "\n".join(lines + ["", f"<sub>{_cell(facts)}</sub>", ""]) + "\n"
+    page = ([f"The whole report, each metric against its threshold with its samples: `{_cell(html_path)}` (a "
+             f"self-contained page; upload it with actions/upload-artifact, as ci/github/preflight.yml does).", ""]
+            if html_path else [])
+    return "\n".join(lines + ["", *page, f"<sub>{_cell(facts)}</sub>", ""]) + "\n"
 
 
-def outputs(report: RunReport, junit_path: str | None, json_path: str | None) -> dict[str, str]:
+def outputs(report: RunReport, junit_path: str | None, json_path: str | None,
+            html_path: str | None = None) -> dict[str, str]:
     """Step outputs: passed, failed (failed + errored results), warnings, exit-code, report paths."""
     counts = report.counts()
     return {
@@ -87,27 +91,29 @@ def outputs(report: RunReport, junit_path: str | None, json_path: str | None) ->
         "exit-code": str(report.exit_code),
         "junit-xml": junit_path or "",
         "json": json_path if json_path and json_path != "-" else "",
+        "html": html_path or "",
     }
 
 
 def publish(report: RunReport, environ: Mapping[str, str], log: TextIO, junit_path: str | None,
-            json_path: str | None) -> None:
+            json_path: str | None, html_path: str | None = None) -> None:
     """Write the summary, outputs and annotations where the runner's environment says."""
     for line in annotations(report, environ.get("GITHUB_WORKSPACE")):
         print(line, file=log)
-    append(environ.get("GITHUB_STEP_SUMMARY"), summary(report))
-    append(environ.get("GITHUB_OUTPUT"), format_outputs(outputs(report, junit_path, json_path)))
+    append(environ.get("GITHUB_STEP_SUMMARY"), summary(report, html_path))
+    append(environ.get("GITHUB_OUTPUT"), format_outputs(outputs(report, junit_path, json_path, html_path)))
 
 
 def publish_config_error(where: str, message: str, environ: Mapping[str, str], log: TextIO,
-                         junit_path: str | None = None, json_path: str | None = None) -> None:
+                         junit_path: str | None = None, json_path: str | None = None,
+                         html_path: str | None = None) -> None:
     """A config that could not be loaded: one annotation at its place, a summary line, ``passed=false``."""
     print(annotation("error", "preflight: invalid config", message, where, environ.get("GITHUB_WORKSPACE")), file=log)
     append(environ.get("GITHUB_STEP_SUMMARY"), f"### ❌ preflight could not start\n\n`{_cell(message)}`\n")
     json_file = json_path if json_path and json_path != "-" else ""
     append(environ.get("GITHUB_OUTPUT"), format_outputs({"passed": "false", "failed": "0", "warnings": "0",
                                                          "exit-code": "2", "junit-xml": junit_path or "",
-                                                         "json": json_file}))
+                                                         "json": json_file, "html": html_path or ""}))
 
 
 def format_outputs(values: Mapping[str, str]) -> str:
@@ -142,7 +148,7 @@ def _annotation_text(result: Result) -> str:
 def _measured(result: Result) -> str:
     if result.value is None:
         return "-"
-    return format_value(result.value, "" if result.unit in ("version", "text") else result.unit)
+    return shown_value(result)
 
 
 def _location(where: str, workspace: str | None) -> tuple[str, str, str] | None:

@@ -1,12 +1,14 @@
 """The JSON report (schema 1), documented in docs/reports.md ("JSON").
 
-Shape: ``{"schema": 1, "host", "started", "duration_s", "exit_code", "config",
+Shape: ``{"schema": 1, "host", "started", "duration_s", "exit_code", "counts", "failed", "config",
 "facts": {...}, "error", "results": [{"id", "check", "instance", "metric", "device", "value",
 "unit", "verdict", "threshold", "message", "hint", "note", "subject", "samples", "runs", "attempts",
 "method", "warnings", "where", "duration_s"}]}``. ``samples`` holds every sample of the
 judged measurement (of every run with ``repeats``), ``runs`` each run's value, and
 ``attempts`` the earlier measurements a ``retries`` re-measurement replaced, each with
-its value, verdict and samples. ``value`` is in the metric's canonical ``unit``, whatever unit
+its value, verdict and samples. ``counts`` holds how many results had each verdict (every
+verdict, 0 when none) and ``failed`` the ids of the results that failed the gate (``fail`` and
+``error``), so a pipeline need not walk ``results``. ``value`` is in the metric's canonical ``unit``, whatever unit
 the threshold was written in; a change that removes or renames a key bumps ``schema``.
 ``error`` is null, except for a config that could not be loaded (exit code 2): then it is
 the one-line error and ``results`` is empty (``render_config_error``), so the file a
@@ -19,8 +21,12 @@ import json
 from datetime import datetime
 from typing import Any, Mapping, Sequence
 
-from preflight.report import RunReport
 from preflight.errors import EXIT_USAGE
+from preflight.report import RunReport
+from preflight.report.merge import on_node
+from preflight.verdict import GATING, Result
+
+VERDICTS = ("pass", "fail", "warn", "error", "skip", "info")
 
 SCHEMA = 1
 
@@ -32,6 +38,8 @@ def to_dict(report: RunReport) -> dict[str, Any]:
         "started": timestamp(report),
         "duration_s": round(report.duration_s, 3),
         "exit_code": report.exit_code,
+        "counts": counts(report.results),
+        "failed": [r.id for r in report.results if r.verdict in GATING],
         "config": {"path": report.config_path, "sha256": report.config_digest},
         "facts": dict(report.facts),
         "error": None,
@@ -64,12 +72,17 @@ def to_dict(report: RunReport) -> dict[str, Any]:
     }
 
 
+def counts(results: Sequence[Result]) -> dict[str, int]:
+    """How many results of each verdict, every verdict present (0 when none): ``{"pass": 9, "fail": 2, ...}``."""
+    return {verdict: sum(r.verdict == verdict for r in results) for verdict in VERDICTS}
+
+
 def timestamp(report: RunReport) -> str:
     """When the run started, as UTC ISO 8601 (``2026-11-29T15:00:00Z``)."""
-    return _iso(report.started)
+    return iso(report.started)
 
 
-def _iso(started: datetime) -> str:
+def iso(started: datetime) -> str:
     return started.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -84,11 +97,14 @@ def render_fleet(reports: Sequence[RunReport], world_size: int) -> str:
     ``facts`` carrying ``node_rank``, ``ranks`` and ``world_size``.
     """
     codes = [report.exit_code for report in reports]
+    every = [result for report in reports for result in on_node(report)]
     document = {
         "schema": SCHEMA,
         "kind": "fleet",
         "world_size": world_size,
         "exit_code": max(codes) if codes else 1,
+        "counts": counts(every),
+        "failed": [r.id for r in every if r.verdict in GATING],
         "error": None,
         "hosts": [to_dict(report) for report in reports],
     }
@@ -105,9 +121,11 @@ def render_config_error(config_path: str, message: str, facts: Mapping[str, str]
     """
     if world_size is not None:
         document: dict[str, Any] = {"schema": SCHEMA, "kind": "fleet", "world_size": world_size,
-                                    "exit_code": EXIT_USAGE, "error": message, "hosts": []}
+                                    "exit_code": EXIT_USAGE, "counts": counts(()), "failed": [], "error": message,
+                                    "hosts": []}
     else:
-        document = {"schema": SCHEMA, "host": facts.get("hostname", ""), "started": _iso(started), "duration_s": 0.0,
-                    "exit_code": EXIT_USAGE, "config": {"path": config_path, "sha256": ""}, "facts": dict(facts),
-                    "error": message, "results": []}
+        document = {"schema": SCHEMA, "host": facts.get("hostname", ""), "started": iso(started), "duration_s": 0.0,
+                    "exit_code": EXIT_USAGE, "counts": counts(()), "failed": [],
+                    "config": {"path": config_path, "sha256": ""}, "facts": dict(facts), "error": message,
+                    "results": []}
     return json.dumps(document, indent=2, ensure_ascii=False) + "\n"

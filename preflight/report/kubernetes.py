@@ -26,12 +26,18 @@ def termination_path(explicit: str | None, environ: Mapping[str, str]) -> str:
     return explicit or environ.get("PREFLIGHT_TERMINATION_LOG") or TERMINATION_LOG
 
 
+NAMED_IDS = 10  # failing ids the verdict line names; past that it names this many and counts the rest
+
+
 def verdict_line(report: RunReport) -> str:
-    """The compact last line on stderr: ``preflight: FAILED on node-17: 2 failed, 5 passed (shm.size, ...)``."""
+    """The compact last line on stderr: ``preflight: FAILED on node-17: 2 failed, 5 passed (shm.size,
+    storage.seq_read)``: every failing id, or the first ``NAMED_IDS`` and how many more (all in the JSON's ``failed``)."""
     totals = tally(report.counts(), info=False)
     state = "FAILED" if report.exit_code else "PASSED"
     gating = [r.id for r in report.results if r.verdict in ("fail", "error")]
-    named = f" ({', '.join(gating[:3])}{', ...' if len(gating) > 3 else ''})" if gating else ""
+    shown = gating if len(gating) <= NAMED_IDS else gating[:NAMED_IDS - 2]
+    more = f" and {len(gating) - len(shown)} more" if len(shown) < len(gating) else ""
+    named = f" ({', '.join(shown)}{more})" if gating else ""
     unnamed = next((r for r in report.results if r.verdict in ("fail", "error") and r.subject == "no_dataset"), None)
     fix = f"; {no_dataset_fix(unnamed.instance)}" if unnamed else ""
     return f"preflight: {state} on {report.host}: {totals or 'nothing run'}{named}{fix}"

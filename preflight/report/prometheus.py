@@ -46,8 +46,20 @@ _INFO_FACTS = ("host", "config_sha256", "torch", "cuda", "driver", "gpu")
 
 
 def metric_name(check: str, metric: str, unit: str) -> str:
-    """``preflight_storage_seq_read_bytes_per_second`` for ``seq_read`` in MB/s."""
+    """``preflight_storage_seq_read_bytes_per_second`` for ``seq_read`` in MB/s.
+
+    Two metric names are reworded so that ``promtool check metrics`` accepts the file (issue 25):
+    a name ending in ``_count`` (reserved for a histogram's or summary's series) takes the plural,
+    ``cuda.device_count`` -> ``preflight_cuda_devices``; a rate named ``..._per_s`` drops the
+    abbreviated unit its base-unit suffix spells out, ``model.samples_per_s`` ->
+    ``preflight_model_samples_per_second``. docs/reports.md lists the former names, for dashboards.
+    """
     suffix = _BASE[UNITS[unit].dimension][0]
+    if metric.endswith("_per_s") and suffix.endswith("_per_second"):
+        metric, thing = metric[:-len("_per_s")], suffix[:-len("_per_second")]
+        metric = "" if metric == thing else metric[:-len(thing) - 1] if metric.endswith("_" + thing) else metric
+    if metric.endswith("_count"):
+        metric = metric[:-len("_count")] + "s"
     return _sanitise("_".join(part for part in ("preflight", check, metric, suffix) if part))
 
 

@@ -78,3 +78,20 @@ def test_unknown_metric_suggests_the_closest():
     with pytest.raises(UsageError, match=r"`storage` has no metric `seq_raed`: did you mean `seq_read`\? "
                                          r"\(`preflight explain storage` lists them\)"):
         explain.render("storage.seq_raed")
+
+
+@pytest.mark.parametrize("name", list(CHECKS))
+def test_no_internal_name_reaches_the_reader(name):
+    """Issue 25: "(usercode.blame)", "(dataset_walk.too_few ...)", "(Measurement.note)" meant nothing to a user."""
+    flat = " ".join(explain.render(name, width=200).split())
+    internal = sorted(explain._INTERNAL - {"__init__", "__pycache__"})
+    leaked = re.findall(rf"\(((?:{'|'.join(internal)})\.(?!com\b)\w+)", flat)  # not "(github.com/...)"
+    assert not [name for name in leaked if not explain._public(name)], leaked  # a result id is for readers
+
+
+def test_an_internal_reference_leaves_its_explanation():
+    assert explain._plain("its frames (``usercode.blame``). Next") == "its frames. Next"
+    assert explain._plain("too few files (``dataset_walk.too_few``: a few stray") == "too few files (a few stray"
+    assert explain._plain("via ``torch.utils.data.DataLoader`` (``os.fsync``)") == \
+        "via torch.utils.data.DataLoader (os.fsync)"
+    assert explain._plain("throttling (``cuda.clock_throttle``)") == "throttling (cuda.clock_throttle)"

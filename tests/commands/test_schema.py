@@ -106,3 +106,32 @@ def test_the_examples_validate_against_the_schema():
 
     for path in sorted((REPO / "examples").rglob("thresholds*.yaml")):
         assert list(VALIDATOR.iter_errors(yaml.safe_load(path.read_text()))) == [], path
+
+
+def _errors(text):
+    return list(VALIDATOR.iter_errors(yaml.safe_load(text)))
+
+
+@pytest.mark.parametrize("text, validator, says", [
+    ("version: 1\nchecks:\n  storage:\n    seq_raed: {min: 1 GB/s}\n", "additionalProperties", "'seq_raed' was unexpected"),
+    ("version: 1\nchecks:\n  ckpt:\n    check: storage\n    seq_raed: {min: 1 GB/s}\n", "additionalProperties",
+     "'seq_raed' was unexpected"),
+    ("version: 1\nchecks:\n  storge: {}\n", "required", "'check' is a required property"),
+    ("version: 1\nchecks:\n  x: {check: storge}\n", "enum", "'storge' is not one of"),
+])
+def test_a_typo_gets_a_message_an_editor_can_show(text, validator, says):
+    """Issue 25: through the schema a typo read "is not valid under any of the given schemas"."""
+    (error,) = _errors(text)
+    assert error.validator == validator and says in error.message, error.message
+
+
+@pytest.mark.parametrize("text, says", [
+    ("version: 1\nchecks:\n  storage:\n    seq_read: {min: 1 GiB}\n",
+     "expected a bandwidth like `1.5 GB/s` (units: B/s, kB/s, KiB/s, MB/s, MiB/s, GB/s, GiB/s, TB/s, TiB/s), "
+     "or `90% of baseline`"),
+    ("version: 1\nchecks:\n  dataloader:\n    throughput: {min: 1000 img/s}\n", "(units: samples/s)"),
+    ("version: 1\ndefaults: {timeout: 2 minutes}\nchecks:\n  shm: {}\n", "expected a duration like"),
+])
+def test_a_bad_unit_names_the_dimension_and_its_units(text, says):
+    (error,) = _errors(text)
+    assert error.validator == "pattern" and says in error.schema["patternErrorMessage"], error.schema

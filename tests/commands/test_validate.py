@@ -18,7 +18,7 @@ def test_valid_file_lists_instances_and_exits_0(tmp_path):
     completed = _preflight("validate", "-c", str(path))
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.splitlines() == [
-        f"{path}: valid, 2 checks, 1 thresholds",
+        f"{path}: valid, 2 checks, 1 threshold",
         "  shm (shm, timeout 120s): size",
         "  ckpt (storage, timeout 120s): no thresholds (measured only)",
     ]
@@ -64,7 +64,7 @@ def test_the_file_may_be_given_positionally(tmp_path):
     path.write_text("version: 1\nchecks:\n  shm:\n    size: {min: 1 GiB}\n")
     positional, flag = _preflight("validate", str(path)), _preflight("validate", "-c", str(path))
     assert positional.returncode == flag.returncode == 0, positional.stderr
-    assert positional.stdout == flag.stdout and positional.stdout.startswith(f"{path}: valid, 1 checks")
+    assert positional.stdout == flag.stdout and positional.stdout.startswith(f"{path}: valid, 1 check,")
     assert _preflight("validate", str(path), "-c", str(path)).returncode == 0  # the same file twice is no conflict
 
 

@@ -21,7 +21,7 @@ import pytest
 
 from tests.report_helpers import read_junit
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: its preflight, not an installed one
 FLEET_YAML = """\
 version: 1
 defaults: {{timeout: 60s, duration: 1s}}
@@ -100,11 +100,11 @@ def wait_for(log: Path, text: str, timeout: float = 90) -> None:
 
 
 def test_four_ranks_write_one_merged_junit_and_json(fleet_config: Path, tmp_path: Path) -> None:
-    junit, report = tmp_path / "fleet.xml", tmp_path / "fleet.json"
+    junit, report, page = tmp_path / "fleet.xml", tmp_path / "fleet.json", tmp_path / "fleet.html"
     log = tmp_path / "torchrun.log"
     launcher = torchrun("--standalone", "--nproc-per-node", "4",
                         args=["-c", str(fleet_config), "--junit-xml", str(junit), "--json", str(report),
-                              *PATIENT], log=log)
+                              "--html", str(page), *PATIENT], log=log)
     assert wait(launcher) == 0, log.read_text()[-3000:]
     assert f"preflight: PASSED on 1 node ({socket.gethostname()})" in log.read_text()  # the fleet's verdict line
 
@@ -125,6 +125,11 @@ def test_four_ranks_write_one_merged_junit_and_json(fleet_config: Path, tmp_path
     assert results["collective.allgather_busbw"]["value"] > 0.001
     ratios = [results[f"collective.straggler[rank{r}]"]["value"] for r in range(4)]
     assert sorted(ratios)[1] <= 1.0 <= sorted(ratios)[2]  # over the median: the middle two bracket 1
+    assert document["failed"] == [] and document["counts"]["pass"] >= 3  # the fleet's verdict at the top level
+    html = page.read_text()  # rank 0 wrote the fleet's page: one node's row in the grid, one row per metric
+    assert '<h1 id="verdict">preflight PASSED</h1>' in html and "1 node, 4 ranks" in html
+    assert html.count('<tr data-node="node0">') == 1
+    assert 'data-id="collective.allreduce_busbw"' in html and 'data-id="collective.straggler[rank3]"' in html
 
 
 def test_a_rank_killed_mid_collective_is_named_by_every_survivor(fleet_config: Path, tmp_path: Path) -> None:

@@ -32,8 +32,8 @@ def test_walks_regular_non_empty_files_counting_hidden_ones_and_following_links(
     # the top directory's own files have the first turn; the link is followed as open() follows it, and the
     # file it names is one sample, not two; hidden entries are not samples, but counted and named
     assert found == [(str(tree / "link.jpg"), 20), (str(tree / "train" / "a" / "img1.jpg"), 10)]
-    assert walk.skipped == {"empty": 1, "duplicate": 1, "hidden": 2}
-    assert walk.summary() == ("1 empty file, 1 second link to a file already counted, 2 hidden files or "
+    assert walk.skipped == {"empty": 1, "linked_duplicate": 1, "hidden": 2}
+    assert walk.summary() == ("1 empty file, 1 file already counted through a symbolic link, 2 hidden files or "
                               "directories, not read (the job's os.walk may read them: .git, .hidden.txt)")
     assert walk.stopped == "" and walk.holds(list(Walk(str(tree))), str(tree)) == f"{tree} holds 2 data files (30 B)"
 
@@ -303,3 +303,15 @@ def test_a_walk_that_only_sampled_a_large_folder_says_so(tmp_path):
     assert walk.stopped == "share" and walk.looked_at == 20
     assert walk.cut() == ("it took an evenly spaced share of each folder too large for its limit of 20 entries, the "
                           "rest was not looked at")
+
+
+def test_a_hard_link_and_a_second_symbolic_link_are_named_as_such(tmp_path):
+    """Issue 25: "second link to a file already counted" did not say which kind of link."""
+    (tmp_path / "a.jpg").write_bytes(b"x" * 10)
+    os.link(tmp_path / "a.jpg", tmp_path / "b.jpg")
+    (tmp_path / "z").mkdir()  # a directory's files have their turn after the top's
+    (tmp_path / "z" / "c.jpg").symlink_to(tmp_path / "a.jpg")
+    walk = Walk(str(tmp_path))
+    assert [os.path.basename(f.name) for f in walk] in (["a.jpg"], ["b.jpg"])
+    assert walk.skipped == {"hard_link": 1, "symlink_duplicate": 1}
+    assert walk.summary() == "1 hard link to a file already counted, 1 symbolic link to a file already counted"

@@ -208,3 +208,36 @@ def test_a_text_without_requirement_takes_the_room_left_on_the_line():
     rows = console.render(report, width=80).splitlines()[1:4]
     assert re.fullmatch(r"storage\.filesystem \.+ INFO  ext4 at / \(/dev/vda, rw,relatime\) 10\.5s", rows[1])
     assert len({len(row) for row in rows}) == 1 and all(len(row) <= 80 for row in rows)  # durations line up
+
+
+def test_a_checks_duration_is_on_its_first_row_only():
+    """Issue 25: each row repeated its check's total duration."""
+    report = make_report([
+        result("size", "pass", instance="shm", value=23.54, unit="GiB", required=">= 1 GiB", duration_s=0.4),
+        result("free", "info", instance="shm", value=23.54, unit="GiB", duration_s=0.4),
+        result("seq_read", "pass", value=982.0, unit="MB/s", required=">= 200 MB/s", duration_s=9.7),
+        result("rand_read", "pass", value=57664.0, unit="IOPS", required=">= 5000 IOPS", duration_s=9.7),
+    ])
+    rows = console.render(report, width=80).splitlines()[1:5]
+    assert [row.endswith(("0.4s", "9.7s")) for row in rows] == [True, False, True, False], rows
+    assert rows[1].endswith("23.54 GiB") and rows[3].endswith(">= 5000 IOPS")
+
+
+def test_noise_warnings_are_shown_under_their_row():
+    """Issue 25: "interquartile range is 23% of the median" was only in the JSON."""
+    noisy = "noisy: interquartile range is 23% of the median over 9 samples"
+    report = make_report([result("seq_read", "pass", value=982.0, unit="MB/s", required=">= 200 MB/s",
+                                 warnings=(noisy,)),
+                          result("rand_read", "pass", value=57664.0, unit="IOPS", required=">= 5000 IOPS")])
+    lines = console.render(report, width=80).splitlines()
+    assert lines[2] == "    └ " + noisy and lines[3].startswith("storage.rand_read ")
+
+
+def test_a_flag_reads_yes_or_no():
+    """Issue 25: `storage.read_only INFO 0` said nothing a reader could use."""
+    report = make_report([result("read_only", "info", value=0.0, unit=""),
+                          result("read_only", "pass", instance="data", check="storage", value=1.0, unit="",
+                                 required=">= 1")])
+    lines = console.render(report, width=80).splitlines()
+    assert re.match(r"storage\.read_only \.+ INFO +no +0\.0s$", lines[1]), lines
+    assert re.match(r"data\.read_only \.+ PASS +yes  >= 1 +0\.0s$", lines[2]), lines

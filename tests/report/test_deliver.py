@@ -63,6 +63,7 @@ def test_a_config_error_on_a_fleet_rank_writes_the_fleet_shape_and_names_the_jso
                          io.StringIO(), io.StringIO(), world_size=4)
     document = json.loads((tmp_path / "f.json").read_text())
     assert document == {"schema": 1, "kind": "fleet", "world_size": 4, "exit_code": 2, "error": str(error),
+                        "counts": {"pass": 0, "fail": 0, "warn": 0, "error": 0, "skip": 0, "info": 0}, "failed": [],
                         "hosts": []}
     assert f"json={tmp_path / 'f.json'}\n" in outputs.read_text()
 

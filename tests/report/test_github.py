@@ -42,7 +42,8 @@ def test_summary_is_a_markdown_table_with_escaped_cells():
 def test_outputs_count_failures_and_errors_and_name_the_reports():
     report = make_report([result("a", "fail", MISS), result("b", "error", "crashed"), result("c", "pass")])
     assert github.outputs(report, "out/junit.xml", "-") == {
-        "passed": "false", "failed": "2", "warnings": "0", "exit-code": "1", "junit-xml": "out/junit.xml", "json": ""}
+        "passed": "false", "failed": "2", "warnings": "0", "exit-code": "1", "junit-xml": "out/junit.xml", "json": "",
+        "html": ""}
     assert github.format_outputs({"a": "x\ny", "b": "1"}) == "a=x y\nb=1\n"
 
 
@@ -84,3 +85,11 @@ def test_a_config_outside_the_workspace_keeps_its_absolute_path(tmp_path, monkey
     monkeypatch.chdir(tmp_path / "elsewhere")
     line = github.annotation("error", "t", "m", "t.yaml:3:5", workspace=str(tmp_path / "ws"))
     assert line.startswith(f"::error file={github.escape_property(str(tmp_path / 'elsewhere' / 't.yaml'))},line=3,")
+
+
+def test_the_summary_and_outputs_name_the_html_page():
+    report = make_report([result("a", "fail", MISS)])
+    text = github.summary(report, "preflight-report.html")
+    assert "The whole report, each metric against its threshold with its samples: `preflight-report.html`" in text
+    assert "`preflight-report.html`" not in github.summary(report)
+    assert github.outputs(report, None, None, "preflight-report.html")["html"] == "preflight-report.html"

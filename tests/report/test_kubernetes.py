@@ -21,11 +21,18 @@ def test_summary_is_capped_at_one_kibibyte_on_a_character_boundary():
     assert text.endswith("[truncated: see the pod's log]")
 
 
-def test_verdict_line_is_compact():
+def test_verdict_line_names_every_failing_id():
     report = make_report([result(f"m{i}", "fail", MISS) for i in range(4)] + [result("ok", "pass")])
     assert kubernetes.verdict_line(report) == (
-        "preflight: FAILED on node-17: 4 failed, 1 passed (storage.m0, storage.m1, storage.m2, ...)")
+        "preflight: FAILED on node-17: 4 failed, 1 passed (storage.m0, storage.m1, storage.m2, storage.m3)")
     assert kubernetes.verdict_line(make_report([result("ok", "pass")])) == "preflight: PASSED on node-17: 1 passed"
+
+
+def test_verdict_line_counts_the_failing_ids_past_ten():
+    report = make_report([result(f"m{i}", "fail", MISS) for i in range(12)])
+    line = kubernetes.verdict_line(report)
+    named = ", ".join(f"storage.m{i}" for i in range(8))
+    assert line == f"preflight: FAILED on node-17: 12 failed ({named} and 4 more)"
 
 
 def test_writes_only_to_an_existing_writable_file(tmp_path):

@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import shutil
+import subprocess
+
+import pytest
 from prometheus_client import parser
 
 from tests.report_helpers import make_report, result
@@ -67,3 +71,35 @@ def test_a_config_error_replaces_every_measurement_with_not_passed_and_a_config_
     assert samples["preflight_last_run_timestamp_seconds"] == 1795964400
     assert sum(v for k, v in samples.items() if k.startswith("preflight_results{")) == 0
     assert 'host="node-17"' in next(k for k in samples if k.startswith("preflight_info{"))
+
+
+def _every_metric_once():
+    """One numeric result for every metric of every check, as a run that measured them all would give."""
+    from preflight.checks import CHECKS
+
+    return make_report([result(m.name, "pass", "m", instance=name, value=1.0, unit=m.unit)
+                        for name, check in CHECKS.items() for m in check.METRICS
+                        if m.unit not in ("version", "text")])
+
+
+def test_no_gauge_name_is_reserved_or_abbreviated():
+    """Issue 25: promtool rejected `preflight_cuda_device_count` (a gauge ending in `_count`, which histograms and
+    summaries own) and would reject an abbreviated unit (`samples_per_s`)."""
+    names = {family.name for family in parser.text_string_to_metric_families(prometheus.render(_every_metric_once()))}
+    assert "preflight_cuda_devices" in names and "preflight_model_samples_per_second" in names
+    assert {"preflight_pipeline_samples_per_second", "preflight_pipeline_model_samples_per_second"} <= names
+    for name in names:
+        assert not name.endswith(("_count", "_sum", "_bucket", "_total")), name
+        assert "_s_" not in name + "_" and "_ms_" not in name + "_", name
+
+
+PROMTOOL = shutil.which("promtool")
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed: apt-get install prometheus (Debian's package "
+                                              "has it), or put promtool from a Prometheus release on PATH")
+def test_promtool_accepts_the_textfile(tmp_path):
+    path = tmp_path / "preflight.prom"
+    prometheus.write(str(path), _every_metric_once())
+    checked = subprocess.run([PROMTOOL, "check", "metrics"], stdin=path.open(), capture_output=True, text=True)
+    assert checked.returncode == 0 and checked.stdout + checked.stderr == "", checked.stdout + checked.stderr

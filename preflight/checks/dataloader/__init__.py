@@ -82,7 +82,7 @@ OPTIONS = (
     Option("format", "choice", "files", "`files`: each file is one sample; `tar`: the files are WebDataset tar shards "
            "(include: \"*.tar\"), samples grouped by key, each worker streaming its own shards",
            choices=("files", "tar"), ignored_with=FILES_ONLY),
-    Option("decode", "choice", "none", "`image`: decode each file with Pillow (extra `train-preflight[image]`) "
+    Option("decode", "choice", "none", "`image`: decode each file with Pillow (pip install pillow) "
            "and report the raw-bytes rate beside it", choices=("none", "image"), ignored_with=FILES_ONLY),
     Option("synthetic", "bool", False, "random 3x224x224 float32 samples instead of files (IPC/shm, not storage)",
            ignored_with=("dataset",)),

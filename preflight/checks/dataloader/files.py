@@ -3,8 +3,8 @@
 A sample is read as a DataLoader worker's ``open(path).read()`` would, but from the device:
 O_DIRECT through one aligned ``BLOCK`` buffer per worker, else the file's cached pages dropped
 first (``io.uncached``), so a worker's memory does not grow with the files' sizes.
-``decode="image"`` then decodes it with Pillow (an optional extra: ``pip install
-train-preflight[image]``) to RGB pixels, so the decoded figure can be set beside the raw one.
+``decode="image"`` then decodes it with Pillow (optional: ``pip install pillow``; the
+wheel's ``image`` extra) to RGB pixels, so the decoded figure can be set beside the raw one.
 ``delay_s`` is the explicit test hook for a deliberately throttled reader: it sleeps that long
 per sample, as slow storage would. A file that vanished or turned unreadable since the walk is a
 sample of 0 bytes that is not counted (``collate_sizes``), so another process rewriting the

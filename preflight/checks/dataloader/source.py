@@ -116,7 +116,7 @@ def _files(options: Mapping[str, Any], check: str, walk_s: float, named: bool = 
                else f"{path} does not exist: mount the dataset or set {check}.path")
         return
     if options["decode"] == "image" and importlib.util.find_spec("PIL") is None:
-        yield "decode: image needs Pillow: pip install 'train-preflight[image]' (or pillow) in this image"
+        yield "decode: image needs Pillow: pip install pillow in this image (or drop decode: image)"
         return
     files, walk = list_files(path, options["include"], options["exclude"], int(options["max_files"]), walk_s)
     skipped, note = walk.summary(tuple(SKIPPED)), walk.note(files, path)  # note: what was skipped, and any stop

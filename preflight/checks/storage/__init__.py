@@ -77,16 +77,16 @@ METRICS = (
     Metric("free_space", "GiB", True, "space available to the job on path's filesystem (statvfs f_bavail)",
            hint="free space on {path}: delete old data or grow the volume", about_data=True),
     Metric("read_only", "", True, "1 when path's mount is read-only, else 0; `{min: 1}` requires it "
-           "(mount options in /proc/self/mountinfo)", about_data=True),
+           "(mount options in /proc/self/mountinfo)", about_data=True, flag=True),
     Metric("open_files_limit", "", True, "soft RLIMIT_NOFILE of this process (getrlimit(2))"),
     Metric("unreadable_files", "", False, "files and directories under path this process cannot read "
            "(access(2) R_OK, or listing refused): the job would stop on PermissionError; `{max: 0}` gates on it",
            hint="make {path} readable by the job's user (chmod/chown, fsGroup in the pod's securityContext)", about_data=True),
     Metric("skipped_files", "", False, "entries under path that are not samples: unreadable, vanished while "
            "walked, special files, dangling links, directory loops, pseudo filesystems below path (proc, sysfs: not "
-           "descended), empty files, second links to one file, hidden entries the job's os.walk may read "
-           "(.ipynb_checkpoints, ._x.jpg) (find -L -type f -size +0 -readable); the row says which, and whether "
-           "the walk stopped before the end",
+           "descended), empty files, hard or symbolic links to a file already counted, hidden entries the job's "
+           "os.walk may read (.ipynb_checkpoints, ._x.jpg) (find -L -type f -size +0 -readable); the row says "
+           "which, and whether the walk stopped before the end",
            hint="the row's note says what was skipped under {path}: fix permissions, remove dangling links and "
                 "special files, delete hidden files the job would read (.ipynb_checkpoints, macOS ._* files; or "
                 "skip them in the job's Dataset), or stop the process rewriting the dataset", about_data=True),

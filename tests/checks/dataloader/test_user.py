@@ -245,3 +245,20 @@ def test_an_option_for_the_jobs_code_without_that_code_is_a_config_error(tmp_pat
     assert completed.returncode == 2 and "Traceback" not in completed.stderr
     assert message in completed.stderr and completed.stderr.count("\n") == 1
     assert f"{path}:" in completed.stderr
+
+
+def test_a_slow_jobs_dataset_is_told_to_profile_its_own_code_not_to_move_the_volume(tmp_path):
+    """Issue 25: for the job's own Dataset "use a faster volume" pointed away from its __getitem__."""
+    path = _job(tmp_path, """
+        dataset: "jobpkg.data:make"
+        dataset_args: {n: 400}
+        python_path: [src]
+        num_workers: 0
+        batch_size: 10
+        throughput: {min: 100000 samples/s}
+    """)
+    code, report = _run(path)
+    throughput = next(r for r in report["results"] if r["metric"] == "throughput")
+    assert code == 1 and throughput["verdict"] == "fail" and throughput["subject"] == "job_dataset"
+    assert throughput["hint"].startswith("the job's Dataset delivers ")
+    assert "profile one worker" in throughput["hint"] and "faster volume" not in throughput["hint"]

@@ -1,0 +1,98 @@
+"""``preflight diff OLD.json NEW.json``: every metric of two runs side by side, each change judged against its noise.
+
+Prints a table (metric, old, new, ratio, what the change is) and a closing count. Exit 1 when
+``--fail-on N%`` is given and a judged metric regressed beyond its noise by more than N%, as
+``pytest-benchmark compare --fail`` does; else 0. A file that is missing or not a preflight
+report is one ``preflight: error:`` line and exit 2 (raised as UsageError to the CLI's boundary).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence, TextIO
+
+from preflight.errors import UsageError
+from preflight.report.compare import Change, Entry, load, pair
+from preflight.units import Dimension, UnitError, format_value, parse_quantity
+
+EXIT_REGRESSED = 1
+
+
+def main(args: argparse.Namespace, stdout: TextIO | None = None) -> int:
+    """Compare, print the table, return the exit code (0, or 1 for a regression beyond ``--fail-on``)."""
+    stdout = stdout or sys.stdout
+    fail_on = parse_fail_on(args.fail_on) if args.fail_on is not None else None
+    old, new = load(args.old), load(args.new)
+    changes, only_old, only_new = pair(old, new)
+    lines = [f"preflight diff: {args.old} ({old.label}) -> {args.new} ({new.label})"]
+    lines += table(changes, fail_on)
+    for label, ids in (("only in " + args.old, only_old), ("only in " + args.new, only_new)):
+        if ids:
+            lines.append(f"{label}: {', '.join(ids)}")
+    regressed = [c for c in changes if fail_on is not None and c.regressed(fail_on)]
+    lines.append(closing(changes, regressed, fail_on))
+    stdout.write("\n".join(lines) + "\n")
+    return EXIT_REGRESSED if regressed else 0
+
+
+def parse_fail_on(text: str) -> float:
+    """``10%`` -> 0.10.
+
+    Raises:
+        UsageError: not a percentage between 0 and 100.
+    """
+    try:
+        percent = parse_quantity(text, Dimension.PERCENT)
+    except UnitError as error:
+        raise UsageError(f"--fail-on {text}: {error}: give a percentage, like --fail-on 10%") from None
+    if not 0 <= percent < 100:
+        raise UsageError(f"--fail-on {text}: give a percentage from 0% to under 100%, like --fail-on 10%")
+    return percent / 100
+
+
+def table(changes: Sequence[Change], fail_on: float | None) -> list[str]:
+    """One line per change, columns as wide as their longest cell."""
+    rows = [("metric", "old", "new", "ratio", "change")]
+    rows += [(c.id, _value(c.old), _value(c.new), f"{c.ratio:.3f}x" if c.ratio is not None else "-", verdict(c, fail_on))
+             for c in changes]
+    widths = [max(len(row[column]) for row in rows) for column in range(4)]
+    return [f"{row[0]:<{widths[0]}}  {row[1]:>{widths[1]}}  {row[2]:>{widths[2]}}  {row[3]:>{widths[3]}}  {row[4]}"
+            .rstrip() for row in rows]
+
+
+def _value(entry: Entry) -> str:
+    if entry.value is None:
+        return "not measured"
+    return format_value(entry.value, "" if entry.unit in ("version", "text") else entry.unit)
+
+
+def verdict(c: Change, fail_on: float | None) -> str:
+    """What the change is: ``REGRESSED -23% (noise ±5%)``, ``better +12% (noise ±5%)``, ``within noise (±5%)``,
+    ``not judged (a fact)``; then the verdict's change, if any (``pass -> fail``)."""
+    if not c.judged:
+        text = "not judged (a fact)" if c.ratio is not None else ("same" if c.old.value == c.new.value else "changed")
+    else:
+        noise = f"noise ±{c.band:.0%}"
+        percent = f"{c.ratio - 1:+.0%}"  # type: ignore[operator]
+        if not c.beyond_noise:
+            text = f"within noise ({percent}, {noise})"
+        elif fail_on is not None and c.regressed(fail_on):
+            text = f"REGRESSED {percent} ({noise}, --fail-on {fail_on:.0%})"
+        else:
+            text = f"{'worse' if c.worse else 'better'} {percent} ({noise})"
+    if c.old.verdict != c.new.verdict:
+        text += f"; {c.old.verdict} -> {c.new.verdict}"
+    return text
+
+
+def closing(changes: Sequence[Change], regressed: Sequence[Change], fail_on: float | None) -> str:
+    """``== 1 regressed beyond 10%, 2 worse, 1 better, 20 within noise, 9 not judged; 33 in both runs ==``."""
+    judged = [c for c in changes if c.judged]
+    counts = [(f"regressed beyond {fail_on:.0%}" if fail_on is not None else "", len(regressed)),
+              ("worse", sum(c.worse for c in judged) - len(regressed)),
+              ("better", sum(c.beyond_noise and not c.worse for c in judged)),
+              ("within noise", sum(not c.beyond_noise for c in judged)),
+              ("not judged", len(changes) - len(judged))]
+    said = ", ".join(f"{n} {what}" for what, n in counts if n and what)
+    return f"== {said or 'nothing'}; {len(changes)} metric{'s' if len(changes) != 1 else ''} in both runs =="

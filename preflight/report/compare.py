@@ -1,0 +1,169 @@
+"""Report layer: two runs' JSON reports side by side, metric by metric, each change judged against its own noise.
+
+Reads what ``json_report`` writes (schema 1): one node's report or a fleet's. A fleet's
+results are named by node as ``report.merge.on_node`` names them (``storage.seq_read[node1]``),
+so two fleets pair node by node; a single node's report set against a fleet's is paired with
+each of its nodes. Two single-node reports pair by id whatever their hosts: the same node over
+time, or two nodes side by side.
+
+A change is *beyond noise* when the new value differs from the old by more than the metric's
+band (``noise.band``: the larger of the gate's run-to-run floor and twice the larger CV of the
+two runs' samples), the way ``bench/noise.py`` judges stability. Only performance metrics (a
+measured rate or latency, ``Metric.is_performance``) are judged; a fact (a count, a size, a
+version) is shown and never judged. A judged metric *regressed* when it moved the wrong way
+beyond noise and by more than ``fail_on`` (a fraction).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping, NamedTuple, Sequence
+
+from preflight.report import noise
+from preflight.checks import CHECKS
+from preflight.errors import UsageError
+
+
+class Entry(NamedTuple):
+    """One result of a report, as the JSON gives it."""
+
+    id: str
+    check: str
+    metric: str
+    value: float | str | None
+    unit: str
+    verdict: str
+    samples: tuple[float, ...]
+
+
+class Report(NamedTuple):
+    """A loaded report: who and when, whether it is a fleet's, its results by id."""
+
+    path: str
+    label: str  # "node-17 at 2026-11-29T15:00:00Z", "fleet of 4 nodes at ..."
+    fleet: bool
+    entries: Mapping[str, Entry]
+
+
+class Change(NamedTuple):
+    """One metric in both runs."""
+
+    id: str
+    old: Entry
+    new: Entry
+    ratio: float | None  # new / old; None for a text, a version or an old value of 0
+    band: float | None  # the relative change within noise; None when not judged
+    direction: bool | None  # True: higher is better, False: lower is better, None: not judged
+
+    @property
+    def judged(self) -> bool:
+        return self.band is not None and self.ratio is not None
+
+    @property
+    def beyond_noise(self) -> bool:
+        return self.judged and abs(self.ratio - 1) > self.band  # type: ignore[operator]
+
+    @property
+    def worse(self) -> bool:
+        """Moved the wrong way beyond noise (lower for a rate, higher for a latency)."""
+        return self.beyond_noise and (self.ratio < 1) == bool(self.direction)  # type: ignore[operator]
+
+    def regressed(self, fail_on: float) -> bool:
+        """Worse beyond noise and by more than ``fail_on`` (0.1: a rate 10% lower, a latency 10% higher)."""
+        if not self.worse:
+            return False
+        change = 1 - self.ratio if self.direction else self.ratio - 1  # type: ignore[operator]
+        return change > fail_on
+
+
+def load(path: str) -> Report:
+    """Read one preflight JSON report.
+
+    Raises:
+        UsageError: the file is missing or unreadable, not JSON, not a preflight report, or the
+            report of a run that never started (a config error): one line naming the file and why.
+    """
+    try:
+        with open(path, encoding="utf-8") as stream:
+            document = json.load(stream)
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file: give the JSON report a run wrote with --json") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"{path}: cannot read it ({getattr(error, 'strerror', None) or error})") from None
+    except json.JSONDecodeError as error:
+        raise UsageError(f"{path}:{error.lineno}:{error.colno}: not JSON ({error.msg}): give the report "
+                         f"`preflight run --json` wrote") from None
+    if not isinstance(document, dict) or document.get("schema") != 1 or not (
+            isinstance(document.get("results"), list) or isinstance(document.get("hosts"), list)):
+        raise UsageError(f"{path}: not a preflight JSON report (schema 1, with `results` or `hosts`): give the "
+                         f"report `preflight run --json` wrote")
+    if document.get("error"):
+        raise UsageError(f"{path}: that run never started ({document['error']}): nothing to compare")
+    try:
+        if document.get("kind") == "fleet":
+            hosts = document["hosts"]
+            entries = {e.id: e for host in hosts for e in _entries(host["results"], _node(host))}
+            started = hosts[0]["started"] if hosts else "?"
+            return Report(path, f"fleet of {len(hosts)} nodes at {started}", True, entries)
+        entries = {e.id: e for e in _entries(document["results"], None)}
+        return Report(path, f"{document.get('host', '?')} at {document.get('started', '?')}", False, entries)
+    except (KeyError, TypeError, ValueError) as error:
+        raise UsageError(f"{path}: not a preflight JSON report: a result lacks {error}: give the report "
+                         f"`preflight run --json` wrote") from None
+
+
+def _node(host: Mapping[str, Any]) -> str:
+    return f"node{host['facts'].get('node_rank', '?')}"
+
+
+def _entries(results: Sequence[Mapping[str, Any]], node: str | None) -> list[Entry]:
+    entries = []
+    for r in results:
+        device = r.get("device")
+        if node is not None:
+            device = f"{node}/{device}" if device else node
+        base = f"{r['instance']}.{r['metric']}" if r["metric"] else r["instance"]
+        entries.append(Entry(f"{base}[{device}]" if device else base, r["check"], r["metric"], r.get("value"),
+                             r.get("unit", ""), r["verdict"], tuple(float(s) for s in r.get("samples") or ())))
+    return entries
+
+
+def pair(old: Report, new: Report) -> tuple[list[Change], list[str], list[str]]:
+    """The metrics in both runs as changes, in the new run's order; then the ids only in the old, only in the new.
+
+    A single node's report against a fleet's pairs each of the fleet's nodes with that one node.
+    """
+    old_entries, new_entries = dict(old.entries), dict(new.entries)
+    if old.fleet != new.fleet:
+        single, fleet = (old_entries, new_entries) if new.fleet else (new_entries, old_entries)
+        expanded = {}
+        for fleet_id, entry in fleet.items():
+            match = single.get(_without_node(fleet_id))
+            if match is not None:
+                expanded[fleet_id] = match._replace(id=fleet_id)
+        if new.fleet:
+            old_entries = expanded
+        else:
+            new_entries = expanded
+    changes = [change(old_entries[i], new_entries[i]) for i in new_entries if i in old_entries]
+    return changes, [i for i in old_entries if i not in new_entries], [i for i in new_entries if i not in old_entries]
+
+
+def _without_node(result_id: str) -> str:
+    """``storage.seq_read[node1]`` -> ``storage.seq_read``; ``cuda.temperature[node1/cuda:0]`` -> ``...[cuda:0]``."""
+    base, _, device = result_id.partition("[")
+    device = device.rstrip("]").split("/", 1)
+    return f"{base}[{device[1]}]" if len(device) == 2 else base
+
+
+def change(old: Entry, new: Entry) -> Change:
+    """``new`` against ``old``: the ratio, and the noise band when the metric is a judged one."""
+    numbers = all(isinstance(e.value, (int, float)) and not isinstance(e.value, bool) for e in (old, new))
+    ratio = float(new.value) / float(old.value) if numbers and old.value else None  # type: ignore[arg-type]
+    if numbers and not old.value and not new.value:
+        ratio = 1.0
+    metric = next((m for m in getattr(CHECKS.get(new.check), "METRICS", ()) if m.name == new.metric), None)
+    if metric is None or not metric.is_performance or ratio is None:
+        return Change(new.id, old, new, ratio, None, None)
+    width = noise.band(f"{new.check}.{new.metric}", old.samples, new.samples)
+    return Change(new.id, old, new, ratio, width, metric.higher_is_better)
