@@ -14,6 +14,10 @@ Noise: an instance with ``repeats: N`` runs N times and each metric's runs are c
 (``measurement.combine``: the median of their values is judged); with ``retries: K``, a
 miss within ``retry_margin`` of its bound (``verdict.near_miss``) is re-measured up to K
 times, the last attempt is judged and the earlier ones are recorded in the result.
+
+One run per node measures at a time: ``run`` holds the node's measuring lock (``host.node_lock``)
+from its first measurement to its last, notes under each result how long it waited for another
+run, and reports every metric unmeasurable when the lock stayed held past ``PREFLIGHT_LOCK_WAIT``.
 """
 
 from __future__ import annotations
@@ -237,7 +241,9 @@ def run(config: Config, progress: ProgressCallback = lambda instance, results: N
         try:
             wait = node.acquire(f"`preflight run -c {config.path}`", say=lambda line: print(line, file=sys.stderr))
         except node_lock.Busy as busy:
-            wait, pending = node_lock.Wait(0.0, ""), _unmeasurable(pending, str(busy), results, progress)
+            wait = node_lock.Wait(0.0, "")
+            results += _unmeasurable(pending, str(busy), progress)
+            pending = []
         while pending:
             current = instance = resolve(pending.pop(0), done)
             progress(instance, None)
@@ -272,16 +278,16 @@ def run(config: Config, progress: ProgressCallback = lambda instance, results: N
     return sorted(results, key=lambda result: place.get(result.instance, len(place)))  # stable: config order
 
 
-def _unmeasurable(pending: list[Instance], reason: str, results: list[Result],
-                  progress: ProgressCallback) -> list[Instance]:
-    """Judge every metric of ``pending`` as not measured for ``reason`` (into ``results``); returns none left."""
-    for instance in pending:
+def _unmeasurable(instances: list[Instance], reason: str, progress: ProgressCallback) -> list[Result]:
+    """Every metric of ``instances`` judged as not measured for ``reason`` (fail closed where it has a threshold)."""
+    results: list[Result] = []
+    for instance in instances:
         progress(instance, None)
         unit = {metric.name: metric.unit for metric in CHECKS[instance.check].METRICS}
         judged = judge(instance, Outcome(tuple(Measurement(name, None, unit[name], reason=reason) for name in unit)))
         results += judged
         progress(instance, judged)
-    return []
+    return results
 
 
 def _noted(results: list[Result], note: str) -> list[Result]:

@@ -62,7 +62,7 @@ def test_two_runs_started_together_measure_one_after_the_other(tmp_path: Path) -
     assert all(result["verdict"] == "pass" for run in results for result in run)
 
 
-def test_two_real_storage_runs_on_one_dataset_each_measure_it_alone(tmp_path: Path) -> None:
+def test_two_real_storage_runs_on_one_dataset_one_waits_for_the_other_and_says_so(tmp_path: Path) -> None:
     data = tmp_path / "data"
     data.mkdir()
     (data / "shard-0.bin").write_bytes(os.urandom(16 << 20))
