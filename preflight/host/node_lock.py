@@ -123,8 +123,7 @@ class NodeLock:
         raise UsageError(f"no place for the node's measuring lock: {', '.join(tried)}: set {PATH_VARIABLE}=PATH to a "
                          f"file every preflight run on this node can open, or {PATH_VARIABLE}=off")
 
-    def acquire(self, what: str, say: Callable[[str], None] = lambda line: None,
-                clock: Callable[[], float] = time.monotonic) -> Wait:
+    def acquire(self, what: str, say: Callable[[str], None] = lambda line: None) -> Wait:
         """Take the lock, waiting at most ``wait_s``; then record ``what`` holds it (pid, host, since when).
 
         ``say`` gets one line when the lock is held by another run, before the wait starts.
@@ -134,7 +133,7 @@ class NodeLock:
         """
         if self.fd is None:
             return Wait(0.0, "")
-        start = clock()
+        start = time.monotonic()
         holder = ""  # read again on each try: the run that holds it may change while this one waits
         while True:
             try:
@@ -146,13 +145,13 @@ class NodeLock:
                 say(f"preflight: waiting up to {format_value(self.wait_s, 's')} ({WAIT_VARIABLE}) for "
                     f"{self._holder(detailed=True)} to finish measuring this node (lock {self.path})")
             holder = self._holder()
-            if clock() - start >= self.wait_s:
+            if time.monotonic() - start >= self.wait_s:
                 raise Busy(f"{BUSY} ({self.path}) for all of {WAIT_VARIABLE}={format_value(self.wait_s, 's')}: "
                            f"{self._holder(detailed=True)} was still measuring; run again when it is done, or "
                            f"raise {WAIT_VARIABLE}")
             time.sleep(POLL_S)
         self._record(what)
-        return Wait(clock() - start, holder)
+        return Wait(time.monotonic() - start, holder)
 
     def close(self) -> None:
         """Release the lock (closing the file releases the flock)."""
