@@ -14,10 +14,15 @@ Noise: an instance with ``repeats: N`` runs N times and each metric's runs are c
 (``measurement.combine``: the median of their values is judged); with ``retries: K``, a
 miss within ``retry_margin`` of its bound (``verdict.near_miss``) is re-measured up to K
 times, the last attempt is judged and the earlier ones are recorded in the result.
+
+One run per node measures at a time: ``run`` holds the node's measuring lock (``host.node_lock``)
+from its first measurement to its last, notes under each result how long it waited for another
+run, and reports every metric unmeasurable when the lock stayed held past ``PREFLIGHT_LOCK_WAIT``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import select
@@ -28,6 +33,7 @@ import tempfile
 import time
 from typing import Any, Callable, Mapping, Sequence
 
+from preflight.host import node_lock
 from preflight.io import scratch, tempdir
 from preflight.host.cgroup_memory import OomWatch
 from preflight.checks import CHECKS
@@ -203,17 +209,22 @@ ProgressCallback = Callable[[Instance, "list[Result] | None"], None]
 
 
 def run(config: Config, progress: ProgressCallback = lambda instance, results: None,
-        temp_dir: str | None = None) -> list[Result]:
+        temp_dir: str | None = None, lock: node_lock.Settings | None = None) -> list[Result]:
     """Run every instance of ``config`` and return all results, in config order.
 
     ``progress(instance, None)`` is called when an instance starts and
     ``progress(instance, results)`` when it is judged. Workers keep their logs in
     ``temp_dir`` (default: ``tempdir.choose()``). Never raises for a check's fault.
+    The node's measuring lock (``lock``, default: ``node_lock.settings()`` of the environment)
+    is held from the first measurement to the last: a run that waited for it says so under
+    each result, one that could not get it reports every metric unmeasurable with the reason.
 
     Raises:
-        UsageError: no ``temp_dir`` was given and no writable temporary directory exists.
+        UsageError: no ``temp_dir`` was given and no writable temporary directory exists, or
+            the lock file cannot be opened.
     """
     temp_dir = temp_dir or tempdir.choose()
+    node = node_lock.NodeLock.open(lock or node_lock.settings())
     results: list[Result] = []
     worker: Worker | None = None
     previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -227,6 +238,12 @@ def run(config: Config, progress: ProgressCallback = lambda instance, results: N
     done: dict[str, tuple[list[Result], Outcome]] = {}  # what producers measured, for their consumers
     current: Instance | None = None
     try:
+        try:
+            wait = node.acquire(f"`preflight run -c {config.path}`", say=lambda line: print(line, file=sys.stderr))
+        except node_lock.Busy as busy:
+            wait = node_lock.Wait(0.0, "")
+            results += _unmeasurable(pending, str(busy), progress)
+            pending = []
         while pending:
             current = instance = resolve(pending.pop(0), done)
             progress(instance, None)
@@ -238,7 +255,7 @@ def run(config: Config, progress: ProgressCallback = lambda instance, results: N
                     earlier.append(judged)
                     continue
                 break
-            judged = record_attempts(judged, earlier)
+            judged = _noted(record_attempts(judged, earlier), wait.note)
             done[instance.name] = (judged, outcome)
             results += judged
             current = None
@@ -256,8 +273,28 @@ def run(config: Config, progress: ProgressCallback = lambda instance, results: N
             signal.signal(signum, handler)
         if worker is not None:
             worker.stop()
+        node.close()
     place = {instance.name: index for index, instance in enumerate(config.instances)}
     return sorted(results, key=lambda result: place.get(result.instance, len(place)))  # stable: config order
+
+
+def _unmeasurable(instances: list[Instance], reason: str, progress: ProgressCallback) -> list[Result]:
+    """Every metric of ``instances`` judged as not measured for ``reason`` (fail closed where it has a threshold)."""
+    results: list[Result] = []
+    for instance in instances:
+        progress(instance, None)
+        unit = {metric.name: metric.unit for metric in CHECKS[instance.check].METRICS}
+        judged = judge(instance, Outcome(tuple(Measurement(name, None, unit[name], reason=reason) for name in unit)))
+        results += judged
+        progress(instance, judged)
+    return results
+
+
+def _noted(results: list[Result], note: str) -> list[Result]:
+    """``results`` with ``note`` put before each one's own note ("" leaves them as they are)."""
+    if not note:
+        return results
+    return [dataclasses.replace(r, note=f"{note}; {r.note}" if r.note else note) for r in results]
 
 
 def producers(instance: Instance) -> list[str]:

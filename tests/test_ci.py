@@ -259,3 +259,15 @@ def test_the_gitlab_template_with_no_wheel_and_no_preflight_stops_with_one_line(
         f"preflight: no wheel matches PREFLIGHT_WHEEL=dist/train_preflight-*.whl in {project} and {bin_dir}/python3 "
         "has no preflight: build the wheel in a preflight checkout (python -m build --wheel) and commit it to "
         "dist/, or set PREFLIGHT_PACKAGE to a wheel's path or a git URL"]
+
+
+def test_the_node_sweep_shares_the_nodes_measuring_lock_through_a_host_directory():
+    (job,) = _documents(REPO / "ci/kubernetes/node-sweep-job.yaml")
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    lock = next(e["value"] for e in container["env"] if e["name"] == "PREFLIGHT_LOCK")
+    mount = next(m for m in container["volumeMounts"] if lock.startswith(m["mountPath"] + "/"))
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    assert "hostPath" in volume and not mount.get("readOnly")  # every preflight pod on the node opens one file
+    text = (REPO / "ci/kubernetes/node-sweep-job.yaml").read_text()
+    assert "ReadOnlyMany" in text and "pod-security.kubernetes.io/enforce=privileged" in text

@@ -60,6 +60,7 @@ def main(args: argparse.Namespace, environ: Mapping[str, str] = os.environ, stdo
          stderr: TextIO | None = None) -> int:
     """Parse, load, run, and hand the run over to ``report.deliver``; returns the exit code."""
     from preflight import config, report, runner
+    from preflight.host import node_lock
     from preflight.io import tempdir
     from preflight.report import deliver
     from preflight.report.progress import Progress
@@ -78,6 +79,8 @@ def main(args: argparse.Namespace, environ: Mapping[str, str] = os.environ, stdo
             loaded = loaded.select(args.only.split(","))
         if args.skip:
             loaded = loaded.skip(args.skip.split(","))
+        lock = node_lock.settings(environ)
+        node_lock.NodeLock.open(lock).close()  # a bad PREFLIGHT_LOCK is exit 2 before any rank measures
     except UsageError as error:
         deliver.deliver_config_error(path, error, to, environ, stdout, stderr,
                                      launch.world_size if launch is not None else None)
@@ -95,7 +98,7 @@ def main(args: argparse.Namespace, environ: Mapping[str, str] = os.environ, stdo
     started, clock = report.now(), time.monotonic()
     progress = Progress(stderr)
     try:
-        results = runner.run(loaded, progress=progress, temp_dir=temporary)
+        results = runner.run(loaded, progress=progress, temp_dir=temporary, lock=lock)
     finally:
         progress.close()
     run_report = report.build(path, loaded.digest, results, started, time.monotonic() - clock)

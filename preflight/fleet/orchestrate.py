@@ -29,6 +29,7 @@ from preflight.checks import CHECKS
 from preflight.checks.base import Budget, scope
 from preflight.config import Config, Instance
 from preflight.fleet.distributed import Fleet, FleetError, Launch
+from preflight.host import node_lock
 from preflight.report import RunReport
 from preflight.report.merge import Contribution, merge, partial
 from preflight.errors import EXIT_USAGE, UsageError
@@ -56,7 +57,8 @@ def run(config: Config, launch: Launch, write: WriteReports, temp_dir: str | Non
             results = runner.run(config._replace(instances=node_checks), progress=_progress(launch),
                                  temp_dir=temp_dir)
             own = report.build(config.path, config.digest, results, started, time.monotonic() - clock)
-        node_budget = sum(instance.timeout_s for instance in node_checks) + config.fleet.timeout_s
+        node_budget = (sum(instance.timeout_s for instance in node_checks) + config.fleet.timeout_s
+                       + node_lock.settings().wait_s)  # local rank 0 may wait for another run on its node
         fleet.barrier("the end of the node checks", node_budget)
         fleet_results = [result for instance in fleet_checks for result in _run_fleet_check(fleet, instance, launch)]
         fleet.barrier("the gather of results")

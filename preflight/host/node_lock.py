@@ -1,0 +1,211 @@
+"""One measuring run per node at a time: a file lock every preflight run on the node takes (host layer: the node).
+
+Two runs that measure one node together (a DaemonSet sweep overlapping an init container, a
+Slurm HealthCheckProgram firing during a prolog) each get about half of the disk, and both fail
+with no word of the other. So ``runner.run`` holds this lock, an exclusive ``flock(2)`` on one
+file, from its first measurement to its last; a second run waits for it and says so under each
+of its results, and one that cannot get it within the bound reports every metric unmeasurable
+with the reason, never a halved figure.
+
+Settings come from the environment, not the thresholds file: the lock belongs to the node, and
+the prolog, the health check and a sweep read different thresholds files but must share it.
+
+- ``PREFLIGHT_LOCK``: the lock file, in a directory every run on the node shares: /dev/shm or
+  /run on one host; in containers a hostPath volume mounted into each (a container's own
+  /dev/shm and /run are private to it). ``off`` runs without it. Default: the first of
+  /dev/shm, /run/lock and the temporary directory where the file can be opened.
+- ``PREFLIGHT_LOCK_WAIT``: how long a run waits for it (a duration, ``600s``; default 10 min).
+
+flock rather than fcntl record locks: a flock belongs to the open file description, so it is
+released when the holder dies, however it dies (SIGKILL, OOM kill), and it is not lost when
+some library in the process closes another descriptor of the same file, as an fcntl lock is.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import tempfile
+import time
+from datetime import datetime, timezone
+from typing import Callable, Mapping, NamedTuple
+
+from preflight.errors import UsageError
+from preflight.units import Dimension, UnitError, format_value, parse_quantity
+
+PATH_VARIABLE = "PREFLIGHT_LOCK"
+WAIT_VARIABLE = "PREFLIGHT_LOCK_WAIT"
+DEFAULT_WAIT_S = 600.0
+DEFAULT_PLACES = ("/dev/shm", "/run/lock")  # then tempfile.gettempdir()
+FILE_NAME = "preflight.lock"
+POLL_S = 0.2  # between tries while another run holds the lock
+# Starts the reason of every metric a run could not measure for want of the lock: the Slurm health check
+# reads it to leave the node as it is (another run measuring is no fault of the node).
+BUSY = "another preflight run held the node's measuring lock"
+
+
+class Settings(NamedTuple):
+    """Where the lock is and how long to wait for it."""
+
+    path: str  # the lock file; "" for the first default place that works, "off" for no lock
+    wait_s: float
+
+
+class Wait(NamedTuple):
+    """How this run got the lock: after ``waited_s`` seconds, behind ``holder`` ("" when it was free)."""
+
+    waited_s: float
+    holder: str
+
+    @property
+    def note(self) -> str:
+        """What the report says under each result of a run that waited; "" when it did not wait."""
+        if not self.holder:
+            return ""
+        return (f"measured alone, after waiting {format_value(round(self.waited_s, 1), 's')} for {self.holder} to finish "
+                f"measuring this node")
+
+
+class Busy(Exception):
+    """The lock stayed held for the whole wait; the message is the reason for every unmeasured metric."""
+
+
+def settings(environ: Mapping[str, str] = os.environ) -> Settings:
+    """Read ``PREFLIGHT_LOCK`` and ``PREFLIGHT_LOCK_WAIT``.
+
+    Raises:
+        UsageError: the wait is not a positive duration; the message names the variable and the fix.
+    """
+    wait_s = DEFAULT_WAIT_S
+    if environ.get(WAIT_VARIABLE):
+        text = environ[WAIT_VARIABLE]
+        try:
+            wait_s = parse_quantity(text, Dimension.DURATION)
+        except UnitError as error:
+            raise UsageError(f"{WAIT_VARIABLE}={text}: {error}") from None
+        if wait_s <= 0:
+            raise UsageError(f"{WAIT_VARIABLE}={text}: the wait must be positive, like `600s`")
+    return Settings(environ.get(PATH_VARIABLE, ""), wait_s)
+
+
+class NodeLock:
+    """The open lock file (or none, with ``PREFLIGHT_LOCK=off``); ``acquire`` once, ``close`` after."""
+
+    def __init__(self, fd: int | None, path: str, wait_s: float) -> None:
+        self.fd, self.path, self.wait_s = fd, path, wait_s
+
+    @classmethod
+    def open(cls, chosen: Settings) -> NodeLock:
+        """Open (creating it if need be) the lock file ``chosen`` names, or the first default place that works.
+
+        Raises:
+            UsageError: ``PREFLIGHT_LOCK`` names a file that cannot be opened, or no default place works;
+                one line naming the path, the error and the fix.
+        """
+        if chosen.path == "off":
+            return cls(None, "off", chosen.wait_s)
+        if chosen.path:
+            try:
+                return cls(_open(chosen.path), chosen.path, chosen.wait_s)
+            except OSError as error:
+                raise UsageError(f"{PATH_VARIABLE}={chosen.path}: cannot open the node's measuring lock "
+                                 f"({error.strerror}): name a file in a directory every preflight run on this node "
+                                 f"shares and can write (/dev/shm, /run), or set {PATH_VARIABLE}=off") from None
+        tried = []
+        for directory in _default_places():
+            path = os.path.join(directory, FILE_NAME)
+            try:
+                return cls(_open(path), path, chosen.wait_s)
+            except OSError as error:
+                tried.append(f"{path} ({error.strerror})")
+        raise UsageError(f"no place for the node's measuring lock: {', '.join(tried)}: set {PATH_VARIABLE}=PATH to a "
+                         f"file every preflight run on this node can open, or {PATH_VARIABLE}=off")
+
+    def acquire(self, what: str, say: Callable[[str], None] = lambda line: None) -> Wait:
+        """Take the lock, waiting at most ``wait_s``; then record ``what`` holds it (pid, host, since when).
+
+        ``say`` gets one line when the lock is held by another run, before the wait starts.
+
+        Raises:
+            Busy: still held after ``wait_s``; the message names the holder and the fix.
+        """
+        if self.fd is None:
+            return Wait(0.0, "")
+        start = time.monotonic()
+        holder = ""  # read again on each try: the run that holds it may change while this one waits
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                pass
+            if not holder:
+                say(f"preflight: waiting up to {format_value(self.wait_s, 's')} ({WAIT_VARIABLE}) for "
+                    f"{self._holder(detailed=True)} to finish measuring this node (lock {self.path})")
+            holder = self._holder()
+            if time.monotonic() - start >= self.wait_s:
+                raise Busy(f"{BUSY} ({self.path}) for all of {WAIT_VARIABLE}={format_value(self.wait_s, 's')}: "
+                           f"{self._holder(detailed=True)} was still measuring; run again when it is done, or "
+                           f"raise {WAIT_VARIABLE}")
+            time.sleep(POLL_S)
+        self._record(what)
+        return Wait(time.monotonic() - start, holder)
+
+    def close(self) -> None:
+        """Release the lock (closing the file releases the flock)."""
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def _record(self, what: str) -> None:
+        """Write who holds the lock into the file, for a waiting run to name; skipped where it is read-only."""
+        since = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": since, "what": what})
+        data = record.encode() + b"\n"
+        try:  # written over the last holder's, then cut: its first line is always one whole record
+            os.pwrite(self.fd, data, 0)  # type: ignore[arg-type]
+            os.ftruncate(self.fd, len(data))  # type: ignore[arg-type]
+        except OSError:
+            pass
+
+    def _holder(self, detailed: bool = False) -> str:
+        """The holder as its record names it: ``pid 812 on node-3``, and ``detailed``, with what it runs and since
+        when: ``pid 812 on node-3 (`preflight run -c x.yaml`, since 2026-12-01T19:02:11Z)``."""
+        try:
+            record = json.loads(os.pread(self.fd, 4096, 0).split(b"\n")[0] or b"{}")  # type: ignore[arg-type]
+            who = f"pid {int(record['pid'])} on {record['host']}"
+            return f"{who} ({record['what']}, since {record['since']})" if detailed else who
+        except (OSError, ValueError, KeyError, TypeError):
+            return "another preflight run"
+
+
+def _default_places() -> list[str]:
+    """/dev/shm, /run/lock, then Python's temporary directory when there is one."""
+    try:
+        return [*DEFAULT_PLACES, tempfile.gettempdir()]
+    except FileNotFoundError:  # no writable TMPDIR, /tmp or /var/tmp (a read-only root filesystem)
+        return list(DEFAULT_PLACES)
+
+
+def _open(path: str) -> int:
+    """Open ``path`` for the lock: read-write, creating it readable and writable by every user, else read-only.
+
+    An existing file is opened without O_CREAT first: with ``fs.protected_regular`` (the default on
+    most distributions) O_CREAT on another user's file in a sticky directory such as /dev/shm is
+    refused, even to root. A read-only descriptor still takes a flock; only the holder record is lost.
+    """
+    for flags in (os.O_RDWR, os.O_RDONLY):
+        try:
+            return os.open(path, flags | os.O_CLOEXEC)
+        except PermissionError:
+            continue
+        except FileNotFoundError:
+            break
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    try:
+        os.fchmod(fd, 0o666)  # the umask must not keep other users' runs out of the lock
+    except OSError:
+        pass
+    return fd

@@ -1,0 +1,186 @@
+"""The node's measuring lock: two real runs started together measure one after the other, the one
+that waited says so, one that cannot get the lock reports its metrics unmeasurable, and a bad
+lock path is one line and exit 2.
+
+Every run here names its own lock file (PREFLIGHT_LOCK in a temporary directory), so these tests
+never wait for another preflight run on the machine, nor make one wait.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from preflight.host import node_lock
+from tests.helpers import REPO, run_cli, write_config
+
+# Runs ``runner.run`` on a config with the fake `interval` check registered (a real worker process measures it)
+# and prints each result's id, verdict and note as JSON.
+DRIVER = """
+import json, sys
+from preflight import config, runner
+from preflight.checks import CHECKS
+from tests.fakes import interval
+CHECKS["interval"] = interval
+results = runner.run(config.load(sys.argv[1], environ={}))
+print(json.dumps([{"id": r.id, "verdict": r.verdict, "note": r.note} for r in results]))
+"""
+
+
+def environment(lock: Path, **more: str) -> dict[str, str]:
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "PREFLIGHT_"))}
+    return dict(inherited, PYTHONPATH=str(REPO), NO_COLOR="1", PREFLIGHT_LOCK=str(lock), **more)
+
+
+def test_two_runs_started_together_measure_one_after_the_other(tmp_path: Path) -> None:
+    log = tmp_path / "intervals.log"
+    config = write_config(tmp_path, f"""
+        version: 1
+        checks:
+          interval: {{log: {log}, hold: 2s, rate: {{min: 1 samples/s}}}}
+        """)
+    runs = [subprocess.Popen([sys.executable, "-c", DRIVER, str(config)], env=environment(tmp_path / "lock"),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outputs = [run.communicate(timeout=120) for run in runs]
+
+    assert [run.returncode for run in runs] == [0, 0], [err[-2000:] for _, err in outputs]
+    intervals = sorted(tuple(float(t) for t in line.split()[1:]) for line in log.read_text().splitlines())
+    assert len(intervals) == 2
+    (first_start, first_end), (second_start, second_end) = intervals
+    assert second_start >= first_end, f"the two measurements overlapped: {intervals}"
+    results = [json.loads(out) for out, _ in outputs]
+    notes = [result["note"] for run in results for result in run]
+    waited = [note for note in notes if note.startswith("measured alone, after waiting")]
+    assert len(waited) == 1 and notes.count("") == 1, notes  # one run waited and says so; the other did not wait
+    holder = runs[0] if results[1][0]["note"] else runs[1]
+    assert f"for pid {holder.pid} on " in waited[0]
+    assert all(result["verdict"] == "pass" for run in results for result in run)
+
+
+def test_two_real_storage_runs_on_one_dataset_one_waits_for_the_other_and_says_so(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "shard-0.bin").write_bytes(os.urandom(16 << 20))
+    config = write_config(tmp_path, f"""
+        version: 1
+        defaults: {{duration: 0.5s}}
+        checks:
+          storage:
+            path: {data}
+            seq_read: {{min: 1 MB/s}}
+        """)
+    reports = [tmp_path / f"run{n}.json" for n in range(2)]
+    runs = [subprocess.Popen([sys.executable, "-m", "preflight", "run", "-c", str(config), "--json", str(report)],
+                             env=environment(tmp_path / "lock"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True) for report in reports]
+    outputs = [run.communicate(timeout=240) for run in runs]
+
+    assert [run.returncode for run in runs] == [0, 0], [err[-2000:] for _, err in outputs]
+    by_run = [{r["id"]: r for r in json.loads(report.read_text())["results"]} for report in reports]
+    for results in by_run:
+        assert results["storage.seq_read"]["value"] > 1.0 and results["storage.seq_read"]["verdict"] == "pass"
+    waited = [n for n, results in enumerate(by_run)
+              if results["storage.seq_read"]["note"].startswith("measured alone, after waiting")]
+    assert len(waited) == 1, [results["storage.seq_read"]["note"] for results in by_run]
+    waiter, holder = runs[waited[0]], runs[1 - waited[0]]
+    assert all(r["note"].startswith("measured alone") for r in by_run[waited[0]].values())  # under every row
+    assert f"for pid {holder.pid} on " in by_run[waited[0]]["storage.seq_read"]["note"]
+    assert f"preflight: waiting up to 600 s (PREFLIGHT_LOCK_WAIT) for pid {holder.pid} on " in outputs[waited[0]][1]
+    assert not any("measured alone" in r["note"] for r in by_run[1 - waited[0]].values())
+    assert waiter.pid != holder.pid
+
+
+def test_a_run_that_cannot_get_the_lock_reports_its_metrics_unmeasurable(tmp_path: Path) -> None:
+    lock = tmp_path / "lock"
+    held = node_lock.NodeLock.open(node_lock.Settings(str(lock), 1.0))
+    held.acquire("the test's own hold")
+    try:
+        config = write_config(tmp_path, """
+            version: 1
+            checks:
+              shm:
+                size: {min: 1 MiB}
+            """)
+        completed = run_cli("run", "-c", str(config), "--json", str(tmp_path / "run.json"),
+                            env={"PREFLIGHT_LOCK": str(lock), "PREFLIGHT_LOCK_WAIT": "1s"})
+    finally:
+        held.close()
+
+    assert completed.returncode == 1, completed.stderr
+    result = json.loads((tmp_path / "run.json").read_text())["results"][0]
+    assert result["id"] == "shm.size" and result["verdict"] == "fail" and result["value"] is None
+    assert result["message"].startswith(f"could not measure: {node_lock.BUSY} ({lock}) for all of PREFLIGHT_LOCK_WAIT=1 s")
+    assert f"pid {os.getpid()} on " in result["message"] and "the test's own hold" in result["message"]
+
+
+@pytest.mark.parametrize("variables, expected", [
+    ({"PREFLIGHT_LOCK": "/nonexistent-dir/preflight.lock"},
+     "preflight: error: PREFLIGHT_LOCK=/nonexistent-dir/preflight.lock: cannot open the node's measuring lock "
+     "(No such file or directory): name a file in a directory every preflight run on this node shares and can "
+     "write (/dev/shm, /run), or set PREFLIGHT_LOCK=off"),
+    ({"PREFLIGHT_LOCK_WAIT": "soon"}, "preflight: error: PREFLIGHT_LOCK_WAIT=soon: expected a duration like"),
+    ({"PREFLIGHT_LOCK_WAIT": "0s"}, "preflight: error: PREFLIGHT_LOCK_WAIT=0s: the wait must be positive, like `600s`"),
+])
+def test_a_bad_lock_setting_is_one_line_and_exit_2_before_measuring(tmp_path: Path, variables: dict[str, str],
+                                                                     expected: str) -> None:
+    config = write_config(tmp_path, """
+        version: 1
+        checks:
+          shm:
+            size: {min: 1 MiB}
+        """)
+    completed = run_cli("run", "-c", str(config), "--json", str(tmp_path / "run.json"), env=variables)
+
+    assert completed.returncode == 2
+    last = completed.stderr.strip().splitlines()[-1]
+    assert last.startswith(expected), completed.stderr
+    assert "Traceback" not in completed.stderr
+    report = json.loads((tmp_path / "run.json").read_text())  # as for a config error: the report says why
+    assert report["exit_code"] == 2 and report["results"] == [] and last == f"preflight: error: {report['error']}"
+
+
+def test_off_runs_without_a_lock_and_a_held_one_does_not_block_it(tmp_path: Path) -> None:
+    lock = tmp_path / "lock"
+    held = node_lock.NodeLock.open(node_lock.Settings(str(lock), 1.0))
+    held.acquire("the test's own hold")
+    try:
+        config = write_config(tmp_path, """
+            version: 1
+            checks:
+              shm:
+                size: {min: 1 MiB}
+            """)
+        completed = run_cli("run", "-c", str(config), env={"PREFLIGHT_LOCK": "off", "PREFLIGHT_LOCK_WAIT": "1s"})
+    finally:
+        held.close()
+    assert completed.returncode == 0, completed.stderr
+    assert "waiting" not in completed.stderr
+
+
+def test_the_lock_is_released_when_its_holder_is_killed(tmp_path: Path) -> None:
+    lock = tmp_path / "lock"
+    holder = subprocess.Popen([sys.executable, "-c", f"""
+import sys, time
+from preflight.host import node_lock
+node_lock.NodeLock.open(node_lock.Settings({str(lock)!r}, 1.0)).acquire("a doomed run")
+print("held", flush=True)
+time.sleep(600)
+"""], env=environment(lock), stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        mine = node_lock.NodeLock.open(node_lock.Settings(str(lock), 0.5))
+        with pytest.raises(node_lock.Busy, match="a doomed run"):
+            mine.acquire("the test")
+        holder.kill()
+        holder.wait()
+        wait = mine.acquire("the test")  # SIGKILL closed the holder's descriptor, and with it the flock
+        mine.close()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert wait.holder == ""  # free at the first try: nobody to wait for

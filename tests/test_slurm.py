@@ -1,0 +1,321 @@
+"""ci/slurm against a real Slurm: slurmctld, slurmd and munged on this machine as a one-node cluster.
+
+Each cluster test writes a slurm.conf (and a munge key) in a temporary directory, starts the daemons
+from Debian's `slurm-wlm` and `munge`, and stops them after. slurmd runs ci/slurm/healthcheck.py as
+its HealthCheckProgram and ci/slurm/prolog.sh as its Prolog, each through a small wrapper that
+sets their environment (this checkout on PYTHONPATH, the test's gate files and report directory).
+It is skipped, with the reason, where the packages are missing, where it is not root (slurmd
+must be) or where the daemons do not start; ci/slurm/run-tests.sh installs them and runs it.
+
+Waits are bounded and counted in health-check passes (each pass appends its exit code to a file),
+never in seconds of work: "the job stayed pending" means it was pending after a further failing pass.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Callable, Iterator
+
+import pytest
+
+from preflight.host import node_lock
+from tests.helpers import REPO
+
+DAEMONS = ("munged", "slurmctld", "slurmd", "scontrol", "sinfo", "sbatch", "squeue")
+INTERVAL_S = 4  # HealthCheckInterval
+PATIENCE_S = 120  # for any one state change: a few health-check passes on a busy two-core machine
+
+
+
+def load_healthcheck() -> ModuleType:
+    """ci/slurm/healthcheck.py as a module (it is a script, not part of the package)."""
+    spec = importlib.util.spec_from_file_location("healthcheck", REPO / "ci" / "slurm" / "healthcheck.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def shm_gate(fits: bool) -> str:
+    """A gate on /dev/shm's size: 1 MiB (passes anywhere) or a GiB more than this machine's /dev/shm has."""
+    total = os.statvfs("/dev/shm").f_blocks * os.statvfs("/dev/shm").f_frsize
+    minimum = "1 MiB" if fits else f"{math.ceil(total / 2**30) + 1} GiB"
+    return f"version: 1\nchecks:\n  shm:\n    size: {{min: {minimum}}}\n"
+
+
+class Cluster:
+    """A one-node Slurm in ``root``; ``run`` calls its client commands with its slurm.conf."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.node = socket.gethostname().split(".")[0]
+        self.env = dict(os.environ, SLURM_CONF=str(root / "slurm.conf"))
+        self.processes: list[subprocess.Popen] = []
+        self.gates = root / "gates"
+        self.reports = root / "reports"
+        self.passes = root / "healthcheck.passes"
+
+    def run(self, *command: str) -> str:
+        return subprocess.run(command, env=self.env, capture_output=True, text=True, check=True, timeout=30).stdout
+
+    def set_gate(self, name: str, text: str) -> None:
+        """Replace a gate file whole (a health check running meanwhile reads the old or the new one)."""
+        temporary = self.gates / f".{name}.tmp"
+        temporary.write_text(text)
+        temporary.replace(self.gates / f"{name}.yaml")
+
+    def state(self) -> tuple[str, str]:
+        """The node's state as sinfo names it (``idle``, ``drained``, ``allocated``) and its reason."""
+        line = self.run("sinfo", "-h", "-N", "-n", self.node, "-o", "%T|%E").strip().splitlines()[0]
+        state, _, reason = line.partition("|")
+        return state, reason
+
+    def health_passes(self) -> list[int]:
+        return [int(code) for code in self.passes.read_text().split()] if self.passes.exists() else []
+
+    def wait_until(self, what: str, done: Callable[[], bool], timeout: float = PATIENCE_S) -> None:
+        deadline = time.monotonic() + timeout
+        while not done():
+            if time.monotonic() > deadline:
+                pytest.fail(f"{what} did not happen within {timeout:g}s; node {self.state()}, health-check passes "
+                            f"{self.health_passes()}\n{self.logs()}")
+            time.sleep(0.5)
+
+    def wait_passes(self, count: int) -> None:
+        """Wait until ``count`` more health-check passes have finished."""
+        target = len(self.health_passes()) + count
+        self.wait_until(f"{count} more health-check passes", lambda: len(self.health_passes()) >= target)
+
+    def job_state(self, job: str) -> str:
+        shown = self.run("scontrol", "show", "job", job, "-o")
+        return next(field.split("=", 1)[1] for field in shown.split() if field.startswith("JobState="))
+
+    def logs(self) -> str:
+        parts = []
+        for name in ("slurmctld.log", "slurmd.log", "reports/" + f"{self.node}-healthcheck.log"):
+            path = self.root / name
+            if path.exists():
+                parts.append(f"--- {name} (tail)\n" + "\n".join(path.read_text(errors="replace").splitlines()[-25:]))
+        return "\n".join(parts)
+
+    def start(self, command: list[str], name: str) -> None:
+        process = subprocess.Popen(command, env=self.env, stdout=(self.root / f"{name}.out").open("wb"),
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+        self.processes.append(process)
+        time.sleep(1)
+        if process.poll() is not None:
+            output = (self.root / f"{name}.out").read_text(errors="replace")[-1500:]
+            self.stop()
+            pytest.skip(f"{name} did not start here (exit {process.returncode}): {output.strip()}")
+
+    def stop(self) -> None:
+        for process in reversed(self.processes):
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+                try:
+                    process.wait(15)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
+        self.processes.clear()
+
+
+def wrapper(path: Path, environment: dict[str, str], program: str, passes: Path | None = None) -> Path:
+    """An executable that runs ``program`` with ``environment``, as a site's install would set it up."""
+    exports = "\n".join(f"export {key}='{value}'" for key, value in environment.items())
+    record = f'\necho "$code" >> {passes}' if passes else ""
+    path.write_text(f"#!/bin/sh\n{exports}\n{program}\ncode=$?{record}\nexit $code\n")
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    missing = [name for name in DAEMONS if not shutil.which(name)]
+    if missing:
+        pytest.skip(f"needs Slurm and MUNGE ({', '.join(missing)} not found): `apt-get install -y slurm-wlm munge`, "
+                    f"or run ci/slurm/run-tests.sh")
+    if os.geteuid() != 0:
+        pytest.skip("slurmd must run as root to start jobs and run its Prolog and HealthCheckProgram")
+    root = tmp_path_factory.mktemp("slurm")
+    root.chmod(0o755)
+    cluster = Cluster(root)
+    for directory in ("state", "spool", "gates", "reports", "munge"):
+        (root / directory).mkdir()
+    (root / "munge").chmod(0o700)
+    key = root / "munge" / "munge.key"
+    key.write_bytes(os.urandom(1024))
+    key.chmod(0o400)
+    socket_path = root / "munge" / "munge.socket"
+    cluster.set_gate("healthcheck", shm_gate(fits=True))
+    cluster.set_gate("prolog", shm_gate(fits=True))
+    common = {"PYTHONPATH": str(REPO), "SLURM_CONF": str(root / "slurm.conf"), "PREFLIGHT_REPORT_DIR": str(root / "reports"),
+              "PREFLIGHT_LOCK": str(root / "node.lock"), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    health = wrapper(root / "healthcheck", {**common, "PREFLIGHT_HEALTHCHECK_CONFIG": str(root / "gates" / "healthcheck.yaml")},
+                     f"{sys.executable} {REPO / 'ci' / 'slurm' / 'healthcheck.py'}", passes=cluster.passes)
+    prolog = wrapper(root / "prolog", {**common, "PREFLIGHT": f"{sys.executable} -m preflight",
+                                       "PREFLIGHT_CONFIG_DIR": str(root / "gates")},
+                     f"{REPO / 'ci' / 'slurm' / 'prolog.sh'}")
+    cpus = os.cpu_count() or 1
+    (root / "slurm.conf").write_text(textwrap.dedent(f"""\
+        ClusterName=preflight-test
+        SlurmctldHost={cluster.node}(127.0.0.1)
+        SlurmctldPort={free_port()}
+        SlurmdPort={free_port()}
+        SlurmUser=root
+        SlurmdUser=root
+        AuthType=auth/munge
+        CredType=cred/munge
+        AuthInfo=socket={socket_path}
+        StateSaveLocation={root / 'state'}
+        SlurmdSpoolDir={root / 'spool'}
+        SlurmctldPidFile={root / 'slurmctld.pid'}
+        SlurmdPidFile={root / 'slurmd.pid'}
+        SlurmctldLogFile={root / 'slurmctld.log'}
+        SlurmdLogFile={root / 'slurmd.log'}
+        ProctrackType=proctrack/linuxproc
+        TaskPlugin=task/none
+        JobAcctGatherType=jobacct_gather/none
+        AccountingStorageType=accounting_storage/none
+        JobCompType=jobcomp/none
+        SelectType=select/cons_tres
+        SelectTypeParameters=CR_Core
+        MpiDefault=none
+        MailProg=/bin/true
+        ReturnToService=2
+        Prolog={prolog}
+        HealthCheckProgram={health}
+        HealthCheckInterval={INTERVAL_S}
+        HealthCheckNodeState=IDLE
+        NodeName={cluster.node} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=500 State=UNKNOWN
+        PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+        """))
+    try:
+        cluster.start(["munged", "--foreground", "--force", f"--key-file={key}", f"--socket={socket_path}",
+                       f"--pid-file={root / 'munge' / 'munged.pid'}", f"--log-file={root / 'munge' / 'munged.log'}",
+                       f"--seed-file={root / 'munge' / 'munged.seed'}"], "munged")
+        cluster.start(["slurmctld", "-D", "-i", "-f", str(root / "slurm.conf")], "slurmctld")
+        cluster.start(["slurmd", "-D", "-f", str(root / "slurm.conf")], "slurmd")
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def test_a_failing_gate_drains_the_node_a_job_waits_and_a_passing_one_resumes_it(cluster: Cluster) -> None:
+    cluster.wait_until("the node coming up idle", lambda: cluster.state()[0] == "idle")
+    cluster.wait_passes(1)
+    assert cluster.state() == ("idle", "none")  # a passing gate leaves the node as it is
+
+    cluster.set_gate("healthcheck", shm_gate(fits=False))
+    cluster.wait_until("the failing gate draining the node", lambda: cluster.state()[0] == "drained")
+    assert cluster.state()[1] == "preflight: shm.size"
+    assert "preflight: shm.size" in cluster.run("sinfo", "-R")  # what an operator sees
+
+    job = cluster.run("sbatch", "--parsable", "--wrap", "true", f"--output={cluster.root / 'job-%j.out'}").strip()
+    cluster.wait_passes(2)  # two more failing passes: the node stays drained and the job waits
+    assert cluster.state() == ("drained", "preflight: shm.size")
+    assert cluster.job_state(job) == "PENDING"
+    assert cluster.health_passes()[-2:] == [1, 1]
+
+    cluster.set_gate("healthcheck", shm_gate(fits=True))
+    cluster.wait_until("the passing gate resuming the node and the job finishing",
+                       lambda: cluster.job_state(job) == "COMPLETED")
+    cluster.wait_until("the node idle again", lambda: cluster.state() == ("idle", "none"))
+    assert (cluster.reports / f"{cluster.node}-job{job}-prolog.json").exists()  # the Prolog gated the job itself
+
+
+def test_a_node_drained_by_someone_else_is_never_resumed(cluster: Cluster) -> None:
+    cluster.wait_until("the node coming up idle", lambda: cluster.state()[0] == "idle")
+    cluster.run("scontrol", "update", f"nodename={cluster.node}", "state=drain", "reason=admin: fan replacement")
+    cluster.wait_passes(2)  # passing gates meanwhile
+    assert cluster.health_passes()[-2:] == [0, 0]
+    assert cluster.state() == ("drained", "admin: fan replacement")
+
+    # A failing Prolog: Slurm drains the node ("Prolog error") and holds the job; a passing health check keeps it so.
+    cluster.run("scontrol", "update", f"nodename={cluster.node}", "state=resume")
+    cluster.set_gate("prolog", shm_gate(fits=False))
+    job = cluster.run("sbatch", "--parsable", "--wrap", "true", f"--output={cluster.root / 'job-%j.out'}").strip()
+    cluster.wait_until("the failing Prolog draining the node", lambda: cluster.state()[0] in ("drained", "draining"))
+    cluster.wait_passes(2)
+    assert cluster.state() == ("drained", "Prolog error")
+    assert cluster.job_state(job) == "PENDING"
+    report = cluster.reports / f"{cluster.node}-job{job}-prolog.json"
+    assert '"id": "shm.size"' in report.read_text() and '"verdict": "fail"' in report.read_text()
+
+
+def test_the_fleet_example_runs_under_srun_and_writes_one_merged_report(cluster: Cluster, tmp_path: Path) -> None:
+    cluster.wait_until("the node coming up idle", lambda: cluster.state()[0] == "idle")
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "shard-0.bin").write_bytes(os.urandom(16 << 20))
+    config = tmp_path / "fleet.yaml"
+    config.write_text(textwrap.dedent(f"""\
+        version: 1
+        defaults: {{duration: 1s, timeout: 60s}}
+        fleet: {{timeout: 60s}}
+        checks:
+          storage:
+            path: {data}
+            data_size: 16 MiB
+            seq_read: {{min: 1 MB/s}}
+          collective:
+            min_size: 64 KiB
+            max_size: 256 KiB
+            allreduce_busbw: {{min: 0.001 GB/s}}
+        """))
+    # Two ranks on the one node (gloo on CPU): what GPUS_PER_NODE=2 would start on a node with two GPUs.
+    environment = dict(cluster.env, PYTHONPATH=str(REPO), GPUS_PER_NODE="2", PREFLIGHT_PYTHON=sys.executable,
+                       PREFLIGHT_FLEET_CONFIG=str(config), PREFLIGHT_REPORT_DIR=str(tmp_path), OMP_NUM_THREADS="1",
+                       PREFLIGHT_LOCK=str(cluster.root / "node.lock"))
+    job = subprocess.run(["sbatch", "--parsable", "--nodes=1", f"--output={tmp_path}/job-%j.out",
+                          str(REPO / "ci" / "slurm" / "fleet.sbatch")], env=environment, cwd=tmp_path,
+                         capture_output=True, text=True, check=True, timeout=30).stdout.strip()
+    cluster.wait_until("the fleet job ending", lambda: cluster.job_state(job) in ("COMPLETED", "FAILED"), timeout=300)
+
+    output = (tmp_path / f"job-{job}.out").read_text()
+    assert cluster.job_state(job) == "COMPLETED", output[-3000:]
+    report = json.loads((tmp_path / f"preflight-fleet-{job}.json").read_text())
+    assert (report["kind"], report["world_size"], report["exit_code"]) == ("fleet", 2, 0)
+    (host,) = report["hosts"]
+    assert host["facts"]["ranks"] == "0,1"
+    verdicts = {r["id"]: r["verdict"] for r in host["results"]}
+    assert verdicts["storage.seq_read"] == verdicts["collective.allreduce_busbw"] == "pass"
+    assert (tmp_path / f"preflight-fleet-{job}.xml").exists()
+
+
+def test_the_drain_reason_lists_failed_ids_and_is_cut_with_a_count() -> None:
+    healthcheck = load_healthcheck()
+    assert healthcheck.reason(["shm.size"]) == "preflight: shm.size"
+    ids = [f"storage{n}.seq_read" for n in range(40)]
+    cut = healthcheck.reason(ids, limit=80)
+    assert cut == "preflight: storage0.seq_read, storage1.seq_read, storage2.seq_read +37 more"
+    assert len(healthcheck.reason(ids)) <= healthcheck.REASON_CHARS
+    assert healthcheck.reason(["x" * 100], limit=30) == "preflight: " + "x" * 19
+
+
+def test_a_failure_only_for_want_of_the_lock_is_no_fault_of_the_node() -> None:
+    healthcheck = load_healthcheck()
+    busy = {"id": "storage.seq_read", "verdict": "fail",
+            "message": f"could not measure: {node_lock.BUSY} (/dev/shm/preflight.lock) for all of ..."}
+    real = {"id": "shm.size", "verdict": "fail", "message": "measured 64 MiB, required >= 8 GiB"}
+    passed = {"id": "cuda.device_count", "verdict": "pass", "message": "measured 8"}
+    assert healthcheck.failed_ids({"results": [busy, passed]}) == (["storage.seq_read"], True)
+    assert healthcheck.failed_ids({"results": [busy, real, passed]}) == (["storage.seq_read", "shm.size"], False)
