@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from typing import Iterator
 
 import pytest
+
+# Every preflight run takes the node's measuring lock (host/node_lock.py), and the suite runs on two xdist
+# workers: their runs would queue behind each other and note the wait. Tests measure without it; the lock's own
+# tests (tests/test_node_lock.py, tests/test_slurm.py) name a lock file of their own.
+os.environ["PREFLIGHT_LOCK"] = "off"
 
 
 @pytest.fixture

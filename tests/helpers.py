@@ -95,11 +95,11 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = No
     """Run ``python -m preflight ARGS`` as a user would, from this checkout.
 
     The CI's own GitHub Actions and preflight variables are dropped, so a test never writes
-    into the real step summary; pass them in ``env`` to test those integrations. ``prefix``
-    wraps the command (``memory_limited_cgroup``'s, to run it under a memory limit).
+    into the real step summary; pass them in ``env`` to test those integrations. The node's
+    measuring lock is off, as in conftest.py, unless ``env`` names one. ``prefix`` wraps the command (``memory_limited_cgroup``'s, to run it under a memory limit).
     """
     inherited = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "PREFLIGHT_"))}
-    environment = dict(inherited, PYTHONPATH=str(REPO), NO_COLOR="1", **(env or {}))
+    environment = {**inherited, "PYTHONPATH": str(REPO), "NO_COLOR": "1", "PREFLIGHT_LOCK": "off", **(env or {})}
     return subprocess.run([*prefix, sys.executable, "-m", "preflight", *args], cwd=cwd, env=environment,
                           capture_output=True, text=True, timeout=timeout)
 

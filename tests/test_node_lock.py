@@ -184,3 +184,21 @@ time.sleep(600)
         holder.kill()
         holder.wait()
     assert wait.holder == ""  # free at the first try: nobody to wait for
+
+
+def test_with_no_place_for_the_lock_a_run_measures_without_it_and_says_so(monkeypatch) -> None:
+    """Nobody named a lock file and no default place can hold one (a read-only root, /dev/shm read-only, no
+    writable temporary directory): the run still measures, and says why it has no lock, instead of exit 2."""
+    monkeypatch.setattr(node_lock, "DEFAULT_PLACES", ("/nonexistent-shm", "/nonexistent-run-lock"))
+
+    def no_temporary_directory() -> str:
+        raise FileNotFoundError("No usable temporary directory found")
+
+    monkeypatch.setattr(node_lock.tempfile, "gettempdir", no_temporary_directory)
+    lock = node_lock.NodeLock.open(node_lock.Settings("", 1.0))
+    said: list[str] = []
+    assert lock.acquire("test", say=said.append) == node_lock.Wait(0.0, "")
+    assert said == ["preflight: no place for the node's measuring lock (/nonexistent-shm/preflight.lock (No such "
+                    "file or directory), /nonexistent-run-lock/preflight.lock (No such file or directory)): measuring "
+                    "without it; set PREFLIGHT_LOCK=PATH to a file every preflight run on this node can open"]
+    lock.close()

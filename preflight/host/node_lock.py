@@ -93,16 +93,20 @@ def settings(environ: Mapping[str, str] = os.environ) -> Settings:
 class NodeLock:
     """The open lock file (or none, with ``PREFLIGHT_LOCK=off``); ``acquire`` once, ``close`` after."""
 
-    def __init__(self, fd: int | None, path: str, wait_s: float) -> None:
+    def __init__(self, fd: int | None, path: str, wait_s: float, unplaced: str = "") -> None:
         self.fd, self.path, self.wait_s = fd, path, wait_s
+        self.unplaced = unplaced  # why no default place could hold the lock: this run measures without it
 
     @classmethod
     def open(cls, chosen: Settings) -> NodeLock:
         """Open (creating it if need be) the lock file ``chosen`` names, or the first default place that works.
 
+        With no ``PREFLIGHT_LOCK`` and no default place that works (a read-only root whose /dev/shm is
+        read-only too), the run measures without the lock and ``acquire`` says why.
+
         Raises:
-            UsageError: ``PREFLIGHT_LOCK`` names a file that cannot be opened, or no default place works;
-                one line naming the path, the error and the fix.
+            UsageError: ``PREFLIGHT_LOCK`` names a file that cannot be opened; one line naming the path,
+                the error and the fix.
         """
         if chosen.path == "off":
             return cls(None, "off", chosen.wait_s)
@@ -120,8 +124,10 @@ class NodeLock:
                 return cls(_open(path), path, chosen.wait_s)
             except OSError as error:
                 tried.append(f"{path} ({error.strerror})")
-        raise UsageError(f"no place for the node's measuring lock: {', '.join(tried)}: set {PATH_VARIABLE}=PATH to a "
-                         f"file every preflight run on this node can open, or {PATH_VARIABLE}=off")
+        # Nobody asked for the lock here: a read-only root with a read-only /dev/shm still measures, and says so.
+        return cls(None, "", chosen.wait_s, unplaced=f"no place for the node's measuring lock ({', '.join(tried)}): "
+                   f"measuring without it; set {PATH_VARIABLE}=PATH to a file every preflight run on this node can "
+                   f"open")
 
     def acquire(self, what: str, say: Callable[[str], None] = lambda line: None) -> Wait:
         """Take the lock, waiting at most ``wait_s``; then record ``what`` holds it (pid, host, since when).
@@ -132,6 +138,8 @@ class NodeLock:
             Busy: still held after ``wait_s``; the message names the holder and the fix.
         """
         if self.fd is None:
+            if self.unplaced:
+                say(f"preflight: {self.unplaced}")
             return Wait(0.0, "")
         start = time.monotonic()
         holder = ""  # read again on each try: the run that holds it may change while this one waits
