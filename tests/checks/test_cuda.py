@@ -331,3 +331,28 @@ def test_a_host_that_cannot_hold_the_matmul_reference_is_not_blamed_on_the_gpu(t
                        "(DefaultCPUAllocator: can't allocate memory: you tried to allocate 50331648 bytes. Error code "
                        "12 (Cannot allocate memory)): a host limit, not a GPU fault; lower cuda.matmul_size or raise "
                        "the memory limit; required <= 0.001")
+
+
+def test_an_idle_gpu_whose_link_stepped_down_to_save_power_is_not_failed(monkeypatch, tmp_path):
+    # Syllo/nvtop#6 and NVIDIA/open-gpu-kernel-modules#731: an idle GPU (clock event GpuIdle, P8) runs its PCIe
+    # link at Gen1 and retrains to its maximum under load; a threshold on the idle reading fails a healthy node
+    idle = FakeGpu(link=(1, 8), throttle=0x1)
+    measured = keyed(run_over_the_real_pynvml(monkeypatch, tmp_path, FakeCuda(), [idle], {}))
+    results = judged(tmp_path, "cuda", HEALTHY_GATE, list(measured.values()))
+    assert {k: r.verdict for k, r in results.items() if r.verdict != "pass"} == {
+        "cuda.pcie_link_gen[cuda:0]": "skip", "cuda.pcie_link_width[cuda:0]": "skip"}
+    assert results["cuda.pcie_link_gen[cuda:0]"].message == (
+        "not applicable: the GPU is idle (clock event GpuIdle) and runs its PCIe link at Gen1 of Gen5 to save power, "
+        "so this reading says nothing of the link under load: transfer's h2d_link_efficiency measures that")
+    assert "at x8 of x16 to save power" in results["cuda.pcie_link_width[cuda:0]"].message
+    assert (results["cuda.pcie_link_gen_max[cuda:0]"].value, results["cuda.clock_throttle[cuda:0]"].value) == (5, 0)
+
+
+@pytest.mark.parametrize("gpu, value", [
+    (FakeGpu(link=(3, 16), throttle=0x0), 3.0),  # busy and below its maximum: the link is downtrained
+    (FakeGpu(link=(5, 16), throttle=0x1), 5.0),  # idle at its maximum: the reading is the link
+])
+def test_a_busy_gpus_low_link_still_fails_and_an_idle_one_at_its_maximum_is_read(tmp_path, gpu, value):
+    results = judged(tmp_path, "cuda", HEALTHY_GATE, run(fake_nvml=FakeNvml([gpu])))
+    result = results["cuda.pcie_link_gen[cuda:0]"]
+    assert (result.value, result.verdict) == (value, "fail" if value < 4 else "pass")
