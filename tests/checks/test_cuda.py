@@ -356,3 +356,23 @@ def test_a_busy_gpus_low_link_still_fails_and_an_idle_one_at_its_maximum_is_read
     results = judged(tmp_path, "cuda", HEALTHY_GATE, run(fake_nvml=FakeNvml([gpu])))
     result = results["cuda.pcie_link_gen[cuda:0]"]
     assert (result.value, result.verdict) == (value, "fail" if value < 4 else "pass")
+
+
+@pytest.mark.parametrize("others_answer", [None, pynvml.NVML_ERROR_NO_PERMISSION])
+def test_a_slurm_jobs_renumbered_gpu_is_read_by_its_bus_not_by_its_job_local_index(monkeypatch, tmp_path,
+                                                                                  others_answer):
+    # guilbaults/slurm-job-exporter#63: inside a job's cgroup its one GPU is cuda:0 (CUDA_VISIBLE_DEVICES=0), but
+    # it is the node's second GPU; reading NVML GPU 0 by that index reported the other job's card. Two shapes:
+    # NVML lists only the job's GPU (None), or lists both and the other one answers NO_PERMISSION.
+    other_job = FakeGpu(bus_id="00000000:3B:00.0", temperature=88, ecc_volatile=4)
+    this_job = FakeGpu(bus_id="00000000:5E:00.0", temperature=41)
+    gpus = [this_job] if others_answer is None else [other_job, this_job]
+    if others_answer is not None:
+        other_job.errors["nvmlDeviceGetHandleByIndex"] = others_answer
+    job = FakeCuda(devices=(h200(0, "0000:5e:00.0"),))
+    measured = run_over_the_real_pynvml(monkeypatch, tmp_path, job, gpus, {"CUDA_VISIBLE_DEVICES": "0"},
+                                        ("nvidia0", "nvidia1"))
+    results = judged(tmp_path, "cuda", HEALTHY_GATE, measured)
+    assert {r.verdict for r in results.values()} == {"pass"}
+    assert (results["cuda.temperature[cuda:0]"].value, results["cuda.ecc_uncorrectable_volatile[cuda:0]"].value) \
+        == (41.0, 0.0)
