@@ -7,7 +7,7 @@ import inspect
 import pynvml
 import pytest
 
-from preflight.host import nvml
+from preflight.host import gpu, nvml
 from preflight.checks import cuda
 from preflight.host.gpu_memory import HostMemoryError
 from tests.fakes.gpu import FakeCuda, FakeGpu, FakeNvml, h200
@@ -376,3 +376,20 @@ def test_a_slurm_jobs_renumbered_gpu_is_read_by_its_bus_not_by_its_job_local_ind
     assert {r.verdict for r in results.values()} == {"pass"}
     assert (results["cuda.temperature[cuda:0]"].value, results["cuda.ecc_uncorrectable_volatile[cuda:0]"].value) \
         == (41.0, 0.0)
+
+
+def test_a_mig_node_whose_torch_counts_gpus_it_cannot_open_fails_by_row_with_the_fix(monkeypatch, tmp_path):
+    # pytorch/pytorch#131650: two A100s with MIG on, CUDA_VISIBLE_DEVICES unset; torch counts 2 and its lazy init
+    # raises an INTERNAL ASSERT. The check raised it, so every row became the one error "please report a bug to
+    # PyTorch"; now the device rows fail with the reason and the driver rows are still read.
+    from tests.host.test_gpu import MIG_ASSERT, a_cuda_build_that_counts_gpus_it_cannot_open
+
+    a_cuda_build_that_counts_gpus_it_cannot_open(monkeypatch, RuntimeError(MIG_ASSERT))
+    mig = [FakeGpu(bus_id=f"0000{bus.upper()}", mig=(1, 1)) for bus in BUSES[:2]]
+    measured = keyed(cuda.measurements(OPTIONS, gpu.TorchCuda(), FakeNvml(mig), environ={}))
+    results = judged(tmp_path, "cuda", HEALTHY_GATE, list(measured.values()))
+    assert results["cuda.device_count"].message.startswith(
+        "measured 0, required >= 1 (torch counts 2 GPUs but CUDA could not open cuda:0 (device >= 0 && device < "
+        "num_gpus INTERNAL ASSERT FAILED")
+    assert "set CUDA_VISIBLE_DEVICES to one MIG UUID (nvidia-smi -L)" in results["cuda.matmul_error"].message
+    assert (results["cuda.driver_version"].verdict, results["cuda.matmul_error"].verdict) == ("pass", "fail")
