@@ -393,3 +393,18 @@ def test_a_mig_node_whose_torch_counts_gpus_it_cannot_open_fails_by_row_with_the
         "num_gpus INTERNAL ASSERT FAILED")
     assert "set CUDA_VISIBLE_DEVICES to one MIG UUID (nvidia-smi -L)" in results["cuda.matmul_error"].message
     assert (results["cuda.driver_version"].verdict, results["cuda.matmul_error"].verdict) == ("pass", "fail")
+
+
+def test_an_azure_node_with_nonzero_pci_domains_and_pre_ampere_gaps_is_read_gpu_by_gpu(monkeypatch, tmp_path):
+    # BugRoger/nvidia-exporter#3: two K80s on Azure at PCI domains 0x460e and 0x6180 ("0000460E:00:00.0"), and an
+    # exporter that stopped collecting on the first "nvml: Not Supported". Here each GPU is matched by its domain
+    # and a reading a K80 lacks (row remapping is Ampere+) is skipped on its own, the rest still read.
+    k80s = [FakeGpu(bus_id=bus, link=(3, 16), link_max=(3, 16), temperature=temperature,
+                    errors={"nvmlDeviceGetRemappedRows": pynvml.NVML_ERROR_NOT_SUPPORTED})
+            for bus, temperature in (("0000460E:00:00.0", 37), ("00006180:00:00.0", 33))]
+    job = FakeCuda(devices=(h200(0, "460e:00:00.0"), h200(1, "6180:00:00.0")))
+    measured = keyed(run_over_the_real_pynvml(monkeypatch, tmp_path, job, k80s, {}))
+    assert (measured["temperature[cuda:0]"].value, measured["temperature[cuda:1]"].value) == (37.0, 33.0)
+    unanswered = {k for k, m in measured.items() if not m.measured}
+    assert unanswered == {f"remapped_rows_{kind}[cuda:{index}]" for kind in ("pending", "failed") for index in (0, 1)}
+    assert all(not measured[k].applicable for k in unanswered)
