@@ -263,12 +263,28 @@ def health(lib: Any, handle: Any, device: str) -> list[Measurement]:
              lambda: (float(newest(lib, "nvmlDeviceGetTemperatureV", handle, lib.NVML_TEMPERATURE_GPU)), "")),
         read("power_limit", "W", power_limit),
     ]
-    ecc_off = any(m.metric == "ecc_mode" and m.value == "off" for m in readings)
-    readings = [not_applicable(m.metric, "ECC is off on this GPU, so it counts no errors: turn it on with "
-                                         "nvidia-smi -e 1 and reset the GPU", m.unit, device)
-                if ecc_off and m.metric.startswith("ecc_uncorrectable") and not m.applicable else m for m in readings]
+    ecc_mode = next(m.value for m in readings if m.metric == "ecc_mode")
+    readings = [_ecc_counter(m, ecc_mode, device) if m.metric.startswith("ecc_uncorrectable") else m for m in readings]
     idle = bool(clock_events) and bool(clock_events[0] & GPU_IDLE)
     return idle_link(readings, device) if idle else readings
+
+
+def _ecc_counter(counter: Measurement, ecc_mode: Any, device: str) -> Measurement:
+    """An uncorrectable-ECC count NVML did not give, read against the GPU's ECC mode.
+
+    With ECC off the GPU counts nothing: not applicable, with the fix. With ECC on, NOT_SUPPORTED
+    contradicts the mode (a binding or guest that cannot read a counter the GPU keeps, as in
+    NVIDIA/gpu-monitoring-tools#35 on a T4), so the count is unknown rather than absent:
+    unmeasurable, never a skip that lets a GPU with uncorrectable errors pass.
+    """
+    if counter.measured or counter.applicable or ecc_mode not in ("on", "off"):
+        return counter
+    if ecc_mode == "off":
+        return not_applicable(counter.metric, "ECC is off on this GPU, so it counts no errors: turn it on with "
+                                              "nvidia-smi -e 1 and reset the GPU", counter.unit, device)
+    return unmeasurable(counter.metric, "ECC is on but NVML answers Not Supported for its uncorrectable error count, "
+                                        "so whether this GPU has had any is unknown: read it with nvidia-smi -q -d "
+                                        "ECC (an older driver or nvidia-ml-py may not read it)", counter.unit, device)
 
 
 def idle_link(readings: list[Measurement], device: str) -> list[Measurement]:

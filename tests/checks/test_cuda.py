@@ -408,3 +408,17 @@ def test_an_azure_node_with_nonzero_pci_domains_and_pre_ampere_gaps_is_read_gpu_
     unanswered = {k for k, m in measured.items() if not m.measured}
     assert unanswered == {f"remapped_rows_{kind}[cuda:{index}]" for kind in ("pending", "failed") for index in (0, 1)}
     assert all(not measured[k].applicable for k in unanswered)
+
+
+def test_ecc_on_with_error_counts_nvml_will_not_give_fails_instead_of_skipping(tmp_path):
+    # NVIDIA/gpu-monitoring-tools#35: a T4 with ECC enabled whose error counts came back NOT_SUPPORTED while
+    # nvidia-smi read them; a skip would pass a GPU whose uncorrectable errors were never counted
+    unreadable = FakeGpu(ecc=(1, 1), errors={"nvmlDeviceGetTotalEccErrors": pynvml.NVML_ERROR_NOT_SUPPORTED})
+    results = judged(tmp_path, "cuda", HEALTHY_GATE, run(fake_nvml=FakeNvml([unreadable])))
+    assert {k for k, r in results.items() if r.verdict != "pass"} == {
+        "cuda.ecc_uncorrectable_volatile[cuda:0]", "cuda.ecc_uncorrectable_aggregate[cuda:0]"}
+    assert results["cuda.ecc_uncorrectable_aggregate[cuda:0]"].message == (
+        "could not measure: ECC is on but NVML answers Not Supported for its uncorrectable error count, so whether "
+        "this GPU has had any is unknown: read it with nvidia-smi -q -d ECC (an older driver or nvidia-ml-py may not "
+        "read it); required <= 0")
+    assert results["cuda.ecc_mode[cuda:0]"].verdict == "pass"
