@@ -60,10 +60,12 @@ METRICS = (
            per_device=True, hint="reset the GPU (nvidia-smi -r) to apply the row remapping"),
     Metric("remapped_rows_failed", "", False, "1 when a row remap failed, Ampere+ (NVML)", per_device=True,
            hint=f"row remapping failed: {_RESET} (NVIDIA row remapping guide)"),
-    Metric("pcie_link_gen", "", True, "current PCIe generation (idle GPUs may step down; compare under load)",
+    Metric("pcie_link_gen", "", True,
+           "current PCIe generation; skipped while an idle GPU runs it below the max to save power",
            per_device=True),
     Metric("pcie_link_gen_max", "", True, "highest PCIe generation GPU and slot support (NVML)", per_device=True),
-    Metric("pcie_link_width", "", True, "current PCIe lanes (NVML)", per_device=True,
+    Metric("pcie_link_width", "", True,
+           "current PCIe lanes; skipped while an idle GPU runs them below the max to save power", per_device=True,
            hint="the link trained to x{measured}: reseat the GPU or check the riser/slot"),
     Metric("pcie_link_width_max", "", True, "most PCIe lanes GPU and slot support (NVML)", per_device=True),
     Metric("clock_throttle", "", False, "active clock-throttle reasons: power cap, thermal or HW slowdown (NVML)",
@@ -167,6 +169,8 @@ def _count_reason(view: gpu.TorchView, devices: nvml.Devices, visibility: str) -
     """torch's reason for its count, or, where a CUDA build of torch sees another number of GPUs than NVML
     counts, both counts and what can hide GPUs from torch here, with the values found (``visibility``)."""
     seen = len(view.devices)
+    if view.unopened:
+        return view.reason  # torch counts GPUs it cannot open: that, not what hides GPUs, is the finding
     if view.cuda_runtime is None or devices.count is None or devices.count == seen:
         return view.reason  # a CPU build (its reason says so), no NVML, or no disagreement
     hidden = f" ({len(devices.hidden)} of them this process may not open)" if devices.hidden else ""

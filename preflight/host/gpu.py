@@ -34,6 +34,7 @@ class TorchView(NamedTuple):
     hip_runtime: str | None  # torch.version.hip on ROCm builds
     devices: tuple[Device, ...]
     reason: str  # why there is no device, "" when there is one
+    unopened: int = 0  # GPUs torch counts but CUDA could not open (``reason`` says which and why)
 
 
 def torch_build() -> dict[str, object] | None:
@@ -85,8 +86,14 @@ class TorchCuda:
                 reason = (f"no GPU visible to torch {version} ({'HIP' if hip else 'CUDA'} {hip or cuda}): check the "
                           f"driver, the container's GPU runtime (--gpus all) and CUDA_VISIBLE_DEVICES")
             return TorchView(version, cuda, hip, (), reason)
-        devices = tuple(self._device(index) for index in range(torch.cuda.device_count()))  # gpu-only
-        return TorchView(version, cuda, hip, devices, "")
+        count = torch.cuda.device_count()
+        devices = []
+        for index in range(count):
+            try:
+                devices.append(self._device(index))  # gpu-only
+            except (RuntimeError, AssertionError) as error:  # AssertionError: torch's "Invalid device id"
+                return TorchView(version, cuda, hip, (), unopened_reason(count, index, error), count)
+        return TorchView(version, cuda, hip, tuple(devices), "")
 
     def _device(self, index: int) -> Device:  # pragma: no mutate block (gpu-only)
         import torch
@@ -241,6 +248,21 @@ class TorchCuda:
         dst = allocating("device", lambda: torch.empty(size, dtype=torch.uint8, device=torch.device("cuda", target)))
         stream = torch.cuda.Stream(device=torch.device("cuda", source))
         return _event_timer(stream, lambda: dst.copy_(src, non_blocking=True), size, copies)
+
+
+def unopened_reason(count: int, index: int, error: BaseException) -> str:
+    """Why torch counts ``count`` GPUs yet cannot open ``cuda:<index>``, with the usual cause and its fix.
+
+    On a node with MIG on, CUDA enumerates one MIG instance per process (NVIDIA MIG user guide,
+    "Device Enumeration") while torch may count the GPUs or instances the driver lists; opening
+    the others fails in torch's lazy init ("device >= 0 && device < num_gpus INTERNAL ASSERT
+    FAILED": pytorch/pytorch#110000, #130181, #131650; "invalid device ordinal": pytorch#92315).
+    torch initialises every device it counts on first use, so the job cannot use any of them.
+    """
+    line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return (f"torch counts {count} GPU{'' if count == 1 else 's'} but CUDA could not open cuda:{index} ({line}), so "
+            f"the job's torch cannot use any: with MIG on, a process gets one MIG instance, so set "
+            f"CUDA_VISIBLE_DEVICES to one MIG UUID (nvidia-smi -L); without MIG, check dmesg for Xid errors")
 
 
 def host_buffer(size: int, pinned: bool) -> Any:

@@ -19,6 +19,11 @@ EMPTY_HOST_CACHE = ("accelerator.empty_host_cache", "_C._host_emptyCache")
 
 Memory = Literal["pinned", "pageable", "device"]  # where a buffer is allocated
 
+# cudaHostAlloc's cudaErrorInvalidValue, as torch words it ("CUDA error: invalid argument"): the driver refused
+# to pin one block of the size asked, seen from 2-5 GiB up on working GPUs (sgl-project/sglang#6285 and #7666,
+# LMCache/LMCache#1063: a smaller block pins on the same node); cudaErrorInvalidValue is not a sticky device fault.
+PIN_REFUSED = "invalid argument"
+
 
 class HostMemoryError(RuntimeError):
     """Host memory could not be had for a buffer (torch's CPU allocator failed): host RAM or the cgroup memory
@@ -52,7 +57,8 @@ def allocating(where: Memory, allocate: Callable[[], Any]) -> Any:
 
     Raises:
         HostMemoryError: ``where`` is "pageable" (any RuntimeError).
-        PinError: ``where`` is "pinned" and the error is an out-of-memory one.
+        PinError: ``where`` is "pinned" and the error is an out-of-memory one, or CUDA refused the block
+            as an invalid argument (``PIN_REFUSED``).
         DeviceMemoryError: ``where`` is "device" and the error is an out-of-memory one
             (torch.OutOfMemoryError, or a CUDA error "out of memory" from outside the caching allocator).
         DeviceFault: any other CUDA error (a sticky fault from earlier fails every later call).
@@ -76,6 +82,8 @@ def classified(error: RuntimeError, where: Memory) -> RuntimeError:
     out_of_memory = isinstance(error, torch.cuda.OutOfMemoryError) or "out of memory" in text.lower()
     if out_of_memory:
         return PinError(text) if where == "pinned" else DeviceMemoryError(text)
+    if where == "pinned" and PIN_REFUSED in text.lower():
+        return PinError(text)
     accelerator_error = getattr(torch, "AcceleratorError", ())  # torch 2.8+; before, a RuntimeError "CUDA error: ..."
     if isinstance(error, accelerator_error) or text.startswith(("CUDA error", "HIP error")):
         return DeviceFault(text)

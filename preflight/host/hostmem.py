@@ -12,6 +12,7 @@ import resource
 from pathlib import Path
 
 from preflight.host import cgroup_memory
+from preflight.host.gpu_memory import PIN_REFUSED
 from preflight.units import format_value, with_article
 
 
@@ -70,6 +71,10 @@ def pinned_failure(size: int, error: str, root: str = "/", environ: dict[str, st
         "podman": "raise --memory and run with --ulimit memlock=-1",
         "kubernetes": "raise the pod's memory limit (pinned pages count against it) and the node's memlock ulimit",
     }.get(runtime, "free host memory or raise `ulimit -l`")
+    if PIN_REFUSED in error.lower():
+        fix = (f"CUDA refused one pinned block of {_size(size)}, which some drivers and hosts do from a few GiB "
+               f"up while smaller blocks pin: pin in smaller blocks (lower transfer.pinned_size to find the "
+               f"largest), or {fix}")
     where = f" in {with_article(runtime)} container" if runtime else ""
     asked = f" ({_size(requested)} requested, rounded up)" if requested not in (None, size) else ""
     return (f"could not pin {_size(size)}{asked} of host memory{where} ({error}); {', '.join(facts)}: {fix}; "

@@ -43,6 +43,10 @@ ADVERSE_THROTTLE = {
     0x4: "SW power cap", 0x8: "HW slowdown", 0x20: "SW thermal slowdown", 0x40: "HW thermal slowdown",
     0x80: "HW power brake slowdown",
 }
+GPU_IDLE = 0x1  # nvmlClocksEventReasonGpuIdle: nothing runs on the GPU, its clocks and PCIe link step down
+# The readings an idle GPU lowers to save power: NVML's nvmlDeviceGetCurrPcieLinkGeneration/Width ("may be
+# reduced when the GPU is not in use", as nvidia-smi's pcie.link.gen.current says), each with its maximum.
+IDLE_LOWERED = {"pcie_link_gen": "pcie_link_gen_max", "pcie_link_width": "pcie_link_width_max"}
 
 
 NOT_SUPPORTED = ("NVML answers Not Supported for this GPU: it lacks the feature, or a vGPU or cloud guest does not "
@@ -197,8 +201,11 @@ def health(lib: Any, handle: Any, device: str) -> list[Measurement]:
     """The NVML health readings of one device, one measurement per metric of ``cuda``.
 
     A reading NVML cannot give is ``unanswered``: NOT_SUPPORTED is judged skip, any other NVML
-    error (GPU lost, no permission) fails with the fix.
+    error (GPU lost, no permission) fails with the fix. A current PCIe generation or width below
+    its maximum while the GPU is idle (clock event GpuIdle) is the power-saving state, not the
+    link the GPU trains under load (``idle_link``): not applicable, with the reading in the reason.
     """
+    clock_events: list[int] = []
 
     def read(metric: str, unit: str, query: Callable[[], Any]) -> Measurement:
         try:
@@ -228,6 +235,7 @@ def health(lib: Any, handle: Any, device: str) -> list[Measurement]:
 
     def throttle() -> tuple[float, str]:
         mask = newest(lib, "nvmlDeviceGetCurrentClocksEventReasons", handle)
+        clock_events.append(mask)
         active = [name for bit, name in ADVERSE_THROTTLE.items() if mask & bit]
         return float(len(active)), ", ".join(active)
 
@@ -255,10 +263,55 @@ def health(lib: Any, handle: Any, device: str) -> list[Measurement]:
              lambda: (float(newest(lib, "nvmlDeviceGetTemperatureV", handle, lib.NVML_TEMPERATURE_GPU)), "")),
         read("power_limit", "W", power_limit),
     ]
-    ecc_off = any(m.metric == "ecc_mode" and m.value == "off" for m in readings)
-    return [not_applicable(m.metric, "ECC is off on this GPU, so it counts no errors: turn it on with "
-                                     "nvidia-smi -e 1 and reset the GPU", m.unit, device)
-            if ecc_off and m.metric.startswith("ecc_uncorrectable") and not m.applicable else m for m in readings]
+    ecc_mode = next(m.value for m in readings if m.metric == "ecc_mode")
+    readings = [_ecc_counter(m, ecc_mode, device) if m.metric.startswith("ecc_uncorrectable") else m for m in readings]
+    idle = bool(clock_events) and bool(clock_events[0] & GPU_IDLE)
+    return idle_link(readings, device) if idle else readings
+
+
+def _ecc_counter(counter: Measurement, ecc_mode: Any, device: str) -> Measurement:
+    """An uncorrectable-ECC count NVML did not give, read against the GPU's ECC mode.
+
+    With ECC off the GPU counts nothing: not applicable, with the fix. With ECC on, NOT_SUPPORTED
+    contradicts the mode (a binding or guest that cannot read a counter the GPU keeps, as in
+    NVIDIA/gpu-monitoring-tools#35 on a T4), so the count is unknown rather than absent:
+    unmeasurable, never a skip that lets a GPU with uncorrectable errors pass.
+    """
+    if counter.measured or counter.applicable or ecc_mode not in ("on", "off"):
+        return counter
+    if ecc_mode == "off":
+        return not_applicable(counter.metric, "ECC is off on this GPU, so it counts no errors: turn it on with "
+                                              "nvidia-smi -e 1 and reset the GPU", counter.unit, device)
+    return unmeasurable(counter.metric, "ECC is on but NVML answers Not Supported for its uncorrectable error count, "
+                                        "so whether this GPU has had any is unknown: read it with nvidia-smi -q -d "
+                                        "ECC (an older driver or nvidia-ml-py may not read it)", counter.unit, device)
+
+
+def idle_link(readings: list[Measurement], device: str) -> list[Measurement]:
+    """``readings`` of an idle GPU with each current PCIe reading below its maximum made not applicable.
+
+    An idle GPU steps its link down to save power: the generation follows the performance state
+    (NVIDIA/open-gpu-kernel-modules issue 731: Gen1 of Gen4 in P8, Gen3 in P0; Syllo/nvtop issue 6:
+    an idle GTX 1080 Ti at Gen1 x16 that works at Gen3), so the current generation or width of
+    an idle GPU says nothing about the link it trains under load, and a threshold on it would
+    fail a healthy node. A reading at its maximum is kept: it is the link. The link under load
+    is what transfer's ``h2d_link_efficiency`` measures.
+    """
+    by_metric = {m.metric: m for m in readings}
+
+    def lowered(m: Measurement) -> bool:
+        most = by_metric.get(IDLE_LOWERED.get(m.metric, ""))
+        return most is not None and isinstance(m.value, float) and isinstance(most.value, float) \
+            and m.value < most.value
+
+    def reason(m: Measurement) -> str:
+        most = by_metric[IDLE_LOWERED[m.metric]]
+        now, top = (f"Gen{m.value:g}", f"Gen{most.value:g}") if m.metric == "pcie_link_gen" else \
+            (f"x{m.value:g}", f"x{most.value:g}")
+        return (f"the GPU is idle (clock event GpuIdle) and runs its PCIe link at {now} of {top} to save power, "
+                f"so this reading says nothing of the link under load: transfer's h2d_link_efficiency measures that")
+
+    return [not_applicable(m.metric, reason(m), m.unit, device) if lowered(m) else m for m in readings]
 
 
 def newest(lib: Any, name: str, *args: Any) -> Any:

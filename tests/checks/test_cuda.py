@@ -7,7 +7,7 @@ import inspect
 import pynvml
 import pytest
 
-from preflight.host import nvml
+from preflight.host import gpu, nvml
 from preflight.checks import cuda
 from preflight.host.gpu_memory import HostMemoryError
 from tests.fakes.gpu import FakeCuda, FakeGpu, FakeNvml, h200
@@ -331,3 +331,94 @@ def test_a_host_that_cannot_hold_the_matmul_reference_is_not_blamed_on_the_gpu(t
                        "(DefaultCPUAllocator: can't allocate memory: you tried to allocate 50331648 bytes. Error code "
                        "12 (Cannot allocate memory)): a host limit, not a GPU fault; lower cuda.matmul_size or raise "
                        "the memory limit; required <= 0.001")
+
+
+def test_an_idle_gpu_whose_link_stepped_down_to_save_power_is_not_failed(monkeypatch, tmp_path):
+    # Syllo/nvtop#6 and NVIDIA/open-gpu-kernel-modules#731: an idle GPU (clock event GpuIdle, P8) runs its PCIe
+    # link at Gen1 and retrains to its maximum under load; a threshold on the idle reading fails a healthy node
+    idle = FakeGpu(link=(1, 8), throttle=0x1)
+    measured = keyed(run_over_the_real_pynvml(monkeypatch, tmp_path, FakeCuda(), [idle], {}))
+    results = judged(tmp_path, "cuda", HEALTHY_GATE, list(measured.values()))
+    assert {k: r.verdict for k, r in results.items() if r.verdict != "pass"} == {
+        "cuda.pcie_link_gen[cuda:0]": "skip", "cuda.pcie_link_width[cuda:0]": "skip"}
+    assert results["cuda.pcie_link_gen[cuda:0]"].message == (
+        "not applicable: the GPU is idle (clock event GpuIdle) and runs its PCIe link at Gen1 of Gen5 to save power, "
+        "so this reading says nothing of the link under load: transfer's h2d_link_efficiency measures that")
+    assert "at x8 of x16 to save power" in results["cuda.pcie_link_width[cuda:0]"].message
+    assert (results["cuda.pcie_link_gen_max[cuda:0]"].value, results["cuda.clock_throttle[cuda:0]"].value) == (5, 0)
+
+
+@pytest.mark.parametrize("gpu, value", [
+    (FakeGpu(link=(3, 16), throttle=0x0), 3.0),  # busy and below its maximum: the link is downtrained
+    (FakeGpu(link=(5, 16), throttle=0x1), 5.0),  # idle at its maximum: the reading is the link
+])
+def test_a_busy_gpus_low_link_still_fails_and_an_idle_one_at_its_maximum_is_read(tmp_path, gpu, value):
+    results = judged(tmp_path, "cuda", HEALTHY_GATE, run(fake_nvml=FakeNvml([gpu])))
+    result = results["cuda.pcie_link_gen[cuda:0]"]
+    assert (result.value, result.verdict) == (value, "fail" if value < 4 else "pass")
+
+
+@pytest.mark.parametrize("others_answer", [None, pynvml.NVML_ERROR_NO_PERMISSION])
+def test_a_slurm_jobs_renumbered_gpu_is_read_by_its_bus_not_by_its_job_local_index(monkeypatch, tmp_path,
+                                                                                  others_answer):
+    # guilbaults/slurm-job-exporter#63: inside a job's cgroup its one GPU is cuda:0 (CUDA_VISIBLE_DEVICES=0), but
+    # it is the node's second GPU; reading NVML GPU 0 by that index reported the other job's card. Two shapes:
+    # NVML lists only the job's GPU (None), or lists both and the other one answers NO_PERMISSION.
+    other_job = FakeGpu(bus_id="00000000:3B:00.0", temperature=88, ecc_volatile=4)
+    this_job = FakeGpu(bus_id="00000000:5E:00.0", temperature=41)
+    gpus = [this_job] if others_answer is None else [other_job, this_job]
+    if others_answer is not None:
+        other_job.errors["nvmlDeviceGetHandleByIndex"] = others_answer
+    job = FakeCuda(devices=(h200(0, "0000:5e:00.0"),))
+    measured = run_over_the_real_pynvml(monkeypatch, tmp_path, job, gpus, {"CUDA_VISIBLE_DEVICES": "0"},
+                                        ("nvidia0", "nvidia1"))
+    results = judged(tmp_path, "cuda", HEALTHY_GATE, measured)
+    assert {r.verdict for r in results.values()} == {"pass"}
+    assert (results["cuda.temperature[cuda:0]"].value, results["cuda.ecc_uncorrectable_volatile[cuda:0]"].value) \
+        == (41.0, 0.0)
+
+
+def test_a_mig_node_whose_torch_counts_gpus_it_cannot_open_fails_by_row_with_the_fix(monkeypatch, tmp_path):
+    # pytorch/pytorch#131650: two A100s with MIG on, CUDA_VISIBLE_DEVICES unset; torch counts 2 and its lazy init
+    # raises an INTERNAL ASSERT. The check raised it, so every row became the one error "please report a bug to
+    # PyTorch"; now the device rows fail with the reason and the driver rows are still read.
+    from tests.host.test_gpu import MIG_ASSERT, a_cuda_build_that_counts_gpus_it_cannot_open
+
+    a_cuda_build_that_counts_gpus_it_cannot_open(monkeypatch, RuntimeError(MIG_ASSERT))
+    mig = [FakeGpu(bus_id=f"0000{bus.upper()}", mig=(1, 1)) for bus in BUSES[:2]]
+    measured = keyed(cuda.measurements(OPTIONS, gpu.TorchCuda(), FakeNvml(mig), environ={}))
+    results = judged(tmp_path, "cuda", HEALTHY_GATE, list(measured.values()))
+    assert results["cuda.device_count"].message.startswith(
+        "measured 0, required >= 1 (torch counts 2 GPUs but CUDA could not open cuda:0 (device >= 0 && device < "
+        "num_gpus INTERNAL ASSERT FAILED")
+    assert "set CUDA_VISIBLE_DEVICES to one MIG UUID (nvidia-smi -L)" in results["cuda.matmul_error"].message
+    assert (results["cuda.driver_version"].verdict, results["cuda.matmul_error"].verdict) == ("pass", "fail")
+
+
+def test_an_azure_node_with_nonzero_pci_domains_and_pre_ampere_gaps_is_read_gpu_by_gpu(monkeypatch, tmp_path):
+    # BugRoger/nvidia-exporter#3: two K80s on Azure at PCI domains 0x460e and 0x6180 ("0000460E:00:00.0"), and an
+    # exporter that stopped collecting on the first "nvml: Not Supported". Here each GPU is matched by its domain
+    # and a reading a K80 lacks (row remapping is Ampere+) is skipped on its own, the rest still read.
+    k80s = [FakeGpu(bus_id=bus, link=(3, 16), link_max=(3, 16), temperature=temperature,
+                    errors={"nvmlDeviceGetRemappedRows": pynvml.NVML_ERROR_NOT_SUPPORTED})
+            for bus, temperature in (("0000460E:00:00.0", 37), ("00006180:00:00.0", 33))]
+    job = FakeCuda(devices=(h200(0, "460e:00:00.0"), h200(1, "6180:00:00.0")))
+    measured = keyed(run_over_the_real_pynvml(monkeypatch, tmp_path, job, k80s, {}))
+    assert (measured["temperature[cuda:0]"].value, measured["temperature[cuda:1]"].value) == (37.0, 33.0)
+    unanswered = {k for k, m in measured.items() if not m.measured}
+    assert unanswered == {f"remapped_rows_{kind}[cuda:{index}]" for kind in ("pending", "failed") for index in (0, 1)}
+    assert all(not measured[k].applicable for k in unanswered)
+
+
+def test_ecc_on_with_error_counts_nvml_will_not_give_fails_instead_of_skipping(tmp_path):
+    # NVIDIA/gpu-monitoring-tools#35: a T4 with ECC enabled whose error counts came back NOT_SUPPORTED while
+    # nvidia-smi read them; a skip would pass a GPU whose uncorrectable errors were never counted
+    unreadable = FakeGpu(ecc=(1, 1), errors={"nvmlDeviceGetTotalEccErrors": pynvml.NVML_ERROR_NOT_SUPPORTED})
+    results = judged(tmp_path, "cuda", HEALTHY_GATE, run(fake_nvml=FakeNvml([unreadable])))
+    assert {k for k, r in results.items() if r.verdict != "pass"} == {
+        "cuda.ecc_uncorrectable_volatile[cuda:0]", "cuda.ecc_uncorrectable_aggregate[cuda:0]"}
+    assert results["cuda.ecc_uncorrectable_aggregate[cuda:0]"].message == (
+        "could not measure: ECC is on but NVML answers Not Supported for its uncorrectable error count, so whether "
+        "this GPU has had any is unknown: read it with nvidia-smi -q -d ECC (an older driver or nvidia-ml-py may not "
+        "read it); required <= 0")
+    assert results["cuda.ecc_mode[cuda:0]"].verdict == "pass"

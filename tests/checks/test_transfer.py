@@ -9,7 +9,7 @@ import pytest
 
 from preflight.checks import cuda, transfer
 from preflight.checks.base import Budget
-from preflight.host import gpu, nvml
+from preflight.host import gpu, gpu_memory, nvml
 from preflight.host.gpu_memory import DeviceFault, DeviceMemoryError, HostMemoryError, PinError
 from tests.fakes.gpu import FakeCuda, FakeGpu, FakeNvml, h200
 from tests.fakes.libnvml import installed
@@ -198,6 +198,24 @@ def test_a_cuda_fault_while_pinning_is_not_reported_as_a_host_limit(tmp_path, sy
     result = judged(tmp_path, "transfer", GATE, run(sysfs, faulty))["transfer.pinned_alloc"]
     assert result.message == ("could not measure: pinning failed with a GPU error, not for want of host memory "
                               "(CUDA error: unspecified launch failure): check dmesg for Xid errors; required >= 8 GiB")
+
+
+def test_a_pinned_block_cuda_refuses_as_an_invalid_argument_is_a_host_limit_not_a_gpu_fault(tmp_path, sysfs):
+    # sgl-project/sglang#6285 and #7666, LMCache/LMCache#1063: torch.empty(pin_memory=True) of a few GiB raises
+    # "CUDA error: invalid argument" on a working GPU while 2 GiB pins; it was reported as a GPU error (see dmesg)
+    import torch
+
+    refused = gpu_memory.classified(torch.AcceleratorError(
+        "CUDA error: invalid argument\nCUDA kernel errors might be asynchronously reported at some other API call"),
+        "pinned")
+    result = judged(tmp_path, "transfer", GATE, run(sysfs, FakeCuda(pin_error=refused)))["transfer.pinned_alloc"]
+    assert (result.value, result.verdict) == (0.0, "fail")
+    assert result.message.startswith("measured 0 GiB, required >= 8 GiB (could not pin 8 GiB of host memory in a "
+                                     "docker container (CUDA error: invalid argument); RLIMIT_MEMLOCK ")
+    assert result.message.endswith(
+        "cgroup memory limit 16 GiB: CUDA refused one pinned block of 8 GiB, which some drivers and hosts do from a "
+        "few GiB up while smaller blocks pin: pin in smaller blocks (lower transfer.pinned_size to find the "
+        "largest), or raise --memory and run with --ulimit memlock=-1; this is a host memory limit, not a GPU fault)")
 
 
 def test_pinned_alloc_reports_the_rounded_block_torch_really_pinned(tmp_path, sysfs):

@@ -360,3 +360,38 @@ def test_a_matmul_whose_cpu_reference_the_host_cannot_hold_is_labelled_host_memo
     # 2^24 x 2^24 float32 is 1 PiB: the CPU reference fails before any GPU is touched
     with pytest.raises(gpu_memory.HostMemoryError):
         gpu.TorchCuda().matmul_error(0, 1 << 24)
+
+
+# torch 2.4 on two A100s with MIG on and CUDA_VISIBLE_DEVICES unset (pytorch/pytorch#131650, #130181, #110000):
+# torch counts the GPUs, then its lazy init cannot open them
+MIG_ASSERT = ('device >= 0 && device < num_gpus INTERNAL ASSERT FAILED at "/opt/conda/conda-bld/pytorch_1720538439675/'
+              'work/aten/src/ATen/cuda/CUDAContext.cpp":49, please report a bug to PyTorch.')
+
+
+def a_cuda_build_that_counts_gpus_it_cannot_open(monkeypatch, error: BaseException) -> None:
+    import torch
+
+    monkeypatch.setattr(gpu, "torch_build", lambda: {"__version__": "2.4.0", "cuda": "12.4", "hip": None})
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    monkeypatch.setattr(torch.version, "hip", None, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+
+    def get_device_properties(index):
+        raise error
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", get_device_properties)
+
+
+@pytest.mark.parametrize("error, line", [
+    (RuntimeError(MIG_ASSERT), MIG_ASSERT),
+    (AssertionError("Invalid device id"), "Invalid device id"),
+])
+def test_gpus_torch_counts_but_cannot_open_are_a_reason_not_a_crash(monkeypatch, error, line):
+    import torch
+
+    a_cuda_build_that_counts_gpus_it_cannot_open(monkeypatch, error)
+    assert gpu.TorchCuda().view() == gpu.TorchView(torch.__version__, "12.4", None, (), (
+        f"torch counts 2 GPUs but CUDA could not open cuda:0 ({line}), so the job's torch cannot use any: with MIG "
+        f"on, a process gets one MIG instance, so set CUDA_VISIBLE_DEVICES to one MIG UUID (nvidia-smi -L); without "
+        f"MIG, check dmesg for Xid errors"), 2)

@@ -16,6 +16,8 @@ DEVICE_OOM = ("CUDA out of memory. Tried to allocate 256.00 MiB. GPU 0 has a tot
               "12.00 MiB is free. Process 4242 has 139.78 GiB memory in use.")
 HOST_OOM = "CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported at some other API call"
 ILLEGAL_ACCESS = "CUDA error: an illegal memory access was encountered\nSearch for `cudaErrorIllegalAddress'"
+# torch.empty(..., pin_memory=True) of 5 GiB on a working GPU (LMCache/LMCache#1063, sgl-project/sglang#7666)
+PIN_REFUSED = "CUDA error: invalid argument\nCUDA kernel errors might be asynchronously reported at some other API call"
 
 
 def test_torch_raises_runtime_errors_for_both_device_oom_and_cuda_faults():
@@ -31,6 +33,8 @@ def test_torch_raises_runtime_errors_for_both_device_oom_and_cuda_faults():
     (torch.AcceleratorError(ILLEGAL_ACCESS), "device", DeviceFault, "CUDA error: an illegal memory access was encountered"),
     (RuntimeError(ILLEGAL_ACCESS), "device", DeviceFault, "CUDA error: an illegal memory access was encountered"),
     (torch.AcceleratorError(HOST_OOM), "device", DeviceMemoryError, "CUDA error: out of memory"),
+    (torch.AcceleratorError(PIN_REFUSED), "pinned", PinError, "CUDA error: invalid argument"),
+    (torch.AcceleratorError(PIN_REFUSED), "device", DeviceFault, "CUDA error: invalid argument"),
 ])
 def test_each_failed_allocation_is_named_by_the_memory_it_asked_for(error, where, expected, text):
     def allocate():

@@ -24,8 +24,11 @@ UNITS = {"samples_per_s": "samples/s", "step_time_p50": "ms", "step_time_p99": "
 
 
 def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
-    """Every metric on every visible CUDA device, else on the CPU (each row's note says so)."""
+    """Every metric on every visible CUDA device, else on the CPU (each row's note says so); none when torch
+    counts GPUs it cannot open (``TorchView.unopened``)."""
     view = gpu.TorchCuda().view()
+    if view.unopened:  # GPUs the job's torch counts but cannot open: a CPU figure would stand in for them
+        return unmeasurable_rows(view.reason, None)
     devices = [f"cuda:{d.index}" for d in view.devices] or ["cpu"]
     note = "" if view.devices else f"measured on the CPU: {view.reason}"
     results: list[Measurement] = []

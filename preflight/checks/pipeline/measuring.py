@@ -27,8 +27,11 @@ UNITS = {"samples_per_s": "samples/s", "model_samples_per_s": "samples/s", "inpu
 
 @explaining_worker_oom
 def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
-    """Every pipeline metric on the first visible CUDA device, else on the CPU (each row's note says so)."""
+    """Every pipeline metric on the first visible CUDA device, else on the CPU (each row's note says so); none
+    when torch counts GPUs it cannot open (``TorchView.unopened``)."""
     view = gpu.TorchCuda().view()
+    if view.unopened:  # GPUs the job's torch counts but cannot open: a CPU figure would stand in for them
+        return _unmeasurable(NAMES, view.reason, None)
     device = f"cuda:{view.devices[0].index}" if view.devices else "cpu"
     note = "" if view.devices else f"measured on the CPU: {view.reason}"
     with usercode.on_path(options["python_path"]):
@@ -152,5 +155,5 @@ class Feed:
                 raise ValueError("the DataLoader yields no batch: the dataset is empty") from None
 
 
-def _unmeasurable(names: Sequence[str], reason: str, device: str) -> list[Measurement]:
+def _unmeasurable(names: Sequence[str], reason: str, device: str | None) -> list[Measurement]:
     return [unmeasurable(name, reason, UNITS[name], device) for name in names]

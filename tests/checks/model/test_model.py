@@ -251,3 +251,15 @@ def test_bf16_counts_only_when_the_gpu_has_it_not_when_torch_can_emulate_it(monk
     assert torch.cuda.is_bf16_supported() is True  # what the default answers, emulation counted
     options = {"channels_last": False, "input_shape": [3, 32, 32], "precision": "bf16"}
     assert measuring.unsupported(options, "cuda:0") == reason
+
+
+def test_gpus_torch_counts_but_cannot_open_are_not_stood_in_for_by_the_cpu(monkeypatch):
+    # pytorch/pytorch#131650 (MIG on, CUDA_VISIBLE_DEVICES unset): torch counts 2 GPUs and cannot open them; the
+    # model must not be trained on the CPU and judged as if that were the node's rate
+    from tests.host.test_gpu import MIG_ASSERT, a_cuda_build_that_counts_gpus_it_cannot_open
+
+    a_cuda_build_that_counts_gpus_it_cannot_open(monkeypatch, RuntimeError(MIG_ASSERT))
+    results = run_check("model", 0.3, model="tiny", input_shape=[3, 32, 32], batch_size=4)
+    assert sorted(results) == ["samples_per_s", "step_time_p50", "step_time_p99"]
+    assert all(m.value is None and m.reason.startswith("torch counts 2 GPUs but CUDA could not open cuda:0")
+               for m in results.values())

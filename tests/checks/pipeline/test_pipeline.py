@@ -128,3 +128,12 @@ def test_batches_prefetched_while_the_model_ran_alone_are_not_counted_as_fed(fil
     # a batch the worker had half made, hence a little room above 1 / DELAY_S for the windows, none for the mean.
     assert 0.2 / DELAY_S < fed.value <= 1.05 / DELAY_S, fed
     assert max(fed.samples) <= 1.5 / DELAY_S, fed.samples
+
+
+def test_gpus_torch_counts_but_cannot_open_are_not_stood_in_for_by_the_cpu(monkeypatch, tmp_path):
+    from tests.host.test_gpu import MIG_ASSERT, a_cuda_build_that_counts_gpus_it_cannot_open
+
+    a_cuda_build_that_counts_gpus_it_cannot_open(monkeypatch, RuntimeError(MIG_ASSERT))
+    results = run_check("pipeline", 0.3, path=str(tmp_path), model="tiny", input_shape=[3, 16, 16], batch_size=2)
+    assert sorted(results) == ["input_bound", "model_samples_per_s", "samples_per_s"]
+    assert all(m.value is None and "set CUDA_VISIBLE_DEVICES to one MIG UUID" in m.reason for m in results.values())
