@@ -11,6 +11,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from preflight.checks import subject
 from preflight.checks.base import Budget, Metric
+from preflight.checks.dataloader import phases
 from preflight.checks.dataloader.loop import BatchPuller, EmptyLoader, Taken, Window, explaining_worker_oom, pooled, windows
 from preflight.checks.dataloader.required import Required, visible_gpus
 from preflight.checks.dataloader.source import Loader, Source, loader_for, opened
@@ -53,13 +54,15 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source) -> list
 
     results: list[Measurement] = []
     raw_rate = None
+    phase = phase_budget(options, budget)
     if decode == "image":
         raw_built = loader_for(options, source, decode="none")
-        raw = pooled(lambda: _puller(raw_built), take, budget, pools)
+        raw = pooled(lambda: _puller(raw_built), take, phase, pools)
         results.append(Measurement("raw_throughput", raw.rate, "samples/s", samples=raw.rates,
                                    method=method + raw.method + ", raw bytes, not decoded", stopped=raw.stopped))
         raw_rate = raw.rate
-    taken = pooled(lambda: _puller(built), take, budget, pools)
+    taken = pooled(lambda: _puller(built), take, phase, pools)
+    note = "; ".join(part for part in (note, taken.note) if part)
     if tar:
         problems = built.tally.note(len(files))  # type: ignore[union-attr,arg-type]
         if not any(taken.rates):  # every shard damaged, or no member named KEY.EXT
@@ -92,7 +95,7 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source) -> list
     puller = taken.last
     if float(options["step_time"]) > 0:
         results.append(_utilization(puller, float(options["step_time"]), int(options["batch_size"]), workers,
-                                    budget, method, throughput))
+                                    phase, method, throughput))
     if _per_gpu(options["samples_per_gpu"]) != 0:
         results.append(_versus_required(options, throughput))
     fs = built.fs
@@ -101,6 +104,11 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source) -> list
     results = [dataclasses.replace(m, note=note) if note and m.measured else m for m in results]
     fix = subject.no_dataset_fix("dataloader") if source.subject == "no_dataset" else None
     return [dataclasses.replace(m, subject=source.subject, hint=fix or m.hint) for m in results]
+
+
+def phase_budget(options: Mapping[str, Any], budget: Budget) -> Budget:
+    """Each phase's equal share of ``duration`` (``dataloader.phases``): pools, warm-ups and windows come out of it."""
+    return budget._replace(duration_s=budget.duration_s / phases(options))
 
 
 def _puller(built: Loader) -> BatchPuller:
