@@ -78,3 +78,9 @@ def test_unknown_metric_suggests_the_closest():
     with pytest.raises(UsageError, match=r"`storage` has no metric `seq_raed`: did you mean `seq_read`\? "
                                          r"\(`preflight explain storage` lists them\)"):
         explain.render("storage.seq_raed")
+
+
+def test_a_check_says_what_its_duration_buys():
+    text = " ".join(explain.render("storage", width=80).split())
+    assert "duration (the check's measuring time): split equally between the timed parts that run" in text
+    assert "duration (the check's measuring time): not used" in " ".join(explain.render("shm", width=80).split())
