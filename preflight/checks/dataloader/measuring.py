@@ -62,7 +62,6 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source) -> list
                                    method=method + raw.method + ", raw bytes, not decoded", stopped=raw.stopped))
         raw_rate = raw.rate
     taken = pooled(lambda: _puller(built), take, phase, pools)
-    note = "; ".join(part for part in (note, taken.note) if part)
     if tar:
         problems = built.tally.note(len(files))  # type: ignore[union-attr,arg-type]
         if not any(taken.rates):  # every shard damaged, or no member named KEY.EXT
@@ -72,6 +71,7 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source) -> list
         note = "; ".join(part for part in (note, problems) if part)
     if built.replays is not None:
         note = "; ".join(part for part in (note, built.replays.note(workers)) if part)
+    note = "; ".join(part for part in (note, taken.note) if part)  # last: what was read comes first
     what = ", decoded with Pillow" if decode == "image" else ""
     if raw_rate:
         hint = _decode_hint(raw_rate, taken.rate)

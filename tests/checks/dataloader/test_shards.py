@@ -64,7 +64,8 @@ def test_two_workers_read_every_sample_of_100_shards_exactly_once(hundred_shards
 
 
 def test_the_measured_check_names_the_shards_and_its_bytes_per_sample_are_exact(hundred_shards):
-    measured = run_check("dataloader", 0.6, path=str(hundred_shards), format="tar", num_workers=2, batch_size=32)
+    measured = run_check("dataloader", 0.6, path=str(hundred_shards), format="tar", worker_pools=1, num_workers=2,
+                         batch_size=32)
     throughput, bandwidth = measured["throughput"], measured["bandwidth"]
     assert throughput.value > 0 and throughput.note == ""
     assert f"over 100 tar shards (WebDataset) under {hundred_shards}" in throughput.method
@@ -138,7 +139,8 @@ def test_damaged_shards_are_counted_in_a_note_and_the_rest_is_measured(tmp_path)
     cut, garbage = order[0], order[1]
     _cut(root / cut, 10 * SAMPLE_ON_DISK + 700)
     (root / garbage).write_bytes(os.urandom(50_000))  # not a tar file at all
-    measured = run_check("dataloader", 0.5, path=str(root), format="tar", num_workers=2, batch_size=32)
+    measured = run_check("dataloader", 0.5, path=str(root), format="tar", worker_pools=1, num_workers=2,
+                         batch_size=32)
     assert measured["throughput"].value > 0
     note = measured["throughput"].note
     assert note.startswith("2 of 100 shards damaged, read up to the damage (first: shard-0000")
@@ -148,7 +150,7 @@ def test_damaged_shards_are_counted_in_a_note_and_the_rest_is_measured(tmp_path)
 def test_files_that_are_not_shards_are_unmeasurable_with_the_fix(tmp_path):
     for index in range(120):
         (tmp_path / f"{index}.jpg").write_bytes(os.urandom(80_000))
-    measured = run_check("dataloader", 0.5, path=str(tmp_path), format="tar", num_workers=1, batch_size=8)
+    measured = run_check("dataloader", 0.5, path=str(tmp_path), format="tar", worker_pools=1, num_workers=1, batch_size=8)
     assert measured["throughput"].value is None and measured["bandwidth"].value is None
     reason = measured["throughput"].reason
     assert reason.startswith(f"no sample could be read from the 120 files under {tmp_path} (120 of 120 shards "
@@ -175,7 +177,8 @@ def test_decode_image_decodes_each_samples_image_member_and_skips_a_sample_witho
                     info.size = len(data)
                     tar.addfile(info, io.BytesIO(data))
     os.sync()
-    measured = run_check("dataloader", 0.6, path=str(root), format="tar", decode="image", num_workers=1,
+    measured = run_check("dataloader", 0.6, path=str(root), format="tar", decode="image", worker_pools=1,
+                         num_workers=1,
                          batch_size=4)
     raw, decoded = measured["raw_throughput"].value, measured["throughput"].value
     assert raw > 1.5 * decoded  # decoding 256x256 PNG noise costs far more than reading its 200 kB

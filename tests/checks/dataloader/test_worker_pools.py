@@ -45,7 +45,8 @@ PACKAGE = textwrap.dedent('''
 def _runs(tmp_path, pools: int, runs: int) -> list:
     (tmp_path / "startstate.py").write_text(PACKAGE)
     counter = tmp_path / f"starts-{pools}"
-    return [run_check("dataloader", 1.0, dataset="startstate:make", dataset_args={"counter": str(counter)},
+    # a second per pool: its start, warm-up (2 batches of 8 samples of up to 8 ms) and windows all come out of it
+    return [run_check("dataloader", float(pools), dataset="startstate:make", dataset_args={"counter": str(counter)},
                       python_path=[str(tmp_path)], num_workers=1, batch_size=8, worker_pools=pools)["throughput"]
             for _ in range(runs)]
 
