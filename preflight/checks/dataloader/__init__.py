@@ -98,8 +98,9 @@ OPTIONS = (
     Option("num_workers", "int_or_auto", "auto", "worker processes; auto = 70% of the CPUs the cgroup allows"),
     Option("pin_memory", "bool", True, "pin batches in page-locked memory (ignored without a CUDA device)"),
     Option("prefetch_factor", "int", 2, "batches each worker loads ahead", minimum=1),
-    Option("worker_pools", "int", 8, "fresh worker pools measured in turn, each for an equal share of duration; "
-           "the figures are their mean (a pool's rate can hang on where its workers started, as an epoch's does)",
+    Option("worker_pools", "int", 8, "fresh worker pools measured in turn, each in an equal share of duration that "
+           "pays for its start and warm-up too (pools that do not fit are left out, and the rows say so); the "
+           "figures are their mean (a pool's rate can hang on where its workers started, as an epoch's does)",
            minimum=1),
     Option("max_files", "int", 10000, "files under path to read, taken in turn from every folder (the walk "
            "stops there, and after 4x as many entries, and the figures say so), so walk time and memory stay "
