@@ -36,7 +36,7 @@ the duration that pays for its start and warm-up too; in each, warm-up batches a
 then samples/s over repeated time windows (as MLPerf Storage/DLIO report samples/s after the
 first steps). The figure is the pools' mean and ``samples`` holds each pool's rate: a pool's
 rate can depend on where its workers started, as a job's does each epoch; where pools cost
-more than their share, fewer are measured and the row says so. With
+more than their share, fewer are measured, as the method and a warning say. With
 ``step_time``, a second phase emulates the GPU (``loop``) and reports accelerator
 utilization as MLPerf Storage defines it; it, and the raw reads of ``decode: image``, take
 an equal share of the duration. With ``samples_per_gpu``, the throughput is also
@@ -58,7 +58,7 @@ from preflight.units import Dimension
 NAME = "dataloader"
 DURATION = ("the whole measuring, split equally between its phases (raw reads with decode: image, the loader, the "
             "emulated GPU with step_time); in each, worker_pools fresh pools share it, each pool's start and warm-up "
-            "included; pools that do not fit are left out and the row says so")
+            "included; pools that do not fit are left out, as the method and a warning say")
 # What a run costs whatever its duration, on the 2-CPU development VM (bench/check_wall_time.py): the worker
 # importing torch (about 2 s) and walking 1000 files; writing the scratch set for a path with too few files adds ~1 s.
 STARTUP_S = 2.5
@@ -99,9 +99,9 @@ OPTIONS = (
     Option("pin_memory", "bool", True, "pin batches in page-locked memory (ignored without a CUDA device)"),
     Option("prefetch_factor", "int", 2, "batches each worker loads ahead", minimum=1),
     Option("worker_pools", "int", 8, "fresh worker pools measured in turn, each in an equal share of duration that "
-           "pays for its start and warm-up too (pools that do not fit are left out, and the rows say so); the "
-           "figures are their mean (a pool's rate can hang on where its workers started, as an epoch's does)",
-           minimum=1),
+           "pays for its start and warm-up too (pools that do not fit are left out, as the method and a warning "
+           "say); the figures are their mean (a pool's rate can hang on where its workers started, as an epoch's "
+           "does)", minimum=1),
     Option("max_files", "int", 10000, "files under path to read, taken in turn from every folder (the walk "
            "stops there, and after 4x as many entries, and the figures say so), so walk time and memory stay "
            "bounded", minimum=1,

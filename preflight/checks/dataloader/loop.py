@@ -182,11 +182,13 @@ class Pools(NamedTuple):
 
     @property
     def method(self) -> str:
+        if len(self.rates) < self.asked:
+            return f", mean of {len(self.rates)} of {self.asked} fresh worker pools"
         return f", mean of {len(self.rates)} fresh worker pools" if len(self.rates) > 1 else ""
 
     @property
-    def note(self) -> str:
-        """What the table must say when the duration held fewer pools than ``worker_pools``; "" otherwise."""
+    def warning(self) -> str:
+        """What a reader must know when the duration held fewer pools than ``worker_pools``; "" otherwise."""
         if len(self.rates) >= self.asked:
             return ""
         return (f"{len(self.rates)} of {self.asked} worker pools fit in the duration (a pool took up to "
@@ -202,7 +204,7 @@ def pooled(start_pool: Callable[[], BatchPuller], take: Callable[[BatchPuller, B
         slot = duration / pools
         for each pool:
             stop if it is not the first and another pool like the slowest so far would end
-                 past 1.25 x duration                          (the rest would not fit: said in ``note``)
+                 past 1.25 x duration                          (the rest would not fit: ``warning``)
             start the pool (DataLoader, workers)               its start comes out of its slot
             take(pool, what is left of the slot)               warm-up, then windows (``windows``)
 
@@ -214,7 +216,7 @@ def pooled(start_pool: Callable[[], BatchPuller], take: Callable[[BatchPuller, B
     the square root of the pool count. Each pool's rate is kept in ``samples``, so a node where
     pools differ shows the spread. Starting and warming pools costs time that the duration pays
     for, so the check's wall time follows its configuration (issue 26): where pools cost more
-    than their slot, fewer are measured and the row says so.
+    than their slot, fewer are measured, and the method and a warning on the row say so.
     """
     slot, began = budget.duration_s / pools, clock()
     rates, mb_rates = [], []

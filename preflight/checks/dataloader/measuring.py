@@ -59,7 +59,8 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source) -> list
         raw_built = loader_for(options, source, decode="none")
         raw = pooled(lambda: _puller(raw_built), take, phase, pools)
         results.append(Measurement("raw_throughput", raw.rate, "samples/s", samples=raw.rates,
-                                   method=method + raw.method + ", raw bytes, not decoded", stopped=raw.stopped))
+                                   method=method + raw.method + ", raw bytes, not decoded", stopped=raw.stopped,
+                                   warnings=(raw.warning,) if raw.warning else ()))
         raw_rate = raw.rate
     taken = pooled(lambda: _puller(built), take, phase, pools)
     if tar:
@@ -71,7 +72,6 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source) -> list
         note = "; ".join(part for part in (note, problems) if part)
     if built.replays is not None:
         note = "; ".join(part for part in (note, built.replays.note(workers)) if part)
-    note = "; ".join(part for part in (note, taken.note) if part)  # last: what was read comes first
     what = ", decoded with Pillow" if decode == "image" else ""
     if raw_rate:
         hint = _decode_hint(raw_rate, taken.rate)
@@ -102,6 +102,10 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source) -> list
     if fs is not None and fs.caveat():
         results = [_on_caveat(m, fs.caveat(), fs.memory_backed, options["path"]) for m in results]
     results = [dataclasses.replace(m, note=note) if note and m.measured else m for m in results]
+    if taken.warning:  # fewer pools than worker_pools: the loader's figures are a rougher draw than asked for
+        results = [dataclasses.replace(m, warnings=(*m.warnings, taken.warning))
+                   if m.measured and m.metric in ("throughput", "bandwidth", "throughput_vs_required") else m
+                   for m in results]
     fix = subject.no_dataset_fix("dataloader") if source.subject == "no_dataset" else None
     return [dataclasses.replace(m, subject=source.subject, hint=fix or m.hint) for m in results]
 

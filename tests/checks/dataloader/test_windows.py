@@ -99,7 +99,7 @@ def test_pools_report_the_mean_of_their_rates_not_the_median():
     assert pools.rates == (100.0, 100.0, 400.0) and pools.mb_rates == (10.0, 10.0, 40.0)
     assert pools.stopped == "stopped at 400.0" and pools.last is started[-1] and len(started) == 3
     assert shares == [(Budget(1.0, 60.0), 2)] * 3  # an equal share each (starting took no time), at least 2 windows
-    assert pools.method == ", mean of 3 fresh worker pools" and pools.note == ""
+    assert pools.method == ", mean of 3 fresh worker pools" and pools.warning == ""
 
 
 def test_a_pools_rate_is_the_mean_of_its_windows_and_one_pool_takes_five():
@@ -204,10 +204,10 @@ def test_a_pools_start_comes_out_of_its_share_of_the_duration():
 
     pools = pooled(start_pool, take, Budget(3.0, 60.0), 8, clock=clock)
     assert shares == [0.25] * 8  # 3 s / 8 pools = 0.375 s each, less its 0.125 s start
-    assert clock.now == 3.0 and len(pools.rates) == 8 and pools.note == ""
+    assert clock.now == 3.0 and len(pools.rates) == 8 and pools.warning == ""
 
 
-def test_pools_that_cost_more_than_their_share_are_left_out_and_the_row_says_so():
+def test_pools_that_cost_more_than_their_share_are_left_out_and_the_method_and_a_warning_say_so():
     clock = Clock()
 
     def start_pool():  # each pool's start alone takes longer than its 0.375 s share of 3 s
@@ -222,5 +222,6 @@ def test_pools_that_cost_more_than_their_share_are_left_out_and_the_row_says_so(
     pools = pooled(start_pool, take, Budget(3.0, 60.0), 8, clock=clock)
     # a pool takes 0.7 s; another after the fifth (3.5 s) would end at 4.2 s, past 1.25 x 3 s
     assert len(pools.rates) == 5 and pools.asked == 8 and clock.now == pytest.approx(3.5)
-    assert pools.note == ("5 of 8 worker pools fit in the duration (a pool took up to 0.70s to start, warm up and "
-                          "measure): raise duration to measure them all")
+    assert pools.method == ", mean of 5 of 8 fresh worker pools"
+    assert pools.warning == ("5 of 8 worker pools fit in the duration (a pool took up to 0.70s to start, warm up and "
+                             "measure): raise duration to measure them all")
