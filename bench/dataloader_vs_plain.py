@@ -3,7 +3,7 @@
 Usage: python3 bench/dataloader_vs_plain.py [--workers 2] [--rounds 5]
 
 Makes 10,000 files of 8 KiB in 100 folders (ImageNet-style, in a temporary directory on
-the working directory's filesystem), then alternates, round by round, the plain read
+the working directory's filesystem), then alternates, round by round, who goes first: the plain read
 (N processes, open+read+close with O_DIRECT, shuffled order, as ``small_files``) and the
 dataloader check (``num_workers`` N, batch 64, raw bytes), so that other load on the
 machine falls on both alike. Target: the median ratio within 20%.
@@ -14,18 +14,16 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import shutil
 import statistics
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.common import alternating, defaults, scratch_root  # noqa: E402
 from preflight.checks import dataloader  # noqa: E402
 from preflight.checks.base import Budget  # noqa: E402
 from preflight.io.dataset_walk import DataFile  # noqa: E402
 from preflight.checks.storage.small_files import file_loop  # noqa: E402
-from preflight.config import coerce_option  # noqa: E402
 from preflight.io.parallel import run_loops  # noqa: E402
 from preflight.sampling import sample  # noqa: E402
 
@@ -35,8 +33,7 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    root = tempfile.mkdtemp(prefix=".preflight-bench-", dir=os.getcwd())
-    try:
+    with scratch_root() as root:
         chunk = os.urandom(8192 + 64)
         for index in range(10_000):
             folder = os.path.join(root, f"n{index % 100:03d}")
@@ -46,8 +43,7 @@ def main() -> int:
         os.sync()
         files = [DataFile(os.path.join(d, n), 8192) for d, _, names in os.walk(root) for n in names]
         random.Random(0).shuffle(files)
-        options = {o.name: coerce_option(o, None, o.name) for o in dataloader.OPTIONS}
-        options.update(path=root, num_workers=args.workers, batch_size=64)
+        options = defaults("dataloader", path=root, num_workers=args.workers, batch_size=64)
 
         def plain_window() -> float:
             tally = run_loops(file_loop(files, args.workers, "O_DIRECT"), args.workers, 1, 0.3)
@@ -55,16 +51,16 @@ def main() -> int:
 
         print(f"10,000 files of 8 KiB, {args.workers} processes / workers, batch 64, O_DIRECT, shuffled")
         print(f"{'round':>5} {'plain files/s':>14} {'loader samples/s':>17} {'ratio':>6}")
-        ratios = []
-        for round_ in range(1, args.rounds + 1):
-            plain = statistics.median(sample(plain_window, 1.2, min_samples=3).values)
+        def plain() -> float:
+            return statistics.median(sample(plain_window, 1.2, min_samples=3).values)
+
+        def loader() -> float:
             measured = {m.metric: m for m in dataloader.measure(options, Budget(1.2, 60))}
-            loader = float(measured["throughput"].value)
-            ratios.append(loader / plain)
-            print(f"{round_:>5} {plain:>14.0f} {loader:>17.0f} {ratios[-1]:>6.2f}")
-        print(f"median ratio {statistics.median(ratios):.2f} (target 0.80-1.20)")
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+            return float(measured["throughput"].value)  # type: ignore[arg-type]
+
+        rounds = alternating(args.rounds, plain, loader, after=lambda run, p, d: print(
+            f"{run:>5} {p:>14.0f} {d:>17.0f} {d / p:>6.2f}", flush=True))
+        print(f"median ratio {statistics.median(d / p for p, d in rounds):.2f} (target 0.80-1.20)")
     return 0
 
 

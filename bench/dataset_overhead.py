@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -33,6 +31,7 @@ sys.path.insert(0, os.path.join(ROOT, "examples", "imagefolder", "src"))
 
 import torch  # noqa: E402
 
+from bench.common import alternating, scratch_root  # noqa: E402
 from imagefolder_job.dataset import tensor_folder  # noqa: E402
 from preflight.checks import dataloader  # noqa: E402
 from preflight.checks.base import Budget  # noqa: E402
@@ -86,29 +85,20 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--files", type=int, default=2000)
     args = parser.parse_args()
-    root = tempfile.mkdtemp(prefix=".preflight-bench-", dir=os.getcwd())
-    try:
+    with scratch_root() as root:
         write_tensors(root, args.files)
         print(f"{args.files} uint8 3x96x96 tensors (torch.save), tensor_folder -> 3x{SIZE}x{SIZE} float32, "
               f"batch {BATCH}, {args.workers} workers, {args.seconds:g}s per side and round; "
               f"load average {os.getloadavg()[0]:.1f}")
         print(f"{'round':>5} {'by hand':>10} {'preflight':>10} {'ratio':>6}  samples/s")
-        ratios = []
-        for run in range(1, args.rounds + 1):
-            if run % 2:
-                plain = by_hand(root, args.workers, args.seconds)
-                ours = through_preflight(root, args.workers, args.seconds)
-            else:
-                ours = through_preflight(root, args.workers, args.seconds)
-                plain = by_hand(root, args.workers, args.seconds)
-            ratios.append(ours / plain)
-            print(f"{run:>5} {plain:>10.0f} {ours:>10.0f} {ratios[-1]:>6.2f}")
-        ratio = statistics.median(ratios)
+        rounds = alternating(args.rounds, lambda: by_hand(root, args.workers, args.seconds),
+                             lambda: through_preflight(root, args.workers, args.seconds),
+                             after=lambda run, plain, ours: print(f"{run:>5} {plain:>10.0f} {ours:>10.0f} "
+                                                                 f"{ours / plain:>6.2f}", flush=True))
+        ratio = statistics.median(ours / plain for plain, ours in rounds)
         verdict = "met" if 0.95 <= ratio <= 1.05 else "MISSED"
         print(f"median ratio {ratio:.3f} (target 0.95-1.05: {verdict})")
         return 0 if verdict == "met" else 1
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ import subprocess
 from statistics import median
 from typing import Callable, Iterable, NamedTuple, Sequence
 
+from bench.common import in_turn
+
 TARGET = (0.85, 1.15)  # issue 11: each metric within 15% of fio
 
 
@@ -97,12 +99,7 @@ def paired_rounds(rounds: int, pairs: Sequence[Pair], after: Callable[[int], Non
     series: dict[str, list[tuple[float, float]]] = {}
     for run in range(1, rounds + 1):
         for pair in pairs:
-            if run % 2:
-                ours = pair.ours()
-                theirs = pair.fio()
-            else:
-                theirs = pair.fio()
-                ours = pair.ours()
+            ours, theirs = in_turn(run, pair.ours, pair.fio)
             for label, value in ours.items():
                 series.setdefault(label, []).append((value, theirs[label]))
         after(run)

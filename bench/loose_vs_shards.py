@@ -5,7 +5,7 @@ Usage: python3 bench/loose_vs_shards.py [--files 2000] [--shards 20] [--workers 
 Writes ``files`` files of about 110 kB (ImageNet's median JPEG) in 20 class folders, and the
 same bytes packed, in a shuffled order as webdataset's examples pack them, into ``shards``
 tar shards (``KEY.jpg`` + ``KEY.cls`` per sample), in a temporary directory on the working
-directory's filesystem. Then alternates, round by round, the dataloader check with
+directory's filesystem. Then alternates, round by round, who goes first: the dataloader check with
 ``format: files`` and with ``format: tar`` (``num_workers`` N, batch 64, raw bytes, each file
 or shard read cold), so that other load on the machine falls on both alike, and prints
 samples/s and MB/s (1 MB = 10^6 B of sample payload) of each and the tar/files ratio.
@@ -17,17 +17,15 @@ import argparse
 import io
 import os
 import random
-import shutil
 import statistics
 import sys
 import tarfile
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.common import alternating, defaults, scratch_root  # noqa: E402
 from preflight.checks import dataloader  # noqa: E402
 from preflight.checks.base import Budget  # noqa: E402
-from preflight.config import coerce_option  # noqa: E402
 
 CLASSES = 20
 SIZE = 110_000
@@ -68,34 +66,28 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--duration", type=float, default=2.0, help="seconds of sampling per measurement")
     args = parser.parse_args()
-    root = tempfile.mkdtemp(prefix=".preflight-bench-", dir=os.getcwd())
-    try:
+    with scratch_root() as root:
         loose, packed = write_both(root, args.files, args.shards)
-        base = {o.name: coerce_option(o, None, o.name) for o in dataloader.OPTIONS}
-        base.update(num_workers=args.workers, batch_size=64, max_files=max(args.files, args.shards))
+        base = defaults("dataloader", num_workers=args.workers, batch_size=64, max_files=max(args.files, args.shards))
         runs = {"files": dict(base, path=loose, format="files"), "tar": dict(base, path=packed, format="tar")}
         print(f"{args.files} files of ~{SIZE // 1000} kB in {CLASSES} class folders vs the same bytes in "
               f"{args.shards} tar shards; {args.workers} workers, batch 64, cold reads")
         print(f"{'round':>5} {'files samples/s':>16} {'files MB/s':>11} {'tar samples/s':>14} {'tar MB/s':>9} "
               f"{'ratio':>6}")
-        ratios, method = [], {}
-        for round_ in range(1, args.rounds + 1):
-            rates = {}
-            for form, options in runs.items():
-                measured = {m.metric: m for m in dataloader.measure(options, Budget(args.duration, 120))}
-                if not measured["throughput"].measured:
-                    print(f"{form}: not measured: {measured['throughput'].reason}")
-                    return 1
-                rates[form] = (float(measured["throughput"].value), float(measured["bandwidth"].value))
-                method[form] = measured["throughput"].method
-            ratios.append(rates["tar"][0] / rates["files"][0])
-            print(f"{round_:>5} {rates['files'][0]:>16.0f} {rates['files'][1]:>11.1f} {rates['tar'][0]:>14.0f} "
-                  f"{rates['tar'][1]:>9.1f} {ratios[-1]:>6.2f}")
-        print(f"median ratio tar/files {statistics.median(ratios):.2f}")
+        method = {}
+
+        def measure(form: str) -> tuple[float, float]:
+            measured = {m.metric: m for m in dataloader.measure(runs[form], Budget(args.duration, 120))}
+            if not measured["throughput"].measured:
+                raise SystemExit(f"{form}: not measured: {measured['throughput'].reason}")
+            method[form] = measured["throughput"].method
+            return float(measured["throughput"].value), float(measured["bandwidth"].value)  # type: ignore[arg-type]
+
+        rounds = alternating(args.rounds, lambda: measure("files"), lambda: measure("tar"), after=lambda run, f, t: print(
+            f"{run:>5} {f[0]:>16.0f} {f[1]:>11.1f} {t[0]:>14.0f} {t[1]:>9.1f} {t[0] / f[0]:>6.2f}", flush=True))
+        print(f"median ratio tar/files {statistics.median(t[0] / f[0] for f, t in rounds):.2f}")
         for form, text in method.items():
             print(f"{form}: {text.replace(root, 'TMP')}")
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
     return 0
 
 

@@ -28,19 +28,20 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.common import scratch_root  # noqa: E402
 from preflight import config, runner  # noqa: E402
 from preflight.checks import CHECKS  # noqa: E402
 from preflight.host.cpus import auto_workers  # noqa: E402
 from preflight.report.noise import cv, floor  # noqa: E402  the same CV and floors `preflight diff` judges by
 
 FILE_BYTES = 110_000
-FIO_SECONDS, FIO_RAMP = 2, 0.33  # as the bundled storage.duration and the check's first window
+# As each timed part of the bundled storage check: its 3 s duration shared by 3 parts, a 0.25 s warm-up window first.
+FIO_RUNTIME_MS, FIO_RAMP_MS = 750, 250
 
 # metric -> (fio arguments over the dataset, how to read the figure from fio's JSON job).
 # Synchronous engines throughout (psync), as preflight's loops are. Whole-file jobs read
@@ -74,8 +75,8 @@ def make_dataset(directory: Path, files: int) -> None:
 
 def fio(*args: str) -> dict:
     done = subprocess.run(["fio", "--name=noise", "--output-format=json", "--group_reporting", "--direct=1",
-                           "--ioengine=psync", "--time_based", f"--runtime={FIO_SECONDS}",
-                           f"--ramp_time={FIO_RAMP}", *args], capture_output=True, text=True)
+                           "--ioengine=psync", "--time_based", f"--runtime={FIO_RUNTIME_MS}ms",
+                           f"--ramp_time={FIO_RAMP_MS}ms", *args], capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"bench/noise: fio {' '.join(args)} failed: {done.stderr.strip()[-300:]}")
     return json.loads(done.stdout[done.stdout.index("{"):])["jobs"][0]
@@ -95,7 +96,7 @@ def fio_run(data: str, scratch: str) -> dict[str, float]:
     values["storage.seq_write"] = job["write"]["bw_bytes"] / 1e6
     os.unlink(os.path.join(scratch, "write.dat"))
     job = fio(f"--filename={os.path.join(scratch, 'fsync.dat')}", "--rw=write", "--bs=4k", "--fsync=1",
-              "--size=64M", "--file_append=1", "--direct=0", f"--runtime={FIO_SECONDS / 2}")
+              "--size=64M", "--file_append=1", "--direct=0", f"--runtime={FIO_RUNTIME_MS}ms")
     values["storage.fsync_p99"] = job["sync"]["lat_ns"]["percentile"]["99.000000"] / 1e6
     os.unlink(os.path.join(scratch, "fsync.dat"))
     return values
@@ -121,7 +122,7 @@ def main() -> int:
     parser.add_argument("--no-fio", action="store_true", help="skip the fio reference runs")
     args = parser.parse_args()
     with_fio = not args.no_fio and shutil.which("fio") is not None
-    with tempfile.TemporaryDirectory(prefix="preflight-noise-", dir=".") as generated:
+    with scratch_root() as generated:
         data = args.data or generated
         if not args.data:
             make_dataset(Path(generated), args.files)
@@ -165,7 +166,7 @@ def main() -> int:
               f"{len(judged)} performance metrics within it" + (f"; over: {', '.join(missed)}" if missed else ""))
         if reference:
             print("fio jobs (each run, right after preflight's, same files, psync, "
-                  f"{FIO_SECONDS}s after a {FIO_RAMP}s ramp):")
+                  f"{FIO_RUNTIME_MS}ms after a {FIO_RAMP_MS}ms ramp):")
             for metric, (fio_args, _) in FIO_JOBS.items():
                 print(f"  {metric}: fio --opendir=DATA {' '.join(fio_args)}")
             print("  storage.seq_write: fio --rw=write --bs=1M --size=128M --end_fsync=1")

@@ -28,19 +28,16 @@ import argparse
 import os
 import shutil
 import sys
-import tempfile
 from statistics import median
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.common import defaults, per_storage_part, scratch_root  # noqa: E402
 from bench.fio_reference import (Figures, Pair, fio, files_per_second, latency_ms, median_ratio,  # noqa: E402
                                  paired_rounds, print_table, rand_read_args, rand_read_sync_args, seq_read_args, warm)
-from preflight.checks import storage  # noqa: E402
-from preflight.checks.base import Budget  # noqa: E402
 from preflight.io.scratch import write_file, write_small_files  # noqa: E402
 from preflight.checks.storage.data import segments, survey  # noqa: E402
 from preflight.checks.storage.measure_io import IO  # noqa: E402
-from preflight.config import coerce_option  # noqa: E402
 from preflight.host.fsinfo import filesystem_of  # noqa: E402
 from preflight.io.uncached import bypass_for  # noqa: E402
 from preflight.units import UnitError, parse_quantity, Dimension  # noqa: E402
@@ -61,22 +58,19 @@ def main() -> int:
     except UnitError as error:
         print(f"bench/storage_vs_fio: --size: {error}", file=sys.stderr)
         return 2
-    options = {o.name: coerce_option(o, None, o.name) for o in storage.OPTIONS}
+    options = defaults("storage")
     readers, depth, file_readers = options["readers"], options["rand_depth"], options["file_readers"]
     small_size = int(options["small_file_size"]) * 7 // 8
-    work = tempfile.mkdtemp(prefix=".preflight-bench-", dir=args.dir)
-    try:
+    with scratch_root(args.dir) as work:
         data = write_file(os.path.join(work, "data.bin"), size, os.urandom(1 << 20))
         parts = segments([data], size)  # IO.seq_read and rand_read take (file, start, end) segments
         small = os.path.join(work, "small")
         write_small_files(work, int(options["small_file_count"]), small_size)
         fs = filesystem_of(work)
-        io = IO(options, Budget(args.seconds, 600), fs, work, "")
+        io = IO(options, per_storage_part(args.seconds), fs, work, "")
         bypass = bypass_for(data.name, fs.memory_backed)
         pairs = _pairs(io, parts, bypass, data.name, small, size, args.seconds, options)
         series = paired_rounds(args.rounds, pairs)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     print(f"storage vs fio on {fs.describe()}, {args.size} file, {args.seconds:g}s per metric and round, "
           f"{args.rounds} paired rounds; page cache warmed before each read; preflight method: {bypass}")
     rows = []

@@ -50,14 +50,12 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.common import defaults, per_storage_part, scratch_root  # noqa: E402
 from bench.fio_reference import (Pair, fio, files_per_second, latency_ms, median_ratio, paired_rounds,  # noqa: E402
                                  print_table, rand_read_args, rand_read_sync_args, seq_read_args, verdict, warm)
-from preflight.checks import storage  # noqa: E402
-from preflight.checks.base import Budget  # noqa: E402
 from preflight.checks.storage import reads  # noqa: E402
 from preflight.checks.storage.data import Found, Segment, segments, survey  # noqa: E402
 from preflight.checks.storage.measure_io import IO, MAX_RANDOM_FILES  # noqa: E402
-from preflight.config import coerce_option  # noqa: E402
 from preflight.io.dataset_walk import DataFile  # noqa: E402
 from preflight.host.fsinfo import Filesystem, filesystem_of  # noqa: E402
 from preflight.io.uncached import ALIGNMENT, bypass_for  # noqa: E402
@@ -84,11 +82,10 @@ class Setting:
     """The storage check's defaults on one folder, and what the bench needs beside them."""
 
     def __init__(self, folder: str, seconds: float, links: str) -> None:
-        self.options = {o.name: coerce_option(o, None, o.name) for o in storage.OPTIONS}
-        self.options["path"] = folder
+        self.options = defaults("storage", path=folder)
         self.seconds, self.links = seconds, links
         self.notes: dict[str, str] = {}  # what the check's rows say about the bytes they read
-        self.budget, self.fs = Budget(seconds, 600), filesystem_of(folder)
+        self.budget, self.fs = per_storage_part(seconds), filesystem_of(folder)
         self.found = survey(folder, int(self.options["data_size"]), int(self.options["small_file_size"]),
                             int(self.options["max_files"]))
         # fio reads nothing of a file shorter than --bs: the largest 4 KiB multiple every file holds
@@ -261,8 +258,7 @@ def main() -> int:
         print("bench/storage_vs_fio_imagenet: fio is not installed: apt-get install fio", file=sys.stderr)
         return 2
     load_before = os.getloadavg()[0]
-    work = tempfile.mkdtemp(prefix=".preflight-bench-", dir=args.dir)
-    try:
+    with scratch_root(args.dir) as work:
         folder = str(imagenet(Path(work) / "train", args.classes, args.per_class))
         at = Setting(folder, args.seconds, os.path.join(work, "fio-links"))
         parent, no_scratch = choose_parent(folder, at.options["scratch_dir"], "storage.scratch_dir")
@@ -272,8 +268,6 @@ def main() -> int:
             pairs = [*read_pairs(at, on_scratch(at, scratch)), small_files(at), *read_pairs(at, read_whole(at))]
             series = paired_rounds(args.rounds, pairs,
                                    after=lambda run: print(f"round {run} of {args.rounds} done", file=sys.stderr))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     print(header(args, at.found, at.fs, at.block, load_before))
     for case, note in at.notes.items():
         print(f"seq_read/rand_read {case}, as the check's rows note: {note}")

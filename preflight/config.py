@@ -24,7 +24,7 @@ from typing import Any, Iterable, Literal, Mapping, NamedTuple
 from preflight import baseline as baselines
 from preflight import yaml_source
 from preflight.checks import CHECKS
-from preflight.checks.base import Metric, Option
+from preflight.checks.base import Budget, Metric, Option
 from preflight.errors import ConfigError, UsageError
 from preflight.units import UNITS, Dimension, UnitError, example, parse_quantity, to_unit
 from preflight.yaml_source import OVERRIDE_PREFIX, Located
@@ -71,6 +71,11 @@ class Instance(NamedTuple):
     retries: int = 0  # re-measurements allowed when a miss is within retry_margin of its bound
     retry_margin: float = 0.10  # as a fraction of the bound
     option_where: Mapping[str, str] = NO_MAPPING  # FILE:LINE:COL of each option given
+
+    @property
+    def budget(self) -> Budget:
+        """What the check may spend: ``duration`` and ``timeout``, on the metrics this instance judges."""
+        return Budget(self.duration_s, self.timeout_s, tuple(sorted({t.metric for t in self.thresholds})))
 
 
 class FleetSettings(NamedTuple):

@@ -6,7 +6,7 @@ whatever a check (or a C library under it) prints can never corrupt the protocol
 
 Protocol, one JSON object per line:
     runner -> worker (stdin):  {"module": "preflight.checks.storage", "options": {...},
-                                "duration_s": 5.0, "timeout_s": 120.0}
+                                "duration_s": 5.0, "timeout_s": 120.0, "metrics": ["seq_read"]}
     worker -> runner:          {"scratch": "/data/.preflight-scratch-x1y2"}   (zero or more)
                                {"measurements": [...]} or {"error": "ValueError: ..."}
 """
@@ -44,7 +44,9 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     """Run one check; a Python exception becomes an error reply (a crash is seen by the runner)."""
     try:
         check = importlib.import_module(job["module"])
-        measurements = check.measure(job["options"], Budget(job["duration_s"], job["timeout_s"]))
+        metrics = job.get("metrics")
+        budget = Budget(job["duration_s"], job["timeout_s"], None if metrics is None else tuple(metrics))
+        measurements = check.measure(job["options"], budget)
         return {"measurements": [m.to_dict() for m in measurements]}
     except UserCodeRaised as error:  # the job's own code: say where the config named it
         where = job.get("option_where", {}).get(error.option, "")

@@ -27,9 +27,11 @@ from preflight.yaml_source import Located
 REPO = Path(__file__).resolve().parent.parent
 
 
-def run_check(name: str, duration_s: float = 1.0, **options: Any) -> dict[str, Measurement]:
+def run_check(name: str, duration_s: float = 1.0, *, judged: Sequence[str] | None = None,
+              **options: Any) -> dict[str, Measurement]:
     """Measure check ``name`` in-process with its defaults overridden by ``options`` (written as in YAML).
 
+    ``judged`` names the metrics a configuration would judge (``Budget.metrics``; None: all).
     Returns the measurements keyed by metric (``metric[device]`` for per-device ones).
     """
     check = CHECKS[name]
@@ -41,7 +43,7 @@ def run_check(name: str, duration_s: float = 1.0, **options: Any) -> dict[str, M
         )
         for option in check.OPTIONS
     }
-    return keyed(check.measure(parsed, Budget(duration_s, 60.0)))
+    return keyed(check.measure(parsed, Budget(duration_s, 60.0, None if judged is None else tuple(judged))))
 
 
 def _located(value: Any) -> Located:

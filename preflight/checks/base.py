@@ -87,20 +87,54 @@ WALK_SHARE = 0.25  # of a check's timeout, for walking its dataset (``Budget.wal
 
 
 class Budget(NamedTuple):
-    """Time a check may spend: ``duration`` seconds of sampling per metric, inside ``timeout``."""
+    """What a check may spend: ``duration`` seconds of measuring, inside ``timeout``, on the metrics asked for.
+
+    ``duration_s`` is the measuring time of the whole check, warm-ups and fresh worker pools included: a check
+    with several timed parts splits it between them (its ``DURATION`` says how), so its wall time is about
+    ``duration`` plus a fixed start-up (``Timing``). ``metrics`` names the metrics the configuration judges:
+    a costly part that only unnamed metrics need (scratch writes, fsync) is left out; ``None`` (a bench, a
+    test, a caller that judges nothing) measures everything.
+    """
 
     duration_s: float
     timeout_s: float
+    metrics: tuple[str, ...] | None = None
+
+    def wants(self, *metrics: str) -> bool:
+        """Whether any of ``metrics`` is asked for (always, when ``metrics`` is ``None``)."""
+        return self.metrics is None or any(m in self.metrics for m in metrics)
 
     @property
     def walk_s(self) -> float:
         """Seconds the check's dataset walk may take: a quarter of its timeout (30 s of the default 120 s).
 
         However slow the filesystem's metadata (a stat over NFS or FUSE), the walk then leaves
-        three quarters for the measuring windows (storage's take about 5 x ``duration``, 25 s by
-        default), so the check returns a figure on the files it found, not a timeout.
+        three quarters for the measuring (about ``duration``), so the check returns a figure on the
+        files it found, not a timeout.
         """
         return self.timeout_s * WALK_SHARE
+
+
+class Timing(NamedTuple):
+    """How long a check configured so takes, said before it starts: its measuring time and a fixed start-up.
+
+    ``measuring_s`` is what ``duration`` buys (more only where ``duration`` is below the floor the check's
+    parts need, as its ``DURATION`` says); ``startup_s`` is what it costs whatever the duration (a worker
+    process, importing torch, the dataset walk, scratch data), as measured on a 2-CPU VM and stated by the
+    check's ``timing``. The wall time expected is their sum; ``bound_s`` is the most it may take on a busy
+    machine (bench/check_wall_time.py holds each check to it).
+    """
+
+    measuring_s: float
+    startup_s: float
+
+    @property
+    def expected_s(self) -> float:
+        return self.measuring_s + self.startup_s
+
+    @property
+    def bound_s(self) -> float:
+        return 2 * self.measuring_s + self.startup_s
 
 
 class Check(Protocol):
@@ -112,6 +146,9 @@ class Check(Protocol):
     # "fleet" checks run in every torchrun rank at once, inside its process group.
     # check_user_code(options) (optional): import and build the job's own code that options name
     # (``preflight validate`` only; never iterates data); raises ``UserCodeError`` naming the option.
+    # DURATION (optional): what `duration` buys in this check, one line for `list` and `explain`.
+    # timing(options, budget) -> Timing (optional): the measuring time and start-up, before it runs;
+    # without it the check is taken to measure for `duration` after ``DEFAULT_STARTUP_S`` (``timing``).
 
     def measure(self, options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
         """Measure every metric this check can on this machine; never judge them."""
@@ -129,3 +166,17 @@ class UserCodeError(Exception):
 def scope(check: Check) -> Scope:
     """Where ``check`` runs: ``node`` (the default) or ``fleet`` (every rank, in the process group)."""
     return cast(Scope, getattr(check, "SCOPE", "node"))
+
+
+DEFAULT_STARTUP_S = 2.0  # a check without its own ``timing``: a worker process and importing torch (2-CPU VM)
+
+
+def timing(check: Check, options: Mapping[str, Any], budget: Budget) -> Timing:
+    """The check's own ``timing(options, budget)``, else ``duration`` of measuring after ``DEFAULT_STARTUP_S``."""
+    own = getattr(check, "timing", None)
+    return own(options, budget) if own is not None else Timing(budget.duration_s, DEFAULT_STARTUP_S)
+
+
+def duration_help(check: Check) -> str:
+    """What ``duration`` buys in ``check`` (its ``DURATION``), for ``list`` and ``explain``."""
+    return getattr(check, "DURATION", "") or "its measuring time, warm-ups included"

@@ -25,6 +25,7 @@ from preflight.units import Dimension, format_value, to_unit
 
 NAME = "collective"
 HELP = "all-reduce and all-gather bus bandwidth across every torchrun rank (nccl-tests method), and stragglers"
+DURATION = "split equally between the message sizes of the sweep, for each of all-reduce and all-gather"
 SCOPE = "fleet"
 OPTIONS = (
     Option("min_size", Dimension.SIZE, "1 MiB", "smallest buffer of the sweep, as nccl-tests -b", minimum=4096),

@@ -13,12 +13,13 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from preflight.host import gpu, gpu_memory, gpu_visibility, nvml
-from preflight.checks.base import Budget, Metric, Option
+from preflight.checks.base import DEFAULT_STARTUP_S, Budget, Metric, Option, Timing
 from preflight.measurement import Measurement, not_applicable, unmeasurable
 from preflight.units import Dimension, to_unit, with_article
 
 NAME = "cuda"
 HELP = "CUDA devices and driver (torch, NVML), per-GPU health (ECC, PCIe link, clocks) and a smoke kernel"
+DURATION = "not used: NVML queries, one smoke matmul and one allocation per GPU (timeout bounds them)"
 OPTIONS = (
     Option("matmul_size", "int", 1024, "rows of the square float32 smoke matmul", minimum=16),
     Option("allocate", Dimension.PERCENT, "90 %", "share of each GPU's free memory to allocate and write",
@@ -211,3 +212,8 @@ def _version(text: str) -> tuple[int, ...]:
 
 def _first_line(error: Exception) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def timing(options: Mapping[str, Any], budget: Budget) -> Timing:
+    """No measuring time: importing torch and initialising CUDA (``DEFAULT_STARTUP_S``), then a smoke test."""
+    return Timing(0.0, DEFAULT_STARTUP_S)

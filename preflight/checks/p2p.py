@@ -23,6 +23,7 @@ from preflight.units import Dimension, format_value, to_unit
 
 NAME = "p2p"
 HELP = "GPU-to-GPU copy bandwidth and peer access for every pair of GPUs (nvbandwidth method)"
+DURATION = "split equally between the ordered pairs of GPUs"
 OPTIONS = (Option("size", Dimension.SIZE, "256 MiB", "bytes per copy", minimum=1 << 20),)
 METRICS = (
     Metric("p2p_access", "", True, "1 when the source GPU can access the target's memory directly "

@@ -26,6 +26,7 @@ from preflight.units import Dimension, format_value, to_unit, with_article
 
 NAME = "transfer"
 HELP = "pinned and pageable H2D/D2H bandwidth per GPU (nvbandwidth method), vs the PCIe link, NUMA placement"
+DURATION = "split equally between the copy metrics (h2d/d2h, pinned/pageable) on each GPU: duration per GPU"
 OPTIONS = (
     Option("size", Dimension.SIZE, "256 MiB", "bytes per copy", minimum=1 << 20),
     Option("pinned_size", Dimension.SIZE, "1 GiB", "pinned host memory the trainer will use (pin_memory buffers)",

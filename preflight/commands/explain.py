@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 from preflight.checks import CHECKS
-from preflight.checks.base import Check, Metric
+from preflight.checks.base import Check, Metric, duration_help
 from preflight.commands.list_checks import Columns, metric_lines, option_lines, unit_name
 from preflight.config import _suggest
 from preflight.errors import UsageError
@@ -45,6 +45,7 @@ def render(name: str, width: int | None = None) -> str:
 def _check(name: str, check: Check, width: int) -> str:
     columns = Columns.of([check])
     lines = wrap(f"{name}: {check.HELP}", width, "", "  ") + [""] + _docstring(check, width) + [""]
+    lines += wrap(f"duration (the check's measuring time): {duration_help(check)}", width, "", "  ") + [""]
     if check.OPTIONS:
         lines.append("parameters (name, kind, default):")
         lines += [line for option in check.OPTIONS for line in option_lines(option, columns, width, "  ")]

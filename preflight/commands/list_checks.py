@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Iterable, NamedTuple
 
 from preflight.checks import CHECKS
-from preflight.checks.base import Check, Metric, Option
+from preflight.checks.base import Check, Metric, Option, duration_help
 from preflight.report.console import terminal_width, wrap
 from preflight.units import Dimension, example
 
@@ -24,6 +24,7 @@ def render(width: int | None = None) -> str:
     lines: list[str] = []
     for name, check in CHECKS.items():
         lines += wrap(f"{name}: {check.HELP}", width, "", "  ")
+        lines += wrap(f"duration: {duration_help(check)}", width, "  ", "    ")
         if check.OPTIONS:
             lines.append("  parameters:")
             lines += [line for option in check.OPTIONS for line in option_lines(option, columns, width, "    ")]
@@ -69,7 +70,8 @@ def render_markdown() -> str:
     """The check reference of docs/configuration.md: one section per check, a table of parameters and of metrics."""
     lines: list[str] = []
     for name, check in CHECKS.items():
-        lines += [f"#### `{name}`", "", check.HELP[0].upper() + check.HELP[1:] + ".", ""]
+        lines += [f"#### `{name}`", "", check.HELP[0].upper() + check.HELP[1:] + ".", "",
+                  f"`duration`: {_escape(duration_help(check))}.", ""]
         if check.OPTIONS:
             lines += ["| parameter | kind | default | meaning |", "| --- | --- | --- | --- |"]
             lines += [f"| `{o.name}` | {_kind(o)} | `{_default(o)}` | {_escape(o.help)} |" for o in check.OPTIONS]

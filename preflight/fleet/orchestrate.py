@@ -26,7 +26,7 @@ from typing import Callable
 
 from preflight import report, runner
 from preflight.checks import CHECKS
-from preflight.checks.base import Budget, scope
+from preflight.checks.base import scope
 from preflight.config import Config, Instance
 from preflight.fleet.distributed import Fleet, FleetError, Launch
 from preflight.host import node_lock
@@ -103,7 +103,7 @@ def _run_fleet_check(fleet: Fleet, instance: Instance, launch: Launch) -> list[R
     _say(launch, f"running {instance.name} ...")
     start = time.monotonic()
     try:
-        measured = check.measure(instance.options, Budget(instance.duration_s, instance.timeout_s))
+        measured = check.measure(instance.options, instance.budget)
         outcome = Outcome(tuple(measured), duration_s=time.monotonic() - start)
     except Exception as error:  # noqa: BLE001  a check's failure is its result; a lost rank is named below
         outcome = Outcome(error=f"{type(error).__name__}: {str(error).splitlines()[0][:300]}",

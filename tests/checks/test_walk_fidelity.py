@@ -127,7 +127,8 @@ def test_a_capped_walk_samples_every_folder_not_the_first_in_sorted_order(sorted
 def test_every_figure_on_a_capped_walk_says_it_stopped_and_none_claims_what_the_path_holds(sorted_sources, tmp_path):
     """The note used to say the path "holds 10000 data files (25 MB)" and nothing said the walk stopped."""
     config = _config(tmp_path, {
-        "storage": {"path": sorted_sources, **QUICK, "max_files": 1000, "small_files": "{min: 1 files/s}"},
+        "storage": {"path": sorted_sources, **QUICK, "max_files": 1000, "small_files": "{min: 1 files/s}",
+                    "seq_write": "{min: 1 MB/s}", "fsync_p99": "{max: 1000 ms}"},  # judged, so the writes run
         "dataloader": {"path": sorted_sources, **LOADER, "max_files": 1000, "throughput": "{min: 1 samples/s}"}})
     done = run_cli("run", "-c", str(config), "--json", "-", timeout=300)
     results = _results(done.stdout)

@@ -95,3 +95,9 @@ def test_an_internal_reference_leaves_its_explanation():
     assert explain._plain("via ``torch.utils.data.DataLoader`` (``os.fsync``)") == \
         "via torch.utils.data.DataLoader (os.fsync)"
     assert explain._plain("throttling (``cuda.clock_throttle``)") == "throttling (cuda.clock_throttle)"
+
+
+def test_a_check_says_what_its_duration_buys():
+    text = " ".join(explain.render("storage", width=80).split())
+    assert "duration (the check's measuring time): split equally between the timed parts that run" in text
+    assert "duration (the check's measuring time): not used" in " ".join(explain.render("shm", width=80).split())

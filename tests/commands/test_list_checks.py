@@ -45,3 +45,14 @@ def test_help_is_wrapped_beneath_its_name():
 def test_a_choice_reads_as_plain_text():
     text = list_checks.render(width=120)
     assert "none|image" in text and "\\|" not in text
+
+
+
+def test_each_check_says_what_its_duration_buys_right_beneath_its_help():
+    text = " ".join(list_checks.render(width=400).split())  # one line per item: no wrapping to undo
+    for name, check in CHECKS.items():
+        assert f"{name}: {check.HELP} duration: " in text, name
+    assert (f"storage: {CHECKS['storage'].HELP} duration: split equally between the timed parts that run, each with "
+            f"its warm-up: seq_read, rand_read (and its percentiles), small_files, and seq_write and fsync_p99 only "
+            f"when judged") in text
+    assert "in each, worker_pools fresh pools share it, each pool's start and warm-up included" in text

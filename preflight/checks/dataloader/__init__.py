@@ -31,13 +31,15 @@ file matches at all is unmeasurable (a wrong path or glob must fail, not pass on
 Whatever a row shows, its note (or the reason it has no figure) says what the walk skipped
 under ``path`` and why ("skipped under PATH: 1 unreadable directory"), the scratch set's too.
 
-Method: ``worker_pools`` fresh worker pools are measured in turn, each for an equal share of
-the duration; in each, warm-up batches are discarded, then samples/s over repeated time
-windows (as MLPerf Storage/DLIO report samples/s after the first steps). The figure is the
-pools' mean and ``samples`` holds each pool's rate: a pool's rate can depend on where its
-workers started, as a job's does each epoch. With
+Method: ``worker_pools`` fresh worker pools are measured in turn, each in an equal share of
+the duration that pays for its start and warm-up too; in each, warm-up batches are discarded,
+then samples/s over repeated time windows (as MLPerf Storage/DLIO report samples/s after the
+first steps). The figure is the pools' mean and ``samples`` holds each pool's rate: a pool's
+rate can depend on where its workers started, as a job's does each epoch; where pools cost
+more than their share, fewer are measured, as the method and a warning say. With
 ``step_time``, a second phase emulates the GPU (``loop``) and reports accelerator
-utilization as MLPerf Storage defines it. With ``samples_per_gpu``, the throughput is also
+utilization as MLPerf Storage defines it; it, and the raw reads of ``decode: image``, take
+an equal share of the duration. With ``samples_per_gpu``, the throughput is also
 reported as a share of the required rate (``required``), with the arithmetic shown.
 """
 
@@ -49,11 +51,17 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from preflight.checks.base import Budget, Metric, Option
+from preflight.checks.base import Budget, Metric, Option, Timing
 from preflight.measurement import Measurement
 from preflight.units import Dimension
 
 NAME = "dataloader"
+DURATION = ("the whole measuring, split equally between its phases (raw reads with decode: image, the loader, the "
+            "emulated GPU with step_time); in each, worker_pools fresh pools share it, each pool's start and warm-up "
+            "included; pools that do not fit are left out, as the method and a warning say")
+# What a run costs whatever its duration, on the 2-CPU development VM (bench/check_wall_time.py): the worker
+# importing torch (about 2 s) and walking 1000 files; writing the scratch set for a path with too few files adds ~1 s.
+STARTUP_S = 2.5
 # The options that only the files under path use: giving one with the job's dataset or synthetic samples,
 # which read no file, is a config error rather than a setting silently ignored (config._refuse_ignored).
 FILES_ONLY = ("dataset", "synthetic")
@@ -90,9 +98,10 @@ OPTIONS = (
     Option("num_workers", "int_or_auto", "auto", "worker processes; auto = 70% of the CPUs the cgroup allows"),
     Option("pin_memory", "bool", True, "pin batches in page-locked memory (ignored without a CUDA device)"),
     Option("prefetch_factor", "int", 2, "batches each worker loads ahead", minimum=1),
-    Option("worker_pools", "int", 8, "fresh worker pools measured in turn, each for an equal share of duration; "
-           "the figures are their mean (a pool's rate can hang on where its workers started, as an epoch's does)",
-           minimum=1),
+    Option("worker_pools", "int", 8, "fresh worker pools measured in turn, each in an equal share of duration that "
+           "pays for its start and warm-up too (pools that do not fit are left out, as the method and a warning "
+           "say); the figures are their mean (a pool's rate can hang on where its workers started, as an epoch's "
+           "does)", minimum=1),
     Option("max_files", "int", 10000, "files under path to read, taken in turn from every folder (the walk "
            "stops there, and after 4x as many entries, and the figures say so), so walk time and memory stay "
            "bounded", minimum=1,
@@ -140,3 +149,14 @@ def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
     from preflight.checks.dataloader import measuring
 
     return measuring.measure(options, budget, METRICS)
+
+
+def phases(options: Mapping[str, Any]) -> int:
+    """The measuring phases that share ``duration``: raw reads (``decode: image``), the loader, and the emulated
+    GPU (``step_time``)."""
+    return 1 + (options.get("decode") == "image") + (float(options.get("step_time") or 0) > 0)
+
+
+def timing(options: Mapping[str, Any], budget: Budget) -> Timing:
+    """``duration`` of measuring (at least 0.5 s a phase: one pool's warm-up and windows) after ``STARTUP_S``."""
+    return Timing(max(budget.duration_s, 0.5 * phases(options)), STARTUP_S)

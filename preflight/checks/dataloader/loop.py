@@ -25,6 +25,10 @@ from preflight.sampling import sample
 T = TypeVar("T")
 
 WARMUP_BATCHES_PER_WORKER = 2  # steps discarded per worker: workers starting, prefetch (2 per worker) filling
+# A window holds whole steps: at 1000 samples/s and batch 64, 0.1 s is 2 steps, and a pool's rate is the
+# mean of its windows. Shorter windows let 8 fresh pools fit in a 3 s duration beside their start-ups.
+MIN_WINDOW_S = 0.1
+OVERRUN = 1.25  # pools stop once another would end past this much of the duration
 
 
 class Window(NamedTuple):
@@ -135,21 +139,25 @@ class Taken(list):  # the Windows, and why sampling stopped
 
 
 def windows(puller: BatchPuller, workers: int, budget: Budget, min_windows: int = 5) -> Taken:
-    """Discard ``workers`` x 2 warm-up steps, then time windows of ``max(0.3 s, duration / 8)`` each.
+    """Discard ``workers`` x 2 warm-up steps, then time windows in what is left of ``budget.duration_s``.
 
     The warm-up covers workers starting and each worker's prefetch filling (2 batches per worker
-    by default), which DLIO and MLPerf Storage also leave out of samples/s. The windows are
-    sampled by ``sampling.sample`` within ``budget.duration_s``, at least ``min_windows`` of them.
+    by default), which DLIO and MLPerf Storage also leave out of samples/s; it comes out of the
+    duration, not on top of it. The windows, each an eighth of what is left and at least
+    ``MIN_WINDOW_S``, are sampled by ``sampling.sample`` within what is left, at least
+    ``min_windows`` of them.
     """
+    began = puller.clock()
     puller.skip(workers * WARMUP_BATCHES_PER_WORKER)
-    seconds = max(0.3, budget.duration_s / 8)
+    left = max(0.0, budget.duration_s - (puller.clock() - began))
+    seconds = max(MIN_WINDOW_S, left / 8)
     taken = Taken()
 
     def one() -> float:
         taken.append(puller.window(seconds))
         return taken[-1][0]
 
-    taken.stopped = sample(one, budget.duration_s, warmup=0, min_samples=min_windows, target_spread=0.03,
+    taken.stopped = sample(one, left, warmup=0, min_samples=min_windows, target_spread=0.03,
                            clock=puller.clock).stopped
     return taken
 
@@ -161,6 +169,8 @@ class Pools(NamedTuple):
     mb_rates: tuple[float, ...]  # MB/s of each pool
     stopped: str  # why the last pool's sampling stopped
     last: BatchPuller  # the last pool, still running (the AU phase continues on it)
+    asked: int = 0  # worker_pools; more than len(rates) when the duration held fewer
+    pool_s: float = 0.0  # the longest a pool took: its start, warm-up and windows
 
     @property
     def rate(self) -> float:
@@ -172,12 +182,31 @@ class Pools(NamedTuple):
 
     @property
     def method(self) -> str:
+        if len(self.rates) < self.asked:
+            return f", mean of {len(self.rates)} of {self.asked} fresh worker pools"
         return f", mean of {len(self.rates)} fresh worker pools" if len(self.rates) > 1 else ""
+
+    @property
+    def warning(self) -> str:
+        """What a reader must know when the duration held fewer pools than ``worker_pools``; "" otherwise."""
+        if len(self.rates) >= self.asked:
+            return ""
+        return (f"{len(self.rates)} of {self.asked} worker pools fit in the duration (a pool took up to "
+                f"{self.pool_s:.2f}s to start, warm up and measure): raise duration to measure them all")
 
 
 def pooled(start_pool: Callable[[], BatchPuller], take: Callable[[BatchPuller, Budget, int], Taken],
-            budget: Budget, pools: int) -> Pools:
-    """Measure ``pools`` fresh worker pools in turn, each for an equal share of the budget.
+           budget: Budget, pools: int, clock: Callable[[], float] = time.perf_counter) -> Pools:
+    """Measure up to ``pools`` fresh worker pools in turn, within ``budget.duration_s`` in all.
+
+    Algorithm::
+
+        slot = duration / pools
+        for each pool:
+            stop if it is not the first and another pool like the slowest so far would end
+                 past 1.25 x duration                          (the rest would not fit: ``warning``)
+            start the pool (DataLoader, workers)               its start comes out of its slot
+            take(pool, what is left of the slot)               warm-up, then windows (``windows``)
 
     A pool's rate can depend on state fixed when its workers start (which CPUs they land on,
     beside the main process or not): a one-worker loader on this project's 2-CPU machine ran at
@@ -185,15 +214,22 @@ def pooled(start_pool: Callable[[], BatchPuller], take: Callable[[BatchPuller, B
     mean of several is what a job sees whose DataLoader restarts its workers every epoch
     (torch's default, ``persistent_workers=False``), and its run-to-run variation shrinks with
     the square root of the pool count. Each pool's rate is kept in ``samples``, so a node where
-    pools differ shows the spread.
+    pools differ shows the spread. Starting and warming pools costs time that the duration pays
+    for, so the check's wall time follows its configuration (issue 26): where pools cost more
+    than their slot, fewer are measured, and the method and a warning on the row say so.
     """
-    share = Budget(budget.duration_s / pools, budget.timeout_s)
+    slot, began = budget.duration_s / pools, clock()
     rates, mb_rates = [], []
-    puller = None
-    for _ in range(pools):
+    puller, taken, pool_s = None, Taken(), 0.0
+    for index in range(pools):
+        if index and clock() - began + pool_s > OVERRUN * budget.duration_s:
+            break
+        pool_began = clock()
         puller = None  # drop the previous pool first: its workers exit before the next pool's start
         puller = start_pool()
-        taken = take(puller, share, max(2, -(-5 // pools)))
+        left = max(0.0, slot - (clock() - pool_began))
+        taken = take(puller, budget._replace(duration_s=left), max(2, -(-5 // pools)))
+        pool_s = max(pool_s, clock() - pool_began)
         rates.append(sum(w.samples_per_s for w in taken) / len(taken))  # windows of equal length
         mb_rates.append(sum(w.mb_per_s for w in taken) / len(taken))
-    return Pools(tuple(rates), tuple(mb_rates), taken.stopped, puller)  # type: ignore[arg-type]
+    return Pools(tuple(rates), tuple(mb_rates), taken.stopped, puller, pools, pool_s)  # type: ignore[arg-type]

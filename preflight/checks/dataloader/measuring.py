@@ -11,6 +11,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from preflight.checks import subject
 from preflight.checks.base import Budget, Metric
+from preflight.checks.dataloader import phases
 from preflight.checks.dataloader.loop import BatchPuller, EmptyLoader, Taken, Window, explaining_worker_oom, pooled, windows
 from preflight.checks.dataloader.required import Required, visible_gpus
 from preflight.checks.dataloader.source import Loader, Source, loader_for, opened
@@ -53,13 +54,15 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source) -> list
 
     results: list[Measurement] = []
     raw_rate = None
+    phase = phase_budget(options, budget)
     if decode == "image":
         raw_built = loader_for(options, source, decode="none")
-        raw = pooled(lambda: _puller(raw_built), take, budget, pools)
+        raw = pooled(lambda: _puller(raw_built), take, phase, pools)
         results.append(Measurement("raw_throughput", raw.rate, "samples/s", samples=raw.rates,
-                                   method=method + raw.method + ", raw bytes, not decoded", stopped=raw.stopped))
+                                   method=method + raw.method + ", raw bytes, not decoded", stopped=raw.stopped,
+                                   warnings=(raw.warning,) if raw.warning else ()))
         raw_rate = raw.rate
-    taken = pooled(lambda: _puller(built), take, budget, pools)
+    taken = pooled(lambda: _puller(built), take, phase, pools)
     if tar:
         problems = built.tally.note(len(files))  # type: ignore[union-attr,arg-type]
         if not any(taken.rates):  # every shard damaged, or no member named KEY.EXT
@@ -94,13 +97,17 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source) -> list
     puller = taken.last
     if float(options["step_time"]) > 0:
         results.append(_utilization(puller, float(options["step_time"]), int(options["batch_size"]), workers,
-                                    budget, method, throughput))
+                                    phase, method, throughput))
     if _per_gpu(options["samples_per_gpu"]) != 0:
         results.append(_versus_required(options, throughput))
     fs = built.fs
     if fs is not None and fs.caveat():
         results = [_on_caveat(m, fs.caveat(), fs.memory_backed, options["path"]) for m in results]
     results = [dataclasses.replace(m, note=note) if note and m.measured else m for m in results]
+    if taken.warning:  # fewer pools than worker_pools: the loader's figures are a rougher draw than asked for
+        results = [dataclasses.replace(m, warnings=(*m.warnings, taken.warning))
+                   if m.measured and m.metric in ("throughput", "bandwidth", "throughput_vs_required") else m
+                   for m in results]
     fix = subject.no_dataset_fix("dataloader") if source.subject == "no_dataset" else None
     return [dataclasses.replace(m, subject=source.subject, hint=fix or m.hint) for m in results]
 
@@ -112,6 +119,11 @@ JOB_DATASET_HINT = ("the job's Dataset delivers {measured}: its own code sets th
                     "per-sample I/O in __getitem__): profile one worker (num_workers: 0 under py-spy or cProfile), "
                     "move decode or augmentation to the GPU (NVIDIA DALI, torchvision.transforms.v2 on tensors), "
                     "or raise num_workers if CPUs are idle")
+
+
+def phase_budget(options: Mapping[str, Any], budget: Budget) -> Budget:
+    """Each phase's equal share of ``duration`` (``dataloader.phases``): pools, warm-ups and windows come out of it."""
+    return budget._replace(duration_s=budget.duration_s / phases(options))
 
 
 def _puller(built: Loader) -> BatchPuller:

@@ -31,6 +31,7 @@ from preflight.measurement import Measurement
 
 NAME = "model"
 HELP = "training-step samples/s and step time p50/p99 of resnet18/50 or the job's own model on each GPU, compute only"
+DURATION = "timed windows of training steps on each device, after warm-up steps: duration per device"
 BUILTIN = ("resnet18", "resnet50", "tiny")  # names that are not "package.module:factory"
 OPTIONS = (
     Option("model", "text", "resnet50", "resnet18 | resnet50 (torchvision, installed to match the image's torch, "

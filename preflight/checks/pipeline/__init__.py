@@ -35,12 +35,14 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from preflight.checks import dataloader, model
-from preflight.checks.base import Budget, Metric
+from preflight.checks.base import DEFAULT_STARTUP_S, Budget, Metric, Timing
 from preflight.measurement import Measurement
 
 NAME = "pipeline"
 HELP = ("end-to-end training samples/s with the job's DataLoader feeding the model on the GPU, the model alone, and "
         "input_bound: the share of step time spent waiting for data")
+DURATION = ("the model alone and the model fed by the loader, interleaved window by window: each kind gets "
+            "duration, so the check measures for about twice it per device")
 # the dataloader's emulation, required rate, and pools (the pipeline feeds the model from one pool of workers)
 LOADER_ONLY = ("step_time", "samples_per_gpu", "gpus", "headroom", "worker_pools")
 _HELP = {
@@ -82,3 +84,8 @@ def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
     from preflight.checks.pipeline import measuring
 
     return measuring.measure(options, budget)
+
+
+def timing(options: Mapping[str, Any], budget: Budget) -> Timing:
+    """Twice ``duration`` of measuring (two kinds of window, one device), after ``DEFAULT_STARTUP_S``."""
+    return Timing(2 * budget.duration_s, DEFAULT_STARTUP_S)

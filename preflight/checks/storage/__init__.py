@@ -8,10 +8,11 @@ nowhere, files vanishing, hidden files it may read). Filesystem facts follow
 (``facts``) for the filesystem that holds most of the dataset's bytes, which is not always
 ``path``'s own (a symlink farm keeps its links on one disk and its files on another): the
 type, device and mount options are named in every result, because tmpfs, overlay, FUSE and
-NFS each change what a number means; they never depend on a read or write succeeding. Then,
-each time-bounded with a warm-up window and repeated windows (median compared, spread
-reported; ``sampling.sample``): sequential and random reads (``reads``), open+read+close of
-many small files (``small_files``), and checkpoint writes with fsync (``writes``).
+NFS each change what a number means; they never depend on a read or write succeeding. Then the
+timed parts, each with a warm-up window and repeated windows (median compared, spread
+reported; ``sampling.sample``) in an equal share of ``duration``: sequential and random reads
+(``reads``), open+read+close of many small files (``small_files``), and, only where the
+configuration judges ``seq_write`` or ``fsync_p99``, checkpoint writes with fsync (``writes``).
 
 Page-cache honesty: reads use O_DIRECT with aligned buffers, else drop the file's pages
 with posix_fadvise before reading (``io.uncached``); on a memory-backed filesystem, or when
@@ -34,11 +35,17 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from preflight.checks.base import Budget, Metric, Option
+from preflight.checks.base import Budget, Metric, Option, Timing
 from preflight.measurement import Measurement
 from preflight.units import Dimension
 
 NAME = "storage"
+DURATION = ("split equally between the timed parts that run, each with its warm-up: seq_read, rand_read (and its "
+            "percentiles), small_files, and seq_write and fsync_p99 only when judged (they write scratch data); "
+            "each part at least 1 s (a warm-up and 3 windows of 0.25 s), seq_write at least 4 writes of write_size")
+# What a run costs whatever its duration, on the 2-CPU development VM (bench/check_wall_time.py): the worker,
+# the walk of 1000 files, and the 256 MiB scratch file seq_read reads when the dataset has no large file.
+STARTUP_S = 1.5
 HELP = "filesystem facts, sequential/random reads, small files, writes and fsync on the dataset path, uncached"
 OPTIONS = (
     Option("path", "path", "", "dataset directory (or file) to measure; opened read-only, never written (empty: "
@@ -118,3 +125,10 @@ def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
     from preflight.checks.storage import measuring
 
     return measuring.measure(options, budget, METRICS)
+
+
+def timing(options: Mapping[str, Any], budget: Budget) -> Timing:
+    """``duration`` (at least 1 s per timed part that runs) of measuring after ``STARTUP_S``."""
+    from preflight.checks.storage.parts import part_s, timed_parts
+
+    return Timing(part_s(budget) * len(timed_parts(budget)), STARTUP_S)

@@ -1,8 +1,10 @@
 """The timed part of the storage check: windows of reads, small files and writes, sampled.
 
-Throughputs use ``sampling.sample``: one warm-up window, then windows until the spread is
-low or the ``duration`` budget is spent (torch.utils.benchmark's adaptive loop; fio's
-``ramp_time`` is the same warm-up). A window is fio's ``--time_based`` run of
+``duration`` is the check's measuring time: each timed part that runs (``timed_parts``: the
+reads, small files, and the writes only where the configuration judges them) gets an equal
+share of it, its warm-up included, and at least ``MIN_PART_S``. Throughputs use
+``sampling.sample``: one warm-up window, then windows until the spread is low or the part's
+share is spent (torch.utils.benchmark's adaptive loop; fio's ``ramp_time`` is the same warm-up). A window is fio's ``--time_based`` run of
 ``window`` seconds; its rate is one sample, and the median is what thresholds compare.
 ``rand_read`` (with its latency percentiles) and ``fsync_p99`` come from one continuous
 run each instead, cut into windows afterwards (``ContinuousRun``, see ``IO.rand_read``). A
@@ -28,6 +30,7 @@ from preflight.checks.base import Budget
 from preflight.checks.storage import guard, reads, small_files, writes
 from preflight.checks.storage.data import LARGE_FILE, Found, Segment, data_bytes, segments
 from preflight.checks.storage.facts import READ_ONLY_VOLUME
+from preflight.checks.storage.parts import MIN_WINDOW_S, MIN_WINDOWS, part_s, timed_parts
 from preflight.io.dataset_walk import DataFile, data_extents, too_few
 from preflight.host.fsinfo import Filesystem, filesystem_of
 from preflight.io.parallel import Interval, Tally, in_intervals, run_loops
@@ -40,7 +43,6 @@ from preflight.units import format_value, to_unit
 MIN_READ_BYTES = 16 << 20  # less data than this cannot keep readers busy for a window
 MAX_AUTO_PROCESSES = 4
 MAX_RANDOM_FILES = 128  # rand_read keeps one descriptor per file in each process
-MIN_WINDOWS = 3  # as sampling.sample's min_samples
 READ_METRICS = (("seq_read", "MB/s"), ("rand_read", "IOPS"), ("rand_read_p50", "ms"), ("rand_read_p99", "ms"))
 
 
@@ -65,7 +67,8 @@ class IO:
         self.dataset_device = dataset_device  # (st_dev, mount source) of the dataset's bytes
         self.scratch_fs = _filesystem(scratch, fs) if scratch else fs  # where scratch data really lies
         self.path = options["path"]
-        self.window = min(1.0, max(0.25, budget.duration_s / 6))
+        self.part_s = part_s(budget)  # each timed part's share of duration, its warm-up included
+        self.window = min(1.0, max(MIN_WINDOW_S, self.part_s / 6))
         self.cache_note = ""  # set when seq_read proves the cache was not bypassed
 
     def reads(self, found: Found) -> list[Measurement]:
@@ -131,7 +134,7 @@ class IO:
             lost.append(tally.lost)
             return tally.nbytes / tally.elapsed_s / 1e6
 
-        taken = sample(window, self.budget.duration_s)
+        taken = sample(window, self.part_s)
         who = f"{processes} processes x {threads} threads" if processes > 1 else f"{readers} readers"
         method = f"{who} x {format_value(to_unit(block, 'KiB'), 'KiB')} blocks, {where}"
         m = Measurement("seq_read", samples=taken.values, unit="MB/s", method=method, stopped=taken.stopped,
@@ -156,7 +159,7 @@ class IO:
         block, depth = int(self.options["rand_block"]), int(self.options["rand_depth"])
         processes, threads = self._split(depth)
         parts = _within_descriptors(parts, min(MAX_RANDOM_FILES, _open_files_limit() // 4))
-        run = ContinuousRun(self.window, self.budget.duration_s)
+        run = ContinuousRun(self.window, self.part_s - self.window)
         tally = run_loops(reads.random_loop(parts, bypass, block, seed=0), processes, threads, run.seconds)
         intervals = run.intervals(tally)
         latencies = [i.latencies for i in intervals if i.latencies]
@@ -206,7 +209,7 @@ class IO:
             lost.append(tally.lost)
             return tally.ops / tally.elapsed_s
 
-        taken = sample(window, self.budget.duration_s)
+        taken = sample(window, self.part_s)
         note = "; ".join(n for n in (note, _lost_note(max(lost, default=0))) if n)
         method = (f"{processes} processes x {threads} threads, open+read+close of {source} on "
                   f"{fs.describe()}; {describe(bypass)}")
@@ -217,34 +220,39 @@ class IO:
                         method=method, stopped=taken.stopped, note=note))]
 
     def writes(self) -> list[Measurement]:
-        """``seq_write`` (MB/s, with the final fsync) and ``fsync_p99`` (ms) in the scratch directory."""
-        size, where = int(self.options["write_size"]), f"in {self.scratch} on {self.scratch_fs.describe()}"
-        no_room = self.why_no_scratch or room_for(self.scratch or "", size)
-        if no_room:
-            seq_write = unmeasurable("seq_write", f"nowhere to write scratch files: {no_room}", "MB/s")
-        else:
-            name = os.path.join(self.scratch, "write.dat")  # type: ignore[arg-type]
-            chunk = os.urandom(1 << 20)
-            taken = sample(lambda: writes.write_once(name, size, chunk), self.budget.duration_s)
-            method = f"{format_value(to_unit(size, 'MiB'), 'MiB')} in 1 MiB writes, then fsync, {where}"
-            seq_write = Measurement("seq_write", samples=taken.values, unit="MB/s", method=method,
-                                    stopped=taken.stopped)
-        no_room = self.why_no_scratch or room_for(self.scratch or "", writes.FSYNC_FILE_BYTES)
-        if no_room:
-            fsync = unmeasurable("fsync_p99", f"nowhere to write scratch files: {no_room}", "ms")
-        else:
-            fsync = self._fsync_p99(os.path.join(self.scratch, "fsync.dat"), where)  # type: ignore[arg-type]
+        """``seq_write`` (MB/s, with the final fsync) and ``fsync_p99`` (ms) in the scratch directory, each only
+        when asked for (``timed_parts``): nothing is written for a configuration that judges neither."""
+        where = f"in {self.scratch} on {self.scratch_fs.describe()}"
+        results = []
+        if "seq_write" in timed_parts(self.budget):
+            results.append(self._seq_write(where))
+        if "fsync_p99" in timed_parts(self.budget):
+            no_room = self.why_no_scratch or room_for(self.scratch or "", writes.FSYNC_FILE_BYTES)
+            results.append(unmeasurable("fsync_p99", f"nowhere to write scratch files: {no_room}", "ms") if no_room
+                           else self._fsync_p99(os.path.join(self.scratch, "fsync.dat"), where))  # type: ignore[arg-type]
         measured_on = self._scratch_subject()
         if measured_on == "scratch_elsewhere":  # the table says where, not only the method
-            seq_write, fsync = (_noted(m, f"written {self._scratch_place()}") for m in (seq_write, fsync))
-        results = [self._about(m, measured_on) for m in (seq_write, fsync)]
+            results = [_noted(m, f"written {self._scratch_place()}") for m in results]
+        results = [self._about(m, measured_on) for m in results]
         if self.scratch_fs.memory_backed:
             results = [self._honest(m, "none", self.scratch_fs) if m.measured else m for m in results]
         return results
 
+    def _seq_write(self, where: str) -> Measurement:
+        """``write_size`` written then fsynced, per sample, within the part's share (at least a warm-up and 3)."""
+        size = int(self.options["write_size"])
+        no_room = self.why_no_scratch or room_for(self.scratch or "", size)
+        if no_room:
+            return unmeasurable("seq_write", f"nowhere to write scratch files: {no_room}", "MB/s")
+        name = os.path.join(self.scratch, "write.dat")  # type: ignore[arg-type]
+        chunk = os.urandom(1 << 20)
+        taken = sample(lambda: writes.write_once(name, size, chunk), self.part_s)
+        method = f"{format_value(to_unit(size, 'MiB'), 'MiB')} in 1 MiB writes, then fsync, {where}"
+        return Measurement("seq_write", samples=taken.values, unit="MB/s", method=method, stopped=taken.stopped)
+
     def _fsync_p99(self, name: str, where: str) -> Measurement:
-        """fsync p99 over one continuous append+fsync run of half the budget, after a ramp."""
-        run = ContinuousRun(self.window / 2, self.budget.duration_s / 2)
+        """fsync p99 over one continuous append+fsync run of the part's share, after a ramp of half a window."""
+        run = ContinuousRun(self.window / 2, self.part_s - self.window / 2)
         intervals = run.intervals(writes.fsync_run(name, run.seconds))
         latencies = [i.latencies for i in intervals if i.latencies]
         if not latencies:

@@ -35,7 +35,7 @@ def test_raw_throughput_counts_files_read_not_batches_or_bytes(ten_thousand_file
     # ~6 samples/s, a count of bytes (8192 per file) ~800,000. The loader's speed against a plain read is
     # bench/dataloader_vs_plain.py's measure, not a unit test's: it depends on how loaded the machine is.
     measured = run_check("dataloader", 1.0, path=str(ten_thousand_files), num_workers=WORKERS, batch_size=16,
-                         sample_delay="20ms", worker_pools=2)["throughput"]
+                         sample_delay="20ms", worker_pools=1)["throughput"]
     assert "10000 files" in measured.method and "O_DIRECT" in measured.method, measured.method
     ceiling = WORKERS / 0.020
     # Batches queued before a pool's window opens (prefetch_factor 2 x 2 workers x 16) can lift a short window

@@ -12,8 +12,8 @@ import itertools
 import pytest
 
 from preflight.checks.base import Budget
-from preflight.checks.dataloader.loop import (WARMUP_BATCHES_PER_WORKER, BatchPuller, EmptyLoader, Taken, Window,
-                                              pooled, windows)
+from preflight.checks.dataloader.loop import (MIN_WINDOW_S, WARMUP_BATCHES_PER_WORKER, BatchPuller, EmptyLoader, Taken,
+                                              Window, pooled, windows)
 
 
 class Clock:
@@ -42,13 +42,13 @@ def test_warm_up_batches_never_land_in_a_window():
     clock = Clock()
     workers = 3
     loader = Scripted(clock, warmup=workers * WARMUP_BATCHES_PER_WORKER, step_s=1 / 64)  # exact in binary
-    taken = windows(BatchPuller(loader, clock=clock), workers, Budget(2.4, 60.0), min_windows=3)
+    taken = windows(BatchPuller(loader, clock=clock), workers, Budget(2.59375, 60.0), min_windows=3)
     assert WARMUP_BATCHES_PER_WORKER == 2  # a worker prefetches 2 batches by default (prefetch_factor)
     assert len(taken) >= 3
     # 10 samples and 1 MB per 1/64 s: exactly 640 samples/s and 64 MB/s in every window
     assert all(w.samples_per_s == 640.0 and w.mb_per_s == 64.0 for w in taken)
     assert all(w.utilization_pct == 100.0 for w in taken)  # no emulated step: AU is not measured
-    # a window is at least 0.3 s (the floor; 2.4 s / 8 is 0.3 too) of whole steps: 20 of 1/64 s
+    # the 6 warm-up steps (6/64 s) come out of the duration: an eighth of the 2.5 s left is 0.3125 s, 20 steps
     assert loader.served == 6 + 20 * len(taken)
 
 
@@ -94,12 +94,12 @@ def test_pools_report_the_mean_of_their_rates_not_the_median():
         taken.stopped = f"stopped at {rate}"
         return taken
 
-    pools = pooled(start_pool, take, Budget(3.0, 60.0), 3)
+    pools = pooled(start_pool, take, Budget(3.0, 60.0), 3, clock=Clock())
     assert pools.rate == 200.0 and pools.mb_rate == 20.0
     assert pools.rates == (100.0, 100.0, 400.0) and pools.mb_rates == (10.0, 10.0, 40.0)
     assert pools.stopped == "stopped at 400.0" and pools.last is started[-1] and len(started) == 3
-    assert shares == [(Budget(1.0, 60.0), 2)] * 3  # an equal share each, and at least 2 windows
-    assert pools.method == ", mean of 3 fresh worker pools"
+    assert shares == [(Budget(1.0, 60.0), 2)] * 3  # an equal share each (starting took no time), at least 2 windows
+    assert pools.method == ", mean of 3 fresh worker pools" and pools.warning == ""
 
 
 def test_a_pools_rate_is_the_mean_of_its_windows_and_one_pool_takes_five():
@@ -109,10 +109,10 @@ def test_a_pools_rate_is_the_mean_of_its_windows_and_one_pool_takes_five():
         shares.append(min_windows)
         return Taken([Window(10.0, 1.0, 100.0), Window(30.0, 2.0, 100.0), Window(20.0, 6.0, 100.0)])
 
-    pools = pooled(lambda: BatchPuller([]), take, Budget(3.0, 60.0), 1)
+    pools = pooled(lambda: BatchPuller([]), take, Budget(3.0, 60.0), 1, clock=Clock())
     assert (pools.rates, pools.mb_rates) == ((20.0,), (3.0,))
     assert shares == [5] and pools.method == ""
-    pooled(lambda: BatchPuller([]), take, Budget(3.0, 60.0), 2)
+    pooled(lambda: BatchPuller([]), take, Budget(3.0, 60.0), 2, clock=Clock())
     assert shares[-1] == 3  # ceil(5 / 2)
 
 
@@ -171,5 +171,57 @@ def test_each_pool_is_measured_on_its_own_fresh_puller():
         measured.append(puller)
         return Taken([Window(1.0, 1.0, 100.0)])
 
-    pooled(start_pool, take, Budget(2.0, 60.0), 2)
+    pooled(start_pool, take, Budget(2.0, 60.0), 2, clock=Clock())
     assert measured == started and measured[0] is not measured[1]
+
+
+def test_the_warm_up_comes_out_of_the_duration_not_on_top_of_it():
+    clock = Clock()
+
+    def uneven():  # 2 warm-up steps, then 10, 30 and 50 samples in turn: a spread that never stops sampling early
+        for index in itertools.count():
+            clock.now += 0.25
+            yield (1_000_000, 0) if index < 2 else ((10, 30, 50)[(index - 2) % 3], 0)
+
+    taken = windows(BatchPuller(uneven(), clock=clock), 1, Budget(2.0, 60.0), min_windows=3)
+    # the warm-up took 0.5 s of the 2 s; 1.5 s left: windows of max(0.1, 1.5 / 8) s, one 0.25 s step each
+    assert [w.samples_per_s for w in taken] == [40.0, 120.0, 200.0] * 2
+    assert clock.now == 2.0  # warm-up and windows together ended on the duration, not 0.5 s past it
+
+
+def test_a_pools_start_comes_out_of_its_share_of_the_duration():
+    clock = Clock()
+    shares = []
+
+    def start_pool():  # a DataLoader's workers take 0.125 s to start
+        clock.now += 0.125
+        return BatchPuller([], clock=clock)
+
+    def take(puller, share, min_windows):
+        shares.append(share.duration_s)
+        clock.now += share.duration_s
+        return Taken([Window(10.0, 1.0, 100.0)])
+
+    pools = pooled(start_pool, take, Budget(3.0, 60.0), 8, clock=clock)
+    assert shares == [0.25] * 8  # 3 s / 8 pools = 0.375 s each, less its 0.125 s start
+    assert clock.now == 3.0 and len(pools.rates) == 8 and pools.warning == ""
+
+
+def test_pools_that_cost_more_than_their_share_are_left_out_and_the_method_and_a_warning_say_so():
+    clock = Clock()
+
+    def start_pool():  # each pool's start alone takes longer than its 0.375 s share of 3 s
+        clock.now += 0.5
+        return BatchPuller([], clock=clock)
+
+    def take(puller, share, min_windows):
+        assert share.duration_s == 0.0  # nothing is left of its share ...
+        clock.now += min_windows * MIN_WINDOW_S  # ... and its windows still take their floor
+        return Taken([Window(10.0, 1.0, 100.0)] * min_windows)
+
+    pools = pooled(start_pool, take, Budget(3.0, 60.0), 8, clock=clock)
+    # a pool takes 0.7 s; another after the fifth (3.5 s) would end at 4.2 s, past 1.25 x 3 s
+    assert len(pools.rates) == 5 and pools.asked == 8 and clock.now == pytest.approx(3.5)
+    assert pools.method == ", mean of 5 of 8 fresh worker pools"
+    assert pools.warning == ("5 of 8 worker pools fit in the duration (a pool took up to 0.70s to start, warm up and "
+                             "measure): raise duration to measure them all")

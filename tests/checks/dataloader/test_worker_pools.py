@@ -8,6 +8,7 @@ loader at about 9,500 or 6,500 samples/s for a whole run on this project's 2-CPU
 
 from __future__ import annotations
 
+import os
 import textwrap
 
 from tests.helpers import run_check
@@ -45,7 +46,8 @@ PACKAGE = textwrap.dedent('''
 def _runs(tmp_path, pools: int, runs: int) -> list:
     (tmp_path / "startstate.py").write_text(PACKAGE)
     counter = tmp_path / f"starts-{pools}"
-    return [run_check("dataloader", 1.0, dataset="startstate:make", dataset_args={"counter": str(counter)},
+    # a second per pool: its start, warm-up (2 batches of 8 samples of up to 8 ms) and windows all come out of it
+    return [run_check("dataloader", float(pools), dataset="startstate:make", dataset_args={"counter": str(counter)},
                       python_path=[str(tmp_path)], num_workers=1, batch_size=8, worker_pools=pools)["throughput"]
             for _ in range(runs)]
 
@@ -68,3 +70,19 @@ def test_the_mean_of_fresh_pools_is_the_same_from_run_to_run_and_keeps_each_pool
         assert min(fast) > 1.5 * max(slow), m.samples  # two of each in every run: the same mean, run after run
         assert m.value == sum(m.samples) / 4
         assert "mean of 4 fresh worker pools" in m.method
+
+
+def test_pools_that_do_not_fit_the_duration_are_left_out_and_the_figures_say_so(tmp_path):
+    """Each pool's warm-up alone (2 batches of 8 samples read at 20 ms each: 0.32 s) outlasts its 0.125 s share of
+    1 s: the pools stop once another would end past 1.25 s, and the figures say how many were measured. Sleeps
+    only lengthen a pool, so a busy machine measures fewer pools, never all 8."""
+    for index in range(150):
+        (tmp_path / f"{index:03d}.jpg").write_bytes(os.urandom(10_000))
+    measured = run_check("dataloader", 1.0, path=str(tmp_path), num_workers=1, batch_size=8, sample_delay="20ms")
+    throughput = measured["throughput"]
+    pools = len(throughput.samples)
+    assert 1 <= pools <= 2, throughput.samples  # 0.52 s a pool at least: a third would end past 1.25 s
+    assert f"mean of {pools} of 8 fresh worker pools" in throughput.method
+    warning = f"{pools} of 8 worker pools fit in the duration (a pool took up to "
+    assert any(w.startswith(warning) for w in throughput.warnings), throughput.warnings
+    assert any(w.startswith(warning) for w in measured["bandwidth"].warnings)

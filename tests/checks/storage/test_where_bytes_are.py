@@ -71,9 +71,10 @@ def farms(tmp_path_factory) -> tuple[Path, dict[str, dict]]:
     (mixed / "mnt").mkdir()
     config = _config(root, {
         "storage": {"path": root / "farm" / "data", **QUICK, "seq_read": "{min: 1 MB/s}",
-                    "small_files": "{min: 1 files/s}", "skipped_files": "{max: 0}", "seq_write": "{min: 1 MB/s}"},
+                    "small_files": "{min: 1 files/s}", "skipped_files": "{max: 0}", "seq_write": "{min: 1 MB/s}",
+                    "fsync_p99": "{max: 1000 ms}"},
         "mixed": {"check": "storage", "path": mixed, **QUICK, "small_files": "{min: 1 files/s}"},
-        "dataloader": {"path": root / "farm" / "data", "duration": "1s", "num_workers": 1, "batch_size": 16,
+        "dataloader": {"path": root / "farm" / "data", "duration": "1s", "worker_pools": 1, "num_workers": 1, "batch_size": 16,
                        "throughput": "{min: 1 samples/s}"}})
     mounts = (datasets.loop_mount(image, cache) + f"mount -t tmpfs -o size=1m tmpfs {mixed / 'mnt'} && "
               f"head -c 100000 /dev/urandom > {mixed / 'mnt' / 'other.jpg'} && ")
