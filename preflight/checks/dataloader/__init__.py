@@ -123,6 +123,15 @@ METRICS = (
            "first steps excluded (MLPerf Storage AU; DLIO); MLPerf requires >= 90% (70% CosmoFlow)", about_data=True),
     Metric("throughput_vs_required", "%", True, "throughput as a share of samples_per_gpu x gpus x "
            "(1 + headroom); `{min: 100 %}` means the node can feed its GPUs", about_data=True),
+    Metric("memory_peak", "B", False, "host memory the loader held: the largest sum of PSS (shared pages counted "
+           "once) of the main process and every worker, read from /proc/PID/smaps_rollup after each window (as "
+           "PyTorch's dataloader benchmark script does)"),
+    Metric("memory_headroom", "%", True, "share of the memory the job may use (the cgroup's memory.max / "
+           "memory.limit_in_bytes, else MemAvailable) left free by the loader's memory projected to one epoch of "
+           "len(dataset) samples: the peak plus its anonymous growth per sample delivered, at most every worker "
+           "copying the main process's memory (copy-on-write, pytorch/pytorch#13246); < 0 means an OOM kill",
+           hint="the loader's memory, projected to one epoch, leaves {measured} of the limit: lower num_workers or "
+           "prefetch_factor, or raise the pod's memory limit", about_data=True),
 )
 
 

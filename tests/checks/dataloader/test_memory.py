@@ -1,0 +1,159 @@
+"""The DataLoader's host memory: PSS of the main process and its workers, projected to an epoch against the limit.
+
+The cgroup tests build the case for real: a job's Dataset of a million small dicts read by 2 forked
+workers under a real memory cgroup whose limit the measured windows stay under but a whole epoch's
+copy-on-write growth would exceed. Each Dataset sleeps a little per sample, so the windows deliver a
+bounded number of samples however fast the machine is: what is asserted is what was done (the limit's
+verdict, no OOM kill), not how many samples fit in a window.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from preflight.checks.dataloader import memory
+from preflight.checks.dataloader.memory import Limit, Reading, Rollup, project
+from preflight.host import cgroup
+from tests.helpers import job_package, memory_limited_cgroup, run_cli, write_config
+
+MiB = 2**20
+
+RECORDS = """
+import time
+
+import numpy as np
+import torch
+
+N = 1_000_000
+
+
+class Dicts(torch.utils.data.Dataset):
+    # The classic: annotations as a Python list of dicts, each read touching its page's reference counts.
+    def __init__(self):
+        self.items = [{"id": i, "path": f"img_{i:07d}.jpg"} for i in range(N)]
+
+    def __len__(self):
+        return N
+
+    def __getitem__(self, index):
+        time.sleep(0.0002)  # at most 5,000 samples/s per worker: the windows copy a bounded share
+        return self.items[index]["id"]
+
+
+class Arrays(torch.utils.data.Dataset):
+    # The same records as numpy arrays: one object each, no reference count per record.
+    def __init__(self):
+        self.ids = np.arange(N)
+        self.paths = np.array([f"img_{i:07d}.jpg" for i in range(N)])
+
+    def __len__(self):
+        return N
+
+    def __getitem__(self, index):
+        time.sleep(0.0002)
+        return int(self.ids[index])
+"""
+
+
+def run_under_limit(tmp_path, factory: str, limit: int):
+    src = job_package(tmp_path / "src", "records", {"__init__": RECORDS})
+    config = write_config(tmp_path, f"""
+        version: 1
+        checks:
+          dataloader:
+            dataset: "records:{factory}"
+            python_path: [{src}]
+            num_workers: 2
+            worker_pools: 1
+            duration: 0.5s
+            timeout: 90s
+            memory_headroom: {{min: 0 %}}
+        """)
+    counter = "memory.events" if cgroup.unified() else "memory.oom_control"
+    with memory_limited_cgroup(limit) as (directory, prefix):
+        run = run_cli("run", "-c", str(config), "--format", "json", prefix=prefix, cwd=tmp_path, timeout=180)
+        kills = int(re.search(r"^oom_kill (\d+)$", (directory / counter).read_text(), re.M)[1])
+    results = {r["id"]: r for r in json.loads(run.stdout)["results"]}
+    return run, results, kills
+
+
+LIMIT = 1200 * MiB  # above what the windows hold (~750 MiB), below a whole epoch's copies (~1.4 GiB)
+
+
+def test_a_list_of_dicts_whose_epoch_would_exceed_the_limit_fails_before_anything_is_killed(tmp_path):
+    run, results, kills = run_under_limit(tmp_path, "Dicts", LIMIT)
+    assert kills == 0, "the kernel OOM-killed during the windows: the case was not built"
+    headroom = results["dataloader.memory_headroom"]
+    assert headroom["verdict"] == "fail", headroom
+    assert run.returncode == 1
+    projected = re.search(r"([\d.]+) GiB projected over one epoch of 1,000,000 samples at num_workers 2, "
+                          r"prefetch_factor 2 \(([\d.]+) MiB measured after ([\d,]+) samples", headroom["message"])
+    assert projected, headroom["message"]
+    assert float(projected[1]) * 1024 > LIMIT / MiB > float(projected[2])
+    assert "against the cgroup memory limit of 1.172 GiB" in headroom["message"]
+    assert "copy-on-write" in headroom["hint"] and "numpy arrays or Arrow" in headroom["hint"]
+    peak = results["dataloader.memory_peak"]
+    assert peak["verdict"] == "info" and 0 < peak["value"] < LIMIT, peak
+
+
+def test_the_same_records_as_numpy_arrays_pass_and_are_not_blamed(tmp_path):
+    run, results, kills = run_under_limit(tmp_path, "Arrays", LIMIT)
+    headroom = results["dataloader.memory_headroom"]
+    assert kills == 0
+    assert headroom["verdict"] == "pass", headroom
+    assert "copy-on-write" not in headroom["hint"]
+    projected = re.search(r"([\d.]+) MiB projected over one epoch of 1,000,000 samples .* \(([\d.]+) MiB measured",
+                          headroom["message"])
+    assert projected and float(projected[1]) < 1.25 * float(projected[2]), headroom["message"]
+    assert "against the cgroup memory limit of 1.172 GiB" in headroom["message"]
+
+
+def rollup(pss: int, anon: int = 0, anonymous: int = 0, dirty: int = 0) -> Rollup:
+    return Rollup(pss * MiB, anon * MiB, anonymous * MiB, dirty * MiB)
+
+
+def test_growth_per_sample_is_projected_to_the_epoch_and_bounded_by_what_workers_can_copy():
+    main = rollup(500, anon=300, anonymous=400)
+    pool = [Reading(1000, main, (rollup(100, anon=50, dirty=40),) * 2),
+            Reading(11000, main, (rollup(150, anon=100, dirty=90),) * 2)]  # +100 MiB over 10,000 samples
+    growth = 100 * MiB / 10000
+    unbounded = project([pool], epoch=20000)
+    assert unbounded.peak == 800 * MiB and unbounded.growth == growth and unbounded.workers_grew
+    assert unbounded.projected == 800 * MiB + int(growth * 9000)  # 9,000 samples left in the epoch
+    bounded = project([pool], epoch=1_000_000)
+    assert bounded.copyable == 2 * (400 - 90) * MiB
+    assert bounded.projected == 800 * MiB + 620 * MiB
+    assert project([pool], epoch=None).projected == 800 * MiB  # no epoch: the measured peak
+
+
+def test_memory_that_does_not_grow_is_neither_projected_nor_blamed():
+    main = rollup(500, anon=300, anonymous=400)
+    shrinking = [Reading(1000, main, (rollup(100, anon=60),)), Reading(9000, main, (rollup(90, anon=50),))]
+    projection = project([shrinking], epoch=1_000_000)
+    assert projection.growth == 0 and projection.projected == 600 * MiB
+    _, headroom = memory.measurements(projection, 1, 2, "m", Limit(1000 * MiB, "the cgroup memory limit"))
+    assert headroom.value == pytest.approx(40.0) and headroom.hint == ""
+    assert headroom.reason == ("600 MiB projected over one epoch of 1,000,000 samples at num_workers 1, "
+                               "prefetch_factor 2 (600 MiB measured after 9,000 samples, +0 B per sample), "
+                               "against the cgroup memory limit of 1000 MiB")
+
+
+def test_a_pools_first_interval_is_left_out_where_later_ones_follow():
+    main = rollup(500, anon=300, anonymous=400)
+    settling = [Reading(1000, main, (rollup(100, anon=50),)), Reading(2000, main, (rollup(140, anon=90),)),
+                Reading(3000, main, (rollup(140, anon=90),)), Reading(4000, main, (rollup(141, anon=91),))]
+    assert project([settling], epoch=10_000).growth == MiB / 1000 / 2  # the median of 0 and 1 MiB per 1,000
+    assert project([settling[:2]], epoch=10_000).growth == 40 * MiB / 1000  # alone, the first one counts
+
+
+def test_rollup_reads_the_kernels_fields_in_bytes(tmp_path):
+    (tmp_path / "42").mkdir()
+    (tmp_path / "42" / "smaps_rollup").write_text(
+        "55c117829000-7ffdd4f52000 ---p 00000000 00:00 0                          [rollup]\n"
+        "Rss:                1696 kB\nPss:                 221 kB\nPss_Anon:            112 kB\n"
+        "Private_Dirty:        12 kB\nAnonymous:           120 kB\n")
+    assert memory.rollup(42, tmp_path) == Rollup(221 * 1024, 112 * 1024, 120 * 1024, 12 * 1024)
+    assert memory.rollup(43, tmp_path) is None
