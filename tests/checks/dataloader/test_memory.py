@@ -1,8 +1,8 @@
 """The DataLoader's host memory: PSS of the main process and its workers, projected to an epoch against the limit.
 
 The cgroup tests build the case for real: a job's Dataset of a million small dicts read by 2 forked
-workers under a real memory cgroup whose limit the measured windows stay under but a whole epoch's
-copy-on-write growth would exceed. Each Dataset sleeps a little per sample, so the windows deliver a
+workers under a real memory cgroup whose limit the measured windows stay under but the projected
+epoch's copy-on-write growth exceeds (the projection is an upper bound: bench/dataloader_memory.py). Each Dataset sleeps a little per sample, so the windows deliver a
 bounded number of samples however fast the machine is: what is asserted is what was done (the limit's
 verdict, no OOM kill), not how many samples fit in a window.
 """
@@ -80,10 +80,10 @@ def run_under_limit(tmp_path, factory: str, limit: int):
     return run, results, kills
 
 
-LIMIT = 1200 * MiB  # above what the windows hold (~750 MiB), below a whole epoch's copies (~1.4 GiB)
+LIMIT = 1200 * MiB  # above what the windows hold (~750 MiB), below the projected epoch (~1.4 GiB)
 
 
-def test_a_list_of_dicts_whose_epoch_would_exceed_the_limit_fails_before_anything_is_killed(tmp_path):
+def test_a_list_of_dicts_whose_projected_epoch_exceeds_the_limit_fails_before_anything_is_killed(tmp_path):
     run, results, kills = run_under_limit(tmp_path, "Dicts", LIMIT)
     assert kills == 0, "the kernel OOM-killed during the windows: the case was not built"
     headroom = results["dataloader.memory_headroom"]
