@@ -90,6 +90,9 @@ OPTIONS = (
     Option("num_workers", "int_or_auto", "auto", "worker processes; auto = 70% of the CPUs the cgroup allows"),
     Option("pin_memory", "bool", True, "pin batches in page-locked memory (ignored without a CUDA device)"),
     Option("prefetch_factor", "int", 2, "batches each worker loads ahead", minimum=1),
+    Option("worker_sweep", "bool", False, "also measure the loader at 1, 2, 4, ... workers up to the CPUs the "
+           "cgroup allows and num_workers, each a fresh pool for an equal share of duration (about one more "
+           "duration in all), and report recommended_num_workers: the fewest within 5 % of the best samples/s"),
     Option("worker_pools", "int", 8, "fresh worker pools measured in turn, each for an equal share of duration; "
            "the figures are their mean (a pool's rate can hang on where its workers started, as an epoch's does)",
            minimum=1),
@@ -132,6 +135,11 @@ METRICS = (
            "copying the main process's memory (copy-on-write, pytorch/pytorch#13246); < 0 means an OOM kill",
            hint="the loader's memory, projected to one epoch, leaves {measured} of the limit: lower num_workers or "
            "prefetch_factor, or raise the pod's memory limit", about_data=True),
+    Metric("workers", "", None, "worker processes the loader ran with: num_workers, or for auto 70 % of the CPUs "
+           "the cgroup allows (cpu.max / cfs_quota, and the affinity mask)"),
+    Metric("recommended_num_workers", "", None, "with worker_sweep: the fewest workers whose samples/s is within "
+           "5 % of the best at 1, 2, 4, ... workers up to the CPUs allowed and num_workers (the curve is in the "
+           "message); more gain nothing and cost memory"),
 )
 
 

@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from preflight.checks import subject
 from preflight.checks.base import Budget, Metric
-from preflight.checks.dataloader import memory
+from preflight.checks.dataloader import memory, sweep
 from preflight.checks.dataloader.loop import BatchPuller, EmptyLoader, Taken, Window, explaining_worker_oom, pooled, windows
 from preflight.checks.dataloader.required import Required, visible_gpus
 from preflight.checks.dataloader.source import Loader, Source, loader_for, opened
@@ -101,7 +101,10 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source) -> list
     if fs is not None and fs.caveat():
         results = [_on_caveat(m, fs.caveat(), fs.memory_backed, options["path"]) for m in results]
     results += watch.measurements(_epoch(source, tar), workers, options["prefetch_factor"], method)
+    results.append(sweep.used(options, workers, method))
     results = [dataclasses.replace(m, note=note) if note and m.measured else m for m in results]
+    if options["worker_sweep"]:  # after the source's note: this row's own note is the curve
+        results.append(sweep.measure(options, source, budget, workers, method))
     fix = subject.no_dataset_fix("dataloader") if source.subject == "no_dataset" else None
     return [dataclasses.replace(m, subject=source.subject, hint=fix or m.hint) for m in results]
 
