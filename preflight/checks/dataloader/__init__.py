@@ -138,8 +138,8 @@ METRICS = (
     Metric("workers", "", None, "worker processes the loader ran with: num_workers, or for auto 70 % of the CPUs "
            "the cgroup allows (cpu.max / cfs_quota, and the affinity mask)"),
     Metric("recommended_num_workers", "", None, "with worker_sweep: the fewest workers whose samples/s is within "
-           "5 % of the best at 1, 2, 4, ... workers up to the CPUs allowed and num_workers (the curve is in the "
-           "message); more gain nothing and cost memory"),
+           "5 % of the best at 1, 2, 4, ... workers up to the CPUs allowed and num_workers (windows that overlap "
+           "the best's are not told apart; the curve is in the message), and whose epoch fits the memory limit"),
 )
 
 

@@ -104,7 +104,8 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source) -> list
     results.append(sweep.used(options, workers, method))
     results = [dataclasses.replace(m, note=note) if note and m.measured else m for m in results]
     if options["worker_sweep"]:  # after the source's note: this row's own note is the curve
-        results.append(sweep.measure(options, source, budget, workers, method))
+        del puller, taken  # the throughput's last pool exits before the sweep's pools start (memory)
+        results.append(sweep.measure(options, source, budget, workers, method, watch.fits))
     fix = subject.no_dataset_fix("dataloader") if source.subject == "no_dataset" else None
     return [dataclasses.replace(m, subject=source.subject, hint=fix or m.hint) for m in results]
 

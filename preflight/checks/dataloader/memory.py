@@ -132,6 +132,8 @@ class Watch:
     def __init__(self) -> None:
         self.pools: list[list[Reading]] = []
         self.last: Watched | None = None
+        self.projection: Projection | None = None
+        self.limit: Limit | None = None
 
     def puller(self, loader: Any, count: Any) -> Watched:
         """A ``Watched`` puller over ``loader`` (a fresh pool), its readings recorded here."""
@@ -143,7 +145,18 @@ class Watch:
         """The rows of the pools watched so far; later windows (the utilization phase) are not read."""
         if self.last is not None:
             self.last.watching = False
-        return measurements(project(self.pools, epoch), workers, prefetch, method)
+            self.last = None  # the pool is not kept alive here
+        self.projection = project(self.pools, epoch)
+        self.limit = limit(self.projection.peak) if self.projection is not None else None
+        return measurements(self.projection, workers, prefetch, method, self.limit)
+
+    def fits(self, workers: int) -> bool | None:
+        """Whether ``workers`` workers' projected epoch fits the limit (``Projection.at``); None when unknown.
+
+        Call after ``measurements``."""
+        if self.projection is None or self.limit is None or not self.projection.workers:
+            return None
+        return self.projection.at(workers) <= self.limit.bytes
 
 
 def epoch_of(dataset: Any) -> int | None:
@@ -164,6 +177,8 @@ class Projection(NamedTuple):
     epoch: int | None  # samples in one epoch (len(dataset)); None: no epoch (synthetic samples, no __len__)
     copyable: int  # bytes the workers could still copy, at the peak's reading
     workers_grew: bool  # the workers' anonymous memory grew more than the main process's: copy-on-write
+    main: int = 0  # bytes: the main process's PSS at the peak's reading
+    workers: int = 0  # workers read at the peak's reading
 
     @property
     def added(self) -> int:
@@ -175,6 +190,10 @@ class Projection(NamedTuple):
     @property
     def projected(self) -> int:
         return self.peak + self.added
+
+    def at(self, workers: int) -> int:
+        """Bytes projected with ``workers`` workers instead: the main process's, and each worker's share of the rest."""
+        return int(self.main + (self.projected - self.main) * workers / self.workers) if self.workers else self.projected
 
 
 def project(pools: Sequence[Sequence[Reading]], epoch: int | None) -> Projection | None:
@@ -196,7 +215,8 @@ def project(pools: Sequence[Sequence[Reading]], epoch: int | None) -> Projection
     peaks = tuple(max(r.pss for r in readings) for readings in pools)
     at_peak = max((r for readings in pools for r in readings), key=lambda r: r.pss)
     return Projection(max(peaks), peaks, statistics.median(slopes) if slopes else 0.0, pools[-1][-1].delivered,
-                      epoch, at_peak.copyable, worker_growth > max(0, main_growth))
+                      epoch, at_peak.copyable, worker_growth > max(0, main_growth), at_peak.main.pss,
+                      len(at_peak.workers))
 
 
 class Limit(NamedTuple):

@@ -39,7 +39,8 @@ class Dicts(torch.utils.data.Dataset):
         return N
 
     def __getitem__(self, index):
-        time.sleep(0.0002)  # at most 5,000 samples/s per worker: the windows copy a bounded share
+        time.sleep(0.001)  # at most 1,000 samples/s per worker: the windows copy a bounded share, and the
+        # loader is bound by waiting, not by the CPUs, so a second worker doubles its throughput
         return self.items[index]["id"]
 
 
@@ -53,12 +54,12 @@ class Arrays(torch.utils.data.Dataset):
         return N
 
     def __getitem__(self, index):
-        time.sleep(0.0002)
+        time.sleep(0.001)
         return int(self.ids[index])
 """
 
 
-def run_under_limit(tmp_path, factory: str, limit: int):
+def run_under_limit(tmp_path, factory: str, limit: int, sweep: bool = False):
     src = job_package(tmp_path / "src", "records", {"__init__": RECORDS})
     config = write_config(tmp_path, f"""
         version: 1
@@ -70,6 +71,7 @@ def run_under_limit(tmp_path, factory: str, limit: int):
             worker_pools: 1
             duration: 0.5s
             timeout: 90s
+            worker_sweep: {str(sweep).lower()}
             memory_headroom: {{min: 0 %}}
         """)
     counter = "memory.events" if cgroup.unified() else "memory.oom_control"
@@ -97,6 +99,17 @@ def test_a_list_of_dicts_whose_projected_epoch_exceeds_the_limit_fails_before_an
     assert "copy-on-write" in headroom["hint"] and "numpy arrays or Arrow" in headroom["hint"]
     peak = results["dataloader.memory_peak"]
     assert peak["verdict"] == "info" and 0 < peak["value"] < LIMIT, peak
+
+
+def test_the_worker_sweep_recommends_the_most_workers_whose_epoch_fits(tmp_path):
+    # 2 workers deliver twice what 1 does (the knee), but their epoch is projected past the limit; 1 worker's fits.
+    run, results, kills = run_under_limit(tmp_path, "Dicts", LIMIT, sweep=True)
+    recommended = results["dataloader.recommended_num_workers"]
+    assert kills == 0
+    assert recommended["value"] == 1, recommended["message"]
+    assert re.search(r"samples/s at 1, 2 workers: [\d,]+, [\d,]+; num_workers 1: the most workers that fit the "
+                     r"memory limit over an epoch; 2 workers \(the knee, \+\d+% samples/s\) are projected past it$",
+                     recommended["message"]), recommended["message"]
 
 
 def test_the_same_records_as_numpy_arrays_pass_and_are_not_blamed(tmp_path):
@@ -127,6 +140,15 @@ def test_growth_per_sample_is_projected_to_the_epoch_and_bounded_by_what_workers
     assert bounded.copyable == 2 * (400 - 90) * MiB
     assert bounded.projected == 800 * MiB + 620 * MiB
     assert project([pool], epoch=None).projected == 800 * MiB  # no epoch: the measured peak
+
+
+def test_the_projection_scales_per_worker_for_another_worker_count():
+    main = rollup(500, anon=300, anonymous=400)
+    pool = [Reading(1000, main, (rollup(100, anon=50, dirty=40),) * 2),
+            Reading(11000, main, (rollup(150, anon=100, dirty=90),) * 2)]
+    projection = project([pool], epoch=1_000_000)  # 1420 MiB: 500 of the main process, 460 per worker
+    assert (projection.main, projection.workers) == (500 * MiB, 2)
+    assert projection.at(1) == 960 * MiB and projection.at(4) == 2340 * MiB
 
 
 def test_memory_that_does_not_grow_is_neither_projected_nor_blamed():

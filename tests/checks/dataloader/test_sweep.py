@@ -128,7 +128,7 @@ def test_a_cpu_bound_dataset_stops_at_the_cpus_the_cgroup_allows_and_more_worker
             batch_size: 4
             worker_pools: 1
             worker_sweep: true
-            duration: 1.5s
+            duration: 3s
         """)
     with cpu_limited_cgroup(0.5) as prefix:
         run = run_cli("run", "-c", str(config), "--format", "json", prefix=prefix, cwd=tmp_path, timeout=120)
@@ -149,6 +149,28 @@ def test_the_knee_is_the_fewest_workers_within_5_percent_of_the_best_and_the_hin
                                "+190% samples/s")
     assert sweep.recommended(curve, 8, "m").hint == ("more workers than 2 gain nothing here and cost memory: "
                                                      "num_workers 2 delivers within 5% of 8")
+
+
+def test_counts_whose_windows_overlap_the_best_ones_are_not_told_apart():
+    # A CPU-bound loader on a busy machine: the means differ by 9 %, the windows overlap: no gain from workers.
+    noisy = Curve((1, 2, 4), (84.0, 84.0, 92.0), ((76.0, 92.0), (80.0, 88.0), (86.0, 98.0)))
+    assert noisy.knee() == 1
+    # Waiting-bound: the windows lie apart, the knee is the most workers.
+    apart = Curve((1, 2, 4), (96.0, 188.0, 344.0), ((94.0, 98.0), (185.0, 191.0), (330.0, 358.0)))
+    assert apart.knee() == 4
+
+
+def test_a_knee_whose_epoch_would_not_fit_in_memory_gives_way_to_the_most_workers_that_fit():
+    curve = Curve((1, 2, 4), (100.0, 190.0, 380.0))
+    fitting = sweep.recommended(curve, 1, "m", fits=lambda n: n <= 2)
+    assert fitting.value == 2
+    assert fitting.note == ("samples/s at 1, 2, 4 workers: 100, 190, 380; num_workers 2: the most workers that fit "
+                            "the memory limit over an epoch; 4 workers (the knee, +100% samples/s) are projected past it")
+    none_fit = sweep.recommended(curve, 4, "m", fits=lambda n: False)
+    assert none_fit.value == 4 and none_fit.note.endswith(
+        "num_workers 4 is where throughput stops growing; every count swept is projected past the memory limit over "
+        "an epoch")
+    assert sweep.recommended(curve, 4, "m", fits=lambda n: None).value == 4  # no limit known: the knee
 
 
 def test_the_counts_double_up_to_the_cpus_allowed_and_the_configured_count():
