@@ -221,7 +221,7 @@ def project(pools: Sequence[Sequence[Reading]], epoch: int | None) -> Projection
 
 class Limit(NamedTuple):
     bytes: int
-    what: str  # for the message: "the cgroup memory limit", ...
+    what: str  # where it comes from, for the message: "the cgroup memory limit", ...
 
 
 def limit(holding: int) -> Limit | None:
@@ -232,8 +232,8 @@ def limit(holding: int) -> Limit | None:
     available = hostmem.mem_available()
     if available is None:
         return None
-    return Limit(available + holding, "the host's available memory (no cgroup memory limit) with what the loader "
-                                      "holds")
+    return Limit(available + holding, "the host's available memory and what the loader holds; no cgroup memory "
+                                      "limit")
 
 
 def measurements(projection: Projection | None, workers: int, prefetch: Any, method: str,
@@ -258,7 +258,7 @@ def measurements(projection: Projection | None, workers: int, prefetch: Any, met
                 + (f", at most {size(projection.copyable)} more as every worker copies all the main process's "
                    f"anonymous memory" if projection.growth * projection.epoch > projection.copyable else "") + ")")
     headroom = 100.0 * (the_limit.bytes - projection.projected) / the_limit.bytes
-    reason = f"{over}, against {the_limit.what} of {size(the_limit.bytes)}"
+    reason = f"{over}, against {size(the_limit.bytes)} ({the_limit.what})"
     hint = ""
     if projection.added >= BLAMED_GROWTH * projection.peak and projection.workers_grew:
         hint = (f"each worker copies the Dataset's pages as it reads them (copy-on-write: Python objects' reference "
@@ -267,7 +267,7 @@ def measurements(projection: Projection | None, workers: int, prefetch: Any, met
                 f"lists of dicts or strings, lower num_workers ({workers}), and keep persistent_workers off, "
                 f"so each epoch's fresh workers drop the copies")
     elif headroom < 0:
-        hint = (f"the loader alone holds more than {the_limit.what}: lower num_workers ({workers}), "
-                f"prefetch_factor ({prefetch}) or batch_size, or raise the pod's memory limit")
+        hint = (f"the loader alone is projected past the {size(the_limit.bytes)} it may use: lower num_workers "
+                f"({workers}), prefetch_factor ({prefetch}) or batch_size, or raise the pod's memory limit")
     return [peak, Measurement("memory_headroom", headroom, "%", method=method + ", projected to one epoch",
                               reason=reason, hint=hint)]

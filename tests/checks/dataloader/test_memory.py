@@ -95,7 +95,7 @@ def test_a_list_of_dicts_whose_projected_epoch_exceeds_the_limit_fails_before_an
                           r"prefetch_factor 2 \(([\d.]+) MiB measured after ([\d,]+) samples", headroom["message"])
     assert projected, headroom["message"]
     assert float(projected[1]) * 1024 > LIMIT / MiB > float(projected[2])
-    assert "against the cgroup memory limit of 1.172 GiB" in headroom["message"]
+    assert "against 1.172 GiB (the cgroup memory limit)" in headroom["message"]
     assert "copy-on-write" in headroom["hint"] and "numpy arrays or Arrow" in headroom["hint"]
     peak = results["dataloader.memory_peak"]
     assert peak["verdict"] == "info" and 0 < peak["value"] < LIMIT, peak
@@ -121,7 +121,7 @@ def test_the_same_records_as_numpy_arrays_pass_and_are_not_blamed(tmp_path):
     projected = re.search(r"([\d.]+) MiB projected over one epoch of 1,000,000 samples .* \(([\d.]+) MiB measured",
                           headroom["message"])
     assert projected and float(projected[1]) < 1.25 * float(projected[2]), headroom["message"]
-    assert "against the cgroup memory limit of 1.172 GiB" in headroom["message"]
+    assert "against 1.172 GiB (the cgroup memory limit)" in headroom["message"]
 
 
 def rollup(pss: int, anon: int = 0, anonymous: int = 0, dirty: int = 0) -> Rollup:
@@ -160,7 +160,19 @@ def test_memory_that_does_not_grow_is_neither_projected_nor_blamed():
     assert headroom.value == pytest.approx(40.0) and headroom.hint == ""
     assert headroom.reason == ("600 MiB projected over one epoch of 1,000,000 samples at num_workers 1, "
                                "prefetch_factor 2 (600 MiB measured after 9,000 samples, +0 B per sample), "
-                               "against the cgroup memory limit of 1000 MiB")
+                               "against 1000 MiB (the cgroup memory limit)")
+
+
+def test_memory_past_the_limit_that_the_workers_did_not_copy_is_not_blamed_on_copy_on_write():
+    # The main process grew (its own batches, a leak in the job's loop), the workers did not.
+    pool = [Reading(1000, rollup(900, anon=700, anonymous=800), (rollup(100, anon=50),)),
+            Reading(11000, rollup(1100, anon=900, anonymous=1000), (rollup(100, anon=50),))]
+    projection = project([pool], epoch=11000)
+    assert not projection.workers_grew and projection.projected == 1200 * MiB
+    _, headroom = memory.measurements(projection, 1, 2, "m", Limit(1000 * MiB, "the cgroup memory limit"))
+    assert headroom.value == pytest.approx(-20.0)
+    assert headroom.hint == ("the loader alone is projected past the 1000 MiB it may use: lower num_workers (1), "
+                             "prefetch_factor (2) or batch_size, or raise the pod's memory limit")
 
 
 def test_a_pools_first_interval_is_left_out_where_later_ones_follow():
