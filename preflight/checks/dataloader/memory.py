@@ -173,7 +173,7 @@ class Projection(NamedTuple):
     peak: int  # bytes: the largest sum of PSS read
     pool_peaks: tuple[int, ...]  # bytes: each pool's largest
     growth: float  # bytes of anonymous memory per sample delivered (median over the intervals, >= 0)
-    delivered: int  # samples the last pool delivered by its last reading
+    delivered: int  # samples the peak's pool had delivered at the peak's reading
     epoch: int | None  # samples in one epoch (len(dataset)); None: no epoch (synthetic samples, no __len__)
     copyable: int  # bytes the workers could still copy, at the peak's reading
     workers_grew: bool  # the workers' anonymous memory grew more than the main process's: copy-on-write
@@ -214,7 +214,7 @@ def project(pools: Sequence[Sequence[Reading]], epoch: int | None) -> Projection
         worker_growth += sum(w.pss_anon for w in last.workers) - sum(w.pss_anon for w in first.workers)
     peaks = tuple(max(r.pss for r in readings) for readings in pools)
     at_peak = max((r for readings in pools for r in readings), key=lambda r: r.pss)
-    return Projection(max(peaks), peaks, statistics.median(slopes) if slopes else 0.0, pools[-1][-1].delivered,
+    return Projection(max(peaks), peaks, statistics.median(slopes) if slopes else 0.0, at_peak.delivered,
                       epoch, at_peak.copyable, worker_growth > max(0, main_growth), at_peak.main.pss,
                       len(at_peak.workers))
 

@@ -95,6 +95,7 @@ def test_a_list_of_dicts_whose_projected_epoch_exceeds_the_limit_fails_before_an
                           r"prefetch_factor 2 \(([\d.]+) MiB measured after ([\d,]+) samples", headroom["message"])
     assert projected, headroom["message"]
     assert float(projected[1]) * 1024 > LIMIT / MiB > float(projected[2])
+    assert re.search(r"samples, \+[\d.]+ KiB per sample", headroom["message"]), headroom["message"]  # pages copied
     assert "against 1.172 GiB (the cgroup memory limit)" in headroom["message"]
     assert "copy-on-write" in headroom["hint"] and "numpy arrays or Arrow" in headroom["hint"]
     peak = results["dataloader.memory_peak"]
@@ -118,9 +119,10 @@ def test_the_same_records_as_numpy_arrays_pass_and_are_not_blamed(tmp_path):
     assert kills == 0
     assert headroom["verdict"] == "pass", headroom
     assert "copy-on-write" not in headroom["hint"]
-    projected = re.search(r"([\d.]+) MiB projected over one epoch of 1,000,000 samples .* \(([\d.]+) MiB measured",
-                          headroom["message"])
-    assert projected and float(projected[1]) < 1.25 * float(projected[2]), headroom["message"]
+    # Copy-on-write copies whole 4 KiB pages, several KiB per sample for the dicts; the arrays' workers and main
+    # process grow by a few dozen bytes per sample (allocator arenas), under a page by far.
+    growth = re.search(r"measured after [\d,]+ samples, \+([\d.]+) (B|KiB) per sample\)", headroom["message"])
+    assert growth and growth[2] == "B" and float(growth[1]) < 1024, headroom["message"]
     assert "against 1.172 GiB (the cgroup memory limit)" in headroom["message"]
 
 
@@ -159,7 +161,7 @@ def test_memory_that_does_not_grow_is_neither_projected_nor_blamed():
     _, headroom = memory.measurements(projection, 1, 2, "m", Limit(1000 * MiB, "the cgroup memory limit"))
     assert headroom.value == pytest.approx(40.0) and headroom.hint == ""
     assert headroom.reason == ("600 MiB projected over one epoch of 1,000,000 samples at num_workers 1, "
-                               "prefetch_factor 2 (600 MiB measured after 9,000 samples, +0 B per sample), "
+                               "prefetch_factor 2 (600 MiB measured after 1,000 samples, +0 B per sample), "
                                "against 1000 MiB (the cgroup memory limit)")
 
 
