@@ -98,6 +98,10 @@ OPTIONS = (
     Option("num_workers", "int_or_auto", "auto", "worker processes; auto = 70% of the CPUs the cgroup allows"),
     Option("pin_memory", "bool", True, "pin batches in page-locked memory (ignored without a CUDA device)"),
     Option("prefetch_factor", "int", 2, "batches each worker loads ahead", minimum=1),
+    Option("worker_sweep", "bool", False, "also measure the loader at 1, 2, 4, ... workers up to the CPUs the "
+           "cgroup allows and num_workers, each a fresh pool for an equal share of the sweep's phase of duration "
+           "(the sweep is one phase beside the loader's), and report recommended_num_workers: the fewest within "
+           "5 % of the best samples/s"),
     Option("worker_pools", "int", 8, "fresh worker pools measured in turn, each in an equal share of duration that "
            "pays for its start and warm-up too (pools that do not fit are left out, as the method and a warning "
            "say); the figures are their mean (a pool's rate can hang on where its workers started, as an epoch's "
@@ -132,6 +136,20 @@ METRICS = (
            "first steps excluded (MLPerf Storage AU; DLIO); MLPerf requires >= 90% (70% CosmoFlow)", about_data=True),
     Metric("throughput_vs_required", "%", True, "throughput as a share of samples_per_gpu x gpus x "
            "(1 + headroom); `{min: 100 %}` means the node can feed its GPUs", about_data=True),
+    Metric("memory_peak", "B", False, "host memory the loader held: the largest sum of PSS (shared pages counted "
+           "once) of the main process and every worker, read from /proc/PID/smaps_rollup after each window (as "
+           "PyTorch's dataloader benchmark script does)"),
+    Metric("memory_headroom", "%", True, "share of the memory the job may use (the cgroup's memory.max / "
+           "memory.limit_in_bytes, else MemAvailable) left free by the loader's memory projected to one epoch of "
+           "len(dataset) samples: the peak plus its anonymous growth per sample delivered, at most every worker "
+           "copying the main process's memory (copy-on-write, pytorch/pytorch#13246); < 0 means an OOM kill",
+           hint="the loader's memory, projected to one epoch, leaves {measured} of the limit: lower num_workers or "
+           "prefetch_factor, or raise the pod's memory limit", about_data=True),
+    Metric("workers", "", None, "worker processes the loader ran with: num_workers, or for auto 70 % of the CPUs "
+           "the cgroup allows (cpu.max / cfs_quota, and the affinity mask)"),
+    Metric("recommended_num_workers", "", None, "with worker_sweep: the fewest workers whose samples/s is within "
+           "5 % of the best at 1, 2, 4, ... workers up to the CPUs allowed and num_workers (windows that overlap "
+           "the best's are not told apart; the curve is in the message), and whose epoch fits the memory limit"),
 )
 
 
@@ -152,9 +170,10 @@ def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
 
 
 def phases(options: Mapping[str, Any]) -> int:
-    """The measuring phases that share ``duration``: raw reads (``decode: image``), the loader, and the emulated
-    GPU (``step_time``)."""
-    return 1 + (options.get("decode") == "image") + (float(options.get("step_time") or 0) > 0)
+    """The measuring phases that share ``duration``: raw reads (``decode: image``), the loader, the emulated
+    GPU (``step_time``) and the worker sweep (``worker_sweep``)."""
+    return (1 + (options.get("decode") == "image") + (float(options.get("step_time") or 0) > 0)
+            + bool(options.get("worker_sweep")))
 
 
 def timing(options: Mapping[str, Any], budget: Budget) -> Timing:

@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from preflight.checks import subject
 from preflight.checks.base import Budget, Metric
-from preflight.checks.dataloader import phases
+from preflight.checks.dataloader import memory, phases, sweep
 from preflight.checks.dataloader.loop import BatchPuller, EmptyLoader, Taken, Window, explaining_worker_oom, pooled, windows
 from preflight.checks.dataloader.required import Required, visible_gpus
 from preflight.checks.dataloader.source import Loader, Source, loader_for, opened
@@ -62,7 +62,8 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source) -> list
                                    method=method + raw.method + ", raw bytes, not decoded", stopped=raw.stopped,
                                    warnings=(raw.warning,) if raw.warning else ()))
         raw_rate = raw.rate
-    taken = pooled(lambda: _puller(built), take, phase, pools)
+    watch = memory.Watch()
+    taken = pooled(lambda: _puller(built, watch), take, phase, pools)
     if tar:
         problems = built.tally.note(len(files))  # type: ignore[union-attr,arg-type]
         if not any(taken.rates):  # every shard damaged, or no member named KEY.EXT
@@ -103,11 +104,16 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source) -> list
     fs = built.fs
     if fs is not None and fs.caveat():
         results = [_on_caveat(m, fs.caveat(), fs.memory_backed, options["path"]) for m in results]
+    results += watch.measurements(_epoch(source, tar), workers, options["prefetch_factor"], method)
+    results.append(sweep.used(options, workers, method))
     results = [dataclasses.replace(m, note=note) if note and m.measured else m for m in results]
     if taken.warning:  # fewer pools than worker_pools: the loader's figures are a rougher draw than asked for
         results = [dataclasses.replace(m, warnings=(*m.warnings, taken.warning))
                    if m.measured and m.metric in ("throughput", "bandwidth", "throughput_vs_required") else m
                    for m in results]
+    if options["worker_sweep"]:  # after the source's note: this row's own note is the curve
+        del puller, taken  # the throughput's last pool exits before the sweep's pools start (memory)
+        results.append(sweep.measure(options, source, phase, workers, method, watch.fits))
     fix = subject.no_dataset_fix("dataloader") if source.subject == "no_dataset" else None
     return [dataclasses.replace(m, subject=source.subject, hint=fix or m.hint) for m in results]
 
@@ -126,10 +132,19 @@ def phase_budget(options: Mapping[str, Any], budget: Budget) -> Budget:
     return budget._replace(duration_s=budget.duration_s / phases(options))
 
 
-def _puller(built: Loader) -> BatchPuller:
-    """A fresh DataLoader from ``built`` (a new pool of workers), counted its own way."""
+def _puller(built: Loader, watch: memory.Watch | None = None) -> BatchPuller:
+    """A fresh DataLoader from ``built`` (a new pool of workers), counted its own way; its memory read by ``watch``."""
     counted = built.fresh()
+    if watch is not None:
+        return watch.puller(counted.dataloader, counted.count)
     return BatchPuller(counted.dataloader, count=counted.count)
+
+
+def _epoch(source: Source, tar: bool) -> int | None:
+    """Samples in one epoch of what the loader reads; None when unknown (samples inside tar shards, synthetic)."""
+    if source.job is not None:
+        return memory.epoch_of(source.job.dataset)
+    return None if tar or source.files is None else len(source.files)
 
 
 def _on_caveat(m: Measurement, caveat: str, memory: bool, path: str) -> Measurement:

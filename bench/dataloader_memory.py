@@ -1,0 +1,95 @@
+"""The dataloader check's memory figures against /proc read by hand, and its epoch projection against a real epoch.
+
+Usage: python3 bench/dataloader_memory.py [--records 300000] [--workers 2] [--windows 4]
+
+Builds the classic case, a map-style Dataset holding a Python list of small dicts, and pulls it
+through a DataLoader (shuffled, batch 64) with ``memory.Watched``, the puller the check uses:
+
+1. after each window the check's reading (``memory.read``: smaps_rollup) is compared with the
+   same processes read by hand a moment later: the sum of every mapping's ``Pss:`` line in
+   /proc/PID/smaps (the kernel's per-mapping figures, not the rollup) and, for scale, the sum of
+   ``ps -o rss`` (which counts shared pages once per process). Target: within 5%.
+2. the projection from those windows (``memory.project``) against the loader's real PSS once the
+   whole epoch of ``--records`` samples has been delivered. Target: the projection is not below the
+   real epoch's memory by more than 5% (it may be above: it bounds the copies).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+
+from preflight.checks.dataloader import memory  # noqa: E402
+
+MiB = 2**20
+
+
+class Records(torch.utils.data.Dataset):
+    def __init__(self, n: int) -> None:
+        self.items = [{"id": i, "path": f"img_{i:07d}.jpg"} for i in range(n)]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> tuple[int, str]:
+        record = self.items[index]  # as a job's Dataset reads its annotation: the label and the file to open
+        return record["id"], record["path"]
+
+
+def smaps_pss(pid: int) -> int:
+    """Bytes: the sum of the Pss: lines of every mapping in /proc/PID/smaps."""
+    with open(f"/proc/{pid}/smaps") as handle:
+        return sum(int(line.split()[1]) * 1024 for line in handle if line.startswith("Pss:"))
+
+
+def ps_rss(pids: list[int]) -> int:
+    out = subprocess.run(["ps", "-o", "rss=", "-p", ",".join(map(str, pids))], capture_output=True, text=True)
+    return sum(int(v) * 1024 for v in out.stdout.split())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=300_000)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--windows", type=int, default=4)
+    args = parser.parse_args()
+    dataset = Records(args.records)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=64, shuffle=True, num_workers=args.workers)
+    watch = memory.Watch()
+    puller = watch.puller(loader, lambda batch: (len(batch[0]), 0))
+    puller.skip(2 * args.workers)
+    worst = 0.0
+    print(f"{'samples':>9} {'check PSS':>10} {'smaps PSS':>10} {'diff':>6} {'ps RSS':>9}")
+    for _ in range(args.windows):
+        puller.window(0.3)
+        reading = puller.readings[-1]
+        pids = [os.getpid()] + [p.pid for p in puller.iterator._workers]
+        by_hand = sum(smaps_pss(pid) for pid in pids)
+        diff = (reading.pss - by_hand) / by_hand
+        worst = max(worst, abs(diff))
+        print(f"{reading.delivered:>9,} {reading.pss / MiB:>8.1f}Mi {by_hand / MiB:>8.1f}Mi {diff:>+6.1%} "
+              f"{ps_rss(pids) / MiB:>7.1f}Mi")
+    projection = memory.project(watch.pools, len(dataset))
+    puller.watching = False
+    while puller.delivered < len(dataset):  # the rest of the epoch
+        puller._next()
+    pids = [os.getpid()] + [p.pid for p in puller.iterator._workers]
+    real = sum(memory.rollup(pid).pss for pid in pids)  # type: ignore[union-attr]
+    short = (real - projection.projected) / real
+    print(f"projected {projection.projected / MiB:.0f} MiB over the epoch of {len(dataset):,} samples "
+          f"(+{projection.growth:.0f} B per sample, at most {projection.copyable / MiB:.0f} MiB copied); "
+          f"real after {puller.delivered:,} samples: {real / MiB:.0f} MiB")
+    ok = worst <= 0.05 and short <= 0.05
+    print(f"check vs smaps by hand: worst {worst:.1%} (target 5%); projection "
+          f"{'above' if short <= 0 else 'below'} the real epoch by {abs(short):.1%}: {'OK' if ok else 'MISSED'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,273 @@
+"""The DataLoader's host memory: the main process and every worker by PSS, projected to an epoch against the limit.
+
+Method (as PyTorch's own DataLoader benchmark script reports worker memory, pytorch/pytorch#159432):
+after each time window of every worker pool, read ``/proc/PID/smaps_rollup`` (Linux 4.14+) of the
+main process and of each worker. PSS counts a page shared by k processes as 1/k in each, so the
+sum over the processes is the physical memory the loader holds, shared pages counted once.
+
+A forked worker shares the main process's pages until it writes one. Reading a Python object writes
+its reference count, so a worker that reads a Dataset's list of dicts copies, page by page, every page
+it touches (pytorch/pytorch#13246, #5902, #20433): the loader's memory grows with the samples read
+until every worker holds its own copy. That growth is anonymous memory (``Pss_Anon``; batches in
+flight travel in shared memory, ``Pss_Shmem``, and are not growth), measured per sample delivered::
+
+    growth  = median over the intervals between a pool's windows (its first left out where more follow) of
+              (sum of Pss_Anon at the interval's end - at its start) / samples delivered in the interval
+    copyable = sum over workers of max(0, main's Anonymous - the worker's Private_Dirty)
+    projected = peak sum of Pss + min(growth x samples left in one epoch of len(dataset), copyable)
+
+``copyable`` bounds the growth: a worker can copy no more than the main process's anonymous memory.
+The projection is an upper bound: a worker copies only the pages its reads touch (a dict's, not its
+keys table's), and the growth per sample falls as pages are copied; ``bench/dataloader_memory.py``
+found it 20-75 % above a real epoch of a shuffled list of dicts.
+The limit is the cgroup's (``memory.max`` / ``memory.limit_in_bytes``, ``cgroup_memory.memory_limit``),
+else the host's MemAvailable plus what the loader already holds.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from pathlib import Path
+from typing import Any, NamedTuple, Sequence
+
+from preflight.checks.dataloader.loop import BatchPuller, Window
+from preflight.host import cgroup_memory, hostmem
+from preflight.measurement import Measurement, unmeasurable
+from preflight.units import format_value
+
+PROC = Path("/proc")
+# Growth over the rest of the epoch below this share of the peak is not blamed on copy-on-write: a numpy-backed
+# Dataset's workers grow a few bytes per sample (allocator arenas), 5% of its peak over a million samples here.
+BLAMED_GROWTH = 0.10
+
+
+class Rollup(NamedTuple):
+    """One process's memory from its smaps_rollup, in bytes."""
+
+    pss: int  # proportional set size: shared pages divided among their sharers
+    pss_anon: int  # the anonymous part of pss (Linux 5.10+; the whole pss on older kernels)
+    anonymous: int  # anonymous pages mapped, shared or not: what a forked child could copy
+    private_dirty: int  # pages this process alone holds, written: a worker's copies and its own allocations
+
+
+def rollup(pid: int, proc: Path = PROC) -> Rollup | None:
+    """``/proc/PID/smaps_rollup`` of ``pid`` in bytes; None when the process is gone or the kernel lacks the file."""
+    try:
+        text = (proc / str(pid) / "smaps_rollup").read_text()
+    except OSError:
+        return None
+    fields = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[2] == "kB":
+            fields[parts[0].rstrip(":")] = int(parts[1]) * 1024
+    if "Pss" not in fields:
+        return None
+    return Rollup(fields["Pss"], fields.get("Pss_Anon", fields["Pss"]), fields.get("Anonymous", 0),
+                  fields.get("Private_Dirty", 0))
+
+
+class Reading(NamedTuple):
+    """The loader's memory after a window: samples delivered so far by this pool, the main process and each worker."""
+
+    delivered: int
+    main: Rollup
+    workers: tuple[Rollup, ...]
+
+    @property
+    def pss(self) -> int:
+        return self.main.pss + sum(w.pss for w in self.workers)
+
+    @property
+    def anon(self) -> int:
+        return self.main.pss_anon + sum(w.pss_anon for w in self.workers)
+
+    @property
+    def copyable(self) -> int:
+        """What the workers could still copy: each worker at most the main process's anonymous memory."""
+        return sum(max(0, self.main.anonymous - w.private_dirty) for w in self.workers)
+
+
+def read(iterator: Any, delivered: int, main_pid: int, proc: Path = PROC) -> Reading | None:
+    """The memory of ``main_pid`` and of the workers of a DataLoader ``iterator``; None when unreadable.
+
+    The workers are torch's own record of the processes it started (``_workers``, set by
+    ``_MultiProcessingDataLoaderIter`` since torch 1.0); a loader without workers has none.
+    """
+    main = rollup(main_pid, proc)
+    if main is None:
+        return None
+    workers = [rollup(p.pid, proc) for p in getattr(iterator, "_workers", ()) if p.pid is not None]
+    return Reading(delivered, main, tuple(w for w in workers if w is not None))
+
+
+class Watched(BatchPuller):
+    """A ``BatchPuller`` that counts the samples it delivers and reads the loader's memory after each window."""
+
+    def __init__(self, *args: Any, main_pid: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.main_pid = main_pid
+        self.delivered = 0
+        self.readings: list[Reading] = []
+        self.watching = True
+
+    def _next(self) -> tuple[int, int]:
+        samples, nbytes = super()._next()
+        self.delivered += samples
+        return samples, nbytes
+
+    def window(self, seconds: float) -> Window:
+        taken = super().window(seconds)
+        if self.watching:
+            reading = read(self.iterator, self.delivered, self.main_pid)
+            if reading is not None:
+                self.readings.append(reading)
+        return taken
+
+
+class Watch:
+    """The readings of every worker pool started through ``puller``, kept without keeping the pools alive."""
+
+    def __init__(self) -> None:
+        self.pools: list[list[Reading]] = []
+        self.last: Watched | None = None
+        self.projection: Projection | None = None
+        self.limit: Limit | None = None
+
+    def puller(self, loader: Any, count: Any) -> Watched:
+        """A ``Watched`` puller over ``loader`` (a fresh pool), its readings recorded here."""
+        self.last = Watched(loader, count=count, main_pid=os.getpid())
+        self.pools.append(self.last.readings)
+        return self.last
+
+    def measurements(self, epoch: int | None, workers: int, prefetch: Any, method: str) -> list[Measurement]:
+        """The rows of the pools watched so far; later windows (the utilization phase) are not read."""
+        if self.last is not None:
+            self.last.watching = False
+            self.last = None  # the pool is not kept alive here
+        self.projection = project(self.pools, epoch)
+        self.limit = limit(self.projection.peak) if self.projection is not None else None
+        return measurements(self.projection, workers, prefetch, method, self.limit)
+
+    def fits(self, workers: int) -> bool | None:
+        """Whether ``workers`` workers' projected epoch fits the limit (``Projection.at``); None when unknown.
+
+        Call after ``measurements``."""
+        if self.projection is None or self.limit is None or not self.projection.workers:
+            return None
+        return self.projection.at(workers) <= self.limit.bytes
+
+
+def epoch_of(dataset: Any) -> int | None:
+    """Samples in one epoch: ``len(dataset)``; None for a dataset without one (an IterableDataset may have none)."""
+    try:
+        return len(dataset)
+    except TypeError:
+        return None
+
+
+class Projection(NamedTuple):
+    """The loader's memory measured over the pools' windows and projected to one epoch."""
+
+    peak: int  # bytes: the largest sum of PSS read
+    pool_peaks: tuple[int, ...]  # bytes: each pool's largest
+    growth: float  # bytes of anonymous memory per sample delivered (median over the intervals, >= 0)
+    delivered: int  # samples the peak's pool had delivered at the peak's reading
+    epoch: int | None  # samples in one epoch (len(dataset)); None: no epoch (synthetic samples, no __len__)
+    copyable: int  # bytes the workers could still copy, at the peak's reading
+    workers_grew: bool  # the workers' anonymous memory grew more than the main process's: copy-on-write
+    main: int = 0  # bytes: the main process's PSS at the peak's reading
+    workers: int = 0  # workers read at the peak's reading
+
+    @property
+    def added(self) -> int:
+        """Bytes the rest of the epoch adds to the peak."""
+        if self.epoch is None:
+            return 0
+        return int(min(self.growth * max(0, self.epoch - self.delivered), self.copyable))
+
+    @property
+    def projected(self) -> int:
+        return self.peak + self.added
+
+    def at(self, workers: int) -> int:
+        """Bytes projected with ``workers`` workers instead: the main process's, and each worker's share of the rest."""
+        return int(self.main + (self.projected - self.main) * workers / self.workers) if self.workers else self.projected
+
+
+def project(pools: Sequence[Sequence[Reading]], epoch: int | None) -> Projection | None:
+    """The ``Projection`` of each pool's readings (in order); None when no pool has a reading."""
+    pools = [p for p in pools if p]
+    if not pools:
+        return None
+    slopes, worker_growth, main_growth = [], 0, 0
+    for readings in pools:
+        intervals = list(zip(readings, readings[1:]))
+        # The first interval is left out where later ones follow: the main process settles there (once, not
+        # per sample: 25 MiB in the CLI's worker over a numpy-backed Dataset, nothing after).
+        for first, last in intervals[1:] or intervals:
+            if last.delivered > first.delivered:
+                slopes.append(max(0.0, (last.anon - first.anon) / (last.delivered - first.delivered)))
+        first, last = readings[0], readings[-1]
+        main_growth += last.main.pss_anon - first.main.pss_anon
+        worker_growth += sum(w.pss_anon for w in last.workers) - sum(w.pss_anon for w in first.workers)
+    peaks = tuple(max(r.pss for r in readings) for readings in pools)
+    at_peak = max((r for readings in pools for r in readings), key=lambda r: r.pss)
+    return Projection(max(peaks), peaks, statistics.median(slopes) if slopes else 0.0, at_peak.delivered,
+                      epoch, at_peak.copyable, worker_growth > max(0, main_growth), at_peak.main.pss,
+                      len(at_peak.workers))
+
+
+class Limit(NamedTuple):
+    bytes: int
+    what: str  # where it comes from, for the message: "the cgroup memory limit", ...
+
+
+def limit(holding: int) -> Limit | None:
+    """The memory the job may use: the cgroup's limit, else MemAvailable plus ``holding`` (what the loader holds)."""
+    cgroup = cgroup_memory.memory_limit()
+    if cgroup is not None:
+        return Limit(cgroup, "the cgroup memory limit")
+    available = hostmem.mem_available()
+    if available is None:
+        return None
+    return Limit(available + holding, "the host's available memory and what the loader holds; no cgroup memory "
+                                      "limit")
+
+
+def measurements(projection: Projection | None, workers: int, prefetch: Any, method: str,
+                 the_limit: Limit | None = None) -> list[Measurement]:
+    """``memory_peak`` and ``memory_headroom`` from ``projection``; ``the_limit`` defaults to ``limit(peak)``."""
+    if projection is None:
+        why = "no /proc/PID/smaps_rollup could be read (Linux 4.14+ with /proc mounted)"
+        return [unmeasurable("memory_peak", why, "B"), unmeasurable("memory_headroom", why, "%")]
+    method = f"{method}, PSS from /proc/PID/smaps_rollup of the main process and {workers} workers after each window"
+    peak = Measurement("memory_peak", float(projection.peak), "B", samples=projection.pool_peaks, method=method)
+    the_limit = the_limit or limit(projection.peak)
+    if the_limit is None:
+        return [peak, unmeasurable("memory_headroom", "no cgroup memory limit and no MemAvailable in /proc/meminfo "
+                                   "to compare the loader's memory with", "%")]
+    size = cgroup_memory.readable
+    if projection.epoch is None:
+        over = "no epoch to project (synthetic samples or no __len__): the measured peak"
+    else:
+        over = (f"{size(projection.projected)} projected over one epoch of {projection.epoch:,} samples at "
+                f"num_workers {workers}, prefetch_factor {prefetch} ({size(projection.peak)} measured after "
+                f"{projection.delivered:,} samples, +{format_value(projection.growth, 'B')} per sample"
+                + (f", at most {size(projection.copyable)} more as every worker copies all the main process's "
+                   f"anonymous memory" if projection.growth * projection.epoch > projection.copyable else "") + ")")
+    headroom = 100.0 * (the_limit.bytes - projection.projected) / the_limit.bytes
+    reason = f"{over}, against {size(the_limit.bytes)} ({the_limit.what})"
+    hint = ""
+    if projection.added >= BLAMED_GROWTH * projection.peak and projection.workers_grew:
+        hint = (f"each worker copies the Dataset's pages as it reads them (copy-on-write: Python objects' reference "
+                f"counts dirty every page touched, so memory grows with workers and samples read, not batch size; "
+                f"pytorch/pytorch#13246): hold the Dataset's records in numpy arrays or Arrow instead of Python "
+                f"lists of dicts or strings, lower num_workers ({workers}), and keep persistent_workers off, "
+                f"so each epoch's fresh workers drop the copies")
+    elif headroom < 0:
+        hint = (f"the loader alone is projected past the {size(the_limit.bytes)} it may use: lower num_workers "
+                f"({workers}), prefetch_factor ({prefetch}) or batch_size, or raise the pod's memory limit")
+    return [peak, Measurement("memory_headroom", headroom, "%", method=method + ", projected to one epoch",
+                              reason=reason, hint=hint)]

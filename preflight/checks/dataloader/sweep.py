@@ -1,0 +1,123 @@
+"""The worker count where the DataLoader's throughput stops growing (``worker_sweep``).
+
+Method: the loader is measured at 1, 2, 4, ... workers up to the CPUs the cgroup allows (``cpus``)
+and the configured ``num_workers``, each count a fresh pool for an equal share of the check's
+``duration`` (at least 2 windows after warm-up, as the throughput's pools), so the sweep costs about
+one more ``duration`` plus a pool start per count. The knee is the fewest workers within 5 % of the
+best samples/s, told apart only where their windows do not overlap: more workers than that gain nothing here and cost memory (each is a forked copy of
+the Dataset's pages, ``memory``); where the knee's projected epoch would not fit the memory limit, the
+most workers below it that fit are recommended instead. ::
+
+    for n in counts: rate[n] = mean samples/s of windows(fresh loader with num_workers=n, duration / len(counts))
+    best = the count of the highest mean rate
+    knee = min(n for n in counts if max(windows[n]) >= 0.95 * min(windows[best]))
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
+
+from preflight.checks.base import Budget
+from preflight.checks.dataloader.loop import BatchPuller, windows
+from preflight.checks.dataloader.source import Source, loader_for
+from preflight.host.cpus import available_cpus
+from preflight.measurement import Measurement
+
+KNEE_SHARE = 0.95  # within 5 % of the best rate counts as the best: window-to-window noise is about that
+
+
+def counts(configured: int, cpus: float) -> list[int]:
+    """1, 2, 4, ... up to the larger of ``cpus`` (rounded down) and ``configured``, with both included."""
+    top = max(1, configured, math.floor(cpus))
+    powers = [2**k for k in range(top.bit_length()) if 2**k <= top]
+    return sorted({*powers, max(1, math.floor(cpus)), top} | ({configured} if configured >= 1 else set()))
+
+
+class Curve(NamedTuple):
+    """samples/s at each worker count swept, and each count's windows."""
+
+    counts: tuple[int, ...]
+    rates: tuple[float, ...]  # the mean of each count's windows
+    windows: tuple[tuple[float, ...], ...] = ()  # samples/s of each window; () : each rate its only window
+
+    def knee(self) -> int:
+        """The fewest workers whose fastest window comes within ``KNEE_SHARE`` of the best count's slowest.
+
+        With one window per count: the fewest within 5 % of the best rate. With several, a count whose
+        windows overlap the best's is not told apart from it: on a busy machine a CPU-bound loader's
+        windows spread by 10-20 %, and a count that merely drew a quieter moment is no knee.
+        """
+        windows = self.windows or tuple((rate,) for rate in self.rates)
+        best = max(range(len(self.rates)), key=self.rates.__getitem__)
+        floor = KNEE_SHARE * min(windows[best])
+        return next(n for n, taken in zip(self.counts, windows) if max(taken) >= floor)
+
+    def rate(self, workers: int) -> float | None:
+        return dict(zip(self.counts, self.rates)).get(workers)
+
+    def shown(self) -> str:
+        """``samples/s at 1, 2, 4 workers: 95, 180, 186``"""
+        return (f"samples/s at {', '.join(map(str, self.counts))} workers: "
+                f"{', '.join(f'{rate:,.0f}' for rate in self.rates)}")
+
+
+def sweep(rate_at: Callable[[int, Budget], tuple[float, ...]], worker_counts: Sequence[int], budget: Budget) -> Curve:
+    """``rate_at(n, share)`` (each window's samples/s) for each count in turn, each an equal share of ``budget``."""
+    share = Budget(budget.duration_s / len(worker_counts), budget.timeout_s)
+    taken = tuple(rate_at(n, share) for n in worker_counts)
+    return Curve(tuple(worker_counts), tuple(sum(t) / len(t) for t in taken), taken)  # windows of equal length
+
+
+def loader_rate(options: Mapping[str, Any], source: Source) -> Callable[[int, Budget], tuple[float, ...]]:
+    """samples/s of each window of a fresh loader over ``source`` with ``options`` but ``n`` workers."""
+
+    def rate_at(workers: int, share: Budget) -> tuple[float, ...]:
+        counted = loader_for({**options, "num_workers": workers}, source).fresh()
+        taken = windows(BatchPuller(counted.dataloader, count=counted.count), max(1, workers), share, min_windows=2)
+        return tuple(w.samples_per_s for w in taken)
+
+    return rate_at
+
+
+def recommended(curve: Curve, workers: int, method: str,
+                fits: Callable[[int], bool | None] = lambda n: None) -> Measurement:
+    """``recommended_num_workers``: the knee, or the most workers below it whose projected epoch ``fits`` the memory
+    limit (``memory.Watch.fits``), with the curve and what changing ``workers`` to it gains in the note."""
+    knee = curve.knee()
+    fitting = [n for n in curve.counts if n <= knee and fits(n)] if fits(knee) is False else []
+    now, best = curve.rate(workers), curve.rate(knee)
+    if fitting:
+        chosen, knee_rate = fitting[-1], best
+        knee, best = chosen, curve.rate(chosen)
+        advice = (f"num_workers {chosen}: the most workers that fit the memory limit over an epoch; {curve.knee()} "
+                  f"workers (the knee, {knee_rate / best - 1:+.0%} samples/s) are projected past it")  # type: ignore[operator]
+    elif knee > workers and now and best:
+        advice = f"raise num_workers from {workers} to {knee}: {best / now - 1:+.0%} samples/s"
+    elif knee < workers:
+        advice = (f"more workers than {knee} gain nothing here and cost memory: num_workers {knee} delivers within "
+                  f"{1 - KNEE_SHARE:.0%} of {workers}")
+    else:
+        advice = f"num_workers {workers} is where throughput stops growing"
+    if fits(knee) is False and not fitting:
+        advice += "; every count swept is projected past the memory limit over an epoch"
+    # The curve and the advice go in the note, which the table shows under an unjudged (info) row, as the reason
+    # is not; the method carries the curve into the JSON too.
+    return Measurement("recommended_num_workers", float(knee), "", reason=f"{curve.shown()}; {advice}",
+                       note=f"{curve.shown()}; {advice}", hint=advice,
+                       method=f"{method}, swept at {len(curve.counts)} worker counts, each a fresh pool for an "
+                       f"equal share of duration: {curve.shown()}")
+
+
+def measure(options: Mapping[str, Any], source: Source, budget: Budget, workers: int, method: str,
+            fits: Callable[[int], bool | None] = lambda n: None) -> Measurement:
+    """Sweep the worker counts for ``options`` over ``source`` and recommend one that ``fits`` (the module's method)."""
+    curve = sweep(loader_rate(options, source), counts(workers, available_cpus()), budget)
+    return recommended(curve, workers, method, fits)
+
+
+def used(options: Mapping[str, Any], workers: int, method: str) -> Measurement:
+    """``workers``: the worker count the loader ran with, and where ``auto`` took it from."""
+    why = (f"num_workers: auto, 70 % of the {available_cpus():g} CPUs the cgroup allows" if options["num_workers"] == "auto"
+           else "num_workers as configured")
+    return Measurement("workers", float(workers), "", method=f"{why}; {method}")

@@ -1,0 +1,188 @@
+"""The worker sweep: samples/s at 1, 2, 4 workers and the knee, on Datasets bound by waiting and by CPU.
+
+A Dataset that sleeps 10 ms per sample (I/O-bound) delivers about twice as much with each doubling
+of workers, whatever the cores. One that burns CPU stops at the CPUs the cgroup allows; other work on
+this shared 2-CPU machine would hand more CPU-bound workers a larger share of the cores (the scheduler
+shares by thread), so that case runs in a cpu cgroup of half a CPU at nice -20: the quota is then the
+CPUs, and the knee (1 worker) is the cgroup's, not the machine's load's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+
+import pytest
+
+from preflight.checks.dataloader import sweep
+from preflight.checks.dataloader.sweep import Curve
+from preflight.host import cgroup
+from tests.helpers import _remove_cgroup, job_package, run_check, run_cli, write_config
+
+DATASETS = """
+import time
+
+import torch
+
+
+class Sleeps(torch.utils.data.Dataset):
+    def __len__(self):
+        return 100_000
+
+    def __getitem__(self, index):
+        time.sleep(0.01)  # waiting on storage: needs no CPU
+        return index
+
+
+class Burns(torch.utils.data.Dataset):
+    def __len__(self):
+        return 100_000
+
+    def __getitem__(self, index):
+        deadline = time.thread_time() + 0.005  # 5 ms of this worker's own CPU time per sample
+        while time.thread_time() < deadline:
+            pass
+        return index
+
+
+def sleeps():
+    return Sleeps()
+
+
+def burns():
+    return Burns()
+"""
+
+
+@contextlib.contextmanager
+def first_in_line():
+    """This thread, and the workers it forks, at nice -20 while the block runs; skips where that is not allowed."""
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, -20)  # on Linux: this thread only, inherited across fork
+    except PermissionError:
+        pytest.skip("needs CAP_SYS_NICE to run the sweep ahead of the machine's other load")
+    try:
+        yield
+    finally:
+        os.setpriority(os.PRIO_PROCESS, 0, before)
+
+
+def swept(tmp_path, factory: str):
+    src = job_package(tmp_path / "src", "bound", {"__init__": DATASETS})
+    with first_in_line():
+            return run_check("dataloader", 1.5, dataset=f"bound:{factory}", python_path=[str(src)], num_workers=4,
+                         batch_size=4, worker_pools=1, worker_sweep=True)
+
+
+needs_two_cpus = pytest.mark.skipif(len(os.sched_getaffinity(0)) != 2, reason="the knees are this 2-CPU machine's")
+
+
+@needs_two_cpus
+def test_a_sleep_bound_dataset_keeps_growing_to_the_most_workers_swept(tmp_path):
+    rows = swept(tmp_path, "sleeps")
+    recommended = rows["recommended_num_workers"]
+    assert recommended.value == 4, recommended.note
+    assert recommended.note.startswith("samples/s at 1, 2, 4 workers: ")
+    assert recommended.note.endswith("num_workers 4 is where throughput stops growing")
+    assert rows["workers"].value == 4 and rows["workers"].method.startswith("num_workers as configured; ")
+
+
+@contextlib.contextmanager
+def cpu_limited_cgroup(cpus: float):
+    """A new cpu cgroup under this process's own with a quota of ``cpus`` (10 ms periods); yields a command prefix
+    that runs a command inside it at nice -20. Skips where this process may not make one (not root, no cpu
+    controller)."""
+    own = cgroup.directories("cpu")
+    directory = (own[0] if own else cgroup.CGROUP_ROOT) / f"preflight-sweep-{os.getpid()}"
+    try:
+        directory.mkdir()
+    except OSError as error:
+        pytest.skip(f"cannot create a cpu cgroup under {directory.parent} ({error.strerror})")
+    try:
+        if cgroup.unified():
+            if not (directory / "cpu.max").exists():
+                pytest.skip(f"the cpu controller is not enabled for children of {directory.parent}")
+            (directory / "cpu.max").write_text(f"{int(cpus * 10_000)} 10000")
+        else:
+            (directory / "cpu.cfs_period_us").write_text("10000")
+            (directory / "cpu.cfs_quota_us").write_text(str(int(cpus * 10_000)))
+        yield ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec nice -n -20 "$@"', str(directory)]
+    finally:
+        _remove_cgroup(directory)
+
+
+def test_a_cpu_bound_dataset_stops_at_the_cpus_the_cgroup_allows_and_more_workers_are_named_a_cost(tmp_path):
+    # Half a CPU of quota: the knee is 1 worker on any machine that can give this cgroup half a CPU, which nice -20
+    # makes sure of on this busy 2-CPU one (at nice 0 under a load of 8, one worker got a fifth of a CPU).
+    src = job_package(tmp_path / "src", "bound", {"__init__": DATASETS})
+    config = write_config(tmp_path, f"""
+        version: 1
+        checks:
+          dataloader:
+            dataset: "bound:burns"
+            python_path: [{src}]
+            num_workers: 4
+            batch_size: 4
+            worker_pools: 1
+            worker_sweep: true
+            duration: 3s
+        """)
+    with cpu_limited_cgroup(0.5) as prefix:
+        run = run_cli("run", "-c", str(config), "--format", "json", prefix=prefix, cwd=tmp_path, timeout=120)
+    rows = {r["id"]: r for r in json.loads(run.stdout)["results"]}
+    recommended, workers = rows["dataloader.recommended_num_workers"], rows["dataloader.workers"]
+    assert recommended["value"] == 1, recommended["message"]
+    assert re.search(r"samples/s at 1, 2, 4 workers: [\d,]+, [\d,]+, [\d,]+; more workers than 1 gain nothing "
+                     r"here and cost memory: num_workers 1 delivers within 5% of 4", recommended["message"])
+    assert workers["value"] == 4 and workers["method"].startswith("num_workers as configured; ")
+
+
+def test_the_knee_is_the_fewest_workers_within_5_percent_of_the_best_and_the_hint_says_what_raising_gains():
+    curve = Curve((1, 2, 4, 8), (100.0, 290.0, 296.0, 300.0))
+    assert curve.knee() == 2  # 290 is within 5 % of 300; 100 is not
+    raise_to = sweep.recommended(curve, 1, "m")
+    assert raise_to.value == 2
+    assert raise_to.reason == ("samples/s at 1, 2, 4, 8 workers: 100, 290, 296, 300; raise num_workers from 1 to 2: "
+                               "+190% samples/s")
+    assert sweep.recommended(curve, 8, "m").hint == ("more workers than 2 gain nothing here and cost memory: "
+                                                     "num_workers 2 delivers within 5% of 8")
+
+
+def test_counts_whose_windows_overlap_the_best_ones_are_not_told_apart():
+    # A CPU-bound loader on a busy machine: the means differ by 9 %, the windows overlap: no gain from workers.
+    noisy = Curve((1, 2, 4), (84.0, 84.0, 92.0), ((76.0, 92.0), (80.0, 88.0), (86.0, 98.0)))
+    assert noisy.knee() == 1
+    # Waiting-bound: the windows lie apart, the knee is the most workers.
+    apart = Curve((1, 2, 4), (96.0, 188.0, 344.0), ((94.0, 98.0), (185.0, 191.0), (330.0, 358.0)))
+    assert apart.knee() == 4
+
+
+def test_a_knee_whose_epoch_would_not_fit_in_memory_gives_way_to_the_most_workers_that_fit():
+    curve = Curve((1, 2, 4), (100.0, 190.0, 380.0))
+    fitting = sweep.recommended(curve, 1, "m", fits=lambda n: n <= 2)
+    assert fitting.value == 2
+    assert fitting.note == ("samples/s at 1, 2, 4 workers: 100, 190, 380; num_workers 2: the most workers that fit "
+                            "the memory limit over an epoch; 4 workers (the knee, +100% samples/s) are projected past it")
+    none_fit = sweep.recommended(curve, 4, "m", fits=lambda n: False)
+    assert none_fit.value == 4 and none_fit.note.endswith(
+        "num_workers 4 is where throughput stops growing; every count swept is projected past the memory limit over "
+        "an epoch")
+    assert sweep.recommended(curve, 4, "m", fits=lambda n: None).value == 4  # no limit known: the knee
+
+
+def test_the_counts_double_up_to_the_cpus_allowed_and_the_configured_count():
+    assert sweep.counts(4, 2.0) == [1, 2, 4]
+    assert sweep.counts(1, 2.0) == [1, 2]
+    assert sweep.counts(3, 2.0) == [1, 2, 3]
+    assert sweep.counts(8, 16.0) == [1, 2, 4, 8, 16]
+    assert sweep.counts(0, 1.5) == [1]
+
+
+def test_without_the_sweep_the_loader_reports_the_workers_it_used_and_no_recommendation(tmp_path):
+    rows = run_check("dataloader", 0.3, synthetic=True, batch_size=4, worker_pools=1)
+    assert "recommended_num_workers" not in rows
+    assert rows["workers"].method.startswith("num_workers: auto, 70 % of the ")
+    assert rows["workers"].value >= 1
