@@ -49,18 +49,40 @@ def oom_kills(root: Path = CGROUP_ROOT, membership: Path = PROC_CGROUP) -> OomCo
 def memory_limit(root: Path = CGROUP_ROOT, membership: Path = PROC_CGROUP) -> int | None:
     """The tightest memory limit in bytes on this process's cgroup or an ancestor; None when unlimited or unknown.
 
-    v2: ``memory.max``; v1: ``memory.limit_in_bytes``. Raises nothing.
+    v2: ``memory.max``; v1: ``memory.limit_in_bytes``, and ``hierarchical_memory_limit`` in the
+    process's own ``memory.stat``: the kernel's minimum over every ancestor, including those a
+    container cannot see because its runtime bind-mounts its own cgroup at the hierarchy's root
+    (Docker on v1: the pod's or slice's limit sits above it; cloudfoundry/gosigar#56,
+    VictoriaMetrics/VictoriaMetrics#699). Raises nothing.
     """
-    name = "memory.max" if cgroup.unified(root) else "memory.limit_in_bytes"
-    limits = []
-    for directory in cgroup.directories("memory", root, membership):
-        try:
-            text = (directory / name).read_text().strip()
-        except OSError:
-            continue
-        if text.isdigit() and int(text) < UNLIMITED_V1:
-            limits.append(int(text))
-    return min(limits, default=None)
+    unified = cgroup.unified(root)
+    name = "memory.max" if unified else "memory.limit_in_bytes"
+    directories = cgroup.directories("memory", root, membership)
+    limits = [_read_limit(directory / name) for directory in directories]
+    if directories and not unified:
+        limits.append(_stat(directories[0] / "memory.stat", "hierarchical_memory_limit"))
+    return min((limit for limit in limits if limit is not None), default=None)
+
+
+def _read_limit(file: Path) -> int | None:
+    """A limit file's bytes; None when unreadable, ``max`` or v1's near-2^63 for none."""
+    try:
+        text = file.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() and int(text) < UNLIMITED_V1 else None
+
+
+def _stat(file: Path, key: str) -> int | None:
+    """``key``'s value in a ``memory.stat`` file, None when absent, unreadable or v1's near-2^63 for none."""
+    try:
+        for line in file.read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key and value.strip().isdigit():
+                return int(value) if int(value) < UNLIMITED_V1 else None
+    except OSError:
+        pass
+    return None
 
 
 def readable(size: int) -> str:
@@ -92,3 +114,4 @@ class OomWatch(NamedTuple):
         under = (f"under the cgroup memory limit of {readable(limit)}" if limit else
                  "with no cgroup memory limit set, so the node itself ran out of memory")
         return f"{under} (oom_kill in {after.file.name} rose from {self.before.kills} to {after.kills})"
+

@@ -91,3 +91,19 @@ def test_sizes_read_in_binary_units():
     assert cgroup_memory.readable(300 << 20) == "300 MiB"
     assert cgroup_memory.readable(1288490188) == "1.2 GiB"
     assert cgroup_memory.readable(16 << 30) == "16 GiB"
+
+
+def test_v1_a_limit_above_the_mounted_tree_is_read_from_hierarchical_memory_limit(tmp_path):
+    # A v1 runtime bind-mounts the container's cgroup at the hierarchy's root: /proc/self/cgroup names a path not
+    # in the tree, and the pod's limit above it is only in memory.stat (cloudfoundry/gosigar#56).
+    root = tmp_path / "cgroup"
+    (root / "memory").mkdir(parents=True)
+    (root / "memory" / "memory.limit_in_bytes").write_text(V1_UNLIMITED)
+    (root / "memory" / "memory.stat").write_text(
+        f"cache 0\nshmem 0\nhierarchical_memory_limit {300 << 20}\nhierarchical_memsw_limit {300 << 20}\n")
+    membership = tmp_path / "membership"
+    membership.write_text("12:memory:/kubepods/pod1/abc\n0::/\n")
+    assert cgroup_memory.memory_limit(root, membership) == 300 << 20
+    (root / "memory" / "memory.stat").write_text(f"hierarchical_memory_limit {V1_UNLIMITED}")
+    assert cgroup_memory.memory_limit(root, membership) is None
+
