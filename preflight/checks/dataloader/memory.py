@@ -20,8 +20,8 @@ flight travel in shared memory, ``Pss_Shmem``, and are not growth), measured per
 The projection is an upper bound: a worker copies only the pages its reads touch (a dict's, not its
 keys table's), and the growth per sample falls as pages are copied; ``bench/dataloader_memory.py``
 found it 20-75 % above a real epoch of a shuffled list of dicts.
-The limit is the cgroup's (``memory.max`` / ``memory.limit_in_bytes``, ``cgroup_memory.memory_limit``),
-else the host's MemAvailable plus what the loader already holds.
+The limit is the tighter of the cgroup's (``memory.max`` / ``memory.limit_in_bytes``,
+``cgroup_memory.memory_limit``) and the host's MemAvailable plus what the loader already holds.
 """
 
 from __future__ import annotations
@@ -225,15 +225,22 @@ class Limit(NamedTuple):
 
 
 def limit(holding: int) -> Limit | None:
-    """The memory the job may use: the cgroup's limit, else MemAvailable plus ``holding`` (what the loader holds)."""
+    """The memory the job may use: the tighter of the cgroup's limit and MemAvailable plus ``holding`` (bytes).
+
+    ``holding``: what the loader already holds, which MemAvailable no longer counts. A cgroup limit
+    above what the host has left binds nothing: the node runs out first (a pod limit above the
+    node's RAM, Traitome/oxo-flow#96; "min(physical, cgroup limit)", sqliteai/warp#14).
+    """
     cgroup = cgroup_memory.memory_limit()
-    if cgroup is not None:
-        return Limit(cgroup, "the cgroup memory limit")
     available = hostmem.mem_available()
-    if available is None:
+    host = None if available is None else available + holding
+    if cgroup is not None and (host is None or cgroup <= host):
+        return Limit(cgroup, "the cgroup memory limit")
+    if host is None:
         return None
-    return Limit(available + holding, "the host's available memory and what the loader holds; no cgroup memory "
-                                      "limit")
+    above = (f"below the cgroup memory limit of {cgroup_memory.readable(cgroup)}" if cgroup is not None
+             else "no cgroup memory limit")
+    return Limit(host, f"the host's available memory and what the loader holds; {above}")
 
 
 def measurements(projection: Projection | None, workers: int, prefetch: Any, method: str,

@@ -71,6 +71,18 @@ def test_a_parent_limit_a_container_cannot_see_is_read_from_hierarchical_memory_
     assert (seen["bytes"], seen["what"]) == (300 * MiB, "the cgroup memory limit")
 
 
+def test_a_cgroup_limit_above_what_the_host_has_left_is_not_the_limit():
+    # Traitome/oxo-flow#96 (a 9.7G cgroup on a 3.7G box OOM-killed all the same), sqliteai/warp#14 ("min(physical,
+    # cgroup limit)"): a limit the node cannot back binds nothing; the host runs out first.
+    above = (hostmem.mem_available() or 2**40) * 4
+    with memory_limited_cgroup(above) as (_, prefix):
+        projected = above // 2  # twice what the host has: an OOM waiting to happen, 50% headroom by the cgroup
+        seen = limit_inside(prefix, str(projected))
+    assert seen["bytes"] < above and seen["headroom"] < 0, seen
+    assert seen["what"] == ("the host's available memory and what the loader holds; below the cgroup memory limit "
+                            f"of {memory.cgroup_memory.readable(above)}")
+
+
 class Shared(torch.utils.data.Dataset):
     # A Dataset holding one large array written before the fork: every worker maps the same pages.
     def __init__(self, size: int) -> None:
