@@ -115,3 +115,16 @@ class OomWatch(NamedTuple):
                  "with no cgroup memory limit set, so the node itself ran out of memory")
         return f"{under} (oom_kill in {after.file.name} rose from {self.before.kills} to {after.kills})"
 
+
+def shmem(root: Path = CGROUP_ROOT, membership: Path = PROC_CGROUP) -> int | None:
+    """Bytes of tmpfs and shared memory (/dev/shm, memfd, SysV shm) charged to this process's memory cgroup.
+
+    Files on a tmpfs are charged to the cgroup of the process that wrote them and count against
+    its limit whether or not anything maps them (kernel docs cgroup-v1/memory.rst 2.2.1, "tmpfs";
+    moby/moby#47967). v2: ``shmem`` in ``memory.stat`` (descendants included); v1: ``total_shmem``.
+    None where no memory cgroup is found (v2's root has no memory.stat) or the file is unreadable.
+    """
+    directories = cgroup.directories("memory", root, membership)
+    if not directories:
+        return None
+    return _stat(directories[0] / "memory.stat", "shmem" if cgroup.unified(root) else "total_shmem")

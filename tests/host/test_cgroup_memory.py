@@ -100,10 +100,18 @@ def test_v1_a_limit_above_the_mounted_tree_is_read_from_hierarchical_memory_limi
     (root / "memory").mkdir(parents=True)
     (root / "memory" / "memory.limit_in_bytes").write_text(V1_UNLIMITED)
     (root / "memory" / "memory.stat").write_text(
-        f"cache 0\nshmem 0\nhierarchical_memory_limit {300 << 20}\nhierarchical_memsw_limit {300 << 20}\n")
+        f"cache 0\nshmem 0\nhierarchical_memory_limit {300 << 20}\nhierarchical_memsw_limit {300 << 20}\n"
+        f"total_shmem {7 << 20}\n")
     membership = tmp_path / "membership"
     membership.write_text("12:memory:/kubepods/pod1/abc\n0::/\n")
     assert cgroup_memory.memory_limit(root, membership) == 300 << 20
+    assert cgroup_memory.shmem(root, membership) == 7 << 20  # v1: total_shmem, the cgroup's and its children's
     (root / "memory" / "memory.stat").write_text(f"hierarchical_memory_limit {V1_UNLIMITED}")
     assert cgroup_memory.memory_limit(root, membership) is None
+    assert cgroup_memory.shmem(root, membership) is None
 
+
+def test_v2_tmpfs_charged_to_the_cgroup_is_memory_stat_shmem(tmp_path):
+    root, membership, container = v2_tree(tmp_path)
+    (container / "memory.stat").write_text(f"anon {50 << 20}\nfile {9 << 20}\nshmem {8 << 20}\nfile_mapped 0\n")
+    assert cgroup_memory.shmem(root, membership) == 8 << 20

@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,7 +22,8 @@ import torch
 
 from preflight.checks.dataloader import memory
 from preflight.host import cgroup, hostmem
-from tests.helpers import REPO, in_mount_namespace, memory_cgroup_pair, memory_limited_cgroup
+from tests.helpers import (REPO, in_mount_namespace, job_package, memory_cgroup_pair, memory_limited_cgroup, run_cli,
+                           write_config)
 
 MiB = 2**20
 
@@ -120,3 +123,69 @@ def test_pages_forked_workers_share_are_counted_once_not_once_per_worker():
     assert rss_sum >= main_rss + 2 * size  # what an RSS sum would report: the array in every worker again
     assert reading.pss < main_rss + size / 2  # what the gate reports: the array once, the workers' own pages
 
+
+CACHING = """
+import os
+import time
+
+import torch
+
+N = 50_000
+
+
+class ShmCache(torch.utils.data.Dataset):
+    # Decoded samples cached on /dev/shm for the next epoch: each read leaves 32 KiB on a tmpfs.
+    def __len__(self):
+        return N
+
+    def __getitem__(self, index):
+        time.sleep(0.001)  # at most 1,000 samples/s per worker: the windows write a bounded share
+        with open(os.path.join(os.environ["SHM_CACHE"], str(index)), "wb") as cache:
+            cache.write(b"x" * 32768)
+        return index
+"""
+
+
+def test_files_a_dataset_leaves_on_tmpfs_count_against_the_limit_though_no_process_maps_them(tmp_path):
+    # moby/moby#47967, kubernetes/website#36494, argonne-lcf/dlio_benchmark#165: tmpfs pages (/dev/shm, a
+    # memory-backed emptyDir) are charged to the writer's cgroup and OOM-kill it; no process's PSS holds them.
+    shm = Path("/dev/shm")
+    if not shm.is_dir():
+        pytest.skip("no /dev/shm")
+    cache = shm / f"preflight-test-{os.getpid()}"
+    cache.mkdir()
+    src = job_package(tmp_path / "src", "caching", {"__init__": CACHING})
+    config = write_config(tmp_path, f"""
+        version: 1
+        checks:
+          dataloader:
+            dataset: "caching:ShmCache"
+            python_path: [{src}]
+            num_workers: 2
+            worker_pools: 1
+            duration: 0.5s
+            timeout: 90s
+            memory_headroom: {{min: 0 %}}
+        """)
+    counter = "memory.events" if cgroup.unified() else "memory.oom_control"
+    try:
+        with memory_limited_cgroup(LIMIT) as (directory, prefix):
+            run = run_cli("run", "-c", str(config), "--format", "json", prefix=prefix, cwd=tmp_path, timeout=180,
+                          env={"SHM_CACHE": str(cache)})
+            kills = int(re.search(r"^oom_kill (\d+)$", (directory / counter).read_text(), re.M)[1])
+        written = sum(f.stat().st_size for f in cache.iterdir())
+    finally:
+        shutil.rmtree(cache)
+    assert kills == 0, "the kernel OOM-killed during the windows: the case was not built"
+    results = {r["id"]: r for r in json.loads(run.stdout)["results"]}
+    headroom, peak = results["dataloader.memory_headroom"], results["dataloader.memory_peak"]
+    assert headroom["verdict"] == "fail" and run.returncode == 1, headroom
+    files = re.search(r"; ([\d.]+) MiB of it files on tmpfs, \+([\d.]+) KiB per sample\)", headroom["message"])
+    assert files, headroom["message"]
+    assert 0 < float(files[1]) * MiB <= written  # what the windows wrote, less what workers had just begun
+    assert 28 <= float(files[2]) <= 36  # 32 KiB a sample, page-rounded
+    assert peak["value"] >= float(files[1]) * MiB
+    assert "files on tmpfs" in headroom["hint"] and "cache on disk" in headroom["hint"]
+
+
+LIMIT = 1024 * MiB  # above what the windows hold (the loader and a few thousand samples' files), below an epoch's 1.5 GiB
