@@ -64,6 +64,19 @@ def memory_limit(root: Path = CGROUP_ROOT, membership: Path = PROC_CGROUP) -> in
     return min((limit for limit in limits if limit is not None), default=None)
 
 
+def memory_high(root: Path = CGROUP_ROOT, membership: Path = PROC_CGROUP) -> int | None:
+    """The tightest cgroup v2 ``memory.high`` in bytes up this process's cgroup tree; None when unset, v1 or unknown.
+
+    Above ``memory.high`` the kernel reclaims the cgroup's pages and throttles its allocations
+    (kernel docs cgroup-v2.rst, "memory.high"; Kubernetes MemoryQoS sets it below the limit), so
+    a loader past it slows down well before ``memory.max`` kills it. Raises nothing.
+    """
+    if not cgroup.unified(root):
+        return None
+    highs = [_read_limit(directory / "memory.high") for directory in cgroup.directories("memory", root, membership)]
+    return min((high for high in highs if high is not None), default=None)
+
+
 def _read_limit(file: Path) -> int | None:
     """A limit file's bytes; None when unreadable, ``max`` or v1's near-2^63 for none."""
     try:

@@ -115,3 +115,15 @@ def test_v2_tmpfs_charged_to_the_cgroup_is_memory_stat_shmem(tmp_path):
     root, membership, container = v2_tree(tmp_path)
     (container / "memory.stat").write_text(f"anon {50 << 20}\nfile {9 << 20}\nshmem {8 << 20}\nfile_mapped 0\n")
     assert cgroup_memory.shmem(root, membership) == 8 << 20
+
+
+def test_v2_memory_high_is_the_tightest_up_the_tree_and_none_on_v1(tmp_path):
+    # Kubernetes MemoryQoS writes memory.high below memory.max: the kernel throttles from there (sqliteai/warp#14).
+    root, membership, container = v2_tree(tmp_path)
+    assert cgroup_memory.memory_high(root, membership) is None  # no memory.high files
+    (container / "memory.high").write_text("max\n")
+    (container.parent / "memory.high").write_text(f"{900 << 20}\n")
+    assert cgroup_memory.memory_high(root, membership) == 900 << 20
+    v1_root, v1_membership, v1_container = v1_tree(tmp_path / "v1")
+    (v1_container / "memory.high").write_text(f"{100 << 20}\n")  # no such file on v1: never read there
+    assert cgroup_memory.memory_high(v1_root, v1_membership) is None

@@ -141,7 +141,8 @@ METRICS = (
            "PyTorch's dataloader benchmark script does), plus the files on tmpfs they wrote and left unmapped "
            "(the cgroup's memory.stat shmem: the limit counts them)"),
     Metric("memory_headroom", "%", True, "share of the memory the job may use (the tighter of the cgroup's "
-           "memory.max / memory.limit_in_bytes / v1 hierarchical_memory_limit and MemAvailable) left free by the "
+           "memory.max / memory.limit_in_bytes / v1 hierarchical_memory_limit, v2 memory.high where lower, and "
+           "MemAvailable) left free by the "
            "loader's memory projected to one epoch of len(dataset) samples: the peak plus its anonymous growth per "
            "sample delivered, at most every worker copying the main process's memory (copy-on-write, "
            "pytorch/pytorch#13246), plus its tmpfs files per sample; < 0 means an OOM kill",

@@ -268,11 +268,16 @@ def limit(holding: int) -> Limit | None:
 
     ``holding``: what the loader already holds, which MemAvailable no longer counts. A cgroup limit
     above what the host has left binds nothing: the node runs out first (a pod limit above the
-    node's RAM, Traitome/oxo-flow#96; "min(physical, cgroup limit)", sqliteai/warp#14).
+    node's RAM, Traitome/oxo-flow#96; "min(physical, cgroup limit)", sqliteai/warp#14). A v2
+    ``memory.high`` below the limit is where the kernel starts throttling: the job slows there
+    (sqliteai/warp#14 takes the smallest ``memory.max`` or ``memory.high``).
     """
-    cgroup = cgroup_memory.memory_limit()
+    cgroup, high = cgroup_memory.memory_limit(), cgroup_memory.memory_high()
     available = hostmem.mem_available()
     host = None if available is None else available + holding
+    if high is not None and (cgroup is None or high < cgroup) and (host is None or high <= host):
+        return Limit(high, "the cgroup's memory.high, above which the kernel throttles the loader"
+                     + (f"; its memory limit is {cgroup_memory.readable(cgroup)}" if cgroup is not None else ""))
     if cgroup is not None and (host is None or cgroup <= host):
         return Limit(cgroup, "the cgroup memory limit")
     if host is None:

@@ -216,3 +216,16 @@ def test_read_counts_tmpfs_growth_that_no_loader_process_maps():
     assert reading.tmpfs == 3 * MiB and reading.held == reading.pss + 3 * MiB
     assert memory.read(None, 0, here, shmem_before=9 * MiB, shmem_now=5 * MiB).tmpfs == 0  # freed: nothing held
     assert memory.read(None, 0, here).tmpfs == 0  # no cgroup counter: nothing known
+
+
+def test_a_memory_high_below_the_limit_is_what_the_loader_may_use_without_being_throttled(monkeypatch):
+    # cgroup v2 only, and this machine's memory controller may be v1: the host's readings are stood in for.
+    monkeypatch.setattr(memory.hostmem, "mem_available", lambda: 64 << 30)
+    monkeypatch.setattr(memory.cgroup_memory, "memory_limit", lambda: 2 << 30)
+    monkeypatch.setattr(memory.cgroup_memory, "memory_high", lambda: 1 << 30)
+    assert memory.limit(0) == Limit(1 << 30, "the cgroup's memory.high, above which the kernel throttles the "
+                                              "loader; its memory limit is 2 GiB")
+    monkeypatch.setattr(memory.cgroup_memory, "memory_high", lambda: 3 << 30)  # above memory.max: max binds first
+    assert memory.limit(0) == Limit(2 << 30, "the cgroup memory limit")
+    monkeypatch.setattr(memory.cgroup_memory, "memory_limit", lambda: None)
+    assert memory.limit(0).bytes == 3 << 30
