@@ -137,6 +137,29 @@ def memory_limited_cgroup(limit_bytes: int) -> Iterator[tuple[Path, list[str]]]:
         _remove_cgroup(directory)
 
 
+@contextlib.contextmanager
+def memory_cgroup_pair(parent_limit: int) -> Iterator[tuple[Path, Path, list[str]]]:
+    """A memory cgroup limited to ``parent_limit`` under this process's own, and an unlimited child in it.
+
+    The shape of a Kubernetes pod (the limit) above its container, or a systemd slice above a
+    service: the child's own ``memory.max`` reads ``max`` (v1: near 2^63) though the parent's
+    binds it. Yields the parent, the child and a command prefix that runs a command in the
+    child. Skips as ``memory_limited_cgroup`` does; removed afterwards, child first.
+    """
+    with memory_limited_cgroup(parent_limit) as (parent, _):
+        child = parent / "job"
+        if cgroup.unified():
+            try:
+                (parent / "cgroup.subtree_control").write_text("+memory")
+            except OSError as error:
+                pytest.skip(f"cannot enable the memory controller below {parent} ({error.strerror})")
+        child.mkdir()
+        try:
+            yield parent, child, ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(child)]
+        finally:
+            _remove_cgroup(child)
+
+
 def _remove_cgroup(directory: Path) -> None:
     deadline = time.monotonic() + 10
     while True:

@@ -49,18 +49,53 @@ def oom_kills(root: Path = CGROUP_ROOT, membership: Path = PROC_CGROUP) -> OomCo
 def memory_limit(root: Path = CGROUP_ROOT, membership: Path = PROC_CGROUP) -> int | None:
     """The tightest memory limit in bytes on this process's cgroup or an ancestor; None when unlimited or unknown.
 
-    v2: ``memory.max``; v1: ``memory.limit_in_bytes``. Raises nothing.
+    v2: ``memory.max``; v1: ``memory.limit_in_bytes``, and ``hierarchical_memory_limit`` in the
+    process's own ``memory.stat``: the kernel's minimum over every ancestor, including those a
+    container cannot see because its runtime bind-mounts its own cgroup at the hierarchy's root
+    (Docker on v1: the pod's or slice's limit sits above it; cloudfoundry/gosigar#56,
+    VictoriaMetrics/VictoriaMetrics#699). Raises nothing.
     """
-    name = "memory.max" if cgroup.unified(root) else "memory.limit_in_bytes"
-    limits = []
-    for directory in cgroup.directories("memory", root, membership):
-        try:
-            text = (directory / name).read_text().strip()
-        except OSError:
-            continue
-        if text.isdigit() and int(text) < UNLIMITED_V1:
-            limits.append(int(text))
-    return min(limits, default=None)
+    unified = cgroup.unified(root)
+    name = "memory.max" if unified else "memory.limit_in_bytes"
+    directories = cgroup.directories("memory", root, membership)
+    limits = [_read_limit(directory / name) for directory in directories]
+    if directories and not unified:
+        limits.append(_stat(directories[0] / "memory.stat", "hierarchical_memory_limit"))
+    return min((limit for limit in limits if limit is not None), default=None)
+
+
+def memory_high(root: Path = CGROUP_ROOT, membership: Path = PROC_CGROUP) -> int | None:
+    """The tightest cgroup v2 ``memory.high`` in bytes up this process's cgroup tree; None when unset, v1 or unknown.
+
+    Above ``memory.high`` the kernel reclaims the cgroup's pages and throttles its allocations
+    (kernel docs cgroup-v2.rst, "memory.high"; Kubernetes MemoryQoS sets it below the limit), so
+    a loader past it slows down well before ``memory.max`` kills it. Raises nothing.
+    """
+    if not cgroup.unified(root):
+        return None
+    highs = [_read_limit(directory / "memory.high") for directory in cgroup.directories("memory", root, membership)]
+    return min((high for high in highs if high is not None), default=None)
+
+
+def _read_limit(file: Path) -> int | None:
+    """A limit file's bytes; None when unreadable, ``max`` or v1's near-2^63 for none."""
+    try:
+        text = file.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() and int(text) < UNLIMITED_V1 else None
+
+
+def _stat(file: Path, key: str) -> int | None:
+    """``key``'s value in a ``memory.stat`` file, None when absent, unreadable or v1's near-2^63 for none."""
+    try:
+        for line in file.read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key and value.strip().isdigit():
+                return int(value) if int(value) < UNLIMITED_V1 else None
+    except OSError:
+        pass
+    return None
 
 
 def readable(size: int) -> str:
@@ -92,3 +127,17 @@ class OomWatch(NamedTuple):
         under = (f"under the cgroup memory limit of {readable(limit)}" if limit else
                  "with no cgroup memory limit set, so the node itself ran out of memory")
         return f"{under} (oom_kill in {after.file.name} rose from {self.before.kills} to {after.kills})"
+
+
+def shmem(root: Path = CGROUP_ROOT, membership: Path = PROC_CGROUP) -> int | None:
+    """Bytes of tmpfs and shared memory (/dev/shm, memfd, SysV shm) charged to this process's memory cgroup.
+
+    Files on a tmpfs are charged to the cgroup of the process that wrote them and count against
+    its limit whether or not anything maps them (kernel docs cgroup-v1/memory.rst 2.2.1, "tmpfs";
+    moby/moby#47967). v2: ``shmem`` in ``memory.stat`` (descendants included); v1: ``total_shmem``.
+    None where no memory cgroup is found (v2's root has no memory.stat) or the file is unreadable.
+    """
+    directories = cgroup.directories("memory", root, membership)
+    if not directories:
+        return None
+    return _stat(directories[0] / "memory.stat", "shmem" if cgroup.unified(root) else "total_shmem")

@@ -91,3 +91,39 @@ def test_sizes_read_in_binary_units():
     assert cgroup_memory.readable(300 << 20) == "300 MiB"
     assert cgroup_memory.readable(1288490188) == "1.2 GiB"
     assert cgroup_memory.readable(16 << 30) == "16 GiB"
+
+
+def test_v1_a_limit_above_the_mounted_tree_is_read_from_hierarchical_memory_limit(tmp_path):
+    # A v1 runtime bind-mounts the container's cgroup at the hierarchy's root: /proc/self/cgroup names a path not
+    # in the tree, and the pod's limit above it is only in memory.stat (cloudfoundry/gosigar#56).
+    root = tmp_path / "cgroup"
+    (root / "memory").mkdir(parents=True)
+    (root / "memory" / "memory.limit_in_bytes").write_text(V1_UNLIMITED)
+    (root / "memory" / "memory.stat").write_text(
+        f"cache 0\nshmem 0\nhierarchical_memory_limit {300 << 20}\nhierarchical_memsw_limit {300 << 20}\n"
+        f"total_shmem {7 << 20}\n")
+    membership = tmp_path / "membership"
+    membership.write_text("12:memory:/kubepods/pod1/abc\n0::/\n")
+    assert cgroup_memory.memory_limit(root, membership) == 300 << 20
+    assert cgroup_memory.shmem(root, membership) == 7 << 20  # v1: total_shmem, the cgroup's and its children's
+    (root / "memory" / "memory.stat").write_text(f"hierarchical_memory_limit {V1_UNLIMITED}")
+    assert cgroup_memory.memory_limit(root, membership) is None
+    assert cgroup_memory.shmem(root, membership) is None
+
+
+def test_v2_tmpfs_charged_to_the_cgroup_is_memory_stat_shmem(tmp_path):
+    root, membership, container = v2_tree(tmp_path)
+    (container / "memory.stat").write_text(f"anon {50 << 20}\nfile {9 << 20}\nshmem {8 << 20}\nfile_mapped 0\n")
+    assert cgroup_memory.shmem(root, membership) == 8 << 20
+
+
+def test_v2_memory_high_is_the_tightest_up_the_tree_and_none_on_v1(tmp_path):
+    # Kubernetes MemoryQoS writes memory.high below memory.max: the kernel throttles from there (sqliteai/warp#14).
+    root, membership, container = v2_tree(tmp_path)
+    assert cgroup_memory.memory_high(root, membership) is None  # no memory.high files
+    (container / "memory.high").write_text("max\n")
+    (container.parent / "memory.high").write_text(f"{900 << 20}\n")
+    assert cgroup_memory.memory_high(root, membership) == 900 << 20
+    v1_root, v1_membership, v1_container = v1_tree(tmp_path / "v1")
+    (v1_container / "memory.high").write_text(f"{100 << 20}\n")  # no such file on v1: never read there
+    assert cgroup_memory.memory_high(v1_root, v1_membership) is None

@@ -138,11 +138,14 @@ METRICS = (
            "(1 + headroom); `{min: 100 %}` means the node can feed its GPUs", about_data=True),
     Metric("memory_peak", "B", False, "host memory the loader held: the largest sum of PSS (shared pages counted "
            "once) of the main process and every worker, read from /proc/PID/smaps_rollup after each window (as "
-           "PyTorch's dataloader benchmark script does)"),
-    Metric("memory_headroom", "%", True, "share of the memory the job may use (the cgroup's memory.max / "
-           "memory.limit_in_bytes, else MemAvailable) left free by the loader's memory projected to one epoch of "
-           "len(dataset) samples: the peak plus its anonymous growth per sample delivered, at most every worker "
-           "copying the main process's memory (copy-on-write, pytorch/pytorch#13246); < 0 means an OOM kill",
+           "PyTorch's dataloader benchmark script does), plus the files on tmpfs they wrote and left unmapped "
+           "(the cgroup's memory.stat shmem: the limit counts them)"),
+    Metric("memory_headroom", "%", True, "share of the memory the job may use (the tighter of the cgroup's "
+           "memory.max / memory.limit_in_bytes / v1 hierarchical_memory_limit, v2 memory.high where lower, and "
+           "MemAvailable) left free by the "
+           "loader's memory projected to one epoch of len(dataset) samples: the peak plus its anonymous growth per "
+           "sample delivered, at most every worker copying the main process's memory (copy-on-write, "
+           "pytorch/pytorch#13246), plus its tmpfs files per sample; < 0 means an OOM kill",
            hint="the loader's memory, projected to one epoch, leaves {measured} of the limit: lower num_workers or "
            "prefetch_factor, or raise the pod's memory limit", about_data=True),
     Metric("workers", "", None, "worker processes the loader ran with: num_workers, or for auto 70 % of the CPUs "

@@ -14,14 +14,20 @@ flight travel in shared memory, ``Pss_Shmem``, and are not growth), measured per
     growth  = median over the intervals between a pool's windows (its first left out where more follow) of
               (sum of Pss_Anon at the interval's end - at its start) / samples delivered in the interval
     copyable = sum over workers of max(0, main's Anonymous - the worker's Private_Dirty)
-    projected = peak sum of Pss + min(growth x samples left in one epoch of len(dataset), copyable)
+    tmpfs   = max(0, the cgroup's shmem now - before the pool started - sum of Pss_Shmem)
+    held    = sum of Pss + tmpfs
+    projected = peak held + min(growth x samples left in one epoch of len(dataset), copyable)
+                + tmpfs growth per sample (median, as growth) x samples left
 
 ``copyable`` bounds the growth: a worker can copy no more than the main process's anonymous memory.
+``tmpfs`` is files the loader wrote to a tmpfs (/dev/shm, a memory-backed emptyDir) and left unmapped:
+no PSS holds them, yet the kernel charges them to the writer's cgroup and its limit counts them
+(moby/moby#47967, argonne-lcf/dlio_benchmark#165).
 The projection is an upper bound: a worker copies only the pages its reads touch (a dict's, not its
 keys table's), and the growth per sample falls as pages are copied; ``bench/dataloader_memory.py``
 found it 20-75 % above a real epoch of a shuffled list of dicts.
-The limit is the cgroup's (``memory.max`` / ``memory.limit_in_bytes``, ``cgroup_memory.memory_limit``),
-else the host's MemAvailable plus what the loader already holds.
+The limit is the tighter of the cgroup's (``memory.max`` / ``memory.limit_in_bytes``,
+``cgroup_memory.memory_limit``) and the host's MemAvailable plus what the loader already holds.
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ class Rollup(NamedTuple):
     pss_anon: int  # the anonymous part of pss (Linux 5.10+; the whole pss on older kernels)
     anonymous: int  # anonymous pages mapped, shared or not: what a forked child could copy
     private_dirty: int  # pages this process alone holds, written: a worker's copies and its own allocations
+    pss_shmem: int = 0  # the shared-memory (tmpfs, /dev/shm) part of pss: batches in flight (Linux 5.10+)
 
 
 def rollup(pid: int, proc: Path = PROC) -> Rollup | None:
@@ -65,7 +72,7 @@ def rollup(pid: int, proc: Path = PROC) -> Rollup | None:
     if "Pss" not in fields:
         return None
     return Rollup(fields["Pss"], fields.get("Pss_Anon", fields["Pss"]), fields.get("Anonymous", 0),
-                  fields.get("Private_Dirty", 0))
+                  fields.get("Private_Dirty", 0), fields.get("Pss_Shmem", 0))
 
 
 class Reading(NamedTuple):
@@ -74,10 +81,16 @@ class Reading(NamedTuple):
     delivered: int
     main: Rollup
     workers: tuple[Rollup, ...]
+    tmpfs: int = 0  # bytes on tmpfs charged to the cgroup since the pool started that none of these processes maps
 
     @property
     def pss(self) -> int:
         return self.main.pss + sum(w.pss for w in self.workers)
+
+    @property
+    def held(self) -> int:
+        """What the loader holds against the limit: its PSS and the files on tmpfs it left unmapped."""
+        return self.pss + self.tmpfs
 
     @property
     def anon(self) -> int:
@@ -89,23 +102,32 @@ class Reading(NamedTuple):
         return sum(max(0, self.main.anonymous - w.private_dirty) for w in self.workers)
 
 
-def read(iterator: Any, delivered: int, main_pid: int, proc: Path = PROC) -> Reading | None:
+def read(iterator: Any, delivered: int, main_pid: int, proc: Path = PROC, shmem_before: int | None = None,
+         shmem_now: int | None = None) -> Reading | None:
     """The memory of ``main_pid`` and of the workers of a DataLoader ``iterator``; None when unreadable.
 
     The workers are torch's own record of the processes it started (``_workers``, set by
     ``_MultiProcessingDataLoaderIter`` since torch 1.0); a loader without workers has none.
+    ``shmem_before``/``shmem_now``: the cgroup's tmpfs bytes (``cgroup_memory.shmem``) before the pool
+    started and now; what they grew by less the loader's mapped shared memory (batches in flight,
+    already in PSS) is files on tmpfs, which no PSS counts and the cgroup's limit does.
     """
     main = rollup(main_pid, proc)
     if main is None:
         return None
-    workers = [rollup(p.pid, proc) for p in getattr(iterator, "_workers", ()) if p.pid is not None]
-    return Reading(delivered, main, tuple(w for w in workers if w is not None))
+    workers = tuple(w for w in (rollup(p.pid, proc) for p in getattr(iterator, "_workers", ()) if p.pid is not None)
+                    if w is not None)
+    tmpfs = 0
+    if shmem_before is not None and shmem_now is not None:
+        tmpfs = max(0, shmem_now - shmem_before - main.pss_shmem - sum(w.pss_shmem for w in workers))
+    return Reading(delivered, main, workers, tmpfs)
 
 
 class Watched(BatchPuller):
     """A ``BatchPuller`` that counts the samples it delivers and reads the loader's memory after each window."""
 
     def __init__(self, *args: Any, main_pid: int, **kwargs: Any) -> None:
+        self.shmem_before = cgroup_memory.shmem()  # before the workers start and write anything
         super().__init__(*args, **kwargs)
         self.main_pid = main_pid
         self.delivered = 0
@@ -120,7 +142,8 @@ class Watched(BatchPuller):
     def window(self, seconds: float) -> Window:
         taken = super().window(seconds)
         if self.watching:
-            reading = read(self.iterator, self.delivered, self.main_pid)
+            reading = read(self.iterator, self.delivered, self.main_pid, shmem_before=self.shmem_before,
+                           shmem_now=cgroup_memory.shmem())
             if reading is not None:
                 self.readings.append(reading)
         return taken
@@ -170,7 +193,7 @@ def epoch_of(dataset: Any) -> int | None:
 class Projection(NamedTuple):
     """The loader's memory measured over the pools' windows and projected to one epoch."""
 
-    peak: int  # bytes: the largest sum of PSS read
+    peak: int  # bytes: the largest sum of PSS and unmapped tmpfs read (``Reading.held``)
     pool_peaks: tuple[int, ...]  # bytes: each pool's largest
     growth: float  # bytes of anonymous memory per sample delivered (median over the intervals, >= 0)
     delivered: int  # samples the peak's pool had delivered at the peak's reading
@@ -179,21 +202,36 @@ class Projection(NamedTuple):
     workers_grew: bool  # the workers' anonymous memory grew more than the main process's: copy-on-write
     main: int = 0  # bytes: the main process's PSS at the peak's reading
     workers: int = 0  # workers read at the peak's reading
+    tmpfs: int = 0  # bytes: files on tmpfs in the peak (``Reading.tmpfs``)
+    tmpfs_growth: float = 0.0  # bytes of them per sample delivered (median over the intervals, >= 0)
+
+    @property
+    def left(self) -> int:
+        """Samples left in the epoch after the peak's reading."""
+        return 0 if self.epoch is None else max(0, self.epoch - self.delivered)
+
+    @property
+    def tmpfs_added(self) -> int:
+        """Bytes the rest of the epoch writes to tmpfs: no copy-on-write bound, every sample may write its own."""
+        return int(self.tmpfs_growth * self.left)
 
     @property
     def added(self) -> int:
         """Bytes the rest of the epoch adds to the peak."""
-        if self.epoch is None:
-            return 0
-        return int(min(self.growth * max(0, self.epoch - self.delivered), self.copyable))
+        return int(min(self.growth * self.left, self.copyable)) + self.tmpfs_added
 
     @property
     def projected(self) -> int:
         return self.peak + self.added
 
     def at(self, workers: int) -> int:
-        """Bytes projected with ``workers`` workers instead: the main process's, and each worker's share of the rest."""
-        return int(self.main + (self.projected - self.main) * workers / self.workers) if self.workers else self.projected
+        """Bytes projected with ``workers`` workers instead: the main process's, and each worker's share of the rest.
+
+        Files on tmpfs are one per sample whoever writes them: they do not scale with the workers."""
+        if not self.workers:
+            return self.projected
+        fixed = self.main + self.tmpfs + self.tmpfs_added
+        return int(fixed + (self.projected - fixed) * workers / self.workers)
 
 
 def project(pools: Sequence[Sequence[Reading]], epoch: int | None) -> Projection | None:
@@ -201,7 +239,7 @@ def project(pools: Sequence[Sequence[Reading]], epoch: int | None) -> Projection
     pools = [p for p in pools if p]
     if not pools:
         return None
-    slopes, worker_growth, main_growth = [], 0, 0
+    slopes, tmpfs_slopes, worker_growth, main_growth = [], [], 0, 0
     for readings in pools:
         intervals = list(zip(readings, readings[1:]))
         # The first interval is left out where later ones follow: the main process settles there (once, not
@@ -209,14 +247,15 @@ def project(pools: Sequence[Sequence[Reading]], epoch: int | None) -> Projection
         for first, last in intervals[1:] or intervals:
             if last.delivered > first.delivered:
                 slopes.append(max(0.0, (last.anon - first.anon) / (last.delivered - first.delivered)))
+                tmpfs_slopes.append(max(0.0, (last.tmpfs - first.tmpfs) / (last.delivered - first.delivered)))
         first, last = readings[0], readings[-1]
         main_growth += last.main.pss_anon - first.main.pss_anon
         worker_growth += sum(w.pss_anon for w in last.workers) - sum(w.pss_anon for w in first.workers)
-    peaks = tuple(max(r.pss for r in readings) for readings in pools)
-    at_peak = max((r for readings in pools for r in readings), key=lambda r: r.pss)
+    peaks = tuple(max(r.held for r in readings) for readings in pools)
+    at_peak = max((r for readings in pools for r in readings), key=lambda r: r.held)
     return Projection(max(peaks), peaks, statistics.median(slopes) if slopes else 0.0, at_peak.delivered,
                       epoch, at_peak.copyable, worker_growth > max(0, main_growth), at_peak.main.pss,
-                      len(at_peak.workers))
+                      len(at_peak.workers), at_peak.tmpfs, statistics.median(tmpfs_slopes) if tmpfs_slopes else 0.0)
 
 
 class Limit(NamedTuple):
@@ -225,15 +264,27 @@ class Limit(NamedTuple):
 
 
 def limit(holding: int) -> Limit | None:
-    """The memory the job may use: the cgroup's limit, else MemAvailable plus ``holding`` (what the loader holds)."""
-    cgroup = cgroup_memory.memory_limit()
-    if cgroup is not None:
-        return Limit(cgroup, "the cgroup memory limit")
+    """The memory the job may use: the tighter of the cgroup's limit and MemAvailable plus ``holding`` (bytes).
+
+    ``holding``: what the loader already holds, which MemAvailable no longer counts. A cgroup limit
+    above what the host has left binds nothing: the node runs out first (a pod limit above the
+    node's RAM, Traitome/oxo-flow#96; "min(physical, cgroup limit)", sqliteai/warp#14). A v2
+    ``memory.high`` below the limit is where the kernel starts throttling: the job slows there
+    (sqliteai/warp#14 takes the smallest ``memory.max`` or ``memory.high``).
+    """
+    cgroup, high = cgroup_memory.memory_limit(), cgroup_memory.memory_high()
     available = hostmem.mem_available()
-    if available is None:
+    host = None if available is None else available + holding
+    if high is not None and (cgroup is None or high < cgroup) and (host is None or high <= host):
+        return Limit(high, "the cgroup's memory.high, above which the kernel throttles the loader"
+                     + (f"; its memory limit is {cgroup_memory.readable(cgroup)}" if cgroup is not None else ""))
+    if cgroup is not None and (host is None or cgroup <= host):
+        return Limit(cgroup, "the cgroup memory limit")
+    if host is None:
         return None
-    return Limit(available + holding, "the host's available memory and what the loader holds; no cgroup memory "
-                                      "limit")
+    above = (f"below the cgroup memory limit of {cgroup_memory.readable(cgroup)}" if cgroup is not None
+             else "no cgroup memory limit")
+    return Limit(host, f"the host's available memory and what the loader holds; {above}")
 
 
 def measurements(projection: Projection | None, workers: int, prefetch: Any, method: str,
@@ -242,13 +293,15 @@ def measurements(projection: Projection | None, workers: int, prefetch: Any, met
     if projection is None:
         why = "no /proc/PID/smaps_rollup could be read (Linux 4.14+ with /proc mounted)"
         return [unmeasurable("memory_peak", why, "B"), unmeasurable("memory_headroom", why, "%")]
-    method = f"{method}, PSS from /proc/PID/smaps_rollup of the main process and {workers} workers after each window"
+    method = (f"{method}, PSS from /proc/PID/smaps_rollup of the main process and {workers} workers after each window"
+              f", and the files on tmpfs they leave unmapped (the cgroup's memory.stat shmem)")
     peak = Measurement("memory_peak", float(projection.peak), "B", samples=projection.pool_peaks, method=method)
     the_limit = the_limit or limit(projection.peak)
     if the_limit is None:
         return [peak, unmeasurable("memory_headroom", "no cgroup memory limit and no MemAvailable in /proc/meminfo "
                                    "to compare the loader's memory with", "%")]
     size = cgroup_memory.readable
+    on_tmpfs = projection.tmpfs + projection.tmpfs_added >= BLAMED_GROWTH * projection.peak
     if projection.epoch is None:
         over = "no epoch to project (synthetic samples or no __len__): the measured peak"
     else:
@@ -256,11 +309,18 @@ def measurements(projection: Projection | None, workers: int, prefetch: Any, met
                 f"num_workers {workers}, prefetch_factor {prefetch} ({size(projection.peak)} measured after "
                 f"{projection.delivered:,} samples, +{format_value(projection.growth, 'B')} per sample"
                 + (f", at most {size(projection.copyable)} more as every worker copies all the main process's "
-                   f"anonymous memory" if projection.growth * projection.epoch > projection.copyable else "") + ")")
+                   f"anonymous memory" if projection.growth * projection.epoch > projection.copyable else "")
+                + (f"; {size(projection.tmpfs)} of it files on tmpfs, +{format_value(projection.tmpfs_growth, 'B')} "
+                   f"per sample" if on_tmpfs else "") + ")")
     headroom = 100.0 * (the_limit.bytes - projection.projected) / the_limit.bytes
     reason = f"{over}, against {size(the_limit.bytes)} ({the_limit.what})"
     hint = ""
-    if projection.added >= BLAMED_GROWTH * projection.peak and projection.workers_grew:
+    if projection.tmpfs_added >= max(BLAMED_GROWTH * projection.peak, projection.added / 2):
+        hint = (f"the loader leaves files on tmpfs (/dev/shm, a memory-backed emptyDir), "
+                f"+{format_value(projection.tmpfs_growth, 'B')} per sample: they count against the cgroup's memory "
+                f"limit though no process maps them (moby/moby#47967): cache on disk instead, delete what an epoch "
+                f"no longer needs, or raise the pod's memory limit by what one epoch writes")
+    elif projection.added >= BLAMED_GROWTH * projection.peak and projection.workers_grew:
         hint = (f"each worker copies the Dataset's pages as it reads them (copy-on-write: Python objects' reference "
                 f"counts dirty every page touched, so memory grows with workers and samples read, not batch size; "
                 f"pytorch/pytorch#13246): hold the Dataset's records in numpy arrays or Arrow instead of Python "

@@ -10,6 +10,7 @@ verdict, no OOM kill), not how many samples fit in a window.
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import pytest
@@ -193,3 +194,38 @@ def test_rollup_reads_the_kernels_fields_in_bytes(tmp_path):
         "Private_Dirty:        12 kB\nAnonymous:           120 kB\n")
     assert memory.rollup(42, tmp_path) == Rollup(221 * 1024, 112 * 1024, 120 * 1024, 12 * 1024)
     assert memory.rollup(43, tmp_path) is None
+
+
+def test_files_left_on_tmpfs_are_held_projected_per_sample_and_do_not_scale_with_workers():
+    main = rollup(500, anon=300, anonymous=400)
+    pool = [Reading(1000, main, (rollup(100, anon=50),) * 2, tmpfs=10 * MiB),
+            Reading(11000, main, (rollup(100, anon=50),) * 2, tmpfs=110 * MiB)]  # +100 MiB over 10,000 samples
+    projection = project([pool], epoch=21000)
+    assert projection.peak == 810 * MiB and projection.tmpfs == 110 * MiB
+    assert projection.projected == 910 * MiB  # 10,000 samples left, 10.24 KiB each on tmpfs; the workers copy nothing
+    assert projection.at(1) == 810 * MiB  # 500 of the main process, 210 on tmpfs, 100 per worker
+    _, headroom = memory.measurements(projection, 2, 2, "m", Limit(900 * MiB, "the cgroup memory limit"))
+    assert headroom.value < 0 and "110 MiB of it files on tmpfs, +10.24 KiB per sample" in headroom.reason
+    assert headroom.hint.startswith("the loader leaves files on tmpfs")
+
+
+def test_read_counts_tmpfs_growth_that_no_loader_process_maps():
+    here = os.getpid()
+    mapped = memory.rollup(here)
+    reading = memory.read(None, 0, here, shmem_before=5 * MiB, shmem_now=5 * MiB + mapped.pss_shmem + 3 * MiB)
+    assert reading.tmpfs == 3 * MiB and reading.held == reading.pss + 3 * MiB
+    assert memory.read(None, 0, here, shmem_before=9 * MiB, shmem_now=5 * MiB).tmpfs == 0  # freed: nothing held
+    assert memory.read(None, 0, here).tmpfs == 0  # no cgroup counter: nothing known
+
+
+def test_a_memory_high_below_the_limit_is_what_the_loader_may_use_without_being_throttled(monkeypatch):
+    # cgroup v2 only, and this machine's memory controller may be v1: the host's readings are stood in for.
+    monkeypatch.setattr(memory.hostmem, "mem_available", lambda: 64 << 30)
+    monkeypatch.setattr(memory.cgroup_memory, "memory_limit", lambda: 2 << 30)
+    monkeypatch.setattr(memory.cgroup_memory, "memory_high", lambda: 1 << 30)
+    assert memory.limit(0) == Limit(1 << 30, "the cgroup's memory.high, above which the kernel throttles the "
+                                              "loader; its memory limit is 2 GiB")
+    monkeypatch.setattr(memory.cgroup_memory, "memory_high", lambda: 3 << 30)  # above memory.max: max binds first
+    assert memory.limit(0) == Limit(2 << 30, "the cgroup memory limit")
+    monkeypatch.setattr(memory.cgroup_memory, "memory_limit", lambda: None)
+    assert memory.limit(0).bytes == 3 << 30

@@ -1,0 +1,191 @@
+"""Public reports of memory verdicts gone wrong on how Linux and containers report memory, built here for real.
+
+Each test names the report, builds its case at small scale (real nested memory cgroups, a real
+bind mount of a cgroup as a container runtime does, real forked DataLoader workers) and asserts
+what the gate compares: the limit ``memory.limit`` returns inside the case, or the loader's PSS.
+None waits for anything, so a busy machine cannot fail them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from preflight.checks.dataloader import memory
+from preflight.host import cgroup, hostmem
+from tests.helpers import (REPO, in_mount_namespace, job_package, memory_cgroup_pair, memory_limited_cgroup, run_cli,
+                           write_config)
+
+MiB = 2**20
+
+# What the gate compares the projected epoch with, and its verdict for a loader projected to hold ``projected``
+# bytes, from inside the cgroup under test.
+LIMIT_INSIDE = """
+import json, sys
+from preflight.checks.dataloader import memory
+from preflight.host import hostmem
+projected = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+the_limit = memory.limit(0)
+print(json.dumps({"bytes": the_limit.bytes, "what": the_limit.what, "available": hostmem.mem_available(),
+                  "headroom": 100.0 * (the_limit.bytes - projected) / the_limit.bytes}))
+"""
+
+
+def limit_inside(prefix: list[str], *args: str) -> dict:
+    run = subprocess.run([*prefix, sys.executable, "-c", LIMIT_INSIDE, *args], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout)
+
+
+def test_a_limit_on_the_parent_cgroup_binds_a_child_whose_own_limit_reads_unlimited():
+    # KimMachineGun/automemlimit#31, awslabs/mountpoint-s3#1933: the process's own memory.max reads "max" (v1:
+    # 9223372036854771712) under a Kubernetes pod's or a systemd slice's limit; reading it alone finds no limit.
+    # Already handled (cgroup.directories walks every ancestor): this guards it on a real hierarchy.
+    with memory_cgroup_pair(300 * MiB) as (_, child, prefix):
+        own = "memory.max" if cgroup.unified() else "memory.limit_in_bytes"
+        assert not (child / own).read_text().strip().isdigit() or int((child / own).read_text()) > 2**60
+        seen = limit_inside(prefix)
+    assert (seen["bytes"], seen["what"]) == (300 * MiB, "the cgroup memory limit")
+
+
+def test_a_parent_limit_a_container_cannot_see_is_read_from_hierarchical_memory_limit():
+    # cloudfoundry/gosigar#56, VictoriaMetrics/VictoriaMetrics#699: on cgroup v1 a runtime bind-mounts the
+    # container's own cgroup at /sys/fs/cgroup/memory, so the ancestors holding the limit are not in the tree;
+    # /proc/self/cgroup still names the full path. Only memory.stat's hierarchical_memory_limit says it.
+    if cgroup.unified():
+        pytest.skip("cgroup v2 has no hierarchical_memory_limit; a v2 container's ancestors are out of its namespace")
+    with memory_cgroup_pair(300 * MiB) as (_, child, _prefix):
+        mount = cgroup.directories("memory")[-1]  # the v1 memory hierarchy's root, where runtimes mount
+        run = in_mount_namespace(
+            f'mount --bind "{child}" "{mount}" && echo $$ > "{mount}/cgroup.procs" && '
+            f'exec "{sys.executable}" -c \'{LIMIT_INSIDE}\'', timeout=60)
+    assert run.returncode == 0, run.stderr
+    seen = json.loads(run.stdout)
+    assert (seen["bytes"], seen["what"]) == (300 * MiB, "the cgroup memory limit")
+
+
+def test_a_cgroup_limit_above_what_the_host_has_left_is_not_the_limit():
+    # Traitome/oxo-flow#96 (a 9.7G cgroup on a 3.7G box OOM-killed all the same), sqliteai/warp#14 ("min(physical,
+    # cgroup limit)"): a limit the node cannot back binds nothing; the host runs out first.
+    above = (hostmem.mem_available() or 2**40) * 4
+    with memory_limited_cgroup(above) as (_, prefix):
+        projected = above // 2  # twice what the host has: an OOM waiting to happen, 50% headroom by the cgroup
+        seen = limit_inside(prefix, str(projected))
+    assert seen["bytes"] < above and seen["headroom"] < 0, seen
+    assert seen["what"] == ("the host's available memory and what the loader holds; below the cgroup memory limit "
+                            f"of {memory.cgroup_memory.readable(above)}")
+
+
+class Shared(torch.utils.data.Dataset):
+    # A Dataset holding one large array written before the fork: every worker maps the same pages.
+    def __init__(self, size: int) -> None:
+        self.array = np.ones(size, dtype=np.uint8)
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, index: int) -> int:
+        return int(self.array[index * 4096])
+
+
+def rss(pid: int) -> int:
+    text = open(f"/proc/{pid}/smaps_rollup").read()
+    return int(re.search(r"^Rss:\s+(\d+) kB", text, re.M)[1]) * 1024
+
+
+def test_pages_forked_workers_share_are_counted_once_not_once_per_worker():
+    # rwth-i6/returnn#1443 (a worker at rss=4.7GB, pss=2.0GB, shared=4.5GB), dask/distributed#4304: RSS counts
+    # every shared page in every process, so summing it over forked workers reports the Dataset N times. Already
+    # handled (the peak is the sum of PSS): this guards it with real forked DataLoader workers.
+    size = 256 * MiB
+    loader = torch.utils.data.DataLoader(Shared(size), num_workers=2, batch_size=4,
+                                         multiprocessing_context="fork")
+    iterator = iter(loader)
+    next(iterator)
+    try:
+        reading = memory.read(iterator, 4, os.getpid())
+        pids = [os.getpid()] + [w.pid for w in iterator._workers]
+        rss_sum = sum(rss(pid) for pid in pids)
+        main_rss = rss(os.getpid())
+    finally:
+        iterator._shutdown_workers()
+    assert reading is not None and len(reading.workers) == 2
+    assert rss_sum >= main_rss + 2 * size  # what an RSS sum would report: the array in every worker again
+    assert reading.pss < main_rss + size / 2  # what the gate reports: the array once, the workers' own pages
+
+
+CACHING = """
+import os
+import time
+
+import torch
+
+N = 50_000
+
+
+class ShmCache(torch.utils.data.Dataset):
+    # Decoded samples cached on /dev/shm for the next epoch: each read leaves 32 KiB on a tmpfs.
+    def __len__(self):
+        return N
+
+    def __getitem__(self, index):
+        time.sleep(0.001)  # at most 1,000 samples/s per worker: the windows write a bounded share
+        with open(os.path.join(os.environ["SHM_CACHE"], str(index)), "wb") as cache:
+            cache.write(b"x" * 32768)
+        return index
+"""
+
+
+def test_files_a_dataset_leaves_on_tmpfs_count_against_the_limit_though_no_process_maps_them(tmp_path):
+    # moby/moby#47967, kubernetes/website#36494, argonne-lcf/dlio_benchmark#165: tmpfs pages (/dev/shm, a
+    # memory-backed emptyDir) are charged to the writer's cgroup and OOM-kill it; no process's PSS holds them.
+    shm = Path("/dev/shm")
+    if not shm.is_dir():
+        pytest.skip("no /dev/shm")
+    cache = shm / f"preflight-test-{os.getpid()}"
+    cache.mkdir()
+    src = job_package(tmp_path / "src", "caching", {"__init__": CACHING})
+    config = write_config(tmp_path, f"""
+        version: 1
+        checks:
+          dataloader:
+            dataset: "caching:ShmCache"
+            python_path: [{src}]
+            num_workers: 2
+            worker_pools: 1
+            duration: 0.5s
+            timeout: 90s
+            memory_headroom: {{min: 0 %}}
+        """)
+    counter = "memory.events" if cgroup.unified() else "memory.oom_control"
+    try:
+        with memory_limited_cgroup(LIMIT) as (directory, prefix):
+            run = run_cli("run", "-c", str(config), "--format", "json", prefix=prefix, cwd=tmp_path, timeout=180,
+                          env={"SHM_CACHE": str(cache)})
+            kills = int(re.search(r"^oom_kill (\d+)$", (directory / counter).read_text(), re.M)[1])
+        written = sum(f.stat().st_size for f in cache.iterdir())
+    finally:
+        shutil.rmtree(cache)
+    assert kills == 0, "the kernel OOM-killed during the windows: the case was not built"
+    results = {r["id"]: r for r in json.loads(run.stdout)["results"]}
+    headroom, peak = results["dataloader.memory_headroom"], results["dataloader.memory_peak"]
+    assert headroom["verdict"] == "fail" and run.returncode == 1, headroom
+    files = re.search(r"; ([\d.]+) MiB of it files on tmpfs, \+([\d.]+) KiB per sample\)", headroom["message"])
+    assert files, headroom["message"]
+    assert 0 < float(files[1]) * MiB <= written  # what the windows wrote, less what workers had just begun
+    assert 28 <= float(files[2]) <= 36  # 32 KiB a sample, page-rounded
+    assert peak["value"] >= float(files[1]) * MiB
+    assert "files on tmpfs" in headroom["hint"] and "cache on disk" in headroom["hint"]
+
+
+LIMIT = 1024 * MiB  # above what the windows hold (the loader and a few thousand samples' files), below an epoch's 1.5 GiB
