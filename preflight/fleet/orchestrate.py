@@ -77,6 +77,9 @@ def run(config: Config, launch: Launch, write: WriteReports, temp_dir: str | Non
         code = fleet.broadcast(code)
     except FleetError as error:
         stopped = True
+        # torchrun's SIGTERM follows a lost rank (the SIGKILL of a hung one, say) within moments: here it would cut
+        # short the very report that names that rank. The launcher's SIGKILL after its grace period still ends us.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         print(f"preflight: error: {error}", file=sys.stderr, flush=True)
         if launch.rank == 0:
             own = own or report.build(config.path, config.digest, [], started, time.monotonic() - clock)
