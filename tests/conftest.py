@@ -23,3 +23,19 @@ def one_intra_op_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+# The files that take longest, started first: the suite runs on two xdist workers a whole file each
+# (--dist loadfile), and a long file drawn last leaves one worker idle while the other finishes it.
+LONGEST_FIRST = (
+    "tests/test_cli.py", "tests/fleet/test_orchestrate.py", "tests/test_slurm.py", "tests/test_install.py",
+    "tests/checks/dataloader/test_user.py", "tests/checks/test_real_datasets.py",
+    "tests/checks/storage/test_where_bytes_are.py", "tests/checks/dataloader/test_loop.py",
+    "tests/checks/dataloader/test_counting.py", "tests/scripts/test_gpu_smoke.py", "tests/test_examples.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Order the collected tests longest file first (see ``LONGEST_FIRST``), keeping each file's own order."""
+    rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
