@@ -8,11 +8,13 @@ never wait for another preflight run on the machine, nor make one wait.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -95,21 +97,30 @@ def test_two_real_storage_runs_on_one_dataset_one_waits_for_the_other_and_says_s
     assert waiter.pid != holder.pid
 
 
+SHM_ONLY = """
+    version: 1
+    checks:
+      shm:
+        size: {min: 1 MiB}
+    """
+
+
+@contextlib.contextmanager
+def held(lock: Path) -> Iterator[None]:
+    """``lock`` held by this test process (as "the test's own hold") for the block."""
+    holder = node_lock.NodeLock.open(node_lock.Settings(str(lock), 1.0))
+    holder.acquire("the test's own hold")
+    try:
+        yield
+    finally:
+        holder.close()
+
+
 def test_a_run_that_cannot_get_the_lock_reports_its_metrics_unmeasurable(tmp_path: Path) -> None:
     lock = tmp_path / "lock"
-    held = node_lock.NodeLock.open(node_lock.Settings(str(lock), 1.0))
-    held.acquire("the test's own hold")
-    try:
-        config = write_config(tmp_path, """
-            version: 1
-            checks:
-              shm:
-                size: {min: 1 MiB}
-            """)
-        completed = run_cli("run", "-c", str(config), "--json", str(tmp_path / "run.json"),
+    with held(lock):
+        completed = run_cli("run", "-c", str(write_config(tmp_path, SHM_ONLY)), "--json", str(tmp_path / "run.json"),
                             env={"PREFLIGHT_LOCK": str(lock), "PREFLIGHT_LOCK_WAIT": "1s"})
-    finally:
-        held.close()
 
     assert completed.returncode == 1, completed.stderr
     result = json.loads((tmp_path / "run.json").read_text())["results"][0]
@@ -128,12 +139,7 @@ def test_a_run_that_cannot_get_the_lock_reports_its_metrics_unmeasurable(tmp_pat
 ])
 def test_a_bad_lock_setting_is_one_line_and_exit_2_before_measuring(tmp_path: Path, variables: dict[str, str],
                                                                      expected: str) -> None:
-    config = write_config(tmp_path, """
-        version: 1
-        checks:
-          shm:
-            size: {min: 1 MiB}
-        """)
+    config = write_config(tmp_path, SHM_ONLY)
     completed = run_cli("run", "-c", str(config), "--json", str(tmp_path / "run.json"), env=variables)
 
     assert completed.returncode == 2
@@ -145,19 +151,9 @@ def test_a_bad_lock_setting_is_one_line_and_exit_2_before_measuring(tmp_path: Pa
 
 
 def test_off_runs_without_a_lock_and_a_held_one_does_not_block_it(tmp_path: Path) -> None:
-    lock = tmp_path / "lock"
-    held = node_lock.NodeLock.open(node_lock.Settings(str(lock), 1.0))
-    held.acquire("the test's own hold")
-    try:
-        config = write_config(tmp_path, """
-            version: 1
-            checks:
-              shm:
-                size: {min: 1 MiB}
-            """)
-        completed = run_cli("run", "-c", str(config), env={"PREFLIGHT_LOCK": "off", "PREFLIGHT_LOCK_WAIT": "1s"})
-    finally:
-        held.close()
+    with held(tmp_path / "lock"):
+        completed = run_cli("run", "-c", str(write_config(tmp_path, SHM_ONLY)),
+                            env={"PREFLIGHT_LOCK": "off", "PREFLIGHT_LOCK_WAIT": "1s"})
     assert completed.returncode == 0, completed.stderr
     assert "waiting" not in completed.stderr
 
