@@ -1,12 +1,15 @@
 """The worker count where the DataLoader's throughput stops growing (``worker_sweep``).
 
 Method: the loader is measured at 1, 2, 4, ... workers up to the CPUs the cgroup allows (``cpus``)
-and the configured ``num_workers``, each count a fresh pool for an equal share of the check's
-``duration`` (at least 2 windows after warm-up, as the throughput's pools), so the sweep costs about
-one more ``duration`` plus a pool start per count. The knee is the fewest workers within 5 % of the
-best samples/s, told apart only where their windows do not overlap: more workers than that gain nothing here and cost memory (each is a forked copy of
-the Dataset's pages, ``memory``); where the knee's projected epoch would not fit the memory limit, the
-most workers below it that fit are recommended instead. ::
+and the configured ``num_workers``, each count a fresh pool for an equal share of the sweep's phase
+of ``duration`` (at least 2 windows after warm-up, as the throughput's pools; ``dataloader.phases``),
+so the sweep splits ``duration`` with the loader's phase rather than adding to it, plus a pool start
+per count. The knee is the fewest workers within 5 % of the best samples/s, told apart only where
+their windows do not overlap: more workers than that gain nothing here and cost memory (each is a
+forked copy of the Dataset's pages, ``memory``); where the knee's projected epoch would not fit the
+memory limit, the most workers below it that fit are recommended instead. The pipeline check's
+sweep (``pipeline.sweep``) finds its knee the same way (``sweep``, ``Curve.knee``) on a different
+rate: the share of the model's samples/s the fed step keeps. ::
 
     for n in counts: rate[n] = mean samples/s of windows(fresh loader with num_workers=n, duration / len(counts))
     best = the count of the highest mean rate
@@ -16,6 +19,7 @@ most workers below it that fit are recommended instead. ::
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from preflight.checks.base import Budget
@@ -35,11 +39,11 @@ def counts(configured: int, cpus: float) -> list[int]:
 
 
 class Curve(NamedTuple):
-    """samples/s at each worker count swept, and each count's windows."""
+    """A rate at each worker count swept (higher is better: samples/s here), and each count's windows."""
 
     counts: tuple[int, ...]
-    rates: tuple[float, ...]  # the mean of each count's windows
-    windows: tuple[tuple[float, ...], ...] = ()  # samples/s of each window; () : each rate its only window
+    rates: tuple[float, ...]  # the centre of each count's windows: their mean (``sweep``'s default)
+    windows: tuple[tuple[float, ...], ...] = ()  # the rate of each window; () : each rate its only window
 
     def knee(self) -> int:
         """The fewest workers whose fastest window comes within ``KNEE_SHARE`` of the best count's slowest.
@@ -62,11 +66,13 @@ class Curve(NamedTuple):
                 f"{', '.join(f'{rate:,.0f}' for rate in self.rates)}")
 
 
-def sweep(rate_at: Callable[[int, Budget], tuple[float, ...]], worker_counts: Sequence[int], budget: Budget) -> Curve:
-    """``rate_at(n, share)`` (each window's samples/s) for each count in turn, each an equal share of ``budget``."""
+def sweep(rate_at: Callable[[int, Budget], tuple[float, ...]], worker_counts: Sequence[int], budget: Budget,
+          centre: Callable[[Sequence[float]], float] = statistics.fmean) -> Curve:
+    """``rate_at(n, share)`` (each window's rate, higher is better) for each count in turn, each an equal share of
+    ``budget``; a count's rate is the ``centre`` of its windows (the mean: windows of equal length)."""
     share = Budget(budget.duration_s / len(worker_counts), budget.timeout_s)
     taken = tuple(rate_at(n, share) for n in worker_counts)
-    return Curve(tuple(worker_counts), tuple(sum(t) / len(t) for t in taken), taken)  # windows of equal length
+    return Curve(tuple(worker_counts), tuple(centre(t) for t in taken), taken)
 
 
 def loader_rate(options: Mapping[str, Any], source: Source) -> Callable[[int, Budget], tuple[float, ...]]:

@@ -23,7 +23,9 @@ Dataset, ``synthetic``) is the step's input; file samples (bytes read, decoded o
 step its synthetic on-device batch once the loader has delivered theirs, so the wait for the
 files is measured and the model still trains on a batch of the right shape.
 
-Each of the two kinds of window gets the instance's ``duration``.
+Each of the two kinds of window gets the instance's ``duration``; with ``worker_sweep`` the windows
+at the configured ``num_workers`` and the sweep (``sweep``: input_bound at 1, 2, 4, ... workers and
+``recommended_num_workers``, where it reaches its floor) are two phases that share it equally.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ NAME = "pipeline"
 HELP = ("end-to-end training samples/s with the job's DataLoader feeding the model on the GPU, the model alone, and "
         "input_bound: the share of step time spent waiting for data")
 DURATION = ("the model alone and the model fed by the loader, interleaved window by window: each kind gets "
-            "duration, so the check measures for about twice it per device")
+            "duration, so the check measures for about twice it per device; with worker_sweep, the windows at "
+            "num_workers and the sweep's share it equally")
 # the dataloader's emulation, required rate, and pools (the pipeline feeds the model from one pool of workers)
 LOADER_ONLY = ("step_time", "samples_per_gpu", "gpus", "headroom", "worker_pools")
 _HELP = {
@@ -50,6 +53,10 @@ _HELP = {
                    "model (relative to this file), e.g. [src]",
     "synthetic": "random float32 samples of input_shape instead of files (IPC and collation, not storage)",
     "batch_size": "samples per batch: the DataLoader's batch is the training step's batch",
+    "worker_sweep": "also measure input_bound at 1, 2, 4, ... workers up to the CPUs the cgroup allows and "
+                    "num_workers, each a fresh pool feeding the step, alone and fed interleaved for an equal share "
+                    "of the sweep's phase of duration (the sweep is one phase beside the check's windows), and "
+                    "report recommended_num_workers: the fewest where input_bound is within the noise of its floor",
 }
 OPTIONS = (
     *(option._replace(help=_HELP.get(option.name, option.help),
@@ -70,6 +77,10 @@ METRICS = (
            "DLIO); 0 when the loader keeps up", per_device=True,
            hint="the device waits for data: raise num_workers if CPUs are idle, keep pin_memory on, use a faster "
                 "volume or shards (WebDataset, LMDB); the dataloader check over the same path shows the loader alone", about_data=True),
+    Metric("recommended_num_workers", "", None, "with worker_sweep: the fewest workers where input_bound reaches "
+           "its floor, the lowest at 1, 2, 4, ... workers up to the CPUs allowed and num_workers: their share of the "
+           "model's samples/s (100 % - input_bound) within 5 % of the floor's (pairs of windows that overlap the "
+           "floor's are not told apart; the curve is in the message)", per_device=True),
 )
 
 
@@ -84,6 +95,12 @@ def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
     from preflight.checks.pipeline import measuring
 
     return measuring.measure(options, budget)
+
+
+def phases(options: Mapping[str, Any]) -> int:
+    """The measuring phases that share ``duration``: the windows at ``num_workers`` and the worker sweep
+    (``worker_sweep``); each interleaves the model alone with the model fed."""
+    return 1 + bool(options.get("worker_sweep"))
 
 
 def timing(options: Mapping[str, Any], budget: Budget) -> Timing:

@@ -7,22 +7,24 @@ The loader comes from ``dataloader.source``, the step and its timing from the mo
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from preflight.checks import usercode
 from preflight.checks.base import Budget, UserCodeError
 from preflight.checks.dataloader.loop import explaining_worker_oom
-from preflight.checks.dataloader.source import Loader, loader_for, opened
+from preflight.checks.dataloader.source import Loader, Source, loader_for, opened
 from preflight.checks.dataloader.user import Uncountable
 from preflight.checks.model import build
 from preflight.checks.model.measuring import describe, failing_step, interleaved, new_step, unsupported, user_step
 from preflight.checks.model.step import TrainingStep, Window, first_tensor
+from preflight.checks.pipeline import phases, sweep
 from preflight.host import gpu
 from preflight.measurement import Measurement, unmeasurable
 from preflight.units import format_value
 
 NAMES = ("samples_per_s", "model_samples_per_s", "input_bound")
-UNITS = {"samples_per_s": "samples/s", "model_samples_per_s": "samples/s", "input_bound": "%"}
+UNITS = {"samples_per_s": "samples/s", "model_samples_per_s": "samples/s", "input_bound": "%",
+         "recommended_num_workers": ""}
 
 
 @explaining_worker_oom
@@ -31,7 +33,7 @@ def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
     when torch counts GPUs it cannot open (``TorchView.unopened``)."""
     view = gpu.TorchCuda().view()
     if view.unopened:  # GPUs the job's torch counts but cannot open: a CPU figure would stand in for them
-        return _unmeasurable(NAMES, view.reason, None)
+        return _unmeasurable(_names(options), view.reason, None)
     device = f"cuda:{view.devices[0].index}" if view.devices else "cpu"
     note = "" if view.devices else f"measured on the CPU: {view.reason}"
     with usercode.on_path(options["python_path"]):
@@ -40,14 +42,25 @@ def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
             for m in results]
 
 
+def _names(options: Mapping[str, Any]) -> tuple[str, ...]:
+    """The metrics a run with ``options`` reports: ``recommended_num_workers`` only with ``worker_sweep``."""
+    return NAMES + (("recommended_num_workers",) if options["worker_sweep"] else ())
+
+
+def phase_budget(options: Mapping[str, Any], budget: Budget) -> Budget:
+    """Each phase's equal share of ``duration`` (``pipeline.phases``): the check's own windows, and the worker sweep's."""
+    return budget._replace(duration_s=budget.duration_s / phases(options))
+
+
 def _measure(options: Mapping[str, Any], budget: Budget, device: str) -> list[Measurement]:
+    names = _names(options)
     reason = unsupported(options, device)
     if reason:
-        return _unmeasurable(NAMES, reason, device)
+        return _unmeasurable(names, reason, device)
     try:
         model = build.build(options)
     except build.Unavailable as error:
-        return _unmeasurable(NAMES, str(error), device)
+        return _unmeasurable(names, str(error), device)
     except UserCodeError as error:
         raise usercode.UserCodeRaised(f"pipeline.{error.option}: {error}") from None
     method = describe(options, device)
@@ -56,16 +69,17 @@ def _measure(options: Mapping[str, Any], budget: Budget, device: str) -> list[Me
             step = new_step(model, options, device)
             step()  # a model that cannot train fails here, before any loader starts
         if failed:
-            return _unmeasurable(NAMES, failed[0], device)
+            return _unmeasurable(names, failed[0], device)
+        fed_names = tuple(name for name in names if name != "model_samples_per_s")
         with opened(options, "pipeline", budget.walk_s) as source:
             if isinstance(source, str):
                 alone, stopped = interleaved((step,), device, budget)
-                return [_model_rate(alone, device, method, stopped),
-                        *_unmeasurable(("samples_per_s", "input_bound"), source, device)]
+                return [_model_rate(alone, device, method, stopped), *_unmeasurable(fed_names, source, device)]
             loader = loader_for(options, source)
             feed = Feed(loader, step, options["input_shape"], loader.workers * int(options["prefetch_factor"]))
+            phase = phase_budget(options, budget)
             try:
-                pairs, stopped = interleaved((step, feed), device, budget)
+                pairs, stopped = interleaved((step, feed), device, phase)
             except Uncountable as error:  # the batches' samples cannot be counted: the model alone still can be
                 uncounted = str(error)
             else:
@@ -73,12 +87,18 @@ def _measure(options: Mapping[str, Any], budget: Budget, device: str) -> list[Me
             if uncounted:
                 del feed  # its workers exit before the model is timed alone (the error's frames held it till here)
                 alone, stopped = interleaved((step,), device, budget)
-                return [_model_rate(alone, device, method, stopped),
-                        *_unmeasurable(("samples_per_s", "input_bound"), uncounted, device)]
-    end_to_end = Measurement("samples_per_s", samples=tuple(p[1].samples_per_s for p in pairs), unit="samples/s",
-                             device=device, method=f"{feed.loader.method}, {feed.fed}; step: {method}",
-                             stopped=stopped, note=source.note, subject=source.subject)
-    return [end_to_end, _model_rate(pairs, device, method, stopped), input_bound(pairs, end_to_end)]
+                return [_model_rate(alone, device, method, stopped), *_unmeasurable(fed_names, uncounted, device)]
+            end_to_end = Measurement("samples_per_s", samples=tuple(p[1].samples_per_s for p in pairs),
+                                     unit="samples/s", device=device, stopped=stopped, note=source.note,
+                                     method=f"{feed.loader.method}, {feed.fed}; step: {method}", subject=source.subject)
+            bound = input_bound(pairs, end_to_end)
+            results = [end_to_end, _model_rate(pairs, device, method, stopped), bound]
+            if options["worker_sweep"]:
+                del feed  # its workers exit before the sweep's pools start
+                swept = sweep.measure(_fed_shares(options, source, step, device), loader.workers, phase, device,
+                                      float(bound.value), f"{loader.method}; step: {method}")  # type: ignore[arg-type]
+                results.append(dataclasses.replace(swept, subject=source.subject))
+    return results
 
 
 def _model_rate(windows: Sequence[tuple[Window, ...]], device: str, method: str, stopped: str) -> Measurement:
@@ -86,11 +106,16 @@ def _model_rate(windows: Sequence[tuple[Window, ...]], device: str, method: str,
                        device=device, method=method, stopped=stopped)
 
 
-def input_bound(pairs: Sequence[tuple[Window, Window]], end_to_end: Measurement) -> Measurement:
-    """``100 x (1 - end_to_end / alone)`` per pair of interleaved windows (model alone, then fed), in %; the median
-    is the value. Never negative: a pipeline cannot outrun its model, so a pair where it seems to is noise, 0.
+def shares(pairs: Sequence[tuple[Window, Window]]) -> tuple[float, ...]:
+    """``100 x (1 - fed / alone)`` samples/s per pair of interleaved windows (model alone, then fed), in %.
+
+    Never negative: a pipeline cannot outrun its model, so a pair where it seems to is noise, 0.
     """
-    shares = tuple(max(0.0, 100 * (1 - fed.samples_per_s / alone.samples_per_s)) for alone, fed in pairs)
+    return tuple(max(0.0, 100 * (1 - fed.samples_per_s / alone.samples_per_s)) for alone, fed in pairs)
+
+
+def input_bound(pairs: Sequence[tuple[Window, Window]], end_to_end: Measurement) -> Measurement:
+    """``shares`` of the pairs of interleaved windows (model alone, then fed), in %; the median is the value."""
     fed = float(end_to_end.value)  # type: ignore[arg-type]
     model = sorted(p[0].samples_per_s for p in pairs)[len(pairs) // 2]
     method = (f"1 - end-to-end / model-alone samples/s, per pair of interleaved windows, median of {len(pairs)} "
@@ -99,8 +124,22 @@ def input_bound(pairs: Sequence[tuple[Window, Window]], end_to_end: Measurement)
             f"trains {format_value(model, 'samples/s')}: raise num_workers if CPUs are idle, keep pin_memory on, use "
             f"a faster volume or shards (WebDataset, LMDB); the dataloader check over the same data shows the loader "
             f"alone")
-    return Measurement("input_bound", samples=shares, unit="%", device=end_to_end.device, method=method,
+    return Measurement("input_bound", samples=shares(pairs), unit="%", device=end_to_end.device, method=method,
                        stopped=end_to_end.stopped, hint=hint, note=end_to_end.note, subject=end_to_end.subject)
+
+
+def _fed_shares(options: Mapping[str, Any], source: Source, step: TrainingStep,
+                device: str) -> Callable[[int, Budget], tuple[float, ...]]:
+    """The sweep's rate at ``n`` workers: 100 % - input_bound of each pair of windows, the step alone and fed by a
+    fresh loader over ``source`` with ``options`` but ``n`` workers, interleaved within the count's ``share``."""
+
+    def at(workers: int, share: Budget) -> tuple[float, ...]:
+        loader = loader_for({**options, "num_workers": workers}, source)
+        feed = Feed(loader, step, options["input_shape"], loader.workers * int(options["prefetch_factor"]))
+        pairs, _ = interleaved((step, feed), device, share)
+        return tuple(100 - bound for bound in shares(pairs))  # its workers exit as feed goes out of scope
+
+    return at
 
 
 class Feed:
