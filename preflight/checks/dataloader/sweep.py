@@ -100,6 +100,8 @@ def recommended(curve: Curve, workers: int, method: str,
                   f"workers (the knee, {knee_rate / best - 1:+.0%} samples/s) are projected past it")  # type: ignore[operator]
     elif knee > workers and now and best:
         advice = f"raise num_workers from {workers} to {knee}: {best / now - 1:+.0%} samples/s"
+    elif knee > workers:  # num_workers 0 (loading in the main process): the sweep starts at 1, so no gain to quote
+        advice = f"raise num_workers from {workers} to {knee}: {best:.0f} samples/s there"
     elif knee < workers:
         advice = (f"more workers than {knee} gain nothing here and cost memory: num_workers {knee} delivers within "
                   f"{1 - KNEE_SHARE:.0%} of {workers}")

@@ -149,6 +149,8 @@ def test_the_knee_is_the_fewest_workers_within_5_percent_of_the_best_and_the_hin
                                "+190% samples/s")
     assert sweep.recommended(curve, 8, "m").hint == ("more workers than 2 gain nothing here and cost memory: "
                                                      "num_workers 2 delivers within 5% of 8")
+    # num_workers 0 loads in the main process, a count the sweep (from 1) has no figure for: still "raise"
+    assert sweep.recommended(curve, 0, "m").hint == "raise num_workers from 0 to 2: 290 samples/s there"
 
 
 def test_counts_whose_windows_overlap_the_best_ones_are_not_told_apart():
