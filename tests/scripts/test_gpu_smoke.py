@@ -164,7 +164,7 @@ def test_a_check_that_errors_fails_the_smoke_test_and_its_errors_come_first(tmp_
         f"error in p2p.p2p_access and 1 more: p2p {timed_out}",
         f"error in model.samples_per_s and 2 more: model {timed_out}",
         f"error in model_bf16.samples_per_s and 2 more: model {timed_out}",
-        f"error in pipeline.samples_per_s and 2 more: pipeline {timed_out}",
+        f"error in pipeline.samples_per_s and 3 more: pipeline {timed_out}",
     ]
     assert len(reasons) == 7 and reasons[6].startswith("bench/transfer_reference.py exited 1")
 

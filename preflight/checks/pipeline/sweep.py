@@ -55,8 +55,11 @@ def recommended(curve: Curve, workers: int, device: str, bound_now: float, metho
     elif knee < workers:
         advice = (f"more workers than {knee} gain nothing here and cost memory: input_bound {bounds[knee]:.0f}% at "
                   f"{knee} is within the noise of its floor ({bounds[floor]:.0f}% at {floor})")
-    else:
+    elif knee == floor:
         advice = f"num_workers {workers} is where input_bound reaches its floor"
+    else:  # the median falls further at more workers, but their windows overlap these: not told apart
+        advice = (f"num_workers {workers} is within the noise of input_bound's floor ({bounds[floor]:.0f}% at "
+                  f"{floor}): their windows overlap here; a longer duration can tell them apart")
     shown = (f"input_bound at {', '.join(map(str, curve.counts))} workers: "
              f"{', '.join(f'{bound:.0f}%' for bound in bounds.values())}")
     # As the dataloader's row: the note shows the curve under an unjudged (info) row, the method carries it

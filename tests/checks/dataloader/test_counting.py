@@ -147,10 +147,10 @@ def _run(path: Path) -> tuple[int, dict]:
     return completed.returncode, {r["metric"]: r for r in report["results"]}
 
 
-def _utterance_rate(value: float) -> None:
-    """``value`` is a rate of utterances: at most one worker's TRUE_RATE (5% for timer slack), at least a quarter
-    of it (this 2-CPU machine is shared); a count of T or of packed rows would be ~35x above or 16x below."""
-    assert TRUE_RATE / 4 < value <= 1.05 * TRUE_RATE, value
+def _utterance_rate(value: float, slack: float = 1.05) -> None:
+    """``value`` is a rate of utterances: at most one worker's TRUE_RATE (``slack`` for timer slack), at least a
+    quarter of it (this 2-CPU machine is shared); a count of T or of packed rows would be ~35x above or 16x below."""
+    assert TRUE_RATE / 4 < value <= slack * TRUE_RATE, value
 
 
 def test_a_time_major_speech_batch_counts_its_utterances_and_fails_a_rate_it_cannot_reach(tmp_path):
@@ -305,7 +305,9 @@ def test_the_pipeline_counts_utterances_too_and_still_times_the_model_when_it_ca
     common = dict(python_path=src, num_workers=1, batch_size=8, collate_fn="speechjob.data:time_major",
                   model="tiny", input_shape=[3, 32, 32], num_classes=10)
     fed = run_check("pipeline", 0.5, dataset="speechjob.data:utterances", **common)["samples_per_s[cpu]"]
-    _utterance_rate(fed.value)  # counting T read ~35x more
+    # counting T read ~35x more; a fed window that opens on a batch the worker made while the model ran alone
+    # reads up to a batch over (222 of 200 was seen with two busy loops beside the test)
+    _utterance_rate(fed.value, slack=1.25)
     assert "samples counted from the batch sampler's indices" in fed.method
     results = run_check("pipeline", 0.5, dataset="speechjob.data:stream", **common)
     assert results["model_samples_per_s[cpu]"].measured

@@ -79,11 +79,17 @@ def test_a_loader_that_waits_on_each_sample_is_told_to_raise_num_workers(files, 
     knee = int(recommended.value)  # type: ignore[arg-type]
     curve = _curve(recommended.note)
     assert list(curve) == counts(1, available_cpus()) and len(curve) >= 2, recommended.note
-    assert knee > 1, recommended.note  # a second worker halves the wait: told apart from one worker's
-    # one worker delivers at most 100 samples/s to a step that trains hundreds alone
-    assert curve[1] > 50 and curve[knee] < curve[1], recommended.note
-    assert recommended.hint == (f"raise num_workers from 1 to {knee}: input_bound {curve[1]}% -> "
-                                f"{curve[knee]}%"), recommended.note
+    # One worker delivers at most 100 samples/s to a step that trains hundreds alone; a second halves the wait:
+    # the medians fall (86% -> 74% on a quiet machine, 63% -> 23% with two busy loops beside the test).
+    most = max(curve)
+    assert curve[1] > 50 and curve[most] < curve[1], recommended.note
+    if knee > 1:
+        assert recommended.hint == (f"raise num_workers from 1 to {knee}: input_bound {curve[1]}% -> "
+                                    f"{curve[knee]}%"), recommended.note
+    else:  # under heavy load the two counts' windows overlapped: the noise rule (unit-tested) keeps 1, and says so
+        floor = min(curve, key=curve.__getitem__)
+        assert recommended.hint == (f"num_workers 1 is within the noise of input_bound's floor ({curve[floor]}% at "
+                                    f"{floor}): their windows overlap here; a longer duration can tell them apart")
     assert "measured on the CPU" in recommended.note and "swept at" in recommended.method
     assert rows["input_bound[cpu]"].value > 50  # the check's own windows, at the configured one worker
 
@@ -139,6 +145,14 @@ def test_counts_whose_pairs_overlap_the_floors_are_within_its_noise():
     lowest = Curve((1, 2), (95.0, 94.0), ((92.0, 98.0), (91.0, 97.0)))
     assert sweep.recommended(lowest, 2, "cpu", 6.0, "m").hint == ("more workers than 1 gain nothing here and cost "
                                                                   "memory: input_bound is at its floor, 5%, with 1")
+
+
+def test_a_configured_count_whose_pairs_overlap_a_lower_floor_says_so_not_that_it_is_the_floor():
+    # A busy machine: one worker's median keeps 37%, two workers' 77%, but one of the first's pairs reached 90%.
+    overlapping = Curve((1, 2), (37.0, 77.0), ((20.0, 90.0), (70.0, 84.0)))
+    assert sweep.recommended(overlapping, 1, "cpu", 63.0, "m").hint == (
+        "num_workers 1 is within the noise of input_bound's floor (23% at 2): their windows overlap here; a longer "
+        "duration can tell them apart")
 
 
 def test_each_counts_figure_is_the_median_of_its_pairs_as_input_bounds_value(monkeypatch):
