@@ -6,7 +6,6 @@ so the end-to-end figure is known; the model's own figure is measured in the sam
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -34,17 +33,6 @@ def not_a_model():
 
 
 pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
-
-
-@pytest.fixture(scope="module")
-def files(tmp_path_factory) -> Path:
-    """120 files of 72 kB in class folders: enough to stand for a dataset (100 files, 8 MiB)."""
-    root = tmp_path_factory.mktemp("pipeline-data")
-    for index in range(120):
-        folder = root / f"n{index % 10:02d}"
-        folder.mkdir(exist_ok=True)
-        (folder / f"{index:04d}.bin").write_bytes(os.urandom(72_000))
-    return root
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ random samples that take a worker well under a millisecond a batch, waits for no
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -47,17 +46,6 @@ def make(step_s, num_classes=10):
 MODEL = {"model": "jobpkg.sleepy:make", "input_shape": [3, 8, 8], "num_classes": 10, "batch_size": 2}
 
 pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
-
-
-@pytest.fixture(scope="module")
-def files(tmp_path_factory) -> Path:
-    """120 files of 72 kB in class folders: enough to stand for a dataset (100 files, 8 MiB)."""
-    root = tmp_path_factory.mktemp("pipeline-sweep-data")
-    for index in range(120):
-        folder = root / f"n{index % 10:02d}"
-        folder.mkdir(exist_ok=True)
-        (folder / f"{index:04d}.bin").write_bytes(os.urandom(72_000))
-    return root
 
 
 @pytest.fixture
