@@ -55,6 +55,8 @@ def check_user_code(instance: config.Instance) -> None:
     hook = getattr(CHECKS[instance.check], "check_user_code", None)
     if hook is None:
         return
+    import torch.utils.data  # noqa: F401  preflight's own import is not the job's time (and not the timer's)
+
     try:
         with _deadline(instance.timeout_s):
             hook(instance.options)
@@ -67,18 +69,26 @@ def check_user_code(instance: config.Instance) -> None:
                           f"network? Fix that, or raise {instance.name}.timeout") from None
 
 
+REPEAT_S = 0.5  # seconds between alarms after the first (``_deadline``)
+
+
 class _TimedOut(BaseException):  # as KeyboardInterrupt: the job's `except Exception` must not swallow it
     pass
 
 
 @contextlib.contextmanager
 def _deadline(seconds: float) -> Iterator[None]:
-    """Raise ``_TimedOut`` in the block after ``seconds`` (SIGALRM: the main thread, Python code, Unix)."""
+    """Raise ``_TimedOut`` in the block after ``seconds`` (SIGALRM: the main thread, Python code, Unix).
+
+    The alarm repeats every ``REPEAT_S`` until the block exits: code that swallows the first
+    ``_TimedOut`` (an import's ``except BaseException``, a C call that drops the signal's error)
+    would otherwise leave a factory that never returns running with no alarm left.
+    """
     def expire(signum: int, frame: object) -> None:
         raise _TimedOut
 
     previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    signal.setitimer(signal.ITIMER_REAL, seconds, REPEAT_S)
     try:
         yield
     finally:

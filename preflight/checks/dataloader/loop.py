@@ -98,11 +98,13 @@ class BatchPuller:
         self.count = count
         self.clock = clock  # seconds; the tests' fake clock makes window rates exact
         self.iterator: Iterator[Any] = iter(loader)
+        self.epochs_ended = 0  # epochs read to their end: every sample (every shard) reached ``count``
 
     def _next(self) -> tuple[int, int]:
         try:
             batch = next(self.iterator)
         except StopIteration:
+            self.epochs_ended += 1
             self.iterator = iter(self.loader)
             try:
                 batch = next(self.iterator)
@@ -115,6 +117,17 @@ class BatchPuller:
         for _ in range(batches):
             self._next()
             self._compute()
+
+    def finish_epoch(self, seconds: float) -> bool:
+        """Read the rest of the current epoch through ``count``, for at most ``seconds``; whether it ended.
+
+        For the tally of a loader that delivered no sample: every shard read to its damage, so the
+        reason can name how many of them are damaged rather than how many a window held.
+        """
+        start, epochs = self.clock(), self.epochs_ended
+        while self.epochs_ended == epochs and self.clock() - start < seconds:
+            self._next()
+        return self.epochs_ended > epochs
 
     def window(self, seconds: float) -> Window:
         """Steps until at least ``seconds`` of wall time; whole steps only."""

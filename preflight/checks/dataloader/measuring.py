@@ -63,9 +63,18 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source) -> list
                                    warnings=(raw.warning,) if raw.warning else ()))
         raw_rate = raw.rate
     watch = memory.Watch()
-    taken = pooled(lambda: _puller(built, watch), take, phase, pools)
-    if tar:
-        problems = built.tally.note(len(files))  # type: ignore[union-attr,arg-type]
+    ended: list[int] = []  # each pool's epochs read to their end
+
+    def take_counting_epochs(pulling: BatchPuller, share: Budget, min_windows: int) -> Taken:
+        try:
+            return take(pulling, share, min_windows)
+        finally:
+            ended.append(pulling.epochs_ended)
+
+    taken = pooled(lambda: _puller(built, watch), take_counting_epochs, phase, pools)
+    if tar:  # every pool streams the shards in one order: one epoch ended is every shard tallied
+        read_all = any(ended) or (not any(taken.rates) and taken.last.finish_epoch(phase.duration_s))
+        problems = built.tally.note(len(files), read_all)  # type: ignore[union-attr,arg-type]
         if not any(taken.rates):  # every shard damaged, or no member named KEY.EXT
             raise _NoSample(f"no sample could be read from the {len(files)} files under {options['path']}"  # type: ignore[arg-type]
                             + (f" ({problems})" if problems else "") + ": point dataloader.path at WebDataset tar "

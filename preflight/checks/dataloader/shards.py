@@ -325,17 +325,25 @@ class ShardTally:
                     kept[problem] = None
         return batch.samples, batch.bytes
 
-    def note(self, shards: int) -> str:
-        """The problems in words for the report's note, "" when none: how many, and the first of each kind."""
+    def note(self, shards: int, read_all: bool) -> str:
+        """The problems in words for the report's note, "" when none: how many, and the first of each kind.
+
+        ``read_all``: whether every one of the ``shards`` was read; when not, a count is of the shards
+        the measuring time read, and says so (the rest may be damaged too, or not).
+        """
+        def of(count: int) -> str:
+            return f"{count} of {shards} shards" if read_all else \
+                f"{count} of the shards read in the measuring time (not all {shards})"
+
         parts = []
         if self.damaged:
-            parts.append(f"{len(self.damaged)} of {shards} shards damaged, read up to the damage "
+            parts.append(f"{of(len(self.damaged))} damaged, read up to the damage "
                          f"(first: {next(iter(self.damaged))})")
         if self.incomplete:
             parts.append(f"{len(self.incomplete)} samples without an image member not counted "
                          f"(first: {next(iter(self.incomplete))})")
         if self.ungrouped:
-            parts.append(f"{len(self.ungrouped)} of {shards} shards ungrouped, each key counted once as one sample "
+            parts.append(f"{of(len(self.ungrouped))} ungrouped, each key counted once as one sample "
                          f"(first: {next(iter(self.ungrouped))}): webdataset yields each run of a key's members as a "
                          f"sample of its own (webdataset#140); write each sample's members together")
         return "; ".join(parts)

@@ -198,7 +198,7 @@ def test_case_7_ungrouped_shards_are_named_in_the_row(tmp_path):
                          batch_size=16)
     note = measured["throughput"].note
     assert measured["throughput"].value > 0 and measured["throughput"].subject == "dataset"
-    assert re.fullmatch(r"[1-4] of 4 shards ungrouped, each key counted once as one sample \(first: shard-000000\.tar: "
+    assert re.fullmatch(r"(4 of 4 shards|[1-4] of the shards read in the measuring time \(not all 4\)) ungrouped, each key counted once as one sample \(first: shard-000000\.tar: "
                         r"key 0000000000 seen again after other keys\): webdataset yields each run of a key's members "
                         r"as a sample of its own \(webdataset#140\); write each sample's members together", note), note
     sorted_root = datasets.tar_shards(tmp_path / "grouped", shards=4, per_shard=50, size=50_000)

@@ -57,6 +57,14 @@ def slow_to_build():
     time.sleep(3600)
 
 
+def swallows_the_first_alarm():
+    try:
+        time.sleep(3600)
+    except BaseException:  # as an import's or a retry loop's catch-all would
+        pass
+    time.sleep(3600)
+
+
 def not_a_dataset(n=1000):
     return list(range(n))
 '''.format(sample_s=SAMPLE_S)
@@ -107,9 +115,10 @@ def test_a_factory_that_cannot_be_imported_is_located_at_validate(tmp_path):
                                 f"`jobpkg` to python_path\n")
 
 
-def test_a_factory_that_does_not_return_is_a_one_line_error_at_validate_after_the_timeout(tmp_path):
-    path = _job(tmp_path, """
-        dataset: "jobpkg.data:slow_to_build"
+@pytest.mark.parametrize("factory", ["slow_to_build", "swallows_the_first_alarm"])
+def test_a_factory_that_does_not_return_is_a_one_line_error_at_validate_after_the_timeout(tmp_path, factory):
+    path = _job(tmp_path, f"""
+        dataset: "jobpkg.data:{factory}"
         python_path: [src]
         timeout: 1s
     """)

@@ -79,6 +79,19 @@ def test_an_epoch_that_ends_restarts_the_loader_and_an_empty_one_is_an_error():
         BatchPuller([])._next()
 
 
+def test_finish_epoch_reads_to_the_epochs_end_through_count_or_stops_at_the_time():
+    counted = []
+    puller = BatchPuller([(0, 1), (0, 2), (0, 3), (0, 4)], count=lambda batch: counted.append(batch) or batch)
+    puller._next()
+    assert puller.epochs_ended == 0
+    assert puller.finish_epoch(60.0) is True
+    assert counted == [(0, 1), (0, 2), (0, 3), (0, 4), (0, 1)] and puller.epochs_ended == 1  # restarted: 1 read
+    clock = Clock()
+    endless = BatchPuller(Scripted(clock, warmup=0, step_s=0.5), clock=clock)
+    assert endless.finish_epoch(2.0) is False and endless.epochs_ended == 0
+    assert clock.now == pytest.approx(2.0)  # four 0.5 s batches, then the time was up
+
+
 def test_pools_report_the_mean_of_their_rates_not_the_median():
     rates = iter([100.0, 100.0, 400.0])  # median 100, mean 200
     started, shares = [], []
