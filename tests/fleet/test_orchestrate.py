@@ -146,7 +146,8 @@ def test_a_rank_killed_mid_collective_is_named_by_every_survivor(fleet_config: P
     took = time.monotonic() - killed
 
     assert all(code != 0 for code in codes)
-    assert took < 8 + 10  # fleet.timeout is 8s: named within it, plus the launchers exiting
+    assert took < 8 + 20  # fleet.timeout is 8s: named within it, plus the launchers exiting on a busy machine
+    # (torch's own default would wait 10 minutes)
     for survivor in (0, 1):
         assert f"preflight: error: rank {survivor}: rank 2 (" in logs[survivor].read_text()
     case = next(iter(next(iter(junitparser.JUnitXml.fromfile(str(junit))))))
@@ -233,11 +234,11 @@ def test_a_hung_rank_is_named_by_every_survivor_within_the_timeout(fleet_config:
     stopped = time.monotonic()
     try:
         for survivor in (0, 1, 3):
-            wait_for(log, f"preflight: error: rank {survivor}: rank 2 (", timeout=8 + 5)
+            wait_for(log, f"preflight: error: rank {survivor}: rank 2 (", timeout=8 + 12)
         took = time.monotonic() - stopped
     finally:
         os.kill(hung, signal.SIGKILL)
     assert wait(launcher) != 0
-    assert took < 8 + 5
+    assert took < 8 + 12  # the 8s timeout, and a survivor's turn at a busy CPU to say so
     case = next(iter(next(iter(junitparser.JUnitXml.fromfile(str(junit))))))
     assert "rank 2 (" in case.result[0].message

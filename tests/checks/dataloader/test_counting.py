@@ -147,9 +147,11 @@ def _run(path: Path) -> tuple[int, dict]:
     return completed.returncode, {r["metric"]: r for r in report["results"]}
 
 
-def _utterance_rate(value: float, slack: float = 1.05) -> None:
-    """``value`` is a rate of utterances: at most one worker's TRUE_RATE (``slack`` for timer slack), at least a
-    quarter of it (this 2-CPU machine is shared); a count of T or of packed rows would be ~35x above or 16x below."""
+def _utterance_rate(value: float, slack: float = 1.25) -> None:
+    """``value`` is a rate of utterances: at most one worker's TRUE_RATE, at least a quarter of it (this 2-CPU
+    machine is shared); a count of T or of packed rows would be ~35x above or 16x below. ``slack``: a window can
+    open on a batch the worker prefetched while the main process read memory, more so on a busy machine (up to
+    205/s of 200 seen under load)."""
     assert TRUE_RATE / 4 < value <= slack * TRUE_RATE, value
 
 

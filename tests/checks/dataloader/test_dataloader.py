@@ -45,18 +45,19 @@ def test_raw_throughput_counts_files_read_not_batches_or_bytes(ten_thousand_file
 
 def test_accelerator_utilization_is_high_when_compute_hides_io_and_fails_when_reads_are_throttled(
         ten_thousand_files):
-    gate = Instance("dataloader", "dataloader", {}, (Threshold("accelerator_utilization", 90.0, None, "fail",
+    gate = Instance("dataloader", "dataloader", {}, (Threshold("accelerator_utilization", 75.0, None, "fail",
                                                                "t:1:1"),), 60, 1, True, "t:1:1")
-    # 16 samples per 40 ms step = 400 samples/s, far below what two workers read.
+    # 16 samples per 40 ms step = 400 samples/s, far below what two workers read. Idle this reads ~97%; each step's
+    # own overhead (the batch's hand-over, the sleep's overshoot) grows on a busy machine (89% seen under load).
     hidden = run_check("dataloader", 1.0, path=str(ten_thousand_files), num_workers=WORKERS, batch_size=16,
                           step_time="40ms")
-    assert hidden["accelerator_utilization"].value >= 90
+    assert hidden["accelerator_utilization"].value >= 75
     assert [r.verdict for r in judge(gate, Outcome((hidden["accelerator_utilization"],)))] == ["pass"]
     # A reader slowed to 10 ms per sample delivers at most 2 workers x 100 = 200 samples/s < 400 needed.
     starved = run_check("dataloader", 1.0, path=str(ten_thousand_files), num_workers=WORKERS, batch_size=16,
                            step_time="40ms", sample_delay="10ms")
     au = starved["accelerator_utilization"]
-    assert au.value < 75
+    assert au.value < 62  # 50% once the workers' prefetch (64 samples) is spent; load only slows the reads more
     (result,) = judge(gate, Outcome((au,)))
     assert result.verdict == "fail"
     assert "emulated GPU consumes 400 samples/s" in result.hint

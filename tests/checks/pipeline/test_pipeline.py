@@ -57,7 +57,8 @@ def test_synthetic_samples_that_keep_up_leave_the_step_compute_bound(src):
     results = run_check("pipeline", 1.0, synthetic=True, num_workers=0, batch_size=16, model="jobpkg.wide:make",
                         python_path=str(src), input_shape=[3, 32, 32], num_classes=10)
     fed, alone, bound = (results[f"{name}[cpu]"] for name in ("samples_per_s", "model_samples_per_s", "input_bound"))
-    assert bound.value < 25, (bound, fed, alone)  # the median of the pairs: one window pair caught by load moves it not
+    # the median of the pairs: one window pair caught by load moves it not (a throttled loader reads 50-100)
+    assert bound.value < 40, (bound, fed, alone)
     assert "synthetic 3x32x32 float32 samples" in fed.method
     assert "each batch's 3x32x32 tensor fed to the model" in fed.method
     assert bound.stats.n == alone.stats.n == fed.stats.n >= 5  # one input_bound per pair of interleaved windows
@@ -112,10 +113,12 @@ def test_batches_prefetched_while_the_model_ran_alone_are_not_counted_as_fed(fil
     results = run_check("pipeline", 0.5, path=str(files), sample_delay=f"{DELAY_S * 1e3:g}ms", num_workers=1,
                         prefetch_factor=2, batch_size=2, model="tiny", input_shape=[3, 32, 32], num_classes=10)
     fed = results["samples_per_s[cpu]"]
-    # A sleep only ever overshoots, so load lowers the rate, never raises it; one short window may end just after
-    # a batch the worker had half made, hence a little room above 1 / DELAY_S for the windows, none for the mean.
-    assert 0.2 / DELAY_S < fed.value <= 1.05 / DELAY_S, fed
-    assert max(fed.samples) <= 1.5 / DELAY_S, fed.samples
+    # A sleep only ever overshoots, so load lowers the worker's rate, never raises it; but a fed window of one step
+    # opens on a batch the worker began during the model's step before it, so it lasts 2 x DELAY_S less that step
+    # (10.1/s seen, more when load slows the model). Counting the two prefetched batches reads 4 samples in a 0.1 s
+    # window, 40/s: the bounds keep a wide margin below that.
+    assert 0.2 / DELAY_S < fed.value <= 1.25 / DELAY_S, fed
+    assert max(fed.samples) <= 2 / DELAY_S, fed.samples
 
 
 def test_gpus_torch_counts_but_cannot_open_are_not_stood_in_for_by_the_cpu(monkeypatch, tmp_path):
