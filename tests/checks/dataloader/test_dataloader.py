@@ -53,11 +53,13 @@ def test_accelerator_utilization_is_high_when_compute_hides_io_and_fails_when_re
                           step_time="40ms")
     assert hidden["accelerator_utilization"].value >= 75
     assert [r.verdict for r in judge(gate, Outcome((hidden["accelerator_utilization"],)))] == ["pass"]
-    # A reader slowed to 10 ms per sample delivers at most 2 workers x 100 = 200 samples/s < 400 needed.
+    # A reader slowed to 30 ms per sample delivers at most 2 workers x 33 = 67 samples/s < 400 needed: 17% once the
+    # workers' prefetch (64 samples, 4 steps) is spent; load only slows the reads more. (At 10 ms, 50% by
+    # construction, one run under load read 74%: windows drawn while the prefetch was still being spent.)
     starved = run_check("dataloader", 1.0, path=str(ten_thousand_files), num_workers=WORKERS, batch_size=16,
-                           step_time="40ms", sample_delay="10ms")
+                           step_time="40ms", sample_delay="30ms")
     au = starved["accelerator_utilization"]
-    assert au.value < 62  # 50% once the workers' prefetch (64 samples) is spent; load only slows the reads more
+    assert au.value < 50
     (result,) = judge(gate, Outcome((au,)))
     assert result.verdict == "fail"
     assert "emulated GPU consumes 400 samples/s" in result.hint
