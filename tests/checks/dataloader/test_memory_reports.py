@@ -183,7 +183,9 @@ def test_files_a_dataset_leaves_on_tmpfs_count_against_the_limit_though_no_proce
     files = re.search(r"; ([\d.]+) MiB of it files on tmpfs, \+([\d.]+) KiB per sample\)", headroom["message"])
     assert files, headroom["message"]
     assert 0 < float(files[1]) * MiB <= written  # what the windows wrote, less what workers had just begun
-    assert 28 <= float(files[2]) <= 36  # 32 KiB a sample, page-rounded
+    # 32 KiB a sample, page-rounded; the workers write ahead of the samples delivered (their prefetch), more so on a
+    # busy machine (36.9 seen with three test processes on two cores), so 1.5x, far from the 0 of not counting them
+    assert 28 <= float(files[2]) <= 48
     assert peak["value"] >= float(files[1]) * MiB
     assert "files on tmpfs" in headroom["hint"] and "cache on disk" in headroom["hint"]
 
