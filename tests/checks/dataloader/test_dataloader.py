@@ -97,13 +97,19 @@ def test_a_missing_dataset_directory_says_so(tmp_path):
 def test_decode_image_reports_the_raw_rate_beside_the_decoded_one(tmp_path):
     from PIL import Image
 
-    noise = os.urandom(512 * 512 * 3)
-    for index in range(100):  # 100 files of ~200 kB: enough to be a dataset (dataset_walk.too_few)
-        Image.frombytes("RGB", (256, 256), noise[index:] + noise[:index]).save(tmp_path / f"{index}.png")
+    # 100 files of 153 kB (enough to be a dataset: dataset_walk.too_few), each a 2048x2048 PNG: 12 MiB of pixels
+    # to inflate and unfilter per sample (~65 ms here) against 153 kB to read. Idle, raw reads ran ~165x faster
+    # than decoding; 256x256 noise (200 kB, ~4 ms) was once slower raw than decoded with the disk shared.
+    image = Image.new("RGB", (2048, 2048))
+    image.paste(Image.frombytes("RGB", (2048, 16), os.urandom(2048 * 16 * 3)), (0, 0))
+    image.save(tmp_path / "000.png", compress_level=1)
+    encoded = (tmp_path / "000.png").read_bytes()
+    for index in range(1, 100):
+        (tmp_path / f"{index:03d}.png").write_bytes(encoded)
     os.sync()
     measured = run_check("dataloader", 1.0, path=str(tmp_path), decode="image", num_workers=1, batch_size=4)
     raw, decoded = measured["raw_throughput"].value, measured["throughput"].value
-    assert raw > 1.5 * decoded  # PNG-decoding 256x256 noise costs far more than reading 200 kB
+    assert raw > 1.5 * decoded, (raw, decoded)
     assert measured["throughput"].hint.startswith("decode-bound")
 
 
