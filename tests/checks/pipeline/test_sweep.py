@@ -2,8 +2,10 @@
 
 Both cases are made of sleeps, so they hold on this busy 2-CPU machine: load only lengthens a sleep,
 which lowers a rate, never raises it. A reader that sleeps 10 ms per sample (``sample_delay``) feeds a
-model whose step sleeps 2 ms: one worker delivers at most 100 samples/s to a step that trains hundreds,
-so the step waits for data and a second worker halves the wait. A model whose step sleeps 10 ms, fed
+model whose step sleeps 5 ms: one worker delivers a batch of two every 20 ms or more, so the step waits
+three quarters of its time for data, and a second worker halves the wait (to half the time): a gap of 25
+points that a busy machine's noise does not close (a 2 ms step left 10 points, and four test processes
+on two cores once read 73% at one worker and 82% at two). A model whose step sleeps 10 ms, fed
 random samples that take a worker well under a millisecond a batch, waits for nothing at one worker.
 """
 
@@ -62,15 +64,15 @@ def _curve(note: str) -> dict[int, int]:
 
 def test_a_loader_that_waits_on_each_sample_is_told_to_raise_num_workers(files, src):
     rows = run_check("pipeline", 3.0, path=str(files), sample_delay="10ms", num_workers=1, worker_sweep=True,
-                     python_path=[str(src)], model_args={"step_s": 0.002}, **MODEL)
+                     python_path=[str(src)], model_args={"step_s": 0.005}, **MODEL)
     recommended = rows["recommended_num_workers[cpu]"]
     knee = int(recommended.value)  # type: ignore[arg-type]
     curve = _curve(recommended.note)
     assert list(curve) == counts(1, available_cpus()) and len(curve) >= 2, recommended.note
-    # One worker delivers at most 100 samples/s to a step that trains hundreds alone; a second halves the wait:
-    # the medians fall (86% -> 74% on a quiet machine, 63% -> 23% with two busy loops beside the test).
+    # One worker leaves the 5 ms step waiting 15 ms of every 20 (75%); a second halves the wait (50%). Load
+    # lengthens the step's own time too; measured 68% -> 33% idle, 73% -> 33% beside two busy loops.
     most = max(curve)
-    assert curve[1] > 50 and curve[most] < curve[1], recommended.note
+    assert curve[1] > 40 and curve[most] < curve[1], recommended.note
     if knee > 1:
         assert recommended.hint == (f"raise num_workers from 1 to {knee}: input_bound {curve[1]}% -> "
                                     f"{curve[knee]}%"), recommended.note
