@@ -53,11 +53,15 @@ def test_the_random_loop_reads_only_inside_its_segments(tmp_path):
         return real(fd, buffers, offset)
 
     os.preadv = spy
+    ops = 0
     try:
-        tally = run_loops(reads.random_loop(parts, "O_DIRECT", 4096, seed=3), 1, 4, 0.2)
+        for seed in range(50):  # windows until 100 reads were made: a loaded runner makes fewer in each (64 once)
+            ops += run_loops(reads.random_loop(parts, "O_DIRECT", 4096, seed=seed), 1, 4, 0.2).ops
+            if len(picked) >= 100:
+                break
     finally:
         os.preadv = real
-    assert tally.ops == len(picked) > 100
+    assert ops == len(picked) >= 100
     assert all(MiB <= offset < 2 * MiB for offset in picked)
 
 
