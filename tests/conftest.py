@@ -27,7 +27,8 @@ def one_intra_op_thread() -> Iterator[None]:
 
 # The files that take longest, started first: the suite runs on xdist workers a whole file each
 # (--dist loadfile), and a long file drawn last leaves the other workers idle while one finishes it.
-# Ordered by their summed --durations on an idle run (seconds: 90, 69, 59, 53, 53, 52, 44, 38, 36, 28, 27).
+# Ordered by their summed --durations on an idle run (seconds: 90, 69, 59, 53, 53, 52, 44, 38, 36, 28, 27, 25,
+# 25, 24).
 LONGEST_FIRST = (
     "tests/fleet/test_orchestrate.py", "tests/checks/test_real_datasets.py", "tests/checks/dataloader/test_user.py",
     "tests/checks/dataloader/test_counting.py", "tests/test_slurm.py", "tests/test_install.py", "tests/test_cli.py",
