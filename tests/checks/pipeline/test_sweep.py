@@ -63,7 +63,10 @@ def _curve(note: str) -> dict[int, int]:
 
 
 def test_a_loader_that_waits_on_each_sample_is_told_to_raise_num_workers(files, src):
-    rows = run_check("pipeline", 3.0, path=str(files), sample_delay="10ms", num_workers=1, worker_sweep=True,
+    # 6 s: each count's windows are then 150 ms (7 batches at one worker), up to ten pairs of them, where 3 s gave
+    # 75 ms windows, and a busy stretch of the machine during the two-worker pairs once read 55% at one worker and
+    # 63% at two. Sleeping costs no CPU; the wider windows cost 3 s of this test's wall time.
+    rows = run_check("pipeline", 6.0, path=str(files), sample_delay="10ms", num_workers=1, worker_sweep=True,
                      python_path=[str(src)], model_args={"step_s": 0.005}, **MODEL)
     recommended = rows["recommended_num_workers[cpu]"]
     knee = int(recommended.value)  # type: ignore[arg-type]
