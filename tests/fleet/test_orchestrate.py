@@ -67,8 +67,9 @@ def torchrun(*launcher: str, args: list[str], log: Path) -> subprocess.Popen:
                             start_new_session=True)
 
 
-def node(rank: int, port: int, nodes: int = 3) -> list[str]:
-    return ["--nnodes", str(nodes), "--node-rank", str(rank), "--nproc-per-node", "1", "--rdzv-backend", "static",
+def node(rank: int, port: int) -> list[str]:
+    """torchrun's arguments for node ``rank`` of a three-node fleet, one rank per node, joined at ``port``."""
+    return ["--nnodes", "3", "--node-rank", str(rank), "--nproc-per-node", "1", "--rdzv-backend", "static",
             "--master-addr", "127.0.0.1", "--master-port", str(port)]
 
 
