@@ -177,18 +177,22 @@ def _remove_cgroup(directory: Path) -> None:
             time.sleep(0.1)
 
 
-def in_mount_namespace(script: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def in_mount_namespace(script: str, timeout: float = 120,
+                       node_lock: bool = False) -> subprocess.CompletedProcess[str]:
     """Run ``sh -c script`` in a private mount namespace, where a test may mount a real tmpfs or bind mount.
 
-    The mounts vanish with the namespace. Skips the test where namespaces are not permitted
-    (not root, no util-linux ``unshare``).
+    The mounts vanish with the namespace. The node's measuring lock is off (``PREFLIGHT_LOCK=off``, as in
+    conftest.py) unless ``node_lock``: the namespace shares the host's /dev/shm and /run/lock, so a run here
+    would queue behind every other test's run on the node's lock and its report would say so. Skips the test
+    where namespaces are not permitted (not root, no util-linux ``unshare``).
     """
     probe = subprocess.run(["unshare", "-m", "true"], capture_output=True) if shutil.which("unshare") else None
     if probe is None or probe.returncode != 0:
         reason = probe.stderr.decode().strip() if probe is not None else "no unshare command"
         pytest.skip(f"mount namespaces not permitted here: {reason}")
     return subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, cwd=REPO,
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}, timeout=timeout)
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), **({} if node_lock else {"PREFLIGHT_LOCK": "off"})},
+                          timeout=timeout)
 
 
 def in_read_only_root(script: str, shm: str = "private", writable: Sequence[Path] = (),
@@ -198,12 +202,15 @@ def in_read_only_root(script: str, shm: str = "private", writable: Sequence[Path
     ``/dev/shm`` is a fresh ``private`` writable tmpfs (as an emptyDir with ``medium: Memory``)
     or a ``read-only`` one; each of ``writable`` stays writable (as a mounted volume). Only
     per-mount flags change (bind remounts, new tmpfs): the host's filesystems stay writable.
+    A run takes the node's measuring lock at its default place only on a ``private`` /dev/shm, which no other
+    test shares; with a ``read-only`` one the default would be the host's /run/lock, so the lock is off.
     Skips where mount namespaces are not permitted (see ``in_mount_namespace``).
     """
     options = {"private": "size=1g", "read-only": "ro,size=1m"}[shm]
     volumes = "".join(f"mount --bind {path} {path} && " for path in writable)
     return in_mount_namespace(f"{volumes}mount --bind / / && mount -o remount,bind,ro / && "
-                              f"mount -t tmpfs -o {options} tmpfs /dev/shm && {script}", timeout)
+                              f"mount -t tmpfs -o {options} tmpfs /dev/shm && {script}", timeout,
+                              node_lock=shm == "private")
 
 
 class Ticks:

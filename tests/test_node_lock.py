@@ -20,7 +20,7 @@ from typing import Iterator
 import pytest
 
 from preflight.host import node_lock
-from tests.helpers import REPO, run_cli, write_config
+from tests.helpers import REPO, in_mount_namespace, in_read_only_root, run_cli, write_config
 
 # Runs ``runner.run`` on a config with the fake `interval` check registered (a real worker process measures it)
 # and prints each result's id, verdict and note as JSON.
@@ -213,3 +213,18 @@ def test_with_no_place_for_the_lock_a_run_measures_without_it_and_says_so(monkey
                     "file or directory), /nonexistent-run-lock/preflight.lock (No such file or directory)): measuring "
                     "without it; set PREFLIGHT_LOCK=PATH to a file every preflight run on this node can open"]
     lock.close()
+
+
+@pytest.mark.parametrize("run_in, expected", [
+    (lambda script: in_mount_namespace(script), "off"),
+    (lambda script: in_read_only_root(script, shm="read-only"), "off"),
+    (lambda script: in_read_only_root(script, shm="private"), "unset"),
+], ids=["mount-namespace", "read-only-root-and-shm", "read-only-root-private-shm"])
+def test_runs_in_a_tests_mount_namespace_take_the_nodes_lock_only_on_a_private_dev_shm(run_in, expected) -> None:
+    """The suite's CI failed once: a run in a mount namespace took the host's /dev/shm/preflight.lock, waited
+    9.6 s for another test's run, and its report said so. A namespace shares the host's /dev/shm and /run/lock,
+    so runs there measure without the lock, as the rest of the suite does; only a private /dev/shm (no other
+    test's) keeps the default place, which the read-only-root tests look for."""
+    done = run_in("echo ${PREFLIGHT_LOCK-unset}")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == expected
