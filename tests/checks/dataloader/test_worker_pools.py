@@ -48,8 +48,8 @@ def _runs(tmp_path, pools: int, runs: int) -> list:
     counter = tmp_path / f"starts-{pools}"
     # Two seconds per pool: its start, warm-up (2 batches of 8 samples of up to 8 ms) and windows all come out of
     # them, and a pool is left out once another would end past 1.25 x duration. With one second per pool, a
-    # fork-started worker pool beside two busy loops and three other test processes took 1.7 s, and a run held 2
-    # pools of 4; now a pool must take 2.5 s for that. The sleeps cost no CPU.
+    # run beside two busy loops and three other test processes held 2 pools of 4: by that rule a fork-started pool
+    # had taken more than 1.67 s (inferred, not timed); now a pool must take 2.5 s for that. The sleeps cost no CPU.
     return [run_check("dataloader", 2.0 * pools, dataset="startstate:make", dataset_args={"counter": str(counter)},
                       python_path=[str(tmp_path)], num_workers=1, batch_size=8, worker_pools=pools)["throughput"]
             for _ in range(runs)]
