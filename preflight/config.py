@@ -24,6 +24,7 @@ from typing import Any, Iterable, Literal, Mapping, NamedTuple
 from preflight import baseline as baselines
 from preflight import yaml_source
 from preflight.checks import CHECKS
+from preflight.checks import usercode
 from preflight.checks.base import Budget, Metric, Option
 from preflight.errors import ConfigError, UsageError
 from preflight.units import UNITS, Dimension, UnitError, example, parse_quantity, to_unit
@@ -320,10 +321,9 @@ def _refuse_ignored(name: str, option: Option, declared: Iterable[Option], optio
 
 
 def names_code(value: Any) -> bool:
-    """Whether an option's value names the job's code rather than a built-in (``resnet50``) or nothing: a module
-    path has a ``.`` or a ``:``, a built-in name neither. A malformed path (``pkg.mod`` without ``:factory``) still
-    counts, so that its own error (from ``usercode``) is the one the user sees."""
-    return isinstance(value, str) and any(mark in value for mark in ".:")
+    """Whether a ``code`` option's parsed value names the job's code (``"package.module:callable"``, whose form
+    ``coerce_option`` has checked) rather than a built-in name (``resnet50``) or nothing."""
+    return isinstance(value, str) and ":" in value
 
 
 def _refuse_without_factory(name: str, option: Option, options: Mapping[str, Any],
@@ -388,6 +388,8 @@ def coerce_option(option: Option, node: Located | None, label: str, base: str = 
                                 f"{_suggest(result, option.choices)}")
             if kind == "path" and not result and option.default != "":  # "" names no dataset (checks.subject)
                 raise UnitError("expected a path, found an empty string")
+            if kind == "code" and result not in option.choices and (result or option.default):
+                _job_code(result, option.choices)
     except UnitError as error:
         measured = f", or `measured` (the `{option.measured_by[0]}` instance's figure)" if option.measured_by else ""
         raise ConfigError(where, f"`{label}`: {error}{measured}") from None
@@ -396,6 +398,17 @@ def coerce_option(option: Option, node: Located | None, label: str, base: str = 
     if option.maximum is not None and isinstance(result, (int, float)) and result > option.maximum:
         raise ConfigError(where, f"`{label}` must be at most {option.maximum:g}, found {value!r}")
     return result
+
+
+def _job_code(spec: str, builtin: tuple[str, ...]) -> None:
+    """A ``code`` option's value that is not a built-in name must name the job's code, ``"package.module:callable"``.
+
+    Raises:
+        UnitError: it does not have that form (a typo of a built-in name is suggested).
+    """
+    if usercode.spec_error(spec):
+        names = f"{', '.join(builtin)} or " if builtin else ""
+        raise UnitError(f"expected {names}\"package.module:callable\", found {spec!r}{_suggest(spec, builtin)}")
 
 
 def _producer(option: Option, node: Located, label: str) -> dict[str, str]:

@@ -261,6 +261,39 @@ def test_python_path_and_dataset_args_mistakes_are_located(tmp_path, body, where
     assert str(error.value).startswith(f"{path}:{where}: " + message.format(dir=tmp_path))
 
 
+@pytest.mark.parametrize("check, body, where, message", [
+    ("dataloader", 'dataset: "jobpkg.data"', "4:14",
+     "`dataloader.dataset`: expected \"package.module:callable\", found 'jobpkg.data'"),
+    ("dataloader", 'dataset: "jobpkg.data:make"\n    collate_fn: "jobpkg.data:"', "5:17",
+     "`dataloader.collate_fn`: expected \"package.module:callable\", found 'jobpkg.data:'"),
+    ("dataloader", 'dataset: "jobpkg.data:make"\n    count_samples: "len(batch)"', "5:20",
+     "`dataloader.count_samples`: expected \"package.module:callable\", found 'len(batch)'"),
+    ("dataloader", 'dataset: "job-pkg.data:make"', "4:14",
+     "`dataloader.dataset`: expected \"package.module:callable\", found 'job-pkg.data:make'"),
+    ("model", "model: resnet05", "4:12", "`model.model`: expected resnet18, resnet50, tiny or \"package.module:callable\", "
+                                         "found 'resnet05': did you mean `resnet50`?"),
+    ("model", 'model: ""', "4:12", "`model.model`: expected resnet18, resnet50, tiny or \"package.module:callable\", "
+                                   "found ''"),
+])
+def test_a_malformed_name_of_the_jobs_code_is_a_located_config_error(tmp_path, check, body, where, message):
+    """A typo in a "package.module:callable" is the config's mistake, found where the file is read: `run`
+    used to measure, then fail the node with the check's error (exit 1)."""
+    path = write_config(tmp_path, f"version: 1\nchecks:\n  {check}:\n    {body}\n")
+    with pytest.raises(ConfigError) as error:
+        config.load(str(path), environ={})
+    assert str(error.value) == f"{path}:{where}: {message}"
+
+
+def test_the_jobs_code_and_built_in_names_load_as_written(tmp_path):
+    path = write_config(tmp_path, 'version: 1\nchecks:\n  dataloader:\n    dataset: "jobpkg.data:Images.make"\n'
+                                  '    count_samples: "jobpkg.count:samples"\n  model:\n    model: tiny\n'
+                                  '  job-model:\n    check: model\n    model: "jobpkg.net:make"\n')
+    options = {i.name: i.options for i in config.load(str(path), environ={}).instances}
+    assert (options["dataloader"]["dataset"], options["dataloader"]["count_samples"],
+            options["dataloader"]["collate_fn"]) == ("jobpkg.data:Images.make", "jobpkg.count:samples", "")
+    assert (options["model"]["model"], options["job-model"]["model"]) == ("tiny", "jobpkg.net:make")
+
+
 def test_an_unknown_key_under_defaults_is_located_with_a_suggestion(tmp_path):
     with pytest.raises(ConfigError) as error:
         load(tmp_path, "version: 1\ndefaults: {duration: 2s, timout: 60s}\nchecks:\n  shm: {}\n")

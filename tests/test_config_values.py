@@ -419,8 +419,8 @@ def test_options_for_the_jobs_code_beside_it_are_kept(tmp_path, check, body, opt
 
 
 @pytest.mark.parametrize("value, code", [
-    ("job.data:make", True), ("job.data", True), ("make:it", True),  # a malformed path still counts: usercode names it
+    ("job.data:make", True), ("make:it", True),  # a malformed path ("job.data") never gets here: coerce_option refuses it
     ("resnet50", False), ("tiny", False), ("XX", False), ("", False), ({}, False), ([], False),
 ])
-def test_a_value_names_the_jobs_code_when_it_has_a_dot_or_a_colon(value, code):
+def test_a_value_names_the_jobs_code_when_it_has_a_colon(value, code):
     assert config.names_code(value) is code

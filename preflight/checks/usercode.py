@@ -55,15 +55,26 @@ def on_path(directories: Sequence[str]) -> Iterator[None]:
                 del sys.modules[name]
 
 
+def spec_error(spec: str) -> str:
+    """Why ``spec`` is not of the form ``"package.module:name"`` (dotted names on both sides); "" when it is.
+
+    Only the form: whether the module imports is ``load``'s to find out.
+    """
+    module_name, sep, attribute = spec.partition(":")
+    if sep and all(part.isidentifier() for part in (*module_name.split("."), *attribute.split("."))):
+        return ""
+    return f"expected \"package.module:callable\", found {spec!r}"
+
+
 def load(spec: str, option: str) -> Callable[..., Any]:
     """The callable that ``spec`` (``"package.module:name"``) names; import it with ``on_path`` around.
 
     Raises:
         UserCodeError: ``spec`` is malformed, cannot be imported, lacks the name, or is not callable.
     """
-    module_name, sep, attribute = spec.partition(":")
-    if not sep or not module_name or not attribute.replace(".", "").isidentifier():
-        raise UserCodeError(option, f"expected \"package.module:callable\", found {spec!r}")
+    if malformed := spec_error(spec):
+        raise UserCodeError(option, malformed)
+    module_name, _, attribute = spec.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as error:

@@ -92,6 +92,9 @@ def _kind(option: Option, plain: bool = False) -> str:
         return f"{option.kind.value} (`{example(option.kind)}`){' or `measured`' if measured else ''}"
     if option.kind == "choice":
         return "|".join(option.choices) if plain else " \\| ".join(option.choices)
+    if option.kind == "code":  # the job's code, or a built-in name (the help names them)
+        return ("callable" + " or name" * bool(option.choices) if plain
+                else " \\| ".join([*option.choices, "package.module:callable"]))
     return {"int_or_auto": "int or auto", "paths": "list of paths", "shape": "list of ints"}.get(option.kind, option.kind)
 
 

@@ -23,6 +23,8 @@ DRAFT_07 = "http://json-schema.org/draft-07/schema#"
 # A "$" (after an even run of "$$", each a literal "$") starting $NAME or ${NAME...
 ENV_REFERENCE = {"type": "string", "pattern": r"(^|[^$])(\$\$)*\$\{?[A-Za-z_]",
                  "description": "expanded from the environment before validation"}
+# The job's code, "package.module:callable" (usercode.spec_error; ASCII names here, as JSON Schema's \w).
+CODE_SPEC = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$"
 _NUMBER = r"[+]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?"
 _VERSION = r"^\d+(\.\d+)*$"
 _SETTING_DIMENSIONS = {"timeout": Dimension.DURATION, "duration": Dimension.DURATION,
@@ -154,12 +156,12 @@ def _ignored(options: Any) -> list[dict[str, Any]]:
 
 def _without_factory(options: Any) -> list[dict[str, Any]]:
     """``Option.for_factory`` as draft-07 if/then: given a non-empty value, this option needs one of its factory
-    options to name the job's code (``config.names_code``: a ``.`` or ``:``, or an environment reference)."""
+    options to name the job's code (``config.names_code``: a ``:``, or an environment reference)."""
     rules = []
     for option in options:
         if option.for_factory:
             given = {"required": [option.name], "properties": {option.name: {"not": {"const": option.default}}}}
-            code = {"anyOf": [{"type": "string", "pattern": "[.:]"}, ENV_REFERENCE]}
+            code = {"anyOf": [{"type": "string", "pattern": ":"}, ENV_REFERENCE]}
             named = [{"required": [other], "properties": {other: code}} for other in option.for_factory]
             rules.append({"if": given, "then": {"anyOf": named}})
     return rules
@@ -181,6 +183,9 @@ def _option(option: Option) -> dict[str, Any]:
         schema = {"anyOf": forms + ([{"const": "auto"}] if kind == "int_or_auto" else [])}
     elif kind == "choice":
         schema = {"anyOf": [{"enum": list(option.choices)}, ENV_REFERENCE]}
+    elif kind == "code":  # a built-in name, "" where that is the default, or the job's "package.module:callable"
+        names = [*option.choices, *([""] if option.default == "" else [])]
+        schema = {"anyOf": [{"enum": names}, {"type": "string", "pattern": CODE_SPEC}, ENV_REFERENCE]}
     elif kind == "paths":
         directory = {"type": "string", "minLength": 1}
         schema = {"anyOf": [{"type": "array", "items": directory}, directory]}

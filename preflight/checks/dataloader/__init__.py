@@ -68,13 +68,13 @@ FILES_ONLY = ("dataset", "synthetic")
 HELP = ("samples/s of a real torch DataLoader over the dataset files or the job's own Dataset, accelerator "
         "utilization, required rate")
 OPTIONS = (
-    Option("dataset", "text", "", "the job's own Dataset: \"package.module:factory\", a callable returning a "
+    Option("dataset", "code", "", "the job's own Dataset: \"package.module:factory\", a callable returning a "
            "torch Dataset or IterableDataset (transforms included); empty: the files under path"),
     Option("dataset_args", "mapping", {}, "keyword arguments passed to the dataset factory ({root: /data, size: 224})",
            for_factory=("dataset",)),
-    Option("collate_fn", "text", "", "the job's collate function, \"package.module:name\" (with dataset; "
+    Option("collate_fn", "code", "", "the job's collate function, \"package.module:name\" (with dataset; "
            "default: torch's default_collate)", for_factory=("dataset",)),
-    Option("count_samples", "text", "", "how the job counts a batch's samples, \"package.module:function\" (batch -> "
+    Option("count_samples", "code", "", "how the job counts a batch's samples, \"package.module:function\" (batch -> "
            "int), with dataset; default: the batch sampler's indices, or for an IterableDataset the batch's first "
            "tensor's first dimension (else its first list's length), never above batch_size",
            for_factory=("dataset",)),

@@ -34,9 +34,9 @@ HELP = "training-step samples/s and step time p50/p99 of resnet18/50 or the job'
 DURATION = "timed windows of training steps on each device, after warm-up steps: duration per device"
 BUILTIN = ("resnet18", "resnet50", "tiny")  # names that are not "package.module:factory"
 OPTIONS = (
-    Option("model", "text", "resnet50", "resnet18 | resnet50 (torchvision, installed to match the image's torch, "
+    Option("model", "code", "resnet50", "resnet18 | resnet50 (torchvision, installed to match the image's torch, "
            "random weights) | tiny (a built-in 3-conv CNN for smoke tests) | \"package.module:factory\" returning "
-           "the job's torch.nn.Module"),
+           "the job's torch.nn.Module", choices=BUILTIN),
     Option("model_args", "mapping", {}, "keyword arguments passed to the model factory ({depth: 50})",
            for_factory=("model",)),
     Option("python_path", "paths", [], "directories put first on sys.path to import the model factory (relative "

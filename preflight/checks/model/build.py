@@ -7,13 +7,10 @@ optional extra, and its wheels pin one torch version, so a missing or mismatched
 
 from __future__ import annotations
 
-import difflib
 import re
 from typing import Any, Mapping
 
 from preflight.checks import usercode
-from preflight.checks.base import UserCodeError
-
 
 
 def vision_fix(torch_version: str) -> str:
@@ -54,10 +51,6 @@ def build(options: Mapping[str, Any]) -> Any:
             raise Unavailable(f"model: {name}: torchvision does not load with this torch "
                               f"({type(error).__name__}: {error}): {vision_fix(torch.__version__)}") from None
         return getattr(torchvision.models, name)(weights=None, num_classes=classes)
-    if ":" not in name:
-        close = difflib.get_close_matches(name, ("resnet18", "resnet50", "tiny"), n=1)
-        raise UserCodeError("model", f"expected resnet18, resnet50, tiny or \"package.module:factory\", found "
-                            f"{name!r}" + (f": did you mean `{close[0]}`?" if close else ""))
     return usercode.call(name, "model", options["model_args"], torch.nn.Module, "a torch.nn.Module")
 
 

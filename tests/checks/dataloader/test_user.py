@@ -134,7 +134,6 @@ def test_a_factory_that_does_not_return_is_a_one_line_error_at_validate_after_th
                                   "torch.utils.data.Dataset or IterableDataset"),
     ("jobpkg.data:mkae", "cannot import jobpkg.data:mkae: jobpkg.data has no `mkae`"),
     ("jobpkg.data:time", "jobpkg.data:time is a module, not callable"),
-    ("jobpkg.data", "expected \"package.module:callable\", found 'jobpkg.data'"),
 ])
 def test_a_factory_that_returns_no_dataset_is_a_one_line_error_at_validate(tmp_path, spec, message):
     path = _job(tmp_path, f"""
@@ -145,6 +144,20 @@ def test_a_factory_that_returns_no_dataset_is_a_one_line_error_at_validate(tmp_p
     assert completed.returncode == 2
     assert completed.stderr.startswith(f"preflight: error: {path}:5:14: dataloader.dataset: {message}")
     assert completed.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("command", ["run", "validate"])
+def test_a_factory_name_without_its_callable_is_exit_2_before_anything_is_measured(tmp_path, command):
+    """`dataset: jobpkg.data` (no ":make") is the config's typo: `run` measured the rest, then failed the node
+    with the check's error (exit 1), blocking a good node for a typo. Now both commands stop at the line."""
+    path = _job(tmp_path, """
+        dataset: "jobpkg.data"
+        python_path: [src]
+    """)
+    completed = run_cli(command, "-c", str(path), cwd=tmp_path)
+    assert (completed.returncode, completed.stdout) == (2, "")
+    assert completed.stderr == (f"preflight: error: {path}:5:14: `dataloader.dataset`: expected "
+                                f"\"package.module:callable\", found 'jobpkg.data'\n")
 
 
 def test_an_exception_in_getitem_on_the_50th_sample_is_the_checks_error_naming_the_jobs_frame(tmp_path):
