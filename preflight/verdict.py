@@ -218,10 +218,13 @@ def _judge_one(instance: Instance, metric: Metric, threshold: Threshold, m: Meas
     if m.note:
         message += f"; {m.note}"
     hint = "" if ok else (m.hint or _hint(metric, instance, measured, required))
-    if ok and metric.about_data and m.subject not in DATASET_SUBJECTS:
-        verdict = threshold.severity
-        message += f"; measured on {SUBJECTS.get(m.subject, SUBJECTS['unverified'])}: not the dataset, so it cannot pass"
-        hint = m.hint or NOT_THE_DATASET_HINT.format(instance=instance.name)
+    if metric.about_data and m.subject not in DATASET_SUBJECTS:
+        # Said on a figure that misses its minimum too: the reader must not take it for the dataset's.
+        message += f"; measured on {SUBJECTS.get(m.subject, SUBJECTS['unverified'])}: not the dataset"
+        if ok:
+            verdict = threshold.severity
+            message += ", so it cannot pass"
+            hint = m.hint or NOT_THE_DATASET_HINT.format(instance=instance.name)
     elif ok and m.cache_bound:
         verdict = "warn"
         message += "; cache-bound: not a device figure, so it cannot pass"

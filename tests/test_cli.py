@@ -127,8 +127,12 @@ def test_the_bundled_default_with_no_dataset_named_fails_its_dataset_rows_and_sa
     for name in ("storage.seq_read", "storage.small_files", "dataloader.throughput", "storage.free_space"):
         row = results[name]
         assert row["value"] is not None and row["subject"] == "no_dataset", row  # measured, and labelled
-        assert row["verdict"] in ("fail", "warn") and "not the dataset, so it cannot pass" in row["message"], row
+        # A figure above its minimum cannot pass; one below it fails on its value (on a busy machine, seq_read read
+        # 161 of 200 MB/s), and both say what was measured.
+        assert row["verdict"] in ("fail", "warn"), row
+        assert "; measured on no dataset named (the working directory): not the dataset" in row["message"], row
         assert row["hint"].startswith("no dataset named: set DATA_DIR=")
+    assert results["storage.seq_read"]["note"].startswith("on a scratch file beside the working directory's data: ")
     limit = results["storage.open_files_limit"]  # a process fact, not the dataset's: judged as ever
     assert limit["subject"] is None and "not the dataset" not in limit["message"], limit
     last = result.stderr.strip().splitlines()[-1]

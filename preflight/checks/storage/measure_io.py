@@ -14,7 +14,8 @@ clat percentiles.
 Each figure names the filesystem its bytes were on: the dataset's (``IO.fs``, the one that
 holds most of its bytes), or the scratch directory's own (``IO.scratch_fs``), which may be
 another: scratch stands for the dataset only when verified on its device (``subject``), and
-its rows then say "beside the dataset"; elsewhere they name the scratch's filesystem, are
+its rows then say "beside the dataset" (or, when no dataset was named, beside the working directory's
+data); elsewhere they name the scratch's filesystem, are
 labelled ``scratch_elsewhere`` and carry the fix (``IO.scratch_hint``).
 """
 
@@ -61,8 +62,9 @@ class IO:
     """One storage measurement session on one filesystem, with an optional scratch directory."""
 
     def __init__(self, options: Mapping[str, Any], budget: Budget, fs: Filesystem, scratch: str | None,
-                 why_no_scratch: str, dataset_device: tuple[int, str] = (-1, "")) -> None:
+                 why_no_scratch: str, dataset_device: tuple[int, str] = (-1, ""), dataset_named: bool = True) -> None:
         self.options, self.budget, self.fs = options, budget, fs  # fs: the one holding the dataset's bytes
+        self.dataset_named = dataset_named  # else ``path`` is the working directory (``subject.named``)
         self.scratch, self.why_no_scratch = scratch, why_no_scratch
         self.dataset_device = dataset_device  # (st_dev, mount source) of the dataset's bytes
         self.scratch_fs = _filesystem(scratch, fs) if scratch else fs  # where scratch data really lies
@@ -267,7 +269,7 @@ class IO:
     def _scratch_place(self) -> str:
         """Where the scratch data lies, in the words of the table's note."""
         if self._scratch_subject() == "scratch_on_dataset_fs":
-            return "beside the dataset"
+            return "beside the dataset" if self.dataset_named else "beside the working directory's data"
         fs = self.scratch_fs
         return (f"in {self.scratch} on {fs.fstype} at {fs.mount_point} ({fs.source}), not on the dataset's "
                 f"filesystem and device")

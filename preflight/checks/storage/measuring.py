@@ -54,7 +54,7 @@ def measure(options: Mapping[str, Any], budget: Budget, metrics: Sequence[Metric
     results = subject.labelled(results, "dataset", metrics)
     parent, no_scratch = choose_parent(path, options["scratch_dir"], "storage.scratch_dir")
     with _scratch(parent, path) as (scratch, scratch_error):
-        io = measure_io.IO(options, budget, fs, scratch, no_scratch or scratch_error, device)
+        io = measure_io.IO(options, budget, fs, scratch, no_scratch or scratch_error, device, dataset_named)
         results += _isolated(lambda: io.reads(found), measure_io.READ_METRICS, path)
         results += _isolated(lambda: io.small(found), (("small_files", "files/s"), ("small_files_bandwidth", "MB/s")),
                              path)
