@@ -32,8 +32,9 @@ METRICS = (
     Metric("driver_version", "version", True, "NVIDIA driver version (NVML nvmlSystemGetDriverVersion)"),
     Metric("cuda_driver_version", "version", True, "highest CUDA version the driver supports (NVML)"),
     Metric("cuda_runtime", "version", True, "the CUDA runtime torch was built with (torch.version.cuda)"),
-    Metric("runtime_supported", "", True, "1 when the driver runs torch's CUDA runtime: newer driver, same major "
-           "(minor-version compatibility) or a working forward-compatibility package (CUDA compatibility guide)"),
+    Metric("runtime_supported", "", True, "yes (1) when the driver runs torch's CUDA runtime: newer driver, same "
+           "major (minor-version compatibility) or a working forward-compatibility package (CUDA compatibility "
+           "guide); no (0) otherwise", flag=True),
     Metric("name", "text", None, "device name (torch.cuda.get_device_properties); match it with a regex",
            per_device=True),
     Metric("compute_capability", "version", True, "compute capability major.minor", per_device=True),

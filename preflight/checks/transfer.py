@@ -48,7 +48,8 @@ METRICS = (
            per_device=True, hint="the link is downtrained or the GPU sits on the far NUMA node: compare "
            "pcie_link_gen/width with their max and run the job on the GPU's NUMA node (numactl)"),
     Metric("numa_node", "", None, "the GPU's NUMA node (sysfs numa_node; -1: none)", per_device=True),
-    Metric("numa_local", "", True, "1 when every CPU this process may use is on the GPU's NUMA node", per_device=True,
+    Metric("numa_local", "", True, "yes (1) when every CPU this process may use is on the GPU's NUMA node, else "
+           "no (0)", per_device=True, flag=True,
            hint="bind the job to the GPU's NUMA node (numactl --cpunodebind, or the kubelet's topology manager)"),
     Metric("pinned_alloc", "GiB", True, "pinned host memory torch really pinned for a pinned_size request: its "
            "caching host allocator rounds up to a power of two (torch.cuda.host_memory_stats); 0 when it failed",

@@ -84,7 +84,7 @@ def test_the_far_numa_node_is_reported(tmp_path, sysfs):
     (sysfs / "sys/bus/pci/devices/0000:3b:00.0/numa_node").write_text("1\n")
     results = judged(tmp_path, "transfer", "numa_local: {min: 1}", run(sysfs))
     assert results["transfer.numa_local[cuda:0]"].message == (
-        "measured 0, required >= 1 (the process may run on NUMA nodes 0, the GPU is on node 1)")
+        "measured no, required >= 1 (the process may run on NUMA nodes 0, the GPU is on node 1)")
 
 
 def test_a_pinned_allocation_failure_is_explained_as_a_host_limit(tmp_path, sysfs):
