@@ -352,8 +352,8 @@ class Walk:
             looked = self.looked_at
             parts.append({"time": f"walk cut short by its {self.seconds:g} s time limit after {looked} entries",
                           "entries": f"walk stopped at its limit on entries after {looked} entries",
-                          "share": f"walk looked at {looked} entries, an evenly spaced share of each folder too "
-                                   f"large for its limit on entries",
+                          "share": f"walk looked at {looked} entries, an evenly spaced share of each folder larger "
+                                   f"than its part of the limit on entries",
                           "max_files": f"walk stopped at max_files after {looked} entries"}[self.stopped]
                          + ", the rest was not looked at")
         return ", ".join(parts)
@@ -373,8 +373,9 @@ class Walk:
             return ""
         return {"time": f"it stopped at its {self.seconds:g} s time limit",
                 "entries": f"it stopped at its limit of {self.max_entries} entries",
-                "share": f"it took an evenly spaced share of each folder too large for its limit of {self.max_entries} "
-                         f"entries",
+                "share": f"it took an evenly spaced share of each folder larger than its part of the limit of "
+                         f"{self.max_entries} entries (divided evenly among the folders at each level, whatever their "
+                         f"size)",
                 "max_files": "it stopped at max_files"}[self.stopped] + ", the rest was not looked at"
 
     def reached(self, files: Sequence[DataFile], where: str) -> str:

@@ -151,8 +151,8 @@ def test_the_walk_is_bounded_by_entries_looked_at(tmp_path):
     walk = Walk(str(tmp_path), max_entries=20)
     # the folder keeps 20 of its 50 names (its share of the limit), every other one
     assert list(walk) == [] and walk.looked_at == 20 and walk.stopped == "share"
-    assert walk.summary() == ("20 empty files, walk looked at 20 entries, an evenly spaced share of each folder too "
-                              "large for its limit on entries, the rest was not looked at")
+    assert walk.summary() == ("20 empty files, walk looked at 20 entries, an evenly spaced share of each folder "
+                              "larger than its part of the limit on entries, the rest was not looked at")
 
 
 def test_unreadable_files_and_directories_are_counted_for_a_user_without_access(tmp_path):
@@ -301,8 +301,25 @@ def test_a_walk_that_only_sampled_a_large_folder_says_so(tmp_path):
     walk = Walk(str(tmp_path), max_entries=20)
     assert sorted(os.path.basename(f.name) for f in walk) == [f"{i:03d}.txt" for i in range(0, 100, 5)]
     assert walk.stopped == "share" and walk.looked_at == 20
-    assert walk.cut() == ("it took an evenly spaced share of each folder too large for its limit of 20 entries, the "
-                          "rest was not looked at")
+    assert walk.cut() == ("it took an evenly spaced share of each folder larger than its part of the limit of 20 "
+                          "entries (divided evenly among the folders at each level, whatever their size), the rest "
+                          "was not looked at")
+
+
+def test_a_tree_below_the_limit_says_its_folders_had_parts_of_it_not_that_they_passed_it(tmp_path):
+    """A new user's run measured a checkout (no dataset named): 1425 entries looked at, under a limit of 40000,
+    and the note said each folder was "too large for its limit of 40000 entries". The limit is divided evenly
+    among the folders at each level: of 4 folders under a limit of 40, the one with 30 files keeps 10."""
+    for folder, files in (("big", 30), ("a", 1), ("b", 1), ("c", 1)):
+        (tmp_path / folder).mkdir()
+        for i in range(files):
+            (tmp_path / folder / f"{i:02d}.bin").write_bytes(b"x")
+    walk = Walk(str(tmp_path), max_entries=40)
+    assert len(list(walk)) == 13 and walk.stopped == "share"
+    assert walk.looked_at == 4 + 13 < 40  # the folders and the files kept: 20 of big's files never looked at
+    assert walk.cut() == ("it took an evenly spaced share of each folder larger than its part of the limit of 40 "
+                          "entries (divided evenly among the folders at each level, whatever their size), the rest "
+                          "was not looked at")
 
 
 def test_a_hard_link_and_a_second_symbolic_link_are_named_as_such(tmp_path):
