@@ -137,7 +137,9 @@ def test_the_bundled_default_with_no_dataset_named_fails_its_dataset_rows_and_sa
     assert limit["subject"] is None and "not the dataset" not in limit["message"], limit
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("preflight: FAILED on ") and "no dataset named: set DATA_DIR=" in last
-    assert "--set storage.path=/path/to/dataset" in last
+    # Both instances that measured no dataset: naming it for storage alone left the dataloader unnamed.
+    assert last.endswith("or --set storage.path=/path/to/dataset --set dataloader.path=/path/to/dataset; to measure "
+                         "the working directory, name it: --set storage.path=. --set dataloader.path=.")
     table = " ".join(result.stdout.split())
     assert "measured on no dataset named (the working directory)" in table
     named = run_cli("run", "--only", "storage", "--json", "-", "--set", "defaults.duration=0.5s",

@@ -40,11 +40,13 @@ def named(options: Mapping[str, Any]) -> tuple[Mapping[str, Any], bool]:
     return {**options, "path": WORKING_DIRECTORY}, False
 
 
-def no_dataset_fix(instance: str) -> str:
-    """The one fix for a gate that was never told where the dataset is."""
+def no_dataset_fix(*instances: str) -> str:
+    """The one fix for a gate that was never told where the dataset is: a ``--set`` for each of ``instances``
+    (every instance that measured no dataset: naming it for ``storage`` alone leaves ``dataloader`` unnamed)."""
+    named = " ".join(f"--set {instance}.path=/path/to/dataset" for instance in instances)
+    here = " ".join(f"--set {instance}.path=." for instance in instances)
     return (f"no dataset named: set DATA_DIR=/path/to/dataset (the bundled thresholds.yaml reads it) or "
-            f"--set {instance}.path=/path/to/dataset; to measure the working directory, name it: "
-            f"--set {instance}.path=.")
+            f"{named}; to measure the working directory, name it: {here}")
 
 
 def scratch_subject(directory: str, dataset_device: int, dataset_source: str) -> str:

@@ -38,8 +38,8 @@ def verdict_line(report: RunReport) -> str:
     shown = gating if len(gating) <= NAMED_IDS else gating[:NAMED_IDS - 2]
     more = f" and {len(gating) - len(shown)} more" if len(shown) < len(gating) else ""
     named = f" ({', '.join(shown)}{more})" if gating else ""
-    unnamed = next((r for r in report.results if r.verdict in ("fail", "error") and r.subject == "no_dataset"), None)
-    fix = f"; {no_dataset_fix(unnamed.instance)}" if unnamed else ""
+    unnamed = list(dict.fromkeys(r.instance for r in report.results if r.subject == "no_dataset"))
+    fix = f"; {no_dataset_fix(*unnamed)}" if unnamed and gating else ""
     return f"preflight: {state} on {report.host}: {totals or 'nothing run'}{named}{fix}"
 
 
