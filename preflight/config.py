@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any, Iterable, Literal, Mapping, NamedTuple
 
@@ -324,6 +325,34 @@ def names_code(value: Any) -> bool:
     """Whether a ``code`` option's parsed value names the job's code (``"package.module:callable"``, whose form
     ``coerce_option`` has checked) rather than a built-in name (``resnet50``) or nothing."""
     return isinstance(value, str) and ":" in value
+
+
+def locate_job_code(instance: Instance) -> None:
+    """Each of ``instance``'s options that names the job's code must name a top-level package the worker can
+    find: on ``python_path``, in this Python's packages (editable installs included) or the working directory.
+
+    Only located (``importlib`` finders), never imported: ``validate`` calls this before it imports torch and
+    the job's code, so a package on no path is told at once. (``run`` leaves the job's code to the worker, where
+    a package missing from a node's image or mount is that node's fault: the check's error, docs/faults-and-noise.md.)
+
+    Raises:
+        ConfigError: at the option's place, naming the package and the fix.
+    """
+    import importlib.machinery
+    import importlib.util
+
+    for option in CHECKS[instance.check].OPTIONS:
+        spec = instance.options.get(option.name)
+        if option.kind != "code" or not names_code(spec):
+            continue
+        top = spec.partition(":")[0].split(".")[0]
+        search = [*instance.options.get("python_path", []), os.getcwd()]
+        if top in sys.modules or importlib.util.find_spec(top) or importlib.machinery.PathFinder.find_spec(top, search):
+            continue
+        raise ConfigError(instance.option_where.get(option.name, instance.where),
+                          f"`{instance.name}.{option.name}`: cannot import {spec}: no module named '{top}' on "
+                          f"python_path, in this Python's packages or in the working directory: add the directory "
+                          f"that holds `{top}` to python_path")
 
 
 def _refuse_without_factory(name: str, option: Option, options: Mapping[str, Any],

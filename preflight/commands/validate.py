@@ -32,6 +32,8 @@ def main(args: argparse.Namespace, stdout: TextIO | None = None) -> int:
     path = config.resolve_path(given or args.config)
     loaded = config.load(path, args.overrides, baseline=getattr(args, "baseline", None))
     for instance in loaded.instances:
+        config.locate_job_code(instance)  # before importing anything: a package on no path is told at once
+    for instance in loaded.instances:
         check_user_code(instance)
     count = sum(len(instance.thresholds) for instance in loaded.instances)
     stdout.write(f"{path}: valid, {_count(len(loaded.instances), 'check')}, {_count(count, 'threshold')}\n")

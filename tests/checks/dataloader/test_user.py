@@ -110,9 +110,10 @@ def test_a_factory_that_cannot_be_imported_is_located_at_validate(tmp_path):
     """)  # no python_path: jobpkg is not importable
     completed = run_cli("validate", str(path), cwd=tmp_path.parent)
     assert completed.returncode == 2 and completed.stdout == ""
-    assert completed.stderr == (f"preflight: error: {path}:5:14: dataloader.dataset: cannot import jobpkg.data:make "
-                                f"(ModuleNotFoundError: No module named 'jobpkg'): add the directory that holds "
-                                f"`jobpkg` to python_path\n")
+    # located, not imported: told before torch loads, without the job's code running in this process
+    assert completed.stderr == (f"preflight: error: {path}:5:14: `dataloader.dataset`: cannot import jobpkg.data:make: "
+                                f"no module named 'jobpkg' on python_path, in this Python's packages or in the "
+                                f"working directory: add the directory that holds `jobpkg` to python_path\n")
 
 
 @pytest.mark.parametrize("factory", ["slow_to_build", "swallows_the_first_alarm"])

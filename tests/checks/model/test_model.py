@@ -187,8 +187,9 @@ def test_resnet18_from_torchvision_trains_a_step():
 
 
 @pytest.mark.parametrize("body, message", [
-    ('model: "jobpkg.net:make"', "model.model: cannot import jobpkg.net:make (ModuleNotFoundError: No module named "
-                                 "'jobpkg'): add the directory that holds `jobpkg` to python_path"),
+    ('model: "jobpkg.net:make"', "`model.model`: cannot import jobpkg.net:make: no module named 'jobpkg' on "
+                                 "python_path, in this Python's packages or in the working directory: add the "
+                                 "directory that holds `jobpkg` to python_path"),
     ('model: "jobpkg.net:not_a_model"\n    python_path: [src]',
      "model.model: jobpkg.net:not_a_model(**model_args) returned builtins.str, not a torch.nn.Module: name the "
      "factory that returns the job's model"),
