@@ -168,7 +168,8 @@ def load(path: str, overrides: Iterable[str] = (), environ: Mapping[str, str] | 
     try:
         data = Path(path).read_bytes()
     except OSError as error:
-        raise UsageError(f"{path}: cannot read the config ({error.strerror}): check the -c path") from None
+        raise UsageError(f"{path}: cannot read the config ({error.strerror}): check the thresholds file's path "
+                         f"(-c FILE, or validate FILE)") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:

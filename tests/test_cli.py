@@ -181,7 +181,7 @@ def test_config_errors_exit_2_with_one_located_line(tmp_path, text, fragment):
 @pytest.mark.parametrize(
     "args, fragment",
     [
-        (["run", "-c", "/nonexistent/t.yaml"], "/nonexistent/t.yaml: cannot read the config (No such file or directory): check the -c path"),
+        (["run", "-c", "/nonexistent/t.yaml"], "/nonexistent/t.yaml: cannot read the config (No such file or directory): check the thresholds file's path (-c FILE, or validate FILE)"),
         (["run", "--only", "nope"], "--only nope: no such check instance"),
         (["run", "--skip", "shm,nope"], "--skip nope: no such check instance"),
         (["run", "--only", "shm", "--skip", "shm"], "--skip shm: that leaves no check to run"),

@@ -117,7 +117,7 @@ def test_an_override_with_a_bad_reference_names_the_flag(tmp_path):
 
 
 def test_missing_file_is_a_usage_error(tmp_path):
-    with pytest.raises(UsageError, match="cannot read the config .*check the -c path"):
+    with pytest.raises(UsageError, match="cannot read the config .*check the thresholds file.s path"):
         config.load(str(tmp_path / "nope.yaml"))
 
 
