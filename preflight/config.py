@@ -24,8 +24,7 @@ from typing import Any, Iterable, Literal, Mapping, NamedTuple
 
 from preflight import baseline as baselines
 from preflight import yaml_source
-from preflight.checks import CHECKS
-from preflight.checks import usercode
+from preflight.checks import CHECKS, usercode
 from preflight.checks.base import Budget, Metric, Option
 from preflight.errors import ConfigError, UsageError
 from preflight.units import UNITS, Dimension, UnitError, example, parse_quantity, to_unit
@@ -348,7 +347,8 @@ def locate_job_code(instance: Instance) -> None:
             continue
         top = spec.partition(":")[0].split(".")[0]
         search = [*instance.options.get("python_path", []), os.getcwd()]
-        if top in sys.modules or importlib.util.find_spec(top) or importlib.machinery.PathFinder.find_spec(top, search):
+        if top in sys.modules or importlib.util.find_spec(top) or \
+                importlib.machinery.PathFinder.find_spec(top, search):
             continue
         raise ConfigError(instance.option_where.get(option.name, instance.where),
                           f"`{instance.name}.{option.name}`: cannot import {spec}: no module named '{top}' on "
@@ -419,7 +419,7 @@ def coerce_option(option: Option, node: Located | None, label: str, base: str = 
             if kind == "path" and not result and option.default != "":  # "" names no dataset (checks.subject)
                 raise UnitError("expected a path, found an empty string")
             if kind == "code" and result not in option.choices and (result or option.default):
-                _job_code(result, option.choices)
+                _refuse_malformed_code(result, option.choices)
     except UnitError as error:
         measured = f", or `measured` (the `{option.measured_by[0]}` instance's figure)" if option.measured_by else ""
         raise ConfigError(where, f"`{label}`: {error}{measured}") from None
@@ -430,7 +430,7 @@ def coerce_option(option: Option, node: Located | None, label: str, base: str = 
     return result
 
 
-def _job_code(spec: str, builtin: tuple[str, ...]) -> None:
+def _refuse_malformed_code(spec: str, builtin: tuple[str, ...]) -> None:
     """A ``code`` option's value that is not a built-in name must name the job's code, ``"package.module:callable"``.
 
     Raises:

@@ -105,7 +105,8 @@ def _default(option: Option) -> str:
 
 
 def unit_name(metric: Metric) -> str:
-    """The unit column: ``yes/no`` for a flag (measured as 1 or 0, judged as ``{min: 1}``), ``count`` for a bare number."""
+    """The unit column: ``yes/no`` for a flag (measured as 1 or 0, judged as ``{min: 1}``), ``count`` for a bare
+    number."""
     return "yes/no" if metric.flag else metric.unit or "count"
 
 

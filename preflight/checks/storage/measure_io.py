@@ -14,9 +14,9 @@ clat percentiles.
 Each figure names the filesystem its bytes were on: the dataset's (``IO.fs``, the one that
 holds most of its bytes), or the scratch directory's own (``IO.scratch_fs``), which may be
 another: scratch stands for the dataset only when verified on its device (``subject``), and
-its rows then say "beside the dataset" (or, when no dataset was named, beside the working directory's
-data); elsewhere they name the scratch's filesystem, are
-labelled ``scratch_elsewhere`` and carry the fix (``IO.scratch_hint``).
+its rows then say "beside the dataset" ("beside the working directory's data" when no dataset
+was named); elsewhere they name the scratch's filesystem, are labelled ``scratch_elsewhere``
+and carry the fix (``IO.scratch_hint``).
 """
 
 from __future__ import annotations
