@@ -285,7 +285,7 @@ def test_a_file_that_is_not_utf8_or_not_there_is_one_line(tmp_path):
     with pytest.raises(UsageError) as raised:
         config.load(str(tmp_path / "nope.yaml"), environ={})
     assert str(raised.value) == f"{tmp_path}/nope.yaml: cannot read the config (No such file or directory): check the " \
-                                f"-c path"
+                                f"thresholds file's path (-c FILE, or validate FILE)"
 
 
 def test_without_an_environ_the_process_environment_is_read(tmp_path, monkeypatch):
