@@ -5,7 +5,7 @@ which lowers a rate, never raises it. A reader that sleeps 10 ms per sample (``s
 model whose step sleeps 5 ms: one worker delivers a batch of two every 20 ms or more, so the step waits
 three quarters of its time for data, and a second worker halves the wait (to half the time): a gap of 25
 points that a busy machine's noise does not close (a 2 ms step left 10 points, and four test processes
-on two cores once read 73% at one worker and 82% at two). A model whose step sleeps 10 ms, fed
+on two cores once read 73% at one worker and 82% at two). A model whose step sleeps 50 ms, fed
 random samples that take a worker well under a millisecond a batch, waits for nothing at one worker.
 """
 
@@ -88,8 +88,11 @@ def test_a_loader_that_waits_on_each_sample_is_told_to_raise_num_workers(files, 
 
 
 def test_a_slow_model_fed_by_a_fast_loader_is_at_its_floor_with_one_worker(src):
-    rows = run_check("pipeline", 2.0, synthetic=True, num_workers=4, worker_sweep=True, python_path=[str(src)],
-                     model_args={"step_s": 0.01}, **MODEL)
+    # A 50 ms step: one worker, two batches ahead (prefetch_factor 2), has 50 ms to be scheduled for each batch it
+    # makes in well under a millisecond. With a 10 ms step, four test processes and two busy loops on two cores
+    # kept it off the CPU long enough to read 39%, 20%, 25% at 1, 2, 4 workers (CI run 50). Sleeps cost no CPU.
+    rows = run_check("pipeline", 4.0, synthetic=True, num_workers=4, worker_sweep=True, python_path=[str(src)],
+                     model_args={"step_s": 0.05}, **MODEL)
     recommended = rows["recommended_num_workers[cpu]"]
     assert recommended.value == 1, recommended.note
     assert list(_curve(recommended.note)) == counts(4, available_cpus())
