@@ -76,7 +76,7 @@ class Instance(NamedTuple):
     @property
     def budget(self) -> Budget:
         """What the check may spend: ``duration`` and ``timeout``, on the metrics this instance judges."""
-        return Budget(self.duration_s, self.timeout_s, tuple(sorted({t.metric for t in self.thresholds})))
+        return Budget(self.duration_s, self.timeout_s, tuple(sorted({t.metric for t in self.thresholds})), self.name)
 
 
 class FleetSettings(NamedTuple):

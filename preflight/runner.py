@@ -396,6 +396,7 @@ def _run_instance(worker: Worker, instance: Instance) -> tuple[Outcome, Worker |
         "options": dict(instance.options),
         "duration_s": instance.duration_s,
         "timeout_s": instance.timeout_s,
+        "instance": instance.name,  # for the fixes a check names ("set checkpoints.scratch_dir")
         "metrics": list(instance.budget.metrics or ()),  # the judged ones: a costly part only they need runs
         "option_where": dict(instance.option_where),  # FILE:LINE:COL, to name where the job's code was named
     }

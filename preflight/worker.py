@@ -6,7 +6,8 @@ whatever a check (or a C library under it) prints can never corrupt the protocol
 
 Protocol, one JSON object per line:
     runner -> worker (stdin):  {"module": "preflight.checks.storage", "options": {...},
-                                "duration_s": 5.0, "timeout_s": 120.0, "metrics": ["seq_read"]}
+                                "duration_s": 5.0, "timeout_s": 120.0, "instance": "storage",
+                                "metrics": ["seq_read"]}
     worker -> runner:          {"scratch": "/data/.preflight-scratch-x1y2"}   (zero or more)
                                {"measurements": [...]} or {"error": "ValueError: ..."}
 """
@@ -45,7 +46,8 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     try:
         check = importlib.import_module(job["module"])
         metrics = job.get("metrics")
-        budget = Budget(job["duration_s"], job["timeout_s"], None if metrics is None else tuple(metrics))
+        budget = Budget(job["duration_s"], job["timeout_s"], None if metrics is None else tuple(metrics),
+                        job.get("instance", ""))
         measurements = check.measure(job["options"], budget)
         return {"measurements": [m.to_dict() for m in measurements]}
     except UserCodeRaised as error:  # the job's own code: say where the config named it

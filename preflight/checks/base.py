@@ -102,6 +102,13 @@ class Budget(NamedTuple):
     duration_s: float
     timeout_s: float
     metrics: tuple[str, ...] | None = None
+    # The instance's name in thresholds.yaml (``checkpoints`` for a second storage instance), for the fixes a
+    # check names ("set checkpoints.scratch_dir"); "" (a bench, a test): the check's own name is used.
+    instance: str = ""
+
+    def named(self, check: str) -> str:
+        """The instance's name for a fix's ``NAME.option``, else ``check`` (the check's registry name)."""
+        return self.instance or check
 
     def wants(self, *metrics: str) -> bool:
         """Whether any of ``metrics`` is asked for (always, when ``metrics`` is ``None``)."""
