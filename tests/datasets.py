@@ -67,16 +67,18 @@ def symlink_farm(root: Path, cache: Path, mounted_at: Path, files: int = 400, si
     return root
 
 
-def ext4_image(source: Path, image: Path, size_mb: int = 64) -> Path:
+def ext4_image(source: Path, image: Path, size_mb: int = 64, inodes: int | None = None) -> Path:
     """A real ext4 filesystem image holding the tree under ``source`` (``mkfs.ext4 -d``), for a test to mount
-    in a private mount namespace with ``loop_mount``. Skips the test where e2fsprogs is missing."""
+    in a private mount namespace with ``loop_mount``; with ``inodes``, that many in all (``mkfs.ext4 -N``).
+    Skips the test where e2fsprogs is missing."""
     import pytest
 
     mkfs = shutil.which("mkfs.ext4") or shutil.which("mkfs.ext4", path="/usr/sbin:/sbin")
     if mkfs is None:
         pytest.skip("no mkfs.ext4 (e2fsprogs) to build a real filesystem")
-    done = subprocess.run([mkfs, "-q", "-F", "-d", str(source), str(image), f"{size_mb}M"], capture_output=True,
-                          text=True)
+    count = ["-N", str(inodes)] if inodes else []
+    done = subprocess.run([mkfs, "-q", "-F", *count, "-d", str(source), str(image), f"{size_mb}M"],
+                          capture_output=True, text=True)
     if done.returncode:
         pytest.skip(f"mkfs.ext4 -d failed: {done.stderr.strip()}")
     return image

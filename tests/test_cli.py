@@ -124,7 +124,8 @@ def test_the_bundled_default_with_no_dataset_named_fails_its_dataset_rows_and_sa
                      cwd=dataset, env={"DATA_DIR": ""}, timeout=300)
     assert result.returncode == 1, result.stdout + result.stderr
     results = {r["id"]: r for r in json.loads((tmp_path / "r.json").read_text())["results"]}
-    for name in ("storage.seq_read", "storage.small_files", "dataloader.throughput", "storage.free_space"):
+    for name in ("storage.seq_read", "storage.small_files", "dataloader.throughput", "storage.free_space",
+                 "storage.free_inodes"):
         row = results[name]
         assert row["value"] is not None and row["subject"] == "no_dataset", row  # measured, and labelled
         # A figure above its minimum cannot pass; one below it fails on its value (on a busy machine, seq_read read

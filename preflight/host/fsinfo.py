@@ -27,6 +27,11 @@ class Filesystem(NamedTuple):
     options: str  # mount options ("rw,relatime")
     size_bytes: int
     free_bytes: int  # available to an unprivileged user (statvfs f_bavail)
+    # Inodes: each new file or directory takes one, and a volume with none left refuses every create with ENOSPC
+    # though bytes are free. 0 total where the filesystem reports none (btrfs, many network and FUSE filesystems
+    # allocate them as needed): then no limit can be read.
+    total_inodes: int = 0  # statvfs f_files
+    free_inodes: int = 0  # available to an unprivileged user (statvfs f_favail)
 
     @property
     def memory_backed(self) -> bool:
@@ -86,7 +91,8 @@ def filesystem_of(path: str, mountinfo: str = MOUNTINFO) -> Filesystem:
                     best = (mount_point, os.fsdecode(fields[separator + 1]), _unescape(fields[separator + 2]), options)
     except (OSError, ValueError, IndexError):
         pass
-    return Filesystem(*best, size_bytes=stat.f_blocks * stat.f_frsize, free_bytes=stat.f_bavail * stat.f_frsize)
+    return Filesystem(*best, size_bytes=stat.f_blocks * stat.f_frsize, free_bytes=stat.f_bavail * stat.f_frsize,
+                      total_inodes=stat.f_files, free_inodes=stat.f_favail)
 
 
 def _contains(mount_point: str, path: str) -> bool:

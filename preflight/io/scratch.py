@@ -6,7 +6,9 @@ is announced to ``on_create`` (the worker forwards it to the runner), so that wh
 check is killed at its timeout the runner still removes what it left behind.
 
 Scratch data never fills a volume: ``room_for`` refuses a write that would leave less than
-``RESERVE_BYTES`` free, so a nearly full dataset volume is reported, not made full.
+``RESERVE_BYTES`` or ``RESERVE_INODES`` free, so a nearly full dataset volume is reported, not made full.
+When a create or write fails with ENOSPC all the same (another writer, a volume already out of inodes),
+``ran_out`` says which of the two ran out, from statvfs at that moment.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from preflight.io.dataset_walk import SCRATCH_PREFIX, DataFile
 
 PREFIX = SCRATCH_PREFIX  # hidden, and never counted by the dataset walk
 RESERVE_BYTES = 64 << 20  # left free on a volume whatever scratch data wants
+RESERVE_INODES = 1024  # likewise for inodes: small_files scratch creates 1,100 (1,000 files in 100 folders)
 on_create: Callable[[str], None] = lambda path: None  # noqa: E731  (replaced by the worker)
 
 
@@ -109,20 +112,55 @@ def _read_only(path: str) -> bool:
         return False
 
 
-def room_for(directory: str, nbytes: int) -> str:
-    """"" when ``directory``'s filesystem can take ``nbytes`` and keep ``RESERVE_BYTES`` free, else why not.
+def room_for(directory: str, nbytes: int, files: int = 1) -> str:
+    """"" when ``directory``'s filesystem can take ``nbytes`` in ``files`` new files and keep ``RESERVE_BYTES`` and
+    ``RESERVE_INODES`` free, else why not.
 
-    Free space is statvfs ``f_bavail`` (what an unprivileged writer may use).
+    Free space is statvfs ``f_bavail``, free inodes ``f_favail`` (what an unprivileged writer may use); a
+    filesystem that reports 0 inodes in all (``f_files``: btrfs, many network and FUSE ones) has no inode limit
+    to read, and only its bytes are compared.
     """
     try:
         info = os.statvfs(directory)
     except OSError as error:
         return f"cannot stat {directory} for free space ({error.strerror})"
     free = info.f_bavail * info.f_frsize
+    if info.f_files and info.f_favail - RESERVE_INODES < files:
+        return (f"no inodes for scratch: {info.f_favail} of {info.f_files} inodes free in {directory}, {files} "
+                f"needed and {RESERVE_INODES} kept free (bytes are not short: {free / 2**20:.0f} MiB free)")
     if free - RESERVE_BYTES >= nbytes:
         return ""
     return (f"no space for scratch: {free / 2**20:.0f} MiB free in {directory}, {nbytes / 2**20:.0f} MiB needed "
             f"and {RESERVE_BYTES >> 20} MiB kept free")
+
+
+def ran_out(directory: str) -> str:
+    """Which of the two a create or write that failed with ENOSPC in ``directory`` ran out of, read from statvfs
+    now: "no inodes left (0 of 2048 free; 1.7 GiB of bytes still free)", "no space left (3 MiB free of 10 GiB;
+    ...)", or both; "" when ``directory`` cannot be read (it vanished).
+
+    The kernel returns the same ENOSPC for both (open(2), write(2)); only the counts tell them apart. Inodes are
+    counted only where the filesystem reports some (``f_files`` > 0).
+    """
+    try:
+        info = os.statvfs(directory)
+    except OSError:
+        return ""
+    free, size = info.f_bavail * info.f_frsize, info.f_blocks * info.f_frsize
+    inodes_out = info.f_files > 0 and info.f_favail == 0
+    bytes_out = free < RESERVE_BYTES
+    inodes = f"{info.f_favail} of {info.f_files} inodes free" if info.f_files else "no inode count reported"
+    space = f"{_gib(free)} of {_gib(size)} free"
+    if inodes_out and bytes_out:
+        return f"no inodes and no space left in {directory} ({inodes}; {space})"
+    if inodes_out:
+        return (f"no inodes left in {directory} ({inodes}; {space}, so bytes are not what ran out): every new "
+                f"file fails, whatever its size")
+    return f"no space left in {directory} ({space}; {inodes})"
+
+
+def _gib(nbytes: int) -> str:
+    return f"{nbytes / 2**30:.2f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.1f} MiB"
 
 
 def write_fsynced(fd: int, size: int, chunk: bytes) -> int:

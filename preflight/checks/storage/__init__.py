@@ -5,7 +5,7 @@ The walk of ``path`` (``data``) finds the files a job would read, where its ``op
 folder, within ``max_files`` and a quarter of the check's timeout, and every figure on it says
 when it stopped early), and reports what a job would trip over (unreadable files, links to
 nowhere, files vanishing, hidden files it may read). Filesystem facts follow
-(``facts``) for the filesystem that holds most of the dataset's bytes, which is not always
+(``facts``: free bytes and free inodes among them) for the filesystem that holds most of the dataset's bytes, which is not always
 ``path``'s own (a symlink farm keeps its links on one disk and its files on another): the
 type, device and mount options are named in every result, because tmpfs, overlay, FUSE and
 NFS each change what a number means; they never depend on a read or write succeeding. Then the
@@ -83,6 +83,12 @@ METRICS = (
            "(/proc/self/mountinfo, proc(5))"),
     Metric("free_space", "GiB", True, "space available to the job on path's filesystem (statvfs f_bavail)",
            hint="free space on {path}: delete old data or grow the volume", about_data=True),
+    Metric("free_inodes", "", True, "inodes available to the job on path's filesystem, one per new file or folder "
+           "(statvfs f_favail): with none left every create fails with ENOSPC though bytes are free; skipped where "
+           "the filesystem reports 0 inodes in all (btrfs, many network and FUSE filesystems allocate them as needed)",
+           hint="{path}'s filesystem is short of inodes, and each new file (a checkpoint, a cache entry) takes one: "
+                "delete small files there (caches, old checkpoint shards, extracted samples) or recreate the volume "
+                "with more inodes (mkfs.ext4 -N, or a smaller -i bytes-per-inode)", about_data=True),
     Metric("read_only", "", True, "1 when path's mount is read-only, else 0; `{min: 1}` requires it "
            "(mount options in /proc/self/mountinfo)", about_data=True, flag=True),
     Metric("open_files_limit", "", True, "soft RLIMIT_NOFILE of this process (getrlimit(2))"),

@@ -69,6 +69,7 @@ class IO:
         self.dataset_device = dataset_device  # (st_dev, mount source) of the dataset's bytes
         self.scratch_fs = _filesystem(scratch, fs) if scratch else fs  # where scratch data really lies
         self.path = options["path"]
+        self.instance = budget.named("storage")  # the configuration's name for these options, in fixes
         self.part_s = part_s(budget)  # each timed part's share of duration, its warm-up included
         self.window = min(1.0, max(MIN_WINDOW_S, self.part_s / 6))
         self.cache_note = ""  # set when seq_read proves the cache was not bypassed
@@ -189,7 +190,7 @@ class IO:
         too_little = too_few(found.small, f"{self.path} (files up to {limit})", walk=found.walk)
         if too_little:
             size = int(self.options["small_file_size"]) * 7 // 8
-            no_room = self.why_no_scratch or room_for(self.scratch or "", count * (size + 4096))
+            no_room = self.why_no_scratch or room_for(self.scratch or "", count * (size + 4096), count + 100)
             if no_room:
                 reason = f"{too_little}, and {no_room}"
                 return [unmeasurable("small_files", reason, "files/s"),
@@ -277,8 +278,8 @@ class IO:
     def scratch_hint(self) -> str:
         """The fix for a figure measured on scratch that is not on the dataset's filesystem and device."""
         if self.fs.read_only:
-            return f"{self.fs.describe()} is read-only; {READ_ONLY_VOLUME}"
-        return (f"set storage.scratch_dir to a writable directory on {self.fs.describe()}, the filesystem that "
+            return f"{self.fs.describe()} is read-only; {READ_ONLY_VOLUME.format(instance=self.instance)}"
+        return (f"set {self.instance}.scratch_dir to a writable directory on {self.fs.describe()}, the filesystem that "
                 f"holds the dataset's bytes, outside {self.path}, so scratch figures stand for it")
 
     def _about(self, m: Measurement, measured_on: str) -> Measurement:

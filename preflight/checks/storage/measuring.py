@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import os
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -23,7 +24,7 @@ from preflight.checks.storage.data import Found, survey
 from preflight.checks.storage.facts import facts, os_error_reason
 from preflight.host.fsinfo import Filesystem, filesystem_of
 from preflight.io.dataset_walk import UNREADABLE, DataFile, describe_files
-from preflight.io.scratch import choose_parent, scratch_dir
+from preflight.io.scratch import choose_parent, ran_out, scratch_dir
 from preflight.measurement import Measurement, unmeasurable
 from preflight.units import format_value
 
@@ -37,13 +38,13 @@ SHARDS_HINT = ("small files read at {small:.0f} MB/s against {seq:.0f} MB/s sequ
 def measure(options: Mapping[str, Any], budget: Budget, metrics: Sequence[Metric]) -> list[Measurement]:
     """Measure every one of ``metrics`` on ``options["path"]``; unmeasurable ones say why in one line."""
     options, dataset_named = subject.named(options)
-    path = options["path"]
+    path, instance = options["path"], budget.named("storage")  # "checkpoints" names its own options in fixes
     if not os.path.exists(path):
-        reason = f"{path} does not exist: mount the dataset or set storage.path"
+        reason = f"{path} does not exist: mount the dataset or set {instance}.path"
         return [unmeasurable(m.name, reason, m.unit) for m in metrics]
     for option in ("block_size", "rand_block"):
         if int(options[option]) % 4096:
-            reason = f"storage.{option} must be a multiple of 4 KiB for O_DIRECT, found {options[option]} B"
+            reason = f"{instance}.{option} must be a multiple of 4 KiB for O_DIRECT, found {options[option]} B"
             return [unmeasurable(m.name, reason, m.unit) for m in metrics]
     found = survey(path, int(options["data_size"]), int(options["small_file_size"]), int(options["max_files"]),
                    budget.walk_s)
@@ -52,15 +53,15 @@ def measure(options: Mapping[str, Any], budget: Budget, metrics: Sequence[Metric
     results = facts(fs, path if subject.device_of(path) == device else fs.mount_point, _where_note(found, path, fs))
     results += _walk_metrics(found, path)
     results = subject.labelled(results, "dataset", metrics)
-    parent, no_scratch = choose_parent(path, options["scratch_dir"], "storage.scratch_dir")
-    with _scratch(parent, path) as (scratch, scratch_error):
+    parent, no_scratch = choose_parent(path, options["scratch_dir"], f"{instance}.scratch_dir")
+    with _scratch(parent, path, instance) as (scratch, scratch_error):
         io = measure_io.IO(options, budget, fs, scratch, no_scratch or scratch_error, device, dataset_named)
-        results += _isolated(lambda: io.reads(found), measure_io.READ_METRICS, path)
+        results += _isolated(lambda: io.reads(found), measure_io.READ_METRICS, path, instance, scratch)
         results += _isolated(lambda: io.small(found), (("small_files", "files/s"), ("small_files_bandwidth", "MB/s")),
-                             path)
+                             path, instance, scratch)
         asked = [(name, unit) for name, unit in (("seq_write", "MB/s"), ("fsync_p99", "ms")) if budget.wants(name)]
         if asked:  # scratch writes on the dataset's volume only for a configuration that judges them
-            results += _isolated(io.writes, asked, path)
+            results += _isolated(io.writes, asked, path, instance, scratch)
     results = _reached(results, found, path)
     caveat = fs.caveat()
     if caveat and fs.kind != "memory":
@@ -68,7 +69,7 @@ def measure(options: Mapping[str, Any], budget: Budget, metrics: Sequence[Metric
                    for m in results]
     if not dataset_named:
         about_data = {m.name for m in metrics if m.about_data}
-        results = [dataclasses.replace(m, subject="no_dataset", hint=subject.no_dataset_fix("storage"))
+        results = [dataclasses.replace(m, subject="no_dataset", hint=subject.no_dataset_fix(instance))
                    if m.metric in about_data and m.measured else m for m in results]
     return _shards_hint(results)
 
@@ -137,17 +138,18 @@ def _walk_metrics(found: Found, path: str) -> list[Measurement]:
 
 
 def _isolated(measure_group: Callable[[], list[Measurement]], metrics: Sequence[tuple[str, str]],
-              path: str) -> list[Measurement]:
-    """Run one group of metrics; an OSError makes just that group unmeasurable, with its reason and fix."""
+              path: str, instance: str, scratch: str | None) -> list[Measurement]:
+    """Run one group of metrics; an OSError makes just that group unmeasurable, with its reason and fix (naming
+    ``instance``'s options, and on ENOSPC whether inodes or bytes ran out in ``scratch``)."""
     try:
         return measure_group()
     except OSError as error:
-        reason = os_error_reason(error, path)
+        reason = os_error_reason(error, path, instance, scratch or "")
         return [unmeasurable(name, reason, unit) for name, unit in metrics]
 
 
 @contextlib.contextmanager
-def _scratch(parent: str | None, path: str) -> Iterator[tuple[str | None, str]]:
+def _scratch(parent: str | None, path: str, instance: str) -> Iterator[tuple[str | None, str]]:
     if parent is None:
         yield None, ""
         return
@@ -155,7 +157,10 @@ def _scratch(parent: str | None, path: str) -> Iterator[tuple[str | None, str]]:
         context = scratch_dir(parent, protect=path)
         directory = context.__enter__()
     except OSError as error:
-        yield None, f"cannot create scratch space in {parent} ({error.strerror}): set storage.scratch_dir"
+        full = ran_out(parent) if error.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+        yield None, (f"cannot create scratch space in {parent} ({error.strerror}{f': {full}' if full else ''}): "
+                     f"{'delete files there or ' if full else ''}set {instance}.scratch_dir to a writable directory "
+                     f"on the volume to measure")
         return
     try:
         yield directory, ""

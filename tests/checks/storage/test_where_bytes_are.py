@@ -180,7 +180,7 @@ def test_scratch_on_the_local_disk_is_named_there_and_never_passes_for_a_read_on
         assert row["hint"].startswith(f"ext4 at {volume} (/dev/loop"), (metric, row["hint"])
         assert ("is read-only; no scratch can lie on a read-only volume: the dataset's own files of 8 MiB or more "
                 "are read in place and its small files read whole; scratch on another filesystem "
-                "(storage.scratch_dir) is measured but cannot pass a dataset threshold") in row["hint"]
+                "(tiny.scratch_dir) is measured but cannot pass a dataset threshold") in row["hint"]  # its instance
     assert results["tiny.rand_read_p50"]["subject"] == "scratch_elsewhere"
     assert results["tiny.seq_read"]["note"].startswith(
         f"on a scratch file in {local}/.preflight-scratch-")
