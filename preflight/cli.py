@@ -65,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     except UsageError as error:
-        print(f"preflight: error: {error}", file=sys.stderr)
+        print(_usage_message(error), file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("preflight: interrupted", file=sys.stderr)
@@ -77,6 +77,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except Exception as error:  # noqa: BLE001  the boundary for bugs: one line, details in a crash log
         return _internal_error(error, args)
+
+
+def _usage_message(error: UsageError) -> str:
+    """``preflight: error: FILE:LINE:COL: ...`` for one mistake; for several (``ConfigErrors``), one
+    ``FILE:LINE:COL: ...`` line each, as compilers write them, then a line that counts them."""
+    errors = getattr(error, "errors", ())
+    if len(errors) < 2:
+        return f"preflight: error: {error}"
+    files = {head for head, line, column in (each.where.rsplit(":", 2) for each in errors if each.where.count(":") > 1)
+             if line.isdigit() and column.isdigit()}
+    return "\n".join([*map(str, errors), f"preflight: error: {len(errors)} errors in "
+                      f"{', '.join(sorted(files)) or 'the config'}: fix each line above (nothing was measured)"])
 
 
 def _internal_error(error: Exception, args: argparse.Namespace) -> int:

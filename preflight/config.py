@@ -11,7 +11,8 @@ The file's shape (see DESIGN.md and docs/configuration.md)::
         <option>: <value>         # from the check's OPTIONS table
         <metric>: {min: <quantity>, max: <quantity>, severity: fail|warn}
 
-Every error is a ``ConfigError`` located at ``FILE:LINE:COL`` with the fix.
+Every error is a ``ConfigError`` located at ``FILE:LINE:COL`` with the fix; ``load`` gathers every one
+the file has (``errors.Found``) and raises them together, so one run reports them all.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from preflight import baseline as baselines
 from preflight import yaml_source
 from preflight.checks import CHECKS, usercode
 from preflight.checks.base import Budget, Metric, Option
-from preflight.errors import ConfigError, UsageError
+from preflight.errors import INVALID, ConfigError, ConfigErrors, Found, UsageError
 from preflight.units import UNITS, Dimension, UnitError, example, parse_quantity, to_unit
 from preflight.yaml_source import OVERRIDE_PREFIX, Located
 
@@ -159,9 +160,13 @@ def load(path: str, overrides: Iterable[str] = (), environ: Mapping[str, str] | 
     ``baseline`` (``--baseline FILE``) names the file that ``N% of baseline`` thresholds
     refer to; without it, the top-level ``baseline:`` key does (relative to ``path``).
 
+    Every mistake in values is found in one pass: each value is checked on its own, and one that
+    fails leaves the others to be checked (an instance of an unknown check is the one thing whose
+    keys cannot be).
+
     Raises:
         UsageError: the file cannot be read.
-        ConfigError: anything in it (or in an override) is invalid.
+        ConfigError: one thing in it (or in an override) is invalid; ``ConfigErrors`` when several are.
     """
     environ = os.environ if environ is None else environ
     try:
@@ -173,60 +178,97 @@ def load(path: str, overrides: Iterable[str] = (), environ: Mapping[str, str] | 
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"{path}:1:1", "the file is not UTF-8 text: is this the right file?") from None
-    root = yaml_source.load(path, text, environ)
+    found = Found()
+    root = yaml_source.load(path, text, environ, found)
     overrides = list(overrides)
     for assignment in overrides:
-        root = yaml_source.apply_override(root, assignment, environ)
+        updated = found.attempt(yaml_source.apply_override, root, assignment, environ)
+        root = root if updated is INVALID else updated
     source = data + "\0".join(overrides).encode()
     base = os.path.dirname(os.path.abspath(path))
-    return Config(path, _instances(root, baselines.Source(path, baseline, root), base), source, _fleet(root))
+    origin = found.attempt(baselines.Source, path, baseline, root)
+    if origin is INVALID:  # said once, at the `baseline:` key: the bounds that read it have nothing more to say
+        origin = _Unnamed(path, None, Located({}, root.where))
+    instances = found.attempt(_instances, root, origin, base, found)
+    fleet = found.attempt(_fleet, root, found)
+    found.raise_any()
+    return Config(path, instances, source, fleet)
 
 
-def _instances(root: Located, baseline: baselines.Source, base: str) -> tuple[Instance, ...]:
+class _Unnamed(baselines.Source):
+    """A ``baseline:`` key that names no file (its error is reported): bounds relative to it read nothing."""
+
+    def values_for(self, metric: Metric, instance: str, node: Located) -> dict[str, float]:
+        return {}
+
+
+def _instances(root: Located, baseline: baselines.Source, base: str, found: Found) -> tuple[Instance, ...]:
+    """Every instance under ``checks:``; a mistake in any part is added to ``found`` and the rest checked.
+
+    Raises:
+        ConfigError: the top level is not a mapping (nothing under it can be read).
+    """
     top = _mapping(root, "the top level")
-    _reject_unknown(top, TOP_LEVEL_KEYS)
+    found.attempt(_reject_unknown, top, TOP_LEVEL_KEYS)
     version = top.get("version")
     if version is None or version.value != 1 or isinstance(version.value, bool):
         where = version.where if version else root.where
-        raise ConfigError(where, "expected `version: 1` at the top level")
+        found.add(ConfigError(where, "expected `version: 1` at the top level"))
     defaults = dict(DEFAULTS)
     if "defaults" in top:
-        given = _mapping(top["defaults"], "defaults")
-        _reject_unknown(given, tuple(DEFAULTS))
-        defaults.update({key: node for key, node in given.items()})
+        given = found.attempt(_mapping, top["defaults"], "defaults")
+        if given is not INVALID:
+            found.attempt(_reject_unknown, given, tuple(DEFAULTS))
+            defaults.update({key: node for key, node in given.items() if key in DEFAULTS})
     if "checks" not in top:
         raise ConfigError(root.where, "missing `checks:`: list the checks to run (see `preflight list`)")
     checks = _mapping(top["checks"], "checks")
     if not checks:
         raise ConfigError(top["checks"].where, "`checks:` is empty: add at least one check (see `preflight list`)")
-    instances = tuple(_instance(name, node, defaults, baseline, base) for name, node in checks.items())
-    _producers(instances, root.where.rsplit(":", 2)[0])
+    instances = tuple(instance for name, node in checks.items()
+                      if (instance := found.attempt(_instance, name, node, defaults, baseline, base, found))
+                      is not INVALID)
+    _producers(instances, root.where.rsplit(":", 2)[0], found)
     return instances
 
 
-def _fleet(root: Located) -> FleetSettings:
+def _fleet(root: Located, found: Found) -> FleetSettings:
+    """The ``fleet:`` section; a mistake in any key is added to ``found`` and the others checked.
+
+    Raises:
+        ConfigError: ``fleet:`` is not a mapping.
+    """
     top = _mapping(root, "the top level")
     if "fleet" not in top:
         return FleetSettings()
     given = _mapping(top["fleet"], "fleet")
-    _reject_unknown(given, tuple(FLEET_DEFAULTS))
-    timeout_s = _quantity(given.get("timeout", FLEET_DEFAULTS["timeout"]), Dimension.DURATION, "fleet.timeout")
-    if timeout_s <= 0:
-        raise ConfigError(given["timeout"].where, "`fleet.timeout` must be positive, like `300s`")
+    found.attempt(_reject_unknown, given, tuple(FLEET_DEFAULTS))
+    timeout_s = found.attempt(_quantity, given.get("timeout", FLEET_DEFAULTS["timeout"]), Dimension.DURATION,
+                              "fleet.timeout")
+    if timeout_s is not INVALID and timeout_s <= 0:
+        found.add(ConfigError(given["timeout"].where, "`fleet.timeout` must be positive, like `300s`"))
     backend = given["backend"].value if "backend" in given else "auto"
     if backend not in BACKENDS:
-        raise ConfigError(given["backend"].where, f"`fleet.backend` must be one of {', '.join(BACKENDS)}, "
-                          f"found {backend!r}{_suggest(str(backend), BACKENDS)}")
+        found.add(ConfigError(given["backend"].where, f"`fleet.backend` must be one of {', '.join(BACKENDS)}, "
+                              f"found {backend!r}{_suggest(str(backend), BACKENDS)}"))
     ratio = given["median_ratio"].value if "median_ratio" in given else FLEET_DEFAULTS["median_ratio"]
     if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio < 1:
-        raise ConfigError(given["median_ratio"].where, "`fleet.median_ratio` must be a number between 0 and 1, "
-                          f"like 0.5 (flag nodes below half the fleet median), found {ratio!r}")
-    severity = _severity(given.get("severity", FLEET_DEFAULTS["severity"]))
-    return FleetSettings(timeout_s, backend, float(ratio), severity)
+        found.add(ConfigError(given["median_ratio"].where, "`fleet.median_ratio` must be a number between 0 and 1, "
+                              f"like 0.5 (flag nodes below half the fleet median), found {ratio!r}"))
+    severity = found.attempt(_severity, given.get("severity", FLEET_DEFAULTS["severity"]))
+    ratio = float(ratio) if isinstance(ratio, (int, float)) else ratio
+    return FleetSettings(timeout_s, backend, ratio, severity)  # read only when nothing was found
 
 
 def _instance(name: str, node: Located, defaults: Mapping[str, Any], baseline: baselines.Source,
-              base: str) -> Instance:
+              base: str, found: Found) -> Instance:
+    """One instance: each key is checked on its own, its mistake added to ``found`` (the instance then holds
+    ``INVALID`` there, and ``load`` raises before anyone reads it).
+
+    Raises:
+        ConfigError: the instance cannot be checked at all: not a mapping, of no known check, or a
+            metric or option written one indent short.
+    """
     if name not in CHECKS and not (isinstance(node.value, dict) and "check" in node.value):
         _refuse_misplaced(name, node)
     body = _mapping(node, f"check `{name}`") if node.value is not None else {}
@@ -239,43 +281,48 @@ def _instance(name: str, node: Located, defaults: Mapping[str, Any], baseline: b
     check = CHECKS[check_name]
     options = {option.name: option for option in check.OPTIONS}
     metrics = {metric.name: metric for metric in check.METRICS}
-    _reject_unknown(body, (*INSTANCE_KEYS, *options, *metrics))
+    found.attempt(_reject_unknown, body, (*INSTANCE_KEYS, *options, *metrics))
 
     def setting(key: str, dimension: Dimension) -> float:
         value = body.get(key, defaults[key])
-        return _quantity(value, dimension, f"{name}.{key}" if key in body else f"defaults.{key}")
+        return found.attempt(_quantity, value, dimension, f"{name}.{key}" if key in body else f"defaults.{key}")
 
-    severity = _severity(body.get("severity", defaults["severity"]))
+    severity = found.attempt(_severity, body.get("severity", defaults["severity"]))
     parsed_options = {
-        option.name: coerce_option(option, body.get(option.name), f"{name}.{option.name}", base)
+        option.name: found.attempt(coerce_option, option, body.get(option.name), f"{name}.{option.name}", base)
         for option in check.OPTIONS
     }
     for option in check.OPTIONS:
+        involved = (option.name, *filter(None, [option.outside]), *option.ignored_with, *option.for_factory)
+        if any(parsed_options[other] is INVALID for other in involved):
+            continue  # said already; the rules between options need every one they read
         if option.outside:
-            _refuse_inside(name, option, parsed_options, body.get(option.name))
+            found.attempt(_refuse_inside, name, option, parsed_options, body.get(option.name))
         if option.ignored_with and option.name in body:
-            _refuse_ignored(name, option, check.OPTIONS, parsed_options, body)
+            found.attempt(_refuse_ignored, name, option, check.OPTIONS, parsed_options, body)
         if option.for_factory and option.name in body:
-            _refuse_without_factory(name, option, parsed_options, body)
+            found.attempt(_refuse_without_factory, name, option, parsed_options, body)
     thresholds = tuple(
-        _threshold(metrics[key], value, severity, name, baseline) for key, value in body.items() if key in metrics
+        threshold for key, value in body.items() if key in metrics
+        if (threshold := found.attempt(_threshold, metrics[key], value, severity, name, baseline, found))
+        is not INVALID
     )
     required = body["required"].value if "required" in body else True
     if not isinstance(required, bool):
-        raise ConfigError(body["required"].where, "`required` must be true or false")
+        found.add(ConfigError(body["required"].where, "`required` must be true or false"))
     timeout_s = setting("timeout", Dimension.DURATION)
     duration_s = setting("duration", Dimension.DURATION)
-    if timeout_s <= 0 or duration_s <= 0:
-        raise ConfigError(node.where, f"`{name}`: timeout and duration must be positive")
-    repeats = _whole(body.get("repeats", defaults["repeats"]), f"{name}.repeats", 1, MAX_REPEATS)
-    retries = _whole(body.get("retries", defaults["retries"]), f"{name}.retries", 0, MAX_RETRIES)
+    if INVALID not in (timeout_s, duration_s) and (timeout_s <= 0 or duration_s <= 0):
+        found.add(ConfigError(node.where, f"`{name}`: timeout and duration must be positive"))
+    repeats = found.attempt(_whole, body.get("repeats", defaults["repeats"]), f"{name}.repeats", 1, MAX_REPEATS)
+    retries = found.attempt(_whole, body.get("retries", defaults["retries"]), f"{name}.retries", 0, MAX_RETRIES)
     margin = setting("retry_margin", Dimension.PERCENT)
-    if margin > 100:
-        raise ConfigError(_node(body.get("retry_margin", defaults["retry_margin"])).where,
-                          f"`{name}.retry_margin` must be at most 100%, found {margin:g}%")
+    if margin is not INVALID and margin > 100:
+        found.add(ConfigError(_node(body.get("retry_margin", defaults["retry_margin"])).where,
+                              f"`{name}.retry_margin` must be at most 100%, found {margin:g}%"))
     option_where = {option.name: body[option.name].where for option in check.OPTIONS if option.name in body}
     return Instance(name, check_name, parsed_options, thresholds, timeout_s, duration_s, required, node.where,
-                    repeats, retries, margin / 100, option_where)
+                    repeats, retries, margin / 100 if margin is not INVALID else INVALID, option_where)
 
 
 def _refuse_misplaced(name: str, node: Located) -> None:
@@ -454,11 +501,11 @@ def _producer(option: Option, node: Located, label: str) -> dict[str, str]:
     return {"from": given["from"].value, "metric": metric}
 
 
-def _producers(instances: tuple[Instance, ...], path: str) -> None:
+def _producers(instances: tuple[Instance, ...], path: str, found: Found) -> None:
     """Every ``measured``/``{from: ...}`` option names an instance of the check that measures it, in this file.
 
-    Raises:
-        ConfigError: at the option, naming the instance it expected and the fix.
+    Each that does not is a ``ConfigError`` added to ``found``, at the option, naming the instance it
+    expected and the fix.
     """
     kinds = {instance.name: instance.check for instance in instances}
     for instance in instances:
@@ -469,11 +516,12 @@ def _producers(instances: tuple[Instance, ...], path: str) -> None:
             check, metric = option.measured_by
             producer, where = value["from"], instance.option_where.get(option.name, instance.where)
             if producer == instance.name or kinds.get(producer) != check:
-                found = f"`{producer}` is a `{kinds[producer]}` instance" if producer in kinds else \
+                named = f"`{producer}` is a `{kinds[producer]}` instance" if producer in kinds else \
                     f"{path} has no instance named `{producer}`"
-                raise ConfigError(where, f"`{instance.name}.{option.name}` reads {metric} from a `{check}` instance, "
-                                  f"but {found}: add `{check}:` under checks, or name one with `{option.name}: "
-                                  f"{{from: <instance>}}`{_suggest(producer, [n for n, c in kinds.items() if c == check])}")
+                found.add(ConfigError(where, f"`{instance.name}.{option.name}` reads {metric} from a `{check}` "
+                                      f"instance, but {named}: add `{check}:` under checks, or name one with "
+                                      f"`{option.name}: {{from: <instance>}}`"
+                                      f"{_suggest(producer, [n for n, c in kinds.items() if c == check])}"))
 
 
 def _shape(value: Any) -> list[int]:
@@ -514,28 +562,34 @@ def plain(node: Located) -> Any:
 
 
 def _threshold(metric: Metric, node: Located, default_severity: Severity, instance: str,
-               baseline: baselines.Source) -> Threshold:
+               baseline: baselines.Source, found: Found) -> Threshold:
+    """One metric's threshold; a mistake in one of its keys is added to ``found`` and the others checked.
+
+    Raises:
+        ConfigError: it is not a mapping, has no bound, or a ``match`` threshold's mistake.
+    """
     label = metric.name
     if not isinstance(node.value, dict):
         hint = "{min: 535.104}" if metric.is_version else "{min: " + _example(metric) + "}"
         raise ConfigError(node.where, f"`{label}` is a metric: give it a threshold like {hint}")
     body = node.value
-    _reject_unknown(body, THRESHOLD_KEYS)
+    found.attempt(_reject_unknown, body, THRESHOLD_KEYS)
     if "match" in body:
         return _match_threshold(metric, node, default_severity)
     if "min" not in body and "max" not in body:
         raise ConfigError(node.where, f"`{label}`: a threshold needs `min` or `max`")
-    relative = {key: baselines.relative_bound(metric, body[key]) for key in ("min", "max") if key in body}
-    relative = {key: fraction for key, fraction in relative.items() if fraction is not None}
-    bounds = {key: _bound(metric, body[key]) if key in body and key not in relative else None
+    relative = {key: found.attempt(baselines.relative_bound, metric, body[key]) for key in ("min", "max")
+                if key in body}
+    bounds = {key: found.attempt(_bound, metric, body[key]) if key in body and relative[key] is None else None
               for key in ("min", "max")}
+    relative = {key: fraction for key, fraction in relative.items() if fraction is not None}
     low, high = bounds["min"], bounds["max"]
-    if isinstance(low, float) and isinstance(high, float) and low > high:
+    fractions = [fraction for fraction in relative.values() if fraction is not INVALID]
+    if isinstance(low, float) and isinstance(high, float) and low > high or \
+            len(fractions) == 2 and relative["min"] > relative["max"]:
         raise ConfigError(node.where, f"`{label}`: min is above max")
-    if "min" in relative and "max" in relative and relative["min"] > relative["max"]:
-        raise ConfigError(node.where, f"`{label}`: min is above max")
-    severity = _severity(body["severity"]) if "severity" in body else default_severity
-    values = baseline.values_for(metric, instance, node) if relative else {}
+    severity = found.attempt(_severity, body["severity"]) if "severity" in body else default_severity
+    values = found.attempt(baseline.values_for, metric, instance, node) if fractions else {}
     return Threshold(metric.name, low, high, severity, _set_at(node), relative=relative, baseline=values)
 
 
@@ -630,10 +684,19 @@ def _text(node: Located) -> str:
 
 
 def _reject_unknown(body: Mapping[str, Located], allowed: Iterable[str]) -> None:
+    """Each key of ``body`` not in ``allowed`` is an error at the key (a merged one says which ``<<`` brought it).
+
+    Raises:
+        ConfigError: one unknown key; ``ConfigErrors`` for several.
+    """
     allowed = tuple(allowed)
-    for key, node in body.items():
-        if key not in allowed:
-            raise ConfigError(node.key_location, f"unknown key `{key}`{_suggest(key, allowed)}")
+    errors = [ConfigError(node.key_location, f"unknown key `{key}`{_suggest(key, allowed)}"
+                          + (f" (merged here by the `<<` at {node.merged_at})" if node.merged_at else ""))
+              for key, node in body.items() if key not in allowed]
+    if len(errors) > 1:
+        raise ConfigErrors(errors)
+    if errors:
+        raise errors[0]
 
 
 def _suggest(word: str, candidates: Iterable[str]) -> str:

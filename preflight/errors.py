@@ -17,3 +17,72 @@ class ConfigError(UsageError):
         super().__init__(f"{where}: {message}")
         self.where = where
         self.message = message
+
+
+class ConfigErrors(ConfigError):
+    """Every mistake found in one config file: ``validate`` and ``run`` report them all in one run.
+
+    Its text is one line per mistake (``FILE:LINE:COL: what, and the fix``) in the file's order;
+    ``where`` and ``message`` are the first one's, so a caller that expects one ``ConfigError`` still
+    reads a located line.
+    """
+
+    def __init__(self, errors: list[ConfigError]) -> None:
+        UsageError.__init__(self, "\n".join(str(error) for error in errors))
+        self.errors = tuple(errors)
+        self.where, self.message = errors[0].where, errors[0].message
+
+
+class _Invalid:
+    def __repr__(self) -> str:
+        return "INVALID"
+
+
+INVALID = _Invalid()  # what ``Found.attempt`` returns for a value whose error it recorded
+
+
+class Found:
+    """The ``ConfigError``s met while reading one file, gathered so that a run reports every mistake, not the first.
+
+    A value that failed is ``spoil``ed: a later error at the same place is its echo (an unset
+    ``${VAR}`` is then "not a size" too) and is dropped.
+    """
+
+    def __init__(self) -> None:
+        self.errors: list[ConfigError] = []
+        self._spoiled: set[str] = set()
+
+    def add(self, error: ConfigError) -> None:
+        """Record ``error`` (each of a ``ConfigErrors``'), unless it repeats one or lies where a value already failed."""
+        for each in error.errors if isinstance(error, ConfigErrors) else (error,):
+            if each.where not in self._spoiled and str(each) not in map(str, self.errors):
+                self.errors.append(each)
+
+    def spoil(self, where: str) -> None:
+        """The value at ``where`` failed and was reported: errors there from now on are echoes."""
+        self._spoiled.add(where)
+
+    def attempt(self, function, *args, **kwargs):  # type: ignore[no-untyped-def]
+        """``function(*args, **kwargs)``, or ``INVALID`` when it raised a ``ConfigError`` (recorded here)."""
+        try:
+            return function(*args, **kwargs)
+        except ConfigError as error:
+            self.add(error)
+            return INVALID
+
+    def raise_any(self) -> None:
+        """Raise what was found, in the file's order: one ``ConfigError`` as it was, several as ``ConfigErrors``."""
+        if len(self.errors) == 1:
+            raise self.errors[0]
+        if self.errors:
+            order = {id(error): index for index, error in enumerate(self.errors)}
+            raise ConfigErrors(sorted(self.errors, key=lambda error: _position(error.where, order[id(error)])))
+
+
+def _position(where: str, found: int) -> tuple[int, int, int, int]:
+    """Sort key of ``FILE:LINE:COL``: by line and column; other places (``--set ...``) after, as found."""
+    _, _, tail = where.rpartition(":")
+    head, _, line = where[:len(where) - len(tail) - 1].rpartition(":")
+    if head and line.isdigit() and tail.isdigit():
+        return (0, int(line), int(tail), found)
+    return (1, 0, 0, found)

@@ -2,7 +2,8 @@
 
 PyYAML's safe composer builds the node tree (no arbitrary objects); we walk it
 ourselves so that every value carries its ``FILE:LINE:COL``, duplicate keys are an
-error instead of a silent overwrite, aliases cannot expand into a bomb, and
+error instead of a silent overwrite, merge keys (``<<``) are resolved with each merged value
+still located where it was written, aliases cannot expand into a bomb, and
 environment references in strings (``$VAR``, ``${VAR:-default}`` and the rest of Docker
 Compose's forms, see ``interpolation``) are expanded, a mistake in one located at its
 ``$``. ``--set`` overrides become nodes located at the flag that set them.
@@ -15,7 +16,7 @@ from typing import Any, Mapping, NamedTuple
 import yaml
 
 from preflight import interpolation
-from preflight.errors import ConfigError
+from preflight.errors import ConfigError, ConfigErrors, Found
 
 # A safe bound on nodes visited: a real thresholds.yaml has a few hundred; an alias bomb
 # ("billion laughs") has billions.
@@ -33,26 +34,115 @@ class Located(NamedTuple):
     where: str
     raw: str | None = None  # a scalar exactly as written (versions keep "535.10")
     key_where: str | None = None  # for a mapping's value: where its key was written
+    merged_at: str | None = None  # for a value a `<<` merged in: where that `<<` was written
 
     @property
     def key_location(self) -> str:
         return self.key_where or self.where
 
+    def __repr__(self) -> str:  # as NamedTuple writes it, `merged_at` only when set (messages quote values)
+        fields = [f"{name}={getattr(self, name)!r}" for name in self._fields
+                  if name != "merged_at" or self.merged_at is not None]
+        return f"Located({', '.join(fields)})"
 
-def load(path: str, text: str, environ: Mapping[str, str]) -> Located:
+
+def load(path: str, text: str, environ: Mapping[str, str], found: Found | None = None) -> Located:
     """Parse ``text`` (the contents of ``path``) into a ``Located`` tree.
 
+    Merge keys (``<<: *base``, ``<<: [*a, *b]``) are resolved as YAML 1.1 says
+    (https://yaml.org/type/merge.html): a key written in the mapping wins over a merged one, and
+    an earlier mapping in the list over a later one; merged values keep the place where they
+    were written. Mistakes in values (duplicate keys, tags, ``${...}``) are added to ``found`` and
+    the walk goes on, so that one run reports them all; without ``found`` they are raised at the end.
+
     Raises:
-        ConfigError: invalid YAML, duplicate keys, tags or aliases that expand too far,
-            a malformed ``${...}``, or a reference to an unset variable without a default.
+        ConfigError: invalid YAML (at once: the parser stops there; every tab used for
+            indentation is named), a document too large or deep (an alias bomb); without
+            ``found``, also duplicate keys, a malformed ``<<``, tags or a malformed ``${...}``, or
+            a reference to an unset variable without a default (``ConfigErrors`` when several).
     """
     _refuse_deep_flow(path, text)
+    root = _compose(path, text)
+    if root is None:
+        raise ConfigError(f"{path}:1:1", "the file is empty: it needs `version: 1` and a `checks:` mapping")
+    collected = Found() if found is None else found
     try:
-        root = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        tree = _Walker(path, text, environ, collected).walk(root, depth=0)
+    except ConfigError as error:  # too large: nothing after it can be trusted
+        collected.add(error)
+        collected.raise_any()
+        raise
+    if found is None:
+        collected.raise_any()
+    return tree
+
+
+TAB_FIX = "YAML indents with spaces; replace the tab with spaces"
+MAX_TABS = 100  # tabs named in one run, each found by reading again with the one before replaced
+
+
+def _compose(path: str, text: str) -> yaml.Node | None:
+    """PyYAML's safe node tree of ``text``.
+
+    The parser stops at the first syntax error, so only one can be told per run; a tab used for
+    indentation is the exception: it is named as a tab, and the text is read again with the tabs
+    that start its line replaced (by spaces to the next multiple of 8, as a terminal shows them) to find
+    the file's other tabs, one line each. An error after a tab waits for the next run: the replacement
+    may have made it.
+
+    Raises:
+        ConfigError: the syntax error, located; ``ConfigErrors`` for several tabs.
+    """
+    tabs: list[ConfigError] = []
+    root = None
+    while len(tabs) < MAX_TABS:
+        try:
+            root = _compose_once(path, text)
+        except _Tab as tab:
+            tabs.append(ConfigError(tab.where, f"tab character at {tab.where}: {TAB_FIX}"))
+            text = _without_tab(text, tab.index)
+            continue
+        except ConfigError:
+            if not tabs:
+                raise
+            # else an error the tabs' replacement may have made: the tabs now, the rest on the next run
+        break
+    if len(tabs) > 1:
+        raise ConfigErrors(tabs)
+    if tabs:
+        raise tabs[0]
+    return root
+
+
+def _without_tab(text: str, index: int) -> str:
+    """``text`` with the tab at ``index`` replaced by spaces: with every tab of the whitespace that starts its
+    line, as a terminal shows them (to the next multiple of 8), when it is there; else by one space."""
+    start = text.rfind("\n", 0, index) + 1
+    end = len(text) if text.find("\n", index) < 0 else text.find("\n", index)
+    indent = len(text[start:end]) - len(text[start:end].lstrip(" \t"))
+    if index < start + indent:
+        return text[:start] + text[start:start + indent].expandtabs(8) + text[start + indent:]
+    return text[:index] + " " + text[index + 1:]
+
+
+class _Tab(Exception):
+    def __init__(self, where: str, index: int) -> None:
+        super().__init__(where)
+        self.where, self.index = where, index
+
+
+def _compose_once(path: str, text: str) -> yaml.Node | None:
+    try:
+        return yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
-        where = _where(path, mark) if mark else f"{path}:1:1"
-        raise ConfigError(where, f"invalid YAML: {error.problem or error.context}") from None
+        if mark is None:
+            raise ConfigError(f"{path}:1:1", f"invalid YAML: {error.problem or error.context}") from None
+        tab = _tab_at(text, mark.index)
+        if tab is not None:
+            line = text.count("\n", 0, tab) + 1
+            raise _Tab(f"{path}:{line}:{tab - (text.rfind(chr(10), 0, tab) + 1) + 1}", tab) from None
+        raise ConfigError(_where(path, mark), f"invalid YAML: {error.problem or error.context}") from None
     except yaml.reader.ReaderError as error:
         line = text.count("\n", 0, error.position) + 1
         column = error.position - (text.rfind("\n", 0, error.position) + 1) + 1
@@ -62,9 +152,18 @@ def load(path: str, text: str, environ: Mapping[str, str]) -> Located:
         raise ConfigError(f"{path}:1:1", f"invalid YAML: {error}") from None
     except RecursionError:
         raise ConfigError(f"{path}:1:1", "invalid YAML: nested too deeply") from None
-    if root is None:
-        raise ConfigError(f"{path}:1:1", "the file is empty: it needs `version: 1` and a `checks:` mapping")
-    return _Walker(path, text, environ).walk(root, depth=0)
+
+
+def _tab_at(text: str, index: int) -> int | None:
+    """The index of the tab a parse error at ``index`` stopped on: that character, or a tab in the
+    whitespace that starts its line before it; ``None`` when the error is not a tab's."""
+    if index < len(text) and text[index] == "\t":
+        return index
+    start = text.rfind("\n", 0, index) + 1
+    indent = text[start:index]
+    if indent and not indent.strip(" \t") and "\t" in indent:
+        return start + indent.index("\t")
+    return None
 
 
 def _refuse_deep_flow(path: str, text: str) -> None:
@@ -85,11 +184,15 @@ def _refuse_deep_flow(path: str, text: str) -> None:
             depth = max(0, depth - 1)
 
 
+MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
 class _Walker:
-    def __init__(self, path: str, text: str, environ: Mapping[str, str]) -> None:
+    def __init__(self, path: str, text: str, environ: Mapping[str, str], found: Found) -> None:
         self.path = path
         self.text = text
         self.environ = environ
+        self.found = found
         self.visited = 0
         self.constructor = yaml.constructor.SafeConstructor()
 
@@ -103,6 +206,22 @@ class _Walker:
         if isinstance(node, yaml.SequenceNode):
             return Located([self.walk(item, depth + 1) for item in node.value], where)
         try:
+            value = self._scalar(node, where)
+        except ConfigError as error:  # reported; the text as written stands in, its echoes dropped
+            self.found.add(error)
+            self.found.spoil(where)
+            return Located(node.value, where, node.value)
+        # text is "as written" once expanded: a version bound `"${DRIVER_MIN:-535.104}"` is 535.104
+        return Located(value, where, value if isinstance(value, str) else node.value)
+
+    def _scalar(self, node: yaml.ScalarNode, where: str) -> Any:
+        """The scalar's value, ``${...}`` expanded.
+
+        Raises:
+            ConfigError: a tag that cannot be constructed, a type a config never holds, or a
+                malformed or unset ``${...}`` (located at its ``$``).
+        """
+        try:
             value = self.constructor.construct_object(node, deep=True)
         except yaml.YAMLError as error:
             raise ConfigError(where, f"invalid value {node.value!r}: {error}") from None
@@ -112,13 +231,12 @@ class _Walker:
                               f"quote it if it is text") from None
         if isinstance(value, str):
             try:
-                value = interpolation.expand(value, self.environ)
+                return interpolation.expand(value, self.environ)
             except interpolation.InterpolationError as error:
                 raise ConfigError(self._where_in(node, error.position), error.message) from None
-        elif not isinstance(value, (int, float, bool, type(None))):
+        if not isinstance(value, (int, float, bool, type(None))):
             raise ConfigError(where, f"unsupported YAML value {node.value!r} ({type(value).__name__}): quote it")
-        # text is "as written" once expanded: a version bound `"${DRIVER_MIN:-535.104}"` is 535.104
-        return Located(value, where, value if isinstance(value, str) else node.value)
+        return value
 
     def _where_in(self, node: yaml.Node, position: int) -> str:
         """Where character ``position`` of ``node``'s text was written.
@@ -133,20 +251,61 @@ class _Walker:
         return _where(self.path, start)
 
     def _mapping(self, node: yaml.MappingNode, depth: int) -> dict[str, Located]:
-        result: dict[str, Located] = {}
-        key_wheres: dict[str, str] = {}
+        """The mapping's keys in the order written, a ``<<``'s merged keys where the ``<<`` stands.
+
+        A duplicate key, a key that is not text or a malformed ``<<`` is reported and left out.
+        """
+        explicit: dict[str, Located] = {}
+        order: list[str | list[dict[str, Located]]] = []  # a key, or where a `<<` puts its mappings
+        merge_where = None
         for key_node, value_node in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                raise ConfigError(_where(self.path, key_node.start_mark), "merge keys (`<<`) are not supported")
+            if key_node.tag == MERGE_TAG:
+                where = _where(self.path, key_node.start_mark)
+                if merge_where is not None:
+                    self.found.add(ConfigError(where, f"a second `<<` in one mapping (the first at {merge_where}): "
+                                                      f"merge several mappings with one `<<: [*first, *second]`"))
+                    continue
+                merge_where = where
+                order.append(self._merged(value_node, depth + 1, where, _where(self.path, node.start_mark)))
+                continue
             key = self.walk(key_node, depth + 1)
             if not isinstance(key.value, str):
-                raise ConfigError(key.where, f"keys must be text, found {key_node.value!r}")
-            if key.value in result:
-                first = key_wheres[key.value]
-                raise ConfigError(key.where, f"duplicate key `{key.value}` (first written at {first}): keep one")
-            key_wheres[key.value] = key.where
-            result[key.value] = self.walk(value_node, depth + 1)._replace(key_where=key.where)
+                self.found.add(ConfigError(key.where, f"keys must be text, found {key_node.value!r}"))
+                self.found.spoil(_where(self.path, node.start_mark))  # "`checks:` is empty" would be its echo
+                continue
+            if key.value in explicit:
+                first = explicit[key.value].key_location
+                self.found.add(ConfigError(key.where, f"duplicate key `{key.value}` (first written at {first}): "
+                                                      f"keep one"))
+                continue
+            explicit[key.value] = self.walk(value_node, depth + 1)._replace(key_where=key.where)
+            order.append(key.value)
+        result: dict[str, Located] = {}
+        for entry in order:
+            if isinstance(entry, str):
+                result[entry] = explicit[entry]
+                continue
+            for merged in entry:  # an earlier mapping of `<<: [*a, *b]` wins over a later one
+                for key, value in merged.items():
+                    if key not in explicit and key not in result:
+                        result[key] = value._replace(merged_at=merge_where)
         return result
+
+    def _merged(self, node: yaml.Node, depth: int, where: str, owner: str) -> list[dict[str, Located]]:
+        """The mappings a ``<<`` at ``where`` merges into the mapping at ``owner``: ``node``, a mapping or a
+        list of mappings (anything else is reported, and what ``owner`` then lacks is its echo)."""
+        sources = node.value if isinstance(node, yaml.SequenceNode) else [node]
+        merged = []
+        for source in sources:
+            if isinstance(source, yaml.MappingNode):
+                merged.append(self.walk(source, depth).value)
+            else:
+                shown = source.value if isinstance(source, yaml.ScalarNode) else "a list"
+                self.found.add(ConfigError(_where(self.path, source.start_mark), f"`<<` at {where} merges mappings: "
+                                           f"give it one (`<<: *base`) or a list of them (`<<: [*a, *b]`), found "
+                                           f"{shown!r}"))
+                self.found.spoil(owner)
+        return merged
 
 
 def apply_override(root: Located, assignment: str, environ: Mapping[str, str]) -> Located:

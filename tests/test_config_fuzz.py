@@ -142,10 +142,12 @@ def _alarm(signum, frame):
     raise Hang
 
 
-def test_at_least_a_thousand_mutated_configs_load_or_fail_with_one_located_line(tmp_path):
+def test_at_least_a_thousand_mutated_configs_load_or_fail_with_located_lines(tmp_path):
+    """Each mistake is one located line; a file with several has several (``ConfigErrors``), each located."""
     path = tmp_path / "thresholds.yaml"
     located = re.compile(re.escape(str(path)) + r":\d+:\d+: \S")
     outcomes = {"valid": 0, "error": 0}
+    multiple: list[bytes] = []
     previous = signal.signal(signal.SIGALRM, _alarm)
     start = time.monotonic()
     try:
@@ -157,7 +159,9 @@ def test_at_least_a_thousand_mutated_configs_load_or_fail_with_one_located_line(
                 outcomes["valid"] += 1
             except UsageError as error:
                 message = str(error)
-                assert "\n" not in message and located.match(message), f"case {number} {case[:200]!r}: {message!r}"
+                assert all(located.match(line) for line in message.split("\n")), \
+                    f"case {number} {case[:200]!r}: {message!r}"
+                multiple.extend([case] if "\n" in message else [])
                 outcomes["error"] += 1
             except Hang:
                 pytest.fail(f"case {number} hung for {HANG_S}s: {case[:200]!r}")
@@ -172,7 +176,7 @@ def test_at_least_a_thousand_mutated_configs_load_or_fail_with_one_located_line(
     assert time.monotonic() - start < 60
 
 
-def test_mutated_configs_through_the_command_line_exit_2_with_one_line(tmp_path):
+def test_mutated_configs_through_the_command_line_exit_2_with_located_lines(tmp_path):
     path = tmp_path / "thresholds.yaml"
     for number, case in enumerate(generate(CASES_THROUGH_CLI * 8, seed=7)[::8]):
         path.write_bytes(case)
@@ -182,8 +186,13 @@ def test_mutated_configs_through_the_command_line_exit_2_with_one_line(tmp_path)
             assert result.stdout.startswith(f"{path}: valid")
         else:
             assert result.returncode == 2, (case, result.stderr)
-            assert result.stderr.count("\n") == 1 and result.stderr.startswith(f"preflight: error: {path}:"), \
-                result.stderr
+            *each, last = result.stderr.splitlines()
+            if each:  # several mistakes: one located line each, then the count
+                assert all(line.startswith(f"{path}:") for line in each), result.stderr
+                assert last == f"preflight: error: {len(each)} errors in {path}: fix each line above (nothing was " \
+                               f"measured)", result.stderr
+            else:
+                assert last.startswith(f"preflight: error: {path}:"), result.stderr
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from preflight import yaml_source
-from preflight.errors import ConfigError
+from preflight.errors import ConfigError, ConfigErrors, Found
 from preflight.yaml_source import MAX_DEPTH, MAX_NODES, Located
 
 
@@ -61,7 +61,20 @@ def test_key_location_is_the_key_when_known_else_the_value():
                     "\"<unicode string>\", line 1, column 4"),
     ("a: 2026-11-29\n", "f.yaml:1:4: unsupported YAML value '2026-11-29' (date): quote it"),
     ("a: !!binary aGVsbG8=\n", "f.yaml:1:4: unsupported YAML value 'aGVsbG8=' (bytes): quote it"),
-    ("a: &x {b: 1}\nc:\n  <<: *x\n", "f.yaml:3:3: merge keys (`<<`) are not supported"),
+    ("a: {b: 1}\nc:\n  <<: 5\n", "f.yaml:3:7: `<<` at f.yaml:3:3 merges mappings: give it one (`<<: *base`) or a "
+                                "list of them (`<<: [*a, *b]`), found '5'"),
+    # pre-commit/pre-commit-hooks#468 wrote two `<<` in one mapping: keys are unique, so it says how to merge two
+    ("a: &a {b: 1}\nc: &c {d: 2}\ne:\n  <<: *a\n  <<: *c\n", "f.yaml:5:3: a second `<<` in one mapping (the first at "
+                                                         "f.yaml:4:3): merge several mappings with one "
+                                                         "`<<: [*first, *second]`"),
+    # a tab where YAML expects indentation is named as a tab, at the tab (libyaml's words differ by place)
+    ("a:\n\tb: 1\n", "f.yaml:2:1: tab character at f.yaml:2:1: YAML indents with spaces; replace the tab with spaces"),
+    ("a:\n  b: 1\n  \tc: 2\n", "f.yaml:3:3: tab character at f.yaml:3:3: YAML indents with spaces; replace the tab "
+                               "with spaces"),
+    ("a: |\n  x\n\ty\n", "f.yaml:3:1: tab character at f.yaml:3:1: YAML indents with spaces; replace the tab with "
+                        "spaces"),
+    ("a:\n  - 1\n\t- 2\n", "f.yaml:3:1: tab character at f.yaml:3:1: YAML indents with spaces; replace the tab with "
+                          "spaces"),
     ("a: 1\n1: x\n", "f.yaml:2:1: keys must be text, found '1'"),
     ("a: 1\nb: 2\na: 3\n", "f.yaml:3:1: duplicate key `a` (first written at f.yaml:1:1): keep one"),
     ("a: {b: 1, c: 2, b: 3}\n", "f.yaml:1:17: duplicate key `b` (first written at f.yaml:1:5): keep one"),
@@ -219,3 +232,85 @@ def test_a_bad_override_is_one_line_naming_the_flag(assignment, message):
     with pytest.raises(ConfigError) as raised:
         yaml_source.apply_override(load(ROOT), assignment, {})
     assert str(raised.value) == message
+
+
+def test_a_merge_key_merges_its_mapping_and_each_value_stays_where_it_was_written():
+    root = load("base: &base\n  a: 1\n  b: 2\nderived:\n  <<: *base\n  c: 3\n")
+    derived = root.value["derived"].value
+    assert list(derived) == ["a", "b", "c"]  # the merged keys where the `<<` stands
+    assert derived["a"] == Located(1, "f.yaml:2:6", "1", "f.yaml:2:3", merged_at="f.yaml:5:3")
+    assert derived["c"] == Located(3, "f.yaml:6:6", "3", "f.yaml:6:3")
+    assert "merged_at" not in repr(derived["c"])  # messages quote values: unchanged where nothing was merged
+
+
+@pytest.mark.parametrize("text", [
+    "base: &base {a: 1, b: 2}\nderived:\n  <<: *base\n  b: 3\n",  # after the `<<`
+    "base: &base {a: 1, b: 2}\nderived:\n  b: 3\n  <<: *base\n",  # before it: YAML's rule has no order
+    "base: &base {a: 1, b: 2}\nderived: {b: 3, <<: *base}\n",
+])
+def test_a_key_written_in_the_mapping_wins_over_a_merged_one_and_is_no_duplicate(text):
+    # ota-meshi/yaml-eslint-parser#306: `derived: {<<: *base, b: 3}` is {a: 1, b: 3}
+    derived = load(text).value["derived"].value
+    assert {key: node.value for key, node in derived.items()} == {"a": 1, "b": 3}
+    assert derived["b"].merged_at is None
+
+
+def test_a_list_of_merges_gives_the_earlier_mapping_precedence_and_merges_nest():
+    root = load("a: &a {x: 1}\nb: &b {x: 2, y: 2}\nc: &c {<<: *b, z: 3}\n"
+                "d:\n  <<: [*a, *c]\n  w: 0\n")
+    d = root.value["d"].value
+    assert {key: node.value for key, node in d.items()} == {"x": 1, "y": 2, "z": 3, "w": 0}
+    assert d["y"].where == "f.yaml:2:17" and d["x"].where == "f.yaml:1:11"
+    assert load("a: {<<: {b: 1}}\n").value["a"].value["b"].value == 1  # a mapping written in place merges too
+    assert set(load('a: {"<<": 1}\n').value["a"].value) == {"<<"}  # a quoted `<<` is an ordinary key
+
+
+def test_a_key_written_twice_is_still_a_duplicate_beside_a_merge():
+    assert error_of("b: &b {x: 1}\na:\n  <<: *b\n  y: 1\n  y: 2\n") == (
+        "f.yaml:5:3: duplicate key `y` (first written at f.yaml:4:3): keep one")
+
+
+def test_a_merge_of_something_not_a_mapping_says_so_at_it_in_a_list():
+    assert error_of("a: &a {x: 1}\nb:\n  <<: [*a, [1]]\n") == (
+        "f.yaml:3:12: `<<` at f.yaml:3:3 merges mappings: give it one (`<<: *base`) or a list of them "
+        "(`<<: [*a, *b]`), found 'a list'")
+
+
+def test_every_tab_in_the_file_is_named_in_one_run():
+    text = "version: 1\nchecks:\n  storage:\n\tpath: /data\n\tseq_read: {min: 1 GB/s}\n  shm:\n\t\tsize: 1\n"
+    with pytest.raises(ConfigErrors) as raised:
+        load(text)
+    assert str(raised.value).splitlines() == [
+        f"f.yaml:{line}:1: tab character at f.yaml:{line}:1: YAML indents with spaces; replace the tab with spaces"
+        for line in (4, 5, 7)]  # one line per line: its second tab is the same mistake
+    assert load("a: [1,\t2]\nb: x\t# tabs between tokens are YAML's separators\n").value["a"].value[1].value == 2
+
+
+def test_a_syntax_error_after_a_tab_waits_for_the_next_run():
+    # the parser stops at a syntax error; after a tab it may be the tab's doing, so the tab alone is told
+    assert error_of("a:\n\tb: 1\nc: [1\n") == ("f.yaml:2:1: tab character at f.yaml:2:1: YAML indents with spaces; "
+                                               "replace the tab with spaces")
+
+
+def test_each_mistake_in_values_is_reported_in_one_run_in_the_file_s_order():
+    text = "a: ${UNSET}\nb: !!float ''\nc: 1\nc: 2\n1: x\nd: &d 5\ne: {<<: *d}\n"
+    with pytest.raises(ConfigErrors) as raised:
+        load(text)
+    assert str(raised.value).splitlines() == [
+        "f.yaml:1:4: environment variable UNSET is not set: export it or write ${UNSET:-default}",
+        "f.yaml:2:4: invalid float value '': quote it if it is text",
+        "f.yaml:4:1: duplicate key `c` (first written at f.yaml:3:1): keep one",
+        "f.yaml:5:1: keys must be text, found '1'",
+        # an alias is the node it names: the value is told where it was written, the `<<` where it was used
+        "f.yaml:6:4: `<<` at f.yaml:7:5 merges mappings: give it one (`<<: *base`) or a list of them "
+        "(`<<: [*a, *b]`), found '5'",
+    ]
+    assert raised.value.where == "f.yaml:1:4"  # a caller that reads one error reads the first
+
+
+def test_a_value_that_failed_stands_as_written_and_its_echoes_are_dropped():
+    found = Found()
+    root = yaml_source.load("f.yaml", "a: ${UNSET}\n", {}, found)
+    assert root.value["a"].value == "${UNSET}" and len(found.errors) == 1
+    found.add(ConfigError(root.value["a"].where, "`a`: expected a size, found '${UNSET}'"))  # its echo
+    assert len(found.errors) == 1

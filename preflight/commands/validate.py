@@ -1,7 +1,8 @@
 """``preflight validate [FILE]`` (or ``-c FILE``, as ``run`` takes it): load and check a thresholds file exactly as ``run`` would, measuring nothing.
 
 Prints one line per instance (``storage (storage): 1 threshold, timeout 120s``) and exits 0;
-an invalid file raises the same ``ConfigError`` as ``run`` (``FILE:LINE:COL: ...``, exit 2).
+an invalid file raises the same ``ConfigError`` as ``run`` (``FILE:LINE:COL: ...``, exit 2), every
+mistake the file has at once (``ConfigErrors``, one line each).
 Beyond ``run``'s load, it imports the job's own code an instance names (``dataset:``) and
 builds it once through the check's ``check_user_code``, never iterating it: a factory that
 cannot be imported or returns no Dataset is a ``ConfigError`` at the option's line, and so is
@@ -20,7 +21,7 @@ from typing import Iterator, TextIO
 from preflight import config
 from preflight.checks import CHECKS
 from preflight.checks.base import UserCodeError
-from preflight.errors import ConfigError, UsageError
+from preflight.errors import INVALID, ConfigError, Found, UsageError
 
 
 def main(args: argparse.Namespace, stdout: TextIO | None = None) -> int:
@@ -31,10 +32,12 @@ def main(args: argparse.Namespace, stdout: TextIO | None = None) -> int:
                          f"`preflight validate FILE` or `-c FILE`")
     path = config.resolve_path(given or args.config)
     loaded = config.load(path, args.overrides, baseline=getattr(args, "baseline", None))
-    for instance in loaded.instances:
-        config.locate_job_code(instance)  # before importing anything: a package on no path is told at once
-    for instance in loaded.instances:
-        check_user_code(instance)
+    found = Found()  # every instance's job code is checked: one run tells each mistake
+    located = [instance for instance in loaded.instances  # located before anything is imported
+               if found.attempt(config.locate_job_code, instance) is not INVALID]
+    for instance in located:
+        found.attempt(check_user_code, instance)
+    found.raise_any()
     count = sum(len(instance.thresholds) for instance in loaded.instances)
     stdout.write(f"{path}: valid, {_count(len(loaded.instances), 'check')}, {_count(count, 'threshold')}\n")
     for instance in loaded.instances:
