@@ -111,3 +111,85 @@ def test_a_default_value_given_beside_the_dataset_or_synthetic_is_no_error(tmp_p
     assert overridden.returncode == 2
     assert "--set dataloader.format=tar: `dataloader.format` has no effect while `dataloader.synthetic` is set" \
         in overridden.stderr
+
+
+SEVERAL = ("version: 1\nchecks:\n  storage:\n    seq_raed: {min: 1 GB/s}\n    rand_read: {min: 20000 IOPS, "
+           "severity: fatal}\n  dataloader:\n    num_workers: 2.5\n  cuda_x: {}\n  shm:\n    size: {min: 8 GB/s}\n")
+
+
+def _expected_lines(path) -> list[str]:
+    return [
+        f"{path}:4:5: unknown key `seq_raed`: did you mean `seq_read`?",
+        f"{path}:5:44: severity must be `fail` or `warn`, found 'fatal'",
+        f"{path}:7:18: `dataloader.num_workers`: expected a whole number or `auto`, found 2.5",
+        f"{path}:8:3: unknown check `cuda_x`: did you mean `cuda`? Or add `check: <name>` to make `cuda_x` an "
+        f"instance of a known check",
+        f"{path}:10:17: `size`: '8 GB/s' is a bandwidth, but a size is expected here (like `8 GiB`)",
+        f"preflight: error: 5 errors in {path}: fix each line above (nothing was measured)",
+    ]
+
+
+def test_every_mistake_is_told_in_one_run_each_on_its_own_located_line(tmp_path):
+    """Issue 33 case 7: five mistakes took five runs (EvilBit-Labs/opnDossier#32 and NagiosEnterprises/
+    nagioscore#388 report the same of their validators). Now one run: a line each, starting FILE:LINE:COL."""
+    path = tmp_path / "t.yaml"
+    path.write_text(SEVERAL)
+    completed = _preflight("validate", str(path))
+    assert (completed.returncode, completed.stdout) == (2, "")
+    assert completed.stderr.splitlines() == _expected_lines(path)
+
+
+def test_run_checks_the_config_the_same_way_and_measures_nothing(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text(SEVERAL)
+    completed = run_cli("run", "-c", str(path), "--json", str(tmp_path / "r.json"))
+    assert (completed.returncode, completed.stdout) == (2, "")
+    assert completed.stderr.splitlines() == _expected_lines(path)
+    import json
+
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["results"] == [] and report["error"].splitlines() == _expected_lines(path)[:-1]
+
+
+@pytest.mark.parametrize("text, lines", [
+    # SpigotMC/BungeeCord#2220, PEXPlugins/PermissionsEx#30: "found character '\t' that cannot start any token"
+    # left users asking what to do; the tab is named, at its place, with the fix
+    ("version: 1\nchecks:\n  storage:\n\tpath: /data\n", [4]),
+    # one tab a line is one mistake; every line with one is told in the same run
+    ("version: 1\nchecks:\n  storage:\n\tpath: /data\n\tseq_read: {min: 1 GB/s}\n  shm:\n\t\tsize: {min: 1 GiB}\n",
+     [4, 5, 7]),
+])
+def test_a_tab_is_named_as_a_tab_at_its_place(tmp_path, text, lines):
+    path = tmp_path / "t.yaml"
+    path.write_text(text)
+    completed = _preflight("validate", str(path))
+    assert (completed.returncode, completed.stdout) == (2, "")
+    told = [f"{path}:{line}:1: tab character at {path}:{line}:1: YAML indents with spaces; replace the tab with "
+            f"spaces" for line in lines]
+    if len(told) == 1:
+        assert completed.stderr.splitlines() == [f"preflight: error: {told[0]}"]
+    else:
+        assert completed.stderr.splitlines() == [*told, f"preflight: error: {len(told)} errors in {path}: fix each "
+                                                        f"line above (nothing was measured)"]
+
+
+def test_a_shared_config_with_merge_keys_is_valid(tmp_path):
+    """Issue 33 case 6 (pre-commit/pre-commit-hooks#468, basetenlabs/truss#2653): `<<` was refused. The report's
+    two `<<` in one mapping are one `<<: [*foo, *bar]` here, as YAML's unique keys require (and as the error for
+    two says)."""
+    path = tmp_path / "t.yaml"
+    path.write_text("version: 1\nchecks:\n  storage: &data\n    path: /tmp\n    seq_read: &fast {min: 1 GB/s}\n"
+                    "  shm: &short\n    timeout: 30s\n  checkpoints:\n    <<: [*short, *data]\n    check: storage\n"
+                    "    seq_write: *fast\n")
+    completed = _preflight("validate", str(path))
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.splitlines() == [
+        f"{path}: valid, 3 checks, 3 thresholds",
+        "  storage (storage, timeout 120s): seq_read",
+        "  shm (shm, timeout 30s): no thresholds (measured only)",
+        "  checkpoints (storage, timeout 30s): seq_read, seq_write",
+    ]
+    path.write_text(path.read_text().replace("<<: [*short, *data]", "<<: *short\n    <<: *data"))
+    assert _preflight("validate", str(path)).stderr == (
+        f"preflight: error: {path}:10:5: a second `<<` in one mapping (the first at {path}:9:5): merge several "
+        f"mappings with one `<<: [*first, *second]`\n")
