@@ -98,7 +98,8 @@ def deliver_config_error(config_path: str, error: UsageError, to: Destinations, 
         print(f"preflight: error: {failure}", file=stderr)
     if github.active(environ):
         where = error.where if isinstance(error, ConfigError) else config_path
-        github.publish_config_error(where, message, environ, stderr, to.junit_xml, to.json, to.html)
+        each = [(mistake.where, str(mistake)) for mistake in getattr(error, "errors", ())]
+        github.publish_config_error(where, message, environ, stderr, to.junit_xml, to.json, to.html, each)
     kubernetes.write(kubernetes.termination_path(to.termination_log, environ), kubernetes.config_error_summary(message))
 
 

@@ -14,7 +14,7 @@ Escaping follows @actions/core: ``%``, CR and LF in data; also ``:`` and ``,`` i
 from __future__ import annotations
 
 import os
-from typing import Mapping, TextIO
+from typing import Mapping, Sequence, TextIO
 
 from preflight.report import RunReport, shown_value
 from preflight.verdict import Result
@@ -106,9 +106,12 @@ def publish(report: RunReport, environ: Mapping[str, str], log: TextIO, junit_pa
 
 def publish_config_error(where: str, message: str, environ: Mapping[str, str], log: TextIO,
                          junit_path: str | None = None, json_path: str | None = None,
-                         html_path: str | None = None) -> None:
-    """A config that could not be loaded: one annotation at its place, a summary line, ``passed=false``."""
-    print(annotation("error", "preflight: invalid config", message, where, environ.get("GITHUB_WORKSPACE")), file=log)
+                         html_path: str | None = None, each: Sequence[tuple[str, str]] = ()) -> None:
+    """A config that could not be loaded: one annotation at its place (at each mistake's, ``each`` holding
+    their places and messages when there are several), a summary line, ``passed=false``."""
+    for place, text in list(each or [(where, message)])[:MAX_ANNOTATIONS]:
+        print(annotation("error", "preflight: invalid config", text if each else message, place,
+                         environ.get("GITHUB_WORKSPACE")), file=log)
     append(environ.get("GITHUB_STEP_SUMMARY"), f"### ❌ preflight could not start\n\n`{_cell(message)}`\n")
     json_file = json_path if json_path and json_path != "-" else ""
     append(environ.get("GITHUB_OUTPUT"), format_outputs({"passed": "false", "failed": "0", "warnings": "0",
