@@ -201,7 +201,8 @@ def readable(value: float, symbol: str) -> tuple[float, str]:
 
     ``readable(0.0625, "GiB") == (64.0, "MiB")``, ``readable(4070, "MB/s") == (4.07, "GB/s")``;
     other units, zero and non-finite values come back unchanged, as does a value beyond the
-    largest or smallest prefix. Rounded to four significant figures first, so 1023.99 MiB is 1 GiB.
+    largest or smallest prefix. Rounded to four significant figures once scaled up, so 1023.99 MiB is 1 GiB
+    and 0.015625 GiB is 16 MiB (rounded before scaling, it read 15.99 MiB).
     """
     per_second = symbol.endswith("/s")
     prefix = symbol[:-2] if per_second else symbol
@@ -210,9 +211,9 @@ def readable(value: float, symbol: str) -> tuple[float, str]:
         return value, symbol
     names, step = families[-1] if prefix == "B" else families[0]
     index = names.index(prefix)
-    value = float(f"{value:.4g}")
-    while abs(value) < 1 and index > 0:
+    while abs(float(f"{value:.4g}")) < 1 and index > 0:
         value, index = value * step, index - 1
+    value = float(f"{value:.4g}")
     while abs(float(f"{value:.4g}")) >= step and index < len(names) - 1:
         value, index = value / step, index + 1
     return value, names[index] + ("/s" if per_second else "")

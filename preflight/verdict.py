@@ -17,6 +17,7 @@ The gate's exit code is computed here, in ``exit_code``, and nowhere else.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Mapping, Sequence
@@ -217,7 +218,7 @@ def _judge_one(instance: Instance, metric: Metric, threshold: Threshold, m: Meas
         message += f" ({m.reason})"
     if m.note:
         message += f"; {m.note}"
-    hint = "" if ok else (m.hint or _hint(metric, instance, measured, required))
+    hint = "" if ok else (m.hint or _hint(metric, instance, measured, required, threshold))
     if metric.about_data and m.subject not in DATASET_SUBJECTS:
         # Said on a figure that misses its minimum too: the reader must not take it for the dataset's.
         message += f"; measured on {SUBJECTS.get(m.subject, SUBJECTS['unverified'])}: not the dataset"
@@ -250,10 +251,18 @@ def _within(value: float | str | None, threshold: Threshold, metric: Metric) -> 
     return not (threshold.max is not None and key(value) > key(threshold.max))  # type: ignore[arg-type]
 
 
-def _hint(metric: Metric, instance: Instance, measured: str, required: str) -> str:
+def _hint(metric: Metric, instance: Instance, measured: str, required: str, threshold: Threshold) -> str:
+    """The metric's hint with ``{measured}``, ``{required}``, ``{required_up}`` and the instance's options filled in.
+
+    ``required_up`` is the bound missed, rounded up to a whole number of the metric's unit (``64`` for
+    ``min: 63.5 GiB``, ``1`` for ``min: 500 MiB`` in GiB), so a fix can name the size the threshold asks for
+    (``--shm-size=64g``) rather than a fixed one.
+    """
     if not metric.hint:
         return ""
-    return metric.hint.format(measured=measured, required=required, **instance.options)
+    bound = threshold.min if threshold.min is not None else threshold.max
+    up = str(max(1, math.ceil(bound - 1e-9))) if isinstance(bound, (int, float)) else required
+    return metric.hint.format(measured=measured, required=required, required_up=up, **instance.options)
 
 
 def _info(instance: Instance, metric: Metric, m: Measurement, duration_s: float) -> Result:

@@ -90,6 +90,17 @@ def test_shm_hint_names_the_fix_with_the_numbers():
                                   "--shm-size=8g")
 
 
+@pytest.mark.parametrize("required, size", [(64.0, "64"), (63.5, "64"), (0.5, "1"), (8.0, "8")])
+def test_the_shm_fix_names_the_size_the_threshold_asks_for_rounded_up_to_whole_gib(required, size):
+    """Issue 33 case 3: the fix said --shm-size=8g whatever the threshold, even when 64 GiB was required."""
+    outcome = Outcome((Measurement("size", 0.0625, "GiB"),))
+    threshold = Threshold("size", required, None, "fail", "t.yaml:4:5")
+    [result] = judge(Instance("shm", "shm", {"path": "/dev/shm", "allocate": 1}, (threshold,), 60, 1, True, ""),
+                     outcome)
+    assert f"start the container with --shm-size={size}g, or in Kubernetes mount an emptyDir with medium: " \
+           f"Memory and sizeLimit: {size}Gi at /dev/shm" in result.hint
+
+
 def test_a_metric_the_hardware_lacks_is_skipped_even_when_required(tmp_path):
     results = judged(tmp_path, "cuda", 'ecc_mode: {match: "on"}',
                        [not_applicable("ecc_mode", "this GPU does not have it", "text", "cuda:0")])

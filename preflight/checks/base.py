@@ -62,7 +62,8 @@ class Metric(NamedTuple):
     higher_is_better: bool | None  # None: not ordered (a name); versions are ordered like numbers
     help: str  # what is measured and the method's source
     per_device: bool = False
-    hint: str = ""  # the fix when it misses; may use {measured}, {required} and option names ({path})
+    hint: str = ""  # the fix when it misses; may use {measured}, {required}, {required_up} (the bound rounded up to
+    # a whole number of the unit: --shm-size={required_up}g) and option names ({path})
     rated: bool = False  # a rate from a specification or the driver (a link's rate), not measured: a fact
     # A figure of the job's data (a read rate, samples/s, the dataset's free space): its threshold is a dataset
     # threshold, which only a measurement whose ``subject`` is the dataset's can pass (``verdict``).

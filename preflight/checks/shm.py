@@ -3,10 +3,17 @@
 PyTorch DataLoader workers hand batches to the main process through shared memory; with
 Docker's and Kubernetes' default 64 MiB ``/dev/shm`` a multi-worker loader dies with a
 bus error (PyTorch docs, "Multiprocessing best practices"; docker run --shm-size).
+
+A mount of the right size can be full of other jobs' leftovers (segments of killed processes stay until
+removed): when free space is short of ``allocate`` but the size is not, ``free`` and ``allocatable`` name what
+holds it (``host.shm_segments``: how many files, their bytes, the largest, whether a process still maps them
+or their creator runs) and the fix is to remove the stale ones, not a larger ``--shm-size``. The size fix
+itself is the threshold's, rounded up to whole GiB (``{required_up}``), not a fixed 8g.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 from typing import Any, Mapping
@@ -17,9 +24,10 @@ from preflight.measurement import Measurement, unmeasurable
 from preflight.units import Dimension, format_value, to_unit
 
 _FIX = (
-    "{path} has {measured}, {required} is needed: start the container with --shm-size=8g, or in Kubernetes "
-    "mount an emptyDir with medium: Memory and a sizeLimit at {path}"
+    "{path} has {measured}, {required} is needed: start the container with --shm-size={required_up}g, or in "
+    "Kubernetes mount an emptyDir with medium: Memory and sizeLimit: {required_up}Gi at {path}"
 )
+OWN = (".preflight-", "preflight")  # preflight's own files there (its allocation, the node lock), never counted
 NAME = "shm"
 HELP = "size and free space of the shared-memory mount, and a real allocation there"
 DURATION = "not used: statvfs and one allocation of `allocate`, well under a second (timeout bounds it)"
@@ -30,7 +38,9 @@ OPTIONS = (
 )
 METRICS = (
     Metric("size", "GiB", True, "total size of the mount (statvfs f_blocks * f_frsize)", hint=_FIX),
-    Metric("free", "GiB", True, "space available on the mount (statvfs f_bavail * f_frsize)",
+    Metric("free", "GiB", True, "space available on the mount (statvfs f_bavail * f_frsize); when others' files "
+           "hold much of it, the row names them: count, bytes, the largest, and whether a process maps or holds "
+           "them open (/proc/PID/maps, /proc/PID/fd) or their creator runs (torch_<pid>_ names)",
            hint=_FIX + "; or remove stale files left there by earlier jobs"),
     Metric(
         "allocatable",
@@ -53,11 +63,27 @@ def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
         return [unmeasurable(metric.name, reason, metric.unit) for metric in METRICS]
     method = f"statvfs of {fs.describe()}"
     note = "" if fs.memory_backed else f"{path} is {fs.fstype}, not tmpfs: workers' shared memory may be disk-backed"
+    wanted = int(options["allocate"])
+    held, fix = _held(path, fs.size_bytes, fs.free_bytes, wanted)
     results = [
         Measurement("size", to_unit(fs.size_bytes, "GiB"), "GiB", method=method, reason=note),
-        Measurement("free", to_unit(fs.free_bytes, "GiB"), "GiB", method=method, reason=note),
+        Measurement("free", to_unit(fs.free_bytes, "GiB"), "GiB", method=method, reason=note, note=held, hint=fix),
     ]
-    return results + [_allocatable(path, int(options["allocate"]))]
+    allocatable = _allocatable(path, wanted)
+    return results + [dataclasses.replace(allocatable, note=held, hint=fix) if allocatable.measured else allocatable]
+
+
+def _held(path: str, size: int, free: int, wanted: int) -> tuple[str, str]:
+    """(note, hint) when others' files hold much of the mount: a note naming them when they hold a tenth of it
+    or more, or when free space is short of ``wanted``; and, when free is short but the size is not, the fix
+    that removes them (``host.shm_segments``), which replaces the size fix in the row's hint."""
+    from preflight.host import shm_segments
+
+    segments = shm_segments.survey(path, OWN)
+    if not segments.found or (segments.nbytes < size / 10 and free >= wanted):
+        return "", ""
+    fix = segments.fix() if size >= wanted > free else ""
+    return segments.describe(size), fix
 
 
 def _allocatable(path: str, wanted: int) -> Measurement:
