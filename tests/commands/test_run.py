@@ -100,6 +100,19 @@ def test_config_error_still_writes_junit_github_and_termination_message(tmp_path
     assert "passed=false" in outputs.read_text() and expected.replace("`", "'") in summary.read_text()
 
 
+def test_several_config_mistakes_are_one_annotation_each_at_its_place(tmp_path):
+    path = _config(tmp_path, "  storage:\n    seq_raed: {min: 1 GB/s}\n  shm:\n    sise: {min: 1 GiB}\n")
+    env = {"GITHUB_ACTIONS": "true", "GITHUB_WORKSPACE": str(tmp_path)}
+    completed = _preflight("-c", str(path), env=env)
+    assert completed.returncode == 2
+    told = [f"{path}:5:5: unknown key `seq_raed`: did you mean `seq_read`?",
+            f"{path}:7:5: unknown key `sise`: did you mean `size`?"]
+    assert completed.stderr.splitlines() == [
+        "::error file=thresholds.yaml,line=5,col=5,title=preflight%3A invalid config::" + told[0],
+        "::error file=thresholds.yaml,line=7,col=5,title=preflight%3A invalid config::" + told[1],
+        *told, f"preflight: error: 2 errors in {path}: fix each line above (nothing was measured)"]
+
+
 def test_a_config_error_replaces_every_requested_report_so_none_keeps_the_last_good_verdict(tmp_path):
     reports = {"json": tmp_path / "r.json", "junit-xml": tmp_path / "r.xml", "prometheus": tmp_path / "p.prom"}
     flags = [item for flag, path in reports.items() for item in (f"--{flag}", str(path))]
