@@ -167,3 +167,14 @@ def test_a_key_written_twice_is_refused_and_a_key_written_and_merged_is_not(tmp_
     assert lines_of(tmp_path, SHARED + "        path: /srv\n") == [
         "F:11:5: duplicate key `path` (first written at F:10:5): keep one"]
     assert load(tmp_path, SHARED).instances[1].options["path"] == "/var/tmp"
+
+
+def test_the_merge_example_in_the_docs_loads_as_the_docs_say(tmp_path):
+    from tests.helpers import REPO
+
+    page = (REPO / "docs" / "configuration.md").read_text()
+    example = page.split("### Anchors and merge keys", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    storage, checkpoints, scratch = load(tmp_path, example).instances
+    assert checkpoints.options["path"] == "/ckpt" and checkpoints.timeout_s == 60
+    assert [t.metric for t in checkpoints.thresholds] == ["seq_read", "seq_write"]
+    assert (scratch.duration_s, scratch.timeout_s, scratch.options["path"]) == (2, 60, "/data")
