@@ -140,3 +140,19 @@ def test_a_filesystem_reporting_no_inode_count_skips_free_inodes_with_the_reason
     assert result["message"] == (f"not applicable: tmpfs at {volume} reports 0 inodes in all (statvfs f_files): it "
                                  f"allocates them as needed (btrfs, many network and FUSE filesystems), so no inode "
                                  f"limit can be read")
+
+
+def test_scratch_never_takes_the_last_inodes(tmp_path):
+    """``room_for`` refuses scratch files that would leave under ``RESERVE_INODES`` free, as it keeps 64 MiB of
+    bytes: a tmpfs with 1,500 inodes takes 100 new files but not small_files' 1,100."""
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    probe = ("import sys\nfrom preflight.io.scratch import room_for\n"
+             "print(repr(room_for(sys.argv[1], 1 << 20, 100)))\nprint(room_for(sys.argv[1], 1 << 20, 1100))\n")
+    (tmp_path / "probe.py").write_text(probe)
+    done = in_mount_namespace(f"mount -t tmpfs -o size=128m,nr_inodes=1500 tmpfs {volume} && "
+                              f"{sys.executable} {tmp_path / 'probe.py'} {volume}")
+    few, many = done.stdout.splitlines()
+    assert few == "''", done.stderr
+    assert many == (f"no inodes for scratch: 1499 of 1500 inodes free in {volume}, 1100 needed and 1024 kept free "
+                    f"(bytes are not short: 128 MiB free)")
