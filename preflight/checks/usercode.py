@@ -161,6 +161,11 @@ _OWN = (os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         os.path.join(os.path.dirname(os.__file__), ""))  # the standard library
 
 
+def place(path: str, line: int) -> str:
+    """``jobpkg/data.py:12``: a place in the job's files, named as its package names it (as ``blame`` names frames)."""
+    return f"{_short(path)}:{line}"
+
+
 def _short(path: str) -> str:
     """The file as its package names it (``mypkg/data.py``): the part below the first sys.path entry holding it."""
     real = os.path.realpath(path)

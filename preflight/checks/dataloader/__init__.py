@@ -24,6 +24,12 @@ counted as the job's DataLoader counts them, whatever the collate makes of a bat
 T x B, packed 1 x tokens, a dict of lists of strings): the indices its batch sampler put in the
 batch; an IterableDataset has no sampler, so the batch's first dimension counts, and a count
 above ``batch_size`` makes the figures unmeasurable; ``count_samples`` names the job's own count.
+The job's other DataLoader settings are passed as the job passes them (``settings``): its start method
+(``multiprocessing_context``: under spawn and forkserver each worker receives a pickled copy of the Dataset,
+collate_fn and worker_init_fn, so one that holds a lambda or a local function is the check's error, naming
+the object and where the job defined it, and ``validate`` says so at the option's line), ``persistent_workers``,
+``worker_init_fn``, ``drop_last``, ``loader_timeout`` (the DataLoader's ``timeout``), ``in_order``, ``seed``
+(its generator), ``shuffle`` and ``sampler``.
 A path holding too few files to stand for a dataset (``dataset_walk.too_few``: a few stray
 files in a working directory) is never judged as one: the loader reads an ImageNet-shaped
 scratch set written beside it, and the row says so (``Measurement.note``). A path where no
@@ -78,8 +84,9 @@ OPTIONS = (
            "int), with dataset; default: the batch sampler's indices, or for an IterableDataset the batch's first "
            "tensor's first dimension (else its first list's length), never above batch_size",
            for_factory=("dataset",)),
-    Option("python_path", "paths", [], "directories put first on sys.path to import dataset, collate_fn and "
-           "count_samples (relative to this file), e.g. [src]", for_factory=("dataset",)),
+    Option("python_path", "paths", [], "directories put first on sys.path to import dataset, collate_fn, "
+           "count_samples, sampler and worker_init_fn (relative to this file), e.g. [src]",
+           for_factory=("dataset", "worker_init_fn")),
     Option("path", "path", "", "dataset directory (empty: none named; the working directory is measured and no "
            "dataset threshold can pass); every matching regular file under it (links followed wherever "
            "they lead and mount points descended, as os.walk does; pseudo filesystems and hidden entries skipped "
@@ -98,6 +105,31 @@ OPTIONS = (
     Option("num_workers", "int_or_auto", "auto", "worker processes; auto = 70% of the CPUs the cgroup allows"),
     Option("pin_memory", "bool", True, "pin batches in page-locked memory (ignored without a CUDA device)"),
     Option("prefetch_factor", "int", 2, "batches each worker loads ahead", minimum=1),
+    # The job's DataLoader settings beyond batching (``settings``): each is passed to the DataLoader as the job
+    # passes it, so a setting that changes what the job does changes what is measured (issue 32, case 3).
+    Option("multiprocessing_context", "choice", "default", "how workers start, as DataLoader("
+           "multiprocessing_context=...): fork, spawn (jobs that touch CUDA in workers must), forkserver; default: "
+           "this Python's (fork on Linux before 3.14). Under spawn and forkserver each worker receives a pickled copy "
+           "of the Dataset, collate_fn and worker_init_fn, so one holding a lambda is the check's error, and each "
+           "pool's start is paid as the job pays it", choices=("default", "fork", "spawn", "forkserver")),
+    Option("persistent_workers", "bool", False, "keep the workers from one epoch to the next, as DataLoader("
+           "persistent_workers=True); false, torch's default: each epoch starts a fresh pool, as the job's does"),
+    Option("worker_init_fn", "code", "", "the job's worker_init_fn, \"package.module:function\", called in each "
+           "worker with its id before it loads (seeding numpy, opening a per-worker handle)"),
+    Option("drop_last", "bool", False, "drop each epoch's last incomplete batch, as DataLoader(drop_last=True)"),
+    Option("loader_timeout", Dimension.DURATION, "0s", "the DataLoader's timeout: how long it waits for one batch "
+           "from the workers before it raises, 0 for ever (named apart from timeout, the whole check's limit); a "
+           "batch slower than this is the check's error, as it is the job's"),
+    Option("in_order", "bool", True, "false: batches as the workers finish them, DataLoader(in_order=False) "
+           "(torch >= 2.6; an older torch is the check's error)"),
+    Option("seed", "int_or_auto", "auto", "seed of the DataLoader's generator, which draws the shuffle order and the "
+           "workers' seeds, as the job's generator=torch.Generator().manual_seed(seed); auto: unseeded, as torch "
+           "draws without one", minimum=0),
+    Option("shuffle", "bool", True, "draw samples in a random order, as a training DataLoader(shuffle=True); false: "
+           "in order (a tar shard or an IterableDataset streams in its own order)", ignored_with=("sampler",)),
+    Option("sampler", "code", "", "the job's sampler, \"package.module:factory\" called with the Dataset and "
+           "returning a torch Sampler (WeightedRandomSampler, a DistributedSampler for one rank), with dataset; "
+           "default: shuffle", for_factory=("dataset",)),
     Option("worker_sweep", "bool", False, "also measure the loader at 1, 2, 4, ... workers up to the CPUs the "
            "cgroup allows and num_workers, each a fresh pool for an equal share of the sweep's phase of duration "
            "(the sweep is one phase beside the loader's), and report recommended_num_workers: the fewest within "
@@ -158,11 +190,11 @@ METRICS = (
 
 
 def check_user_code(options: Mapping[str, Any]) -> None:
-    """The protocol's hook: ``preflight validate`` builds the job's dataset once (``user.check_user_code``)."""
-    if options["dataset"]:
-        from preflight.checks.dataloader import user
+    """The protocol's hook: ``preflight validate`` builds the job's dataset once and pickles it where the start
+    method sends workers a copy (``user.check_user_code``)."""
+    from preflight.checks.dataloader import user
 
-        user.check_user_code(options)
+    user.check_user_code(options)
 
 
 def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:

@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 
 from preflight.checks import subject, usercode
 from preflight.checks.base import UserCodeError
-from preflight.checks.dataloader import shards, user
+from preflight.checks.dataloader import settings, shards, user
 from preflight.checks.dataloader.files import FileSamples, collate_sizes, list_files, not_one_sample_each
 from preflight.checks.dataloader.loop import sizes_or_tensor
 from preflight.host.cpus import auto_workers
@@ -83,6 +83,14 @@ def opened(options: Mapping[str, Any], check: str = "dataloader", walk_s: float 
         with _job_dataset(options, check) as source:
             yield source
         return
+    with usercode.on_path(options["python_path"]), _blamed(check, "worker_init_fn", ours=True):
+        with _ours(options, check, walk_s) as source:
+            yield source
+
+
+@contextlib.contextmanager
+def _ours(options: Mapping[str, Any], check: str, walk_s: float) -> Iterator[Source | str]:
+    """Synthetic samples, or the files under ``path`` (``_files``) labelled as the dataset or not (``opened``)."""
     if options["synthetic"]:
         shape = "x".join(map(str, synthetic_shape(options)))
         yield Source(None, f"synthetic {shape} float32 samples (measures IPC and collation, not storage)", "",
@@ -196,15 +204,28 @@ def _job_dataset(options: Mapping[str, Any], check: str) -> Iterator[Source]:
         kind = "iterable" if user.iterable(job.dataset) else f"{len(job.dataset)} samples"  # a sampler needs len()
         description = (f"{options['dataset']}(**dataset_args) ({type(job.dataset).__name__}, {kind}), collate_fn="
                        f"{options['collate_fn'] or 'default_collate'}")
-        try:
+        with _blamed(check, "dataset"):
             yield Source(None, description, "", "job_dataset", job)
-        except UserCodeError as error:  # the job's count_samples, called as batches were counted
-            raise usercode.UserCodeRaised(f"{check}.{error.option}: {error}", error.option) from None
-        except Exception as error:  # noqa: BLE001  only the job's own exceptions are re-worded
-            if "Original Traceback" not in str(error) and not usercode.blame_frames(error):
-                raise  # preflight's or torch's own failure (a dead worker): as it is
-            raise usercode.UserCodeRaised(f"{check}.dataset: {usercode.blame(error)}: raised while the "
-                                          f"DataLoader loaded batches", "dataset") from None
+
+
+@contextlib.contextmanager
+def _blamed(check: str, option: str, ours: bool = False) -> Iterator[None]:
+    """Re-word what the job's code raises in the block as one line naming it (``UserCodeRaised``): a
+    ``UserCodeError`` (its count_samples, a setting ``loader_for`` refuses, an object its start method cannot
+    pickle) on its own option; an exception from the job's frames, or from a worker, on ``option``. Over
+    preflight's ``ours`` datasets, a worker's exception is the job's only where its frames are the job's
+    (worker_init_fn's), not preflight's reading a file."""
+    try:
+        yield
+    except UserCodeError as error:
+        raise usercode.UserCodeRaised(f"{check}.{error.option}: {error}", error.option) from None
+    except Exception as error:  # noqa: BLE001  only the job's own exceptions are re-worded
+        theirs = usercode.blame_frames(error) or ("Original Traceback" in str(error) and (
+            not ours or " (at " in usercode.blame(error)))
+        if not theirs:
+            raise  # preflight's or torch's own failure (a dead worker): as it is
+        raise usercode.UserCodeRaised(f"{check}.{option}: {usercode.blame(error)}: raised while the "
+                                      f"DataLoader loaded batches", option) from None
 
 
 def synthetic_shape(options: Mapping[str, Any]) -> tuple[int, ...]:
@@ -217,6 +238,13 @@ def loader_for(options: Mapping[str, Any], source: Source, decode: str | None = 
 
     ``decode`` overrides ``options["decode"]`` for the files (``"none"``: the raw-bytes loader).
     ``pin_memory`` is honoured only where a CUDA device is visible, as torch itself warns otherwise.
+    The job's other settings (``settings``: start method, persistent workers, worker_init_fn, drop_last,
+    the DataLoader's timeout, in_order, seed, shuffle, sampler) are passed as the job passes them; call it
+    inside ``opened``, which puts ``python_path`` first and re-words what they refuse.
+
+    Raises:
+        UserCodeError: this torch lacks a setting given (``in_order``); ``worker_init_fn`` cannot be imported;
+            under spawn or forkserver, the job's Dataset, collate_fn or worker_init_fn cannot be pickled.
     """
     import numpy.random  # noqa: F401
     import torch
@@ -226,8 +254,11 @@ def loader_for(options: Mapping[str, Any], source: Source, decode: str | None = 
     # (importlib's _ModuleLock after fork), and the worker "exited unexpectedly with exit code 1".
     workers = auto_workers() if options["num_workers"] == "auto" else int(options["num_workers"])
     pin = bool(options["pin_memory"]) and torch.cuda.is_available()
+    settings.refuse_unsupported(options)
+    init, rng = settings.worker_init(options), settings.generator(options)
+    drop_last = bool(options.get("drop_last", False))
     fs, bypass, tally = None, None, None
-    shuffle, collate, count = source.files is not None, None, sizes_or_tensor
+    shuffle, collate, count = source.files is not None and options.get("shuffle", True), None, sizes_or_tensor
     description = source.description
     batch_size = int(options["batch_size"])
     job = source.job
@@ -254,20 +285,27 @@ def loader_for(options: Mapping[str, Any], source: Source, decode: str | None = 
             dataset = FileSamples(files, bypass, decode or options["decode"], float(options["sample_delay"]))
             collate = collate_sizes
         description += f" ({bypass})"
+    # Under spawn and forkserver each worker is sent these pickled: one that cannot be is the job's failure at its
+    # first batch ("Can't pickle local object"), told here before a worker starts, naming the object.
+    settings.refuse_unpicklable(options, workers, {"dataset": dataset if job is not None else None,
+                                                   "collate_fn": collate if job is not None else None,
+                                                   "worker_init_fn": init})
+    extra = settings.keywords(options, workers, init, rng)
 
     def fresh() -> Counted:
-        batching: dict[str, Any] = {"batch_size": batch_size, "shuffle": shuffle}
+        batching: dict[str, Any] = {"batch_size": batch_size, "shuffle": shuffle, "drop_last": drop_last}
         counting = count
         if job is not None:  # counted as the job's DataLoader counts: one record per DataLoader (user.batching)
-            batching, counting = user.batching(job, batch_size, replays)
+            batching, counting = user.batching(job, batch_size, replays, shuffle=bool(options.get("shuffle", True)),
+                                               drop_last=drop_last, generator=rng)
         dataloader = torch.utils.data.DataLoader(
             dataset, **batching, num_workers=workers, pin_memory=pin,
-            prefetch_factor=int(options["prefetch_factor"]) if workers else None,
-            persistent_workers=workers > 0, collate_fn=collate)
+            prefetch_factor=int(options["prefetch_factor"]) if workers else None, collate_fn=collate, **extra)
         return Counted(dataloader, counting)
 
     method = (f"DataLoader(batch_size={options['batch_size']}, num_workers={workers}, pin_memory={pin}, "
-              f"prefetch_factor={options['prefetch_factor'] if workers else None}) over {description}")
+              f"prefetch_factor={options['prefetch_factor'] if workers else None}"
+              f"{settings.describe(options, workers)}) over {description}")
     return Loader(method, workers, fs, bypass, fresh, tally, replays)
 
 

@@ -39,6 +39,7 @@ class Job(NamedTuple):
     dataset: Any
     collate: Callable[..., Any] | None  # None: torch's default_collate
     count_samples: Count | None  # the job's count of a batch's samples (``theirs``); None: ours (``batching``)
+    sampler: Any = None  # the job's sampler (``sampler``: its factory called with the dataset); None: shuffle's
 
 
 class Uncountable(Exception):
@@ -62,18 +63,57 @@ def build(options: Mapping[str, Any]) -> Job:
                             f"__len__, which a DataLoader's sampler needs: define __len__, or subclass IterableDataset")
     collate = usercode.load(options["collate_fn"], "collate_fn") if options["collate_fn"] else None
     counting = options["count_samples"]
-    return Job(dataset, collate, theirs(usercode.load(counting, "count_samples"), counting) if counting else None)
+    sampler = _sampler(options, dataset) if options.get("sampler") else None
+    return Job(dataset, collate, theirs(usercode.load(counting, "count_samples"), counting) if counting else None,
+               sampler)
+
+
+def _sampler(options: Mapping[str, Any], dataset: Any) -> Any:
+    """The job's sampler: ``sampler``'s factory called with ``dataset``; an iterable of indices with ``__len__``.
+
+    Raises:
+        UserCodeError: the factory cannot be imported, raises, or returns no sampler (or one for an IterableDataset,
+            which has no indices to sample).
+    """
+    spec = options["sampler"]
+    if iterable(dataset):
+        raise UserCodeError("sampler", f"{options['dataset']} returned an IterableDataset, which has no indices to "
+                            f"sample: remove sampler (the stream sets its own order)")
+    factory = usercode.load(spec, "sampler")
+    try:
+        sampler = factory(dataset)
+    except Exception as error:  # noqa: BLE001  whatever the job's factory raises
+        raise UserCodeError("sampler", f"{spec}(dataset) raised {usercode.blame(error)}: fix the factory") from None
+    if not hasattr(sampler, "__iter__") or not hasattr(sampler, "__len__"):
+        kind = type(sampler)
+        raise UserCodeError("sampler", f"{spec}(dataset) returned {kind.__module__}.{kind.__qualname__}, not a "
+                            f"torch Sampler (an iterable of indices with __len__): name the factory that returns "
+                            f"the job's sampler")
+    return sampler
 
 
 def check_user_code(options: Mapping[str, Any]) -> None:
-    """``preflight validate``: import and build the dataset (collate_fn, count_samples) once, never iterating it.
+    """``preflight validate``: import and build the dataset (collate_fn, count_samples, sampler) once, never
+    iterating it; import worker_init_fn; and where the start method sends each worker a pickled copy (spawn,
+    forkserver), pickle what it would send (``settings.refuse_unpicklable``): the job fails at its first batch
+    otherwise, so validate tells it at the config's line.
 
     Raises:
-        UserCodeError: as ``build``.
+        UserCodeError: as ``build``; on ``in_order`` where this torch lacks it; on the option naming an object
+            that cannot be pickled.
     """
-    if options["dataset"]:
-        with usercode.on_path(options["python_path"]):
-            build(options)
+    from preflight.checks.dataloader import settings
+    from preflight.host.cpus import auto_workers
+
+    settings.refuse_unsupported(options)
+    with usercode.on_path(options["python_path"]):
+        init = settings.worker_init(options)
+        if not options["dataset"]:
+            return
+        job = build(options)
+        workers = auto_workers() if options["num_workers"] == "auto" else int(options["num_workers"])
+        settings.refuse_unpicklable(options, workers, {"dataset": job.dataset, "collate_fn": job.collate,
+                                                       "worker_init_fn": init})
 
 
 def iterable(dataset: Any) -> bool:
@@ -83,21 +123,27 @@ def iterable(dataset: Any) -> bool:
     return isinstance(dataset, torch.utils.data.IterableDataset)
 
 
-def batching(job: Job, batch_size: int, replays: Replays | None = None) -> tuple[dict[str, Any], Count]:
+def batching(job: Job, batch_size: int, replays: Replays | None = None, *, shuffle: bool = True,
+             drop_last: bool = False, generator: Any = None) -> tuple[dict[str, Any], Count]:
     """The DataLoader's batching arguments for ``job`` and how to count the batches of that one DataLoader.
 
-    A map-style Dataset is shuffled, as a training job's loader is, by an explicit batch sampler
-    (``RecordedBatches``) whose record counts the batches; call this once per DataLoader, as its
+    A map-style Dataset is sampled by the job's sampler, else shuffled (``shuffle``, with ``generator``) as a
+    training job's loader is, else read in order, through an explicit batch sampler (``RecordedBatches``,
+    with ``drop_last``) whose record counts the batches; call this once per DataLoader, as its
     record serves that DataLoader's batches alone. An IterableDataset's batches go through
     ``replays`` when given (several workers), so a repeated batch counts no sample.
     """
     import torch.utils.data
 
     if iterable(job.dataset):
-        arguments: dict[str, Any] = {"batch_size": batch_size}
+        arguments: dict[str, Any] = {"batch_size": batch_size, "drop_last": drop_last}
         count = job.count_samples or from_batch(batch_size)
         return arguments, replays.counting(count) if replays is not None else count
-    batches = RecordedBatches(torch.utils.data.RandomSampler(job.dataset), batch_size)
+    sampler = job.sampler
+    if sampler is None:
+        sampler = (torch.utils.data.RandomSampler(job.dataset, generator=generator) if shuffle
+                   else torch.utils.data.SequentialSampler(job.dataset))
+    batches = RecordedBatches(sampler, batch_size, drop_last)
     return {"batch_sampler": batches}, job.count_samples or batches.count
 
 
@@ -166,7 +212,7 @@ def counted_by(job: Job, spec: str) -> str:
 
 
 class RecordedBatches:
-    """torch's ``BatchSampler(sampler, batch_size, drop_last=False)``, recording how many indices each batch holds.
+    """torch's ``BatchSampler(sampler, batch_size, drop_last)``, recording how many indices each batch holds.
 
     The DataLoader draws the index lists in its main process, up to ``num_workers x
     prefetch_factor`` ahead of the batch it returns, and returns the batches in the order it drew
@@ -174,12 +220,15 @@ class RecordedBatches:
     holds back a batch that arrives early). So the i-th batch received holds the i-th recorded
     count, which ``count`` pops. A new iterator (an epoch's restart; ``_reset`` also discards the
     batches the old one had in flight) calls ``__iter__`` before it draws, and starts a new record.
+    With ``in_order: false`` a batch may overtake another; the counts are still popped in draw order,
+    which differ only where a short last batch (``drop_last`` false) is overtaken: a window then
+    counts at most ``batch_size - 1`` samples too many or too few, once an epoch, and an epoch's sum is exact.
     """
 
-    def __init__(self, sampler: Any, batch_size: int) -> None:
+    def __init__(self, sampler: Any, batch_size: int, drop_last: bool = False) -> None:
         import torch.utils.data
 
-        self.batches = torch.utils.data.BatchSampler(sampler, batch_size, drop_last=False)
+        self.batches = torch.utils.data.BatchSampler(sampler, batch_size, drop_last=drop_last)
         self.sizes: collections.deque[int] = collections.deque()
 
     def __len__(self) -> int:

@@ -1,0 +1,240 @@
+"""The job's DataLoader settings beyond its batches: how workers start and live, seeding, order, waiting.
+
+Serves the checks layer (``source.loader_for``, which the dataloader and pipeline checks share, and
+``preflight validate``). Each option is passed to ``torch.utils.data.DataLoader`` as the job passes it,
+so a setting that changes what the job does changes what is measured (issue 32, case 3):
+
+- ``multiprocessing_context`` (``fork``, ``spawn``, ``forkserver``; ``default``: this Python's, fork on
+  Linux before 3.14): under spawn and forkserver each worker receives a pickled copy of the Dataset,
+  collate_fn and worker_init_fn (torch's ``_MultiProcessingDataLoaderIter`` starts every worker with
+  them as arguments), so one that holds a lambda or a local function fails the job at its first batch
+  ("Can't pickle local object"): ``unpicklable`` finds that object before any worker starts, and names
+  it, where it was defined, and the fix;
+- ``persistent_workers``: false (torch's default) starts a fresh pool at each epoch;
+- ``worker_init_fn``: the job's function, ``"package.module:function"``;
+- ``drop_last``, ``loader_timeout`` (the DataLoader's ``timeout``: the check has its own), ``in_order``
+  (torch >= 2.6), ``seed`` (one ``torch.Generator``, which draws the shuffle order and each pool's
+  worker seeds, as the job's ``generator``), ``shuffle`` and ``sampler``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import io
+import pickle
+import types
+from typing import Any, Callable, Mapping
+
+from preflight.checks import usercode
+from preflight.checks.base import UserCodeError
+
+PICKLING = ("spawn", "forkserver")  # start methods that send each worker a pickled copy of its arguments
+SEARCH_DEPTH = 4  # attribute levels searched for the object that cannot be pickled (``unpicklable``)
+SEARCH_WIDTH = 64  # attributes or items searched at each level
+
+
+def start_method(options: Mapping[str, Any]) -> str:
+    """The start method the loader's workers use: ``multiprocessing_context``, or this Python's default."""
+    chosen = options.get("multiprocessing_context") or "default"
+    if chosen != "default":
+        return chosen
+    import multiprocessing
+
+    return multiprocessing.get_start_method()
+
+
+def pickles(options: Mapping[str, Any], workers: int) -> bool:
+    """Whether the loader's ``workers`` (0: none, the main process loads) receive pickled copies."""
+    return workers > 0 and start_method(options) in PICKLING
+
+
+def supports_in_order() -> bool:
+    """Whether this torch's DataLoader takes ``in_order`` (added in torch 2.6)."""
+    import torch.utils.data
+
+    return "in_order" in inspect.signature(torch.utils.data.DataLoader.__init__).parameters
+
+
+def refuse_unsupported(options: Mapping[str, Any]) -> None:
+    """Raise ``UserCodeError`` (option ``in_order``) where this torch lacks a setting the options give."""
+    if options.get("in_order", True) is False and not supports_in_order():
+        import torch
+
+        raise UserCodeError("in_order", f"in_order: false needs torch >= 2.6, whose DataLoader takes it; this image "
+                            f"has torch {torch.__version__}: upgrade torch, or remove in_order (batches then come "
+                            f"in order, as this torch delivers them)")
+
+
+def worker_init(options: Mapping[str, Any]) -> Callable[..., Any] | None:
+    """The job's ``worker_init_fn`` (imported: call under ``usercode.on_path``), or None.
+
+    Raises:
+        UserCodeError: the name cannot be imported or is not callable.
+    """
+    spec = options.get("worker_init_fn") or ""
+    return usercode.load(spec, "worker_init_fn") if spec else None
+
+
+def generator(options: Mapping[str, Any]) -> Any:
+    """One ``torch.Generator`` seeded with ``seed`` (shared by every DataLoader of a run, so each pool continues
+    it as the job's next epoch does), or None for ``seed: auto``."""
+    seed = options.get("seed", "auto")
+    if seed == "auto":
+        return None
+    import torch
+
+    return torch.Generator().manual_seed(int(seed))
+
+
+def keywords(options: Mapping[str, Any], workers: int, init: Callable[..., Any] | None,
+             rng: Any) -> dict[str, Any]:
+    """The DataLoader's keyword arguments these options set, beside its batching, workers, pinning and prefetch.
+
+    Those that torch accepts only with workers (start method, persistence, timeout) are left out without any,
+    as torch then loads in the main process and would refuse them.
+    """
+    arguments: dict[str, Any] = {"worker_init_fn": init, "generator": rng}
+    if workers > 0:
+        arguments["persistent_workers"] = bool(options.get("persistent_workers", False))
+        arguments["timeout"] = float(options.get("loader_timeout") or 0)
+        if (options.get("multiprocessing_context") or "default") != "default":
+            arguments["multiprocessing_context"] = options["multiprocessing_context"]
+    if options.get("in_order", True) is False:
+        arguments["in_order"] = False
+    return arguments
+
+
+def describe(options: Mapping[str, Any], workers: int) -> str:
+    """The settings that differ from torch's defaults, for the method column (", multiprocessing_context=spawn")."""
+    shown = []
+    if workers > 0:
+        shown.append(f"multiprocessing_context={start_method(options)}")
+        if options.get("persistent_workers"):
+            shown.append("persistent_workers=True")
+        if float(options.get("loader_timeout") or 0):
+            shown.append(f"timeout={float(options['loader_timeout']):g}")
+    for name in ("worker_init_fn", "sampler"):
+        if options.get(name):
+            shown.append(f"{name}={options[name]}")
+    if options.get("drop_last"):
+        shown.append("drop_last=True")
+    if options.get("in_order", True) is False:
+        shown.append("in_order=False")
+    if options.get("seed", "auto") != "auto":
+        shown.append(f"generator seeded {options['seed']}")
+    return "".join(f", {part}" for part in shown)
+
+
+def unpicklable(value: Any) -> str:
+    """Why ``value`` cannot be pickled as a worker's argument: the object, where the job defined it, the error;
+    "" when it can be.
+
+    A pickler that writes nowhere (``pickle`` with multiprocessing's reducers, as its ForkingPickler) is run
+    over ``value``; tensors and storages are not pickled (multiprocessing moves them to shared memory, which
+    always works, and copying a dataset's tensors here would cost its size in memory). Where it fails, the
+    attributes and items below ``value`` are searched, ``SEARCH_DEPTH`` levels deep, for the innermost object
+    that fails alone: ``Squares.transform: the lambda defined at jobpkg/data.py:9 (AttributeError: Can't pickle
+    local object ...)``.
+    """
+    error = _pickling_error(value)
+    if error is None:
+        return ""
+    path, culprit, error = _culprit(value, type(value).__name__, error, SEARCH_DEPTH)
+    where = "" if culprit is value and isinstance(value, types.FunctionType) else f"{path}: "
+    return f"{where}{_what(culprit)} ({' '.join(f'{type(error).__name__}: {error}'.split())})"
+
+
+def refuse_unpicklable(options: Mapping[str, Any], workers: int, objects: Mapping[str, Any]) -> None:
+    """Raise ``UserCodeError`` naming the first of ``objects`` (option name -> the job's object) that the
+    loader's start method must pickle and cannot, with the fix; nothing under fork or without workers.
+
+    Raises:
+        UserCodeError: on the option that names the object (``dataset``, ``collate_fn``, ``worker_init_fn``).
+    """
+    if not pickles(options, workers):
+        return
+    start = start_method(options)
+    chosen = "" if options.get("multiprocessing_context", "default") != "default" else " (this Python's default)"
+    for option, value in objects.items():
+        if value is None:
+            continue
+        problem = unpicklable(value)
+        if problem:
+            spec = options.get(option) or ""
+            named = f"{option} {spec}" if spec else option
+            raise UserCodeError(option, f"{named} contains an object that cannot be pickled ({problem}): under "
+                                f"multiprocessing_context {start}{chosen} every worker receives a pickled copy; "
+                                f"define it at module level (a lambda or a function defined inside another "
+                                f"cannot be pickled), or start workers with fork where the job can")
+
+
+class _Discard(io.RawIOBase):
+    """A file that keeps nothing: the probe's pickles cost no memory."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        return memoryview(data).nbytes
+
+
+def _pickler() -> type:
+    import copyreg
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch
+
+    skipped = (torch.Tensor, torch.UntypedStorage, torch.storage.TypedStorage)
+
+    class Probe(pickle.Pickler):
+        dispatch_table = {**copyreg.dispatch_table, **ForkingPickler._extra_reducers}  # type: ignore[attr-defined]
+
+        def reducer_override(self, obj: Any) -> Any:
+            if isinstance(obj, skipped):
+                return int, ()
+            return NotImplemented
+
+    return Probe
+
+
+def _pickling_error(value: Any) -> Exception | None:
+    try:
+        _pickler()(_Discard(), pickle.HIGHEST_PROTOCOL).dump(value)
+    except Exception as error:  # noqa: BLE001  whatever pickling raises: AttributeError, PicklingError, TypeError
+        return error
+    return None
+
+
+def _culprit(value: Any, path: str, error: Exception, depth: int) -> tuple[str, Any, Exception]:
+    """The innermost object below ``value`` (reached by ``path``) whose pickling fails, its path and error."""
+    if depth == 0:
+        return path, value, error
+    for name, child in _children(value):
+        failed = _pickling_error(child)
+        if failed is not None:
+            return _culprit(child, f"{path}{name}", failed, depth - 1)
+    return path, value, error
+
+
+def _children(value: Any) -> list[tuple[str, Any]]:
+    """What pickling ``value`` pickles in turn: its attributes, a mapping's values, a sequence's items."""
+    if isinstance(value, (types.FunctionType, types.MethodType, type)):
+        return [(".__self__", value.__self__)] if isinstance(value, types.MethodType) else []
+    if isinstance(value, Mapping):
+        return [(f"[{key!r}]", item) for key, item in list(value.items())[:SEARCH_WIDTH]]
+    if isinstance(value, (list, tuple)):
+        return [(f"[{index}]", item) for index, item in enumerate(value[:SEARCH_WIDTH])]
+    state = getattr(value, "__dict__", None)
+    if isinstance(state, dict):
+        return [(f".{name}", item) for name, item in list(state.items())[:SEARCH_WIDTH]]
+    return []
+
+
+def _what(value: Any) -> str:
+    """``the lambda defined at jobpkg/data.py:9``, ``the function make.<locals>.scale defined at ...``, or the type."""
+    code = getattr(value, "__code__", None)
+    if isinstance(value, types.FunctionType) and code is not None:
+        name = "the lambda" if value.__name__ == "<lambda>" else f"the function {value.__qualname__}"
+        return f"{name} defined at {usercode.place(code.co_filename, code.co_firstlineno)}"
+    kind = type(value)
+    return f"a {kind.__module__}.{kind.__qualname__}"
