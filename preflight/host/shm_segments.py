@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import time
 from typing import NamedTuple
 
@@ -102,7 +103,7 @@ class Segments(NamedTuple):
         stale = self.stale
         if stale:
             patterns = sorted({_pattern(s.name) for s in stale})
-            shown = " ".join(f"{self.path}/{p}" for p in patterns[:4])
+            shown = " ".join(_glob(os.path.join(self.path, p)) for p in patterns[:4])
             return (f"remove the stale segments left in {self.path} by earlier jobs ({len(stale)}, "
                     f"{_size(sum(s.nbytes for s in stale))}, held by no process here; e.g. `rm {shown}` once no job "
                     f"runs), and stop jobs leaving them: a DataLoader killed with SIGKILL leaves torch_<pid>_*, "
@@ -191,6 +192,14 @@ def _holders(keys: set[tuple[int, int]]) -> tuple[dict[tuple[int, int], set[int]
     return found, True, seen, unreadable
 
 
+def _glob(path: str) -> str:
+    """``path`` for a shell: the literal part quoted where it needs it (``'/dev/shm/(null)_'*``), the final ``*``
+    left to expand."""
+    if path.endswith("*"):
+        return shlex.quote(path[:-1]) + "*"
+    return shlex.quote(path)
+
+
 def _whose(s: Segment) -> str:
     if s.holders:
         return "in use by pid " + ", ".join(str(p) for p in s.holders[:3])
@@ -199,15 +208,18 @@ def _whose(s: Segment) -> str:
     return "held by no process here"
 
 
+FAMILY = re.compile(r"^([^._-]{2,}[._-])")  # a name's leading word and its separator: psm_, sem., psm3_, mlc-
+
+
 def _pattern(name: str) -> str:
-    """A glob for the family a stale name belongs to: torch_4242_* for one dead creator, psm_*, sem.*."""
-    match = TORCH.match(os.path.basename(name))
+    """A glob for the family a stale name belongs to: torch_4242_* for one dead creator, else its leading word:
+    psm_*, sem.*, psm3_* (libfabric's psm3_shm.<uid>...), PostgreSQL.*; the name itself when it has none."""
+    base = os.path.basename(name)
+    match = TORCH.match(base)
     if match:
-        return f"torch_{match.group(1)}_*"
-    for prefix in ("psm_", "sem.", "nccl-", "cuda."):
-        if os.path.basename(name).startswith(prefix):
-            return prefix + "*"
-    return name
+        return os.path.join(os.path.dirname(name), f"torch_{match.group(1)}_*")
+    family = FAMILY.match(base)
+    return os.path.join(os.path.dirname(name), family.group(1) + "*") if family else name
 
 
 def _size(nbytes: int) -> str:

@@ -101,3 +101,81 @@ def test_the_size_fix_is_the_thresholds_size_not_always_8g(leftovers):
     assert size["verdict"] == "fail"
     assert size["hint"] == (f"{shm} has 1 GiB, >= 64 GiB is needed: start the container with --shm-size=64g, or in "
                             f"Kubernetes mount an emptyDir with medium: Memory and sizeLimit: 64Gi at {shm}")
+
+
+# Three public reports of the same kind, each a tmpfs of its own in one namespace (sizes scaled to the test VM):
+# - ofiwg/libfabric#7800: /dev/shm filled by psm3_shm.<uid>.<...> files of killed or crashed MPI jobs;
+# - pytorch/pytorch#1355: `shm 1.0G 883M 142M 87% /dev/shm` in a container "with two zombie workers" that still
+#   map it: the space is in use, not stale, and removing files is not the fix;
+# - spdk/spdk#2483: 130 MB `(null)_trace.pid<N>` trace files of exited processes in /dev/shm.
+REPORTS = ("import mmap, os, sys, time\n"
+           "libfabric, zombies, spdk, ready = sys.argv[1:5]\n"
+           "def make(path, size):\n"
+           "    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600); os.posix_fallocate(fd, 0, size); return fd\n"
+           "for n in range(30):\n"
+           "    os.close(make(os.path.join(libfabric, f'psm3_shm.996.0x8003b41{n:02x}:fe80000000000000:"
+           "98039b03000c56de.0'), 8 << 20))\n"
+           "for pid in (1533173, 1449517, 1152422):\n"
+           "    os.close(make(os.path.join(spdk, f'(null)_trace.pid{pid}'), 130 << 20))\n"
+           "workers = []\n"
+           "for n in range(2):\n"
+           "    child = os.fork()\n"
+           "    if child == 0:\n"
+           "        fd = make(os.path.join(zombies, f'torch_{os.getpid()}_{n}_0'), 110 << 20)\n"
+           "        held = mmap.mmap(fd, 110 << 20)\n"
+           "        open(os.path.join(ready, str(n)), 'w').close()\n"
+           "        time.sleep(300); os._exit(0)\n"
+           "    workers.append(child)\n"
+           "print(' '.join(map(str, workers)))\n")
+
+
+@pytest.fixture(scope="module")
+def reported(tmp_path_factory) -> tuple[Path, dict[str, dict], list[int]]:
+    root = tmp_path_factory.mktemp("reports")
+    places = {name: root / name for name in ("libfabric", "zombies", "spdk")}
+    ready = root / "ready"
+    for place in (*places.values(), ready):
+        place.mkdir()
+    (root / "reports.py").write_text(REPORTS)
+    sizes = {"libfabric": 256, "zombies": 256, "spdk": 512}
+    config = write_config(root, "version: 1\nchecks:\n" + "".join(
+        f"  {name}:\n    check: shm\n    path: {places[name]}\n    allocate: {sizes[name]} MiB\n"
+        f"    size: {{min: {sizes[name]} MiB}}\n    allocatable: {{min: {sizes[name]} MiB}}\n" for name in places))
+    mounts = "; ".join(f"mount -t tmpfs -o size={sizes[name]}m tmpfs {places[name]}" for name in places)
+    done = in_mount_namespace(
+        f"set -e; {mounts}; {sys.executable} {root / 'reports.py'} {' '.join(map(str, places.values()))} {ready} "
+        f"> {root / 'workers'}; while [ ! -e {ready / '1'} ] || [ ! -e {ready / '0'} ]; do sleep 0.1; done; "
+        f"NO_COLOR=1 {sys.executable} -m preflight run -c {config} --json - || true; kill $(cat {root / 'workers'})")
+    assert done.stdout, done.stderr
+    return root, {r["id"]: r for r in json.loads(done.stdout)["results"]}, \
+        [int(p) for p in (root / "workers").read_text().split()]
+
+
+def test_libfabric_psm3_leftovers_are_named_by_their_family(reported):
+    root, results, _ = reported
+    row = results["libfabric.allocatable"]
+    assert results["libfabric.size"]["verdict"] == "pass" and row["verdict"] == "fail"
+    assert f"30 files left in {root / 'libfabric'} hold 240 MiB (94% of 256 MiB): largest psm3_shm.996.0x8003b4100:" \
+           in row["message"]
+    assert "30 (240 MiB) mapped or open in no process visible here" in row["message"]
+    assert f"e.g. `rm {root / 'libfabric'}/psm3_*` once no job runs" in row["hint"]
+
+
+def test_zombie_workers_that_still_map_shm_are_named_and_not_called_stale(reported):
+    root, results, workers = reported
+    row = results["zombies.allocatable"]
+    assert results["zombies.size"]["verdict"] == "pass" and row["verdict"] == "fail"
+    assert f"2 files left in {root / 'zombies'} hold 220 MiB (86% of 256 MiB)" in row["message"]
+    assert f"2 (220 MiB) in use by pid {min(workers)}, {max(workers)}" in row["message"]
+    assert "mapped or open in no process" not in row["message"]
+    assert row["hint"].startswith(f"{root / 'zombies'} is the right size but running processes hold its space")
+
+
+def test_spdk_trace_files_of_exited_processes_are_stale_and_the_fix_quotes_their_odd_names(reported):
+    root, results, _ = reported
+    row = results["spdk.allocatable"]
+    assert row["verdict"] == "fail"
+    assert f"3 files left in {root / 'spdk'} hold 390 MiB (76% of 512 MiB): largest (null)_trace.pid1152422 " \
+           f"(130 MiB, held by no process here)" in row["message"]
+    assert f"e.g. `rm '{root / 'spdk'}/(null)_'* once no job runs`" not in row["hint"]
+    assert f"e.g. `rm '{root / 'spdk'}/(null)_'*` once no job runs" in row["hint"]
