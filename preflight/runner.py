@@ -18,6 +18,17 @@ times, the last attempt is judged and the earlier ones are recorded in the resul
 One run per node measures at a time: ``run`` holds the node's measuring lock (``host.node_lock``)
 from its first measurement to its last, notes under each result how long it waited for another
 run, and reports every metric unmeasurable when the lock stayed held past ``PREFLIGHT_LOCK_WAIT``.
+
+Every wait is bounded, also on a process that cannot die. A check stuck in a filesystem request
+that never completes (a hard mount whose server is gone, a FUSE daemon that never replies) sleeps
+in the kernel, and SIGKILL does not end it (giampaolo/psutil#1931, lxc/lxd#3664). So a killed
+worker's group gets ``KILL_GRACE_S``; what is left then is abandoned, never waited for again (its
+processes are kept in ``ABANDONED``), the check's error names the file and mount it is stuck on
+(``host.stuck``), and the run goes on with a fresh worker: an instance costs at most its ``timeout``
+plus ``STUCK_BOUND_S``. Workers never hold the node lock (its descriptor is close-on-exec and no
+descriptor is passed to them), so an abandoned one cannot keep it past the run. The runner itself
+never touches the filesystem under test: the walk and every stat run in the worker, and scratch
+left by a killed worker is removed by a child process waited for at most ``SCRATCH_WAIT_S``.
 """
 
 from __future__ import annotations
@@ -31,9 +42,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
-from preflight.host import node_lock
+from preflight.host import node_lock, stuck
 from preflight.io import scratch, tempdir
 from preflight.host.cgroup_memory import OomWatch
 from preflight.checks import CHECKS
@@ -42,6 +53,23 @@ from preflight.measurement import Measurement, combine
 from preflight.verdict import Outcome, Result, judge, near_miss, record_attempts
 
 LOG_TAIL_BYTES = 2000  # of a dead worker's output, quoted in its error
+KILL_GRACE_S = 5.0  # a killed worker's process group has this long to go; what is left is stuck, and abandoned
+POLL_S = 0.05  # between looks at a killed worker's group
+# What an instance may take past its timeout: the kill's grace, plus reading /proc for the stuck threads and
+# their mount (milliseconds; a second allowed for a loaded node).
+STUCK_BOUND_S = KILL_GRACE_S + 1.0
+SCRATCH_WAIT_S = 5.0  # for the child that removes a killed worker's scratch; past it, that child is left to finish
+
+
+class Abandoned(NamedTuple):
+    """A worker left behind in the kernel: never waited for again, kept here so that nothing reaps it by mistake."""
+
+    process: subprocess.Popen  # type: ignore[type-arg]
+    pids: tuple[int, ...]  # its process group's members still there when it was abandoned
+    reason: str
+
+
+ABANDONED: list[Abandoned] = []  # this process's workers that would not die, oldest first
 
 
 class Interrupted(Exception):
@@ -75,6 +103,9 @@ class Worker:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,  # its own process group: one killpg ends DataLoader workers too
+                # No descriptor but the three pipes: the node lock's (close-on-exec too) must never live on in a
+                # worker, or one stuck in the kernel would hold the lock for every later run on the node.
+                close_fds=True,
                 env=env,
             )
         except BaseException:
@@ -146,7 +177,10 @@ class Worker:
 
     def _death(self) -> str:
         """Why the worker ended without answering: the signal, and for SIGKILL whether the kernel OOM-killed it."""
-        code = self.process.wait()
+        try:
+            code = self.process.wait(timeout=KILL_GRACE_S)
+        except subprocess.TimeoutExpired:  # its output closed, yet it does not exit: stuck on the way out
+            return "the worker closed its output but did not exit"
         if code < 0:
             name = signal.Signals(-code).name
             cause = {"SIGKILL": " (out of memory? see `dmesg` or the pod's OOMKilled status)",
@@ -171,13 +205,40 @@ class Worker:
             return ""
         return " | ".join(line.strip() for line in text.strip().splitlines()[-5:])
 
-    def kill(self) -> None:
+    def blocked(self) -> list[stuck.Blocked]:
+        """The threads of the worker's group now sleeping uninterruptibly, with the file each waits on."""
+        return stuck.blocked(stuck.group(self.process.pid), "D", ignore=(self.log_path,))
+
+    def kill(self) -> list[stuck.Blocked]:
+        """SIGKILL the worker's process group and wait at most ``KILL_GRACE_S`` for all of it to go.
+
+        Returns [] when it went. Else what is left sleeps in the kernel on a request that does not
+        complete, where no signal ends it: it is abandoned (pipes closed, never waited for again, kept
+        in ``ABANDONED``) and its threads are returned, uninterruptible ones first, each with what it waits on.
+        """
+        group = self.process.pid  # start_new_session: the worker leads its own group
         try:
-            os.killpg(self.process.pid, signal.SIGKILL)
+            os.killpg(group, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        self.process.wait()
+        deadline = time.monotonic() + KILL_GRACE_S
+        while True:
+            exited = self.process.poll() is not None
+            left = stuck.group(group)
+            if exited and not left:
+                self.close()
+                return []
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(POLL_S)
+        if not left:  # only the worker, exiting as the grace ended: not stuck
+            self.close()
+            return []
+        threads = stuck.blocked(left, "DRS", ignore=(self.log_path,)) or [
+            stuck.Blocked(pid, pid, "?", "", "", "") for pid in left]
+        ABANDONED.append(Abandoned(self.process, tuple(left), threads[0].where()))
         self.close()
+        return threads
 
     def stop(self) -> None:
         """End the worker politely (EOF on stdin), then make sure its group is gone."""
@@ -403,26 +464,84 @@ def _run_instance(worker: Worker, instance: Instance) -> tuple[Outcome, Worker |
     scratch_dirs: list[str] = []
     start = time.monotonic()
     alive: Worker | None = worker
+    left: list[stuck.Blocked] = []
+    kept: list[str] = []
     try:
         measurements = worker.run(job, instance.timeout_s, scratch_dirs)
         outcome = Outcome(tuple(measurements), duration_s=time.monotonic() - start)
     except TimeoutError:
         worker.drain_scratch(scratch_dirs)
-        worker.kill()
+        before = worker.blocked()  # what it was doing at the timeout, before the kill ends the killable waits
+        left = worker.kill()
         alive = None
-        outcome = Outcome(error=f"timed out after {instance.timeout_s:g}s and was killed; raise `timeout` in "
-                                f"thresholds.yaml if the node is slow", duration_s=time.monotonic() - start)
+        error = (_stuck(left, f"at the {instance.timeout_s:g}s timeout") if left
+                 else _timed_out(instance.timeout_s, before))
+        outcome = Outcome(error=error, duration_s=time.monotonic() - start)
     except WorkerDied as death:
-        worker.kill()
+        left = worker.kill()
         alive = None
-        outcome = Outcome(error=str(death), duration_s=time.monotonic() - start)
+        outcome = Outcome(error=_stuck(left, "as it died") if left else str(death),
+                          duration_s=time.monotonic() - start)
     except RuntimeError as error:
         outcome = Outcome(error=str(error), duration_s=time.monotonic() - start)
     except BaseException:  # Interrupted (SIGTERM/SIGINT): clean up, then let run() report it
         worker.drain_scratch(scratch_dirs)
-        worker.kill()
+        left = worker.kill()
         raise
     finally:
-        for path in scratch_dirs:
-            scratch.remove(path)
+        kept = _remove_scratch(scratch_dirs, [stuck.mount_of(b.path).mount_point for b in left if b.path])
+    if kept and outcome.error:
+        outcome = outcome._replace(error=f"{outcome.error}; its scratch is left at {', '.join(kept)}: remove it "
+                                         f"once the mount answers")
     return outcome, alive
+
+
+def _timed_out(timeout_s: float, before: list[stuck.Blocked]) -> str:
+    """The error of a check killed at its timeout that then went: a slow node, unless it sat in the kernel on a file."""
+    text = f"timed out after {timeout_s:g}s and was killed"
+    waiting = next((b for b in before if b.path), None)
+    if waiting is None:
+        return f"{text}; raise `timeout` in thresholds.yaml if the node is slow"
+    mount = stuck.mount_of(waiting.path)
+    return (f"{text}; at the timeout it was in uninterruptible I/O at {waiting.path} ({waiting.where()}), on "
+            f"{mount.fstype} at {mount.mount_point} ({mount.source}): raise `timeout` if that mount is only slow; "
+            f"if its server or daemon is gone, a longer one will not help")
+
+
+def _stuck(left: list[stuck.Blocked], when: str) -> str:
+    """The error of a check whose worker would not die: the file and mount it is stuck on, and the fix."""
+    first = left[0]
+    pids = sorted({b.pid for b in left})
+    named = ", ".join(map(str, pids))
+    what = (f"stuck in uninterruptible I/O at {first.path or 'a file it did not name'} ({first.where()}): "
+            f"killed {when}, still there {KILL_GRACE_S:g}s later, so the run went on without it (process"
+            f"{'es' if len(pids) > 1 else ''} {named} left behind until the request completes or is aborted)")
+    if not first.path:
+        return f"{what}; check the filesystems the check reads and `dmesg`; a longer `timeout` will not help"
+    return f"{what}; {stuck.mount_of(first.path).advice()}"
+
+
+REMOVE = "import shutil, sys\nfor path in sys.argv[1:]:\n    shutil.rmtree(path, ignore_errors=True)\n"
+
+
+def _remove_scratch(paths: list[str], dead_mounts: list[str]) -> list[str]:
+    """Remove a worker's scratch directories from a child process, waiting at most ``SCRATCH_WAIT_S``.
+
+    The runner never touches the filesystem under test itself: an ``rmtree`` on a mount that does not
+    answer would hold the run (and the node lock) forever. Scratch on ``dead_mounts`` is not tried;
+    returns those paths, left in place.
+    """
+    mine = [path for path in paths if scratch.PREFIX in os.path.basename(path.rstrip(os.sep))]
+    kept = [path for path in mine if any(stuck.contains(mount, path) for mount in dead_mounts)]
+    doomed = [path for path in mine if path not in kept]
+    if doomed:
+        try:
+            child = subprocess.Popen([sys.executable, "-I", "-S", "-c", REMOVE, *doomed], stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        except OSError:
+            return kept
+        try:
+            child.wait(timeout=SCRATCH_WAIT_S)
+        except subprocess.TimeoutExpired:
+            ABANDONED.append(Abandoned(child, (child.pid,), f"removing scratch {', '.join(doomed)}"))
+    return kept
