@@ -1,6 +1,13 @@
-"""The small exception hierarchy. The CLI catches ``UsageError`` and exits 2 with its message."""
+"""The small exception hierarchy, and ``Found``, which gathers a config's mistakes; the CLI catches ``UsageError``
+and exits 2 with its message."""
 
 from __future__ import annotations
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: the CLI imports this module to start
+if TYPE_CHECKING:
+    from typing import Callable, TypeVar
+
+    T = TypeVar("T")
 
 EXIT_USAGE = 2  # a usage or configuration error, with nothing measured (here, not in verdict: `--help` stays light)
 
@@ -62,7 +69,7 @@ class Found:
         """The value at ``where`` failed and was reported: errors there from now on are echoes."""
         self._spoiled.add(where)
 
-    def attempt(self, function, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def attempt(self, function: Callable[..., T], *args: object, **kwargs: object) -> T | _Invalid:
         """``function(*args, **kwargs)``, or ``INVALID`` when it raised a ``ConfigError`` (recorded here)."""
         try:
             return function(*args, **kwargs)
