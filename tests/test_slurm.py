@@ -17,6 +17,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import socket
@@ -72,6 +73,12 @@ class Cluster:
         self.gates = root / "gates"
         self.reports = root / "reports"
         self.passes = root / "healthcheck.passes"
+        self.prolog_environment: dict[str, str] = {}
+
+    def write_prolog(self, **settings: str) -> Path:
+        """(Re)write the Prolog's wrapper with ``settings`` over its environment; slurmd runs the new one next."""
+        return wrapper(self.root / "prolog", {**self.prolog_environment, **settings},
+                       f"{REPO / 'ci' / 'slurm' / 'prolog.sh'}")
 
     def run(self, *command: str) -> str:
         return subprocess.run(command, env=self.env, capture_output=True, text=True, check=True, timeout=30).stdout
@@ -108,8 +115,17 @@ class Cluster:
         shown = self.run("scontrol", "show", "job", job, "-o")
         return next(field.split("=", 1)[1] for field in shown.split() if field.startswith("JobState="))
 
+    def job_field(self, job: str, name: str) -> str:
+        """One field of ``scontrol show job`` whose value may hold spaces (``AdminComment``, ``Reason``)."""
+        shown = self.run("scontrol", "show", "job", job)  # one field or a few per line; a free-text field ends its line
+        match = re.search(rf"(?:^|\s){name}=(.*)$", shown, re.MULTILINE)
+        return match.group(1).strip() if match else ""
+
     def logs(self) -> str:
-        parts = []
+        try:
+            parts = ["--- jobs\n" + self.run("scontrol", "show", "job")]
+        except (subprocess.SubprocessError, OSError) as error:
+            parts = [f"--- jobs: {error}"]
         for name in ("slurmctld.log", "slurmd.log", "reports/" + f"{self.node}-healthcheck.log"):
             path = self.root / name
             if path.exists():
@@ -171,9 +187,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
               "PREFLIGHT_LOCK": str(root / "node.lock"), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     health = wrapper(root / "healthcheck", {**common, "PREFLIGHT_HEALTHCHECK_CONFIG": str(root / "gates" / "healthcheck.yaml")},
                      f"{sys.executable} {REPO / 'ci' / 'slurm' / 'healthcheck.py'}", passes=cluster.passes)
-    prolog = wrapper(root / "prolog", {**common, "PREFLIGHT": f"{sys.executable} -m preflight",
-                                       "PREFLIGHT_CONFIG_DIR": str(root / "gates")},
-                     f"{REPO / 'ci' / 'slurm' / 'prolog.sh'}")
+    cluster.prolog_environment = {**common, "PREFLIGHT": f"{sys.executable} -m preflight",
+                                  "PREFLIGHT_CONFIG_DIR": str(root / "gates")}
+    prolog = cluster.write_prolog()
     cpus = os.cpu_count() or 1
     (root / "slurm.conf").write_text(textwrap.dedent(f"""\
         ClusterName=preflight-test
@@ -319,3 +335,100 @@ def test_a_failure_only_for_want_of_the_lock_is_no_fault_of_the_node() -> None:
     passed = {"id": "cuda.device_count", "verdict": "pass", "message": "measured 8"}
     assert healthcheck.failed_ids({"results": [busy, passed]}) == (["storage.seq_read"], True)
     assert healthcheck.failed_ids({"results": [busy, real, passed]}) == (["storage.seq_read", "shm.size"], False)
+
+
+def submit(cluster: Cluster, *options: str, ran: Path) -> str:
+    """A batch job that creates ``ran`` when it runs; its id."""
+    return cluster.run("sbatch", "--parsable", *options, f"--output={cluster.root / 'job-%j.out'}",
+                       "--wrap", f"touch {ran}").strip()
+
+
+def test_a_typo_in_the_gate_a_job_names_cancels_the_job_and_never_drains_the_node(cluster: Cluster,
+                                                                                  tmp_path: Path) -> None:
+    # issue 33 case 5: the prolog exited 2 ("cannot read .../shmonyl.yaml") and Slurm drained the node, "Prolog error".
+    cluster.wait_until("the node coming up idle", lambda: cluster.state()[0] == "idle")
+    cluster.set_gate("shm", shm_gate(fits=True))
+    job = submit(cluster, "--comment=preflight=shmonyl", ran=tmp_path / "typo-ran")
+    cluster.wait_until("the prolog ending the job or draining the node",
+                       lambda: cluster.job_state(job) == "CANCELLED" or "drain" in cluster.state()[0])
+    assert cluster.state() == ("idle", "none")
+    assert cluster.job_state(job) == "CANCELLED"
+    assert not (tmp_path / "typo-ran").exists()  # cancelled before its script ran: no job runs ungated
+    said = cluster.job_field(job, "AdminComment")  # what the job's owner reads in `scontrol show job`
+    assert said.startswith("preflight: --comment preflight=shmonyl names no installed gate "
+                           f"({cluster.gates}/shmonyl.yaml does not exist; installed: healthcheck, prolog, shm)")
+    assert "the job was cancelled; node " + cluster.node + " stays in service" in said
+    assert said in (cluster.reports / f"{cluster.node}-job{job}-prolog.log").read_text()
+    cluster.wait_passes(2)
+    assert cluster.state() == ("idle", "none")
+
+    bad_name = submit(cluster, "--comment=preflight=../prolog", ran=tmp_path / "name-ran")  # not a gate name at all
+    cluster.wait_until("the prolog ending the job or draining the node",
+                       lambda: cluster.job_state(bad_name) == "CANCELLED" or "drain" in cluster.state()[0])
+    assert cluster.state() == ("idle", "none")
+    assert "--comment preflight=../prolog is not a gate name (letters, digits, - and _)" in \
+        cluster.job_field(bad_name, "AdminComment")
+
+    # The node's own failure under the gate the job named still drains it, and Slurm requeues the job held.
+    cluster.set_gate("shm", shm_gate(fits=False))
+    failing = submit(cluster, "--comment=preflight=shm", ran=tmp_path / "fail-ran")
+    cluster.wait_until("the failing gate draining the node", lambda: cluster.state()[0] in ("drained", "draining"))
+    cluster.wait_until("the node drained", lambda: cluster.state() == ("drained", "Prolog error"))
+    assert cluster.job_state(failing) == "PENDING"
+    assert not (tmp_path / "fail-ran").exists()
+
+
+def held(cluster: Cluster, job: str) -> bool:
+    """Whether ``job`` is pending with priority 0: requeued held, waiting for `scontrol release`."""
+    return cluster.job_state(job) == "PENDING" and cluster.job_field(job, "Priority").startswith("0 ")
+
+
+BUGGY_PREFLIGHT = """\
+# preflight with a bug planted in its runner: the CLI's boundary turns it into one line and exit 3.
+import sys
+
+import preflight.runner
+
+preflight.runner.run = lambda *args, **kwargs: 1 / 0
+from preflight import cli
+
+sys.exit(cli.main())
+"""
+
+
+def test_a_wrong_gate_file_or_a_bug_in_preflight_holds_the_job_and_never_drains_the_node(cluster: Cluster,
+                                                                                        tmp_path: Path) -> None:
+    cluster.wait_until("the node coming up idle", lambda: cluster.state()[0] == "idle")
+    # The administrator's gate has a typo (exit 2): no job can be gated, none is lost; the node is not at fault.
+    cluster.set_gate("prolog", "version: 1\nchecks:\n  shm:\n    sise: {min: 1 MiB}\n")
+    job = submit(cluster, ran=tmp_path / "config-ran")
+    cluster.wait_until("the prolog holding the job or draining the node",
+                       lambda: held(cluster, job) or "drain" in cluster.state()[0])
+    assert cluster.state() == ("idle", "none")
+    assert cluster.job_state(job) == "PENDING"  # held: `scontrol release` puts it back in the queue
+    assert not (tmp_path / "config-ran").exists()
+    said = cluster.job_field(job, "AdminComment")
+    assert said.startswith(f"preflight: gate {cluster.gates}/prolog.yaml: a configuration error (exit 2): "
+                           f"preflight: error: {cluster.gates}/prolog.yaml:4:5: ")
+    assert "did you mean `size`?" in said and said.endswith("the job is held until `scontrol release "
+                                                             f"{job}`; node {cluster.node} stays in service")
+
+    # Fixed and released, the job runs (Slurm makes a requeued batch job eligible 121 s later; start it now).
+    cluster.set_gate("prolog", shm_gate(fits=True))
+    cluster.run("scontrol", "release", job)
+    cluster.run("scontrol", "update", f"jobid={job}", "starttime=now")
+    cluster.wait_until("the released job completing", lambda: cluster.job_state(job) == "COMPLETED")
+    assert (tmp_path / "config-ran").exists()
+
+    # A bug in preflight (exit 3) says nothing about the node either.
+    buggy = tmp_path / "buggy_preflight.py"
+    buggy.write_text(BUGGY_PREFLIGHT)
+    cluster.write_prolog(PREFLIGHT=f"{sys.executable} {buggy}")
+    crashed = submit(cluster, ran=tmp_path / "bug-ran")
+    cluster.wait_until("the prolog holding the job or draining the node",
+                       lambda: held(cluster, crashed) or "drain" in cluster.state()[0])
+    assert cluster.state() == ("idle", "none")
+    assert not (tmp_path / "bug-ran").exists()
+    said = cluster.job_field(crashed, "AdminComment")
+    assert said.startswith("preflight: preflight crashed (exit 3, a bug in preflight): "
+                           "preflight: internal error: ZeroDivisionError('division by zero') (crash log: ")
