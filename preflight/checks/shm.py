@@ -20,6 +20,7 @@ from typing import Any, Mapping
 
 from preflight.checks.base import Budget, Metric, Option, Timing
 from preflight.host.fsinfo import filesystem_of
+from preflight.io.scratch import ran_out
 from preflight.measurement import Measurement, unmeasurable
 from preflight.units import Dimension, format_value, to_unit
 
@@ -99,6 +100,9 @@ def _allocatable(path: str, wanted: int) -> Measurement:
         except OSError as error:
             if error.errno not in (errno.ENOSPC, errno.EFBIG, errno.ENOMEM):
                 return unmeasurable("allocatable", f"cannot allocate in {path}: {error.strerror}", "GiB")
+            full = ran_out(path) if error.errno == errno.ENOSPC else ""
+            if full.startswith("no inodes"):  # no new segment can be made at all, whatever its size
+                return Measurement("allocatable", 0.0, "GiB", method=method, reason=full)
             size //= 2
             continue
         reason = "" if size == wanted else f"only {_size(size)} of {_size(wanted)} could be reserved"

@@ -20,6 +20,7 @@ import tempfile
 from typing import Callable, Iterator
 
 from preflight.io.dataset_walk import SCRATCH_PREFIX, DataFile
+from preflight.units import format_value
 
 PREFIX = SCRATCH_PREFIX  # hidden, and never counted by the dataset walk
 RESERVE_BYTES = 64 << 20  # left free on a volume whatever scratch data wants
@@ -160,7 +161,7 @@ def ran_out(directory: str) -> str:
 
 
 def _gib(nbytes: int) -> str:
-    return f"{nbytes / 2**30:.2f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.1f} MiB"
+    return format_value(float(nbytes), "B")
 
 
 def write_fsynced(fd: int, size: int, chunk: bytes) -> int:

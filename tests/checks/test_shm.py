@@ -179,3 +179,20 @@ def test_spdk_trace_files_of_exited_processes_are_stale_and_the_fix_quotes_their
            f"(130 MiB, held by no process here)" in row["message"]
     assert f"e.g. `rm '{root / 'spdk'}/(null)_'* once no job runs`" not in row["hint"]
     assert f"e.g. `rm '{root / 'spdk'}/(null)_'*` once no job runs" in row["hint"]
+
+
+def test_a_shm_out_of_inodes_says_so_rather_than_halving_to_nothing(tmp_path):
+    """tmpfs counts inodes too (``nr_inodes``; neondatabase/neon#9738 piled up tens of thousands of tiny
+    PostgreSQL.* segments): with none left, not one segment can be made, whatever its size."""
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    config = write_config(tmp_path, f"version: 1\nchecks:\n  shm:\n    path: {shm}\n    allocate: 16 MiB\n"
+                                    f"    allocatable: {{min: 16 MiB}}\n")
+    fill = f"i=0; while touch {shm}/PostgreSQL.$i 2>/dev/null; do i=$((i+1)); done"
+    done = in_mount_namespace(f"mount -t tmpfs -o size=64m,nr_inodes=64 tmpfs {shm} && {fill}; "
+                              f"NO_COLOR=1 {sys.executable} -m preflight run -c {config} --json -")
+    row = {r["id"]: r for r in json.loads(done.stdout)["results"]}["shm.allocatable"]
+    assert row["verdict"] == "fail" and row["value"] == 0, row
+    assert row["message"].startswith(f"measured 0 GiB, required >= 16 MiB (no inodes left in {shm} (0 of 64 inodes "
+                                     f"free; 64 MiB of 64 MiB free, so bytes are not what ran out): every new file "
+                                     f"fails, whatever its size)"), row["message"]

@@ -115,7 +115,7 @@ def test_enospc_on_create_says_inodes_and_on_write_says_bytes(no_inodes):
                            "checkpoints.scratch_dir to a directory on another volume")
     # A 1 MiB tmpfs: the create succeeds, the 64 MiB write does not; bytes ran out, not inodes.
     assert full.startswith("No space left on device; no space left in ")
-    assert "0.0 MiB of 1.0 MiB free" in full and "inodes free)" in full, full
+    assert "0 B of 1 MiB free" in full and "inodes free)" in full, full
     assert full.endswith(": free space on it, or set checkpoints.scratch_dir to a directory on another volume")
 
 
