@@ -180,6 +180,16 @@ METRICS = (
            "pytorch/pytorch#13246), plus its tmpfs files per sample; < 0 means an OOM kill",
            hint="the loader's memory, projected to one epoch, leaves {measured} of the limit: lower num_workers or "
            "prefetch_factor, or raise the pod's memory limit", about_data=True),
+    Metric("pids_available", "", True, "tasks (processes and threads) the job's loader may hold, read before it "
+           "starts: the tightest of the cgroup's pids.max less pids.current up the tree (v1 and v2), RLIMIT_NPROC "
+           "less the user's tasks (not for root), kernel.threads-max and pid_max less the tasks scheduled; the "
+           "gate's runner process not counted, the tightest limit named in the method (cgroup pids.rst, getrlimit(2))"),
+    Metric("pids_headroom", "%", True, "share of pids_available left at the loader's peak tasks: the main "
+           "process's threads (a queue feeder per worker, pin-memory, intra-op) and each worker's, from "
+           "/proc/PID/task after each window; `{min: 0 %}` means the job's loader fits; a loader refused a thread "
+           "or worker fails it with \"pids limit N reached (FILE)\"",
+           hint="the loader's tasks leave {measured} of the pids limit: raise pids.max (Docker --pids-limit, "
+           "Kubernetes podPidsLimit) or lower num_workers"),
     Metric("workers", "", None, "worker processes the loader ran with: num_workers, or for auto 70 % of the CPUs "
            "the cgroup allows (cpu.max / cfs_quota, and the affinity mask)"),
     Metric("recommended_num_workers", "", None, "with worker_sweep: the fewest workers whose samples/s is within "

@@ -100,6 +100,15 @@ class BatchPuller:
         self.iterator: Iterator[Any] = iter(loader)
         self.epochs_ended = 0  # epochs read to their end: every sample (every shard) reached ``count``
 
+    def close(self) -> None:
+        """End this loader's workers now and wait for them, as torch does when an epoch ends.
+
+        Dropping the last reference ends them too, but only when the garbage collector gets to it:
+        while a test, a ``Watch`` or a ``Taken`` holds the puller, the next pool would start beside it."""
+        shutdown = getattr(self.iterator, "_shutdown_workers", None)  # torch's multi-process iterator
+        if shutdown is not None:
+            shutdown()
+
     def _next(self) -> tuple[int, int]:
         try:
             batch = next(self.iterator)
@@ -238,7 +247,9 @@ def pooled(start_pool: Callable[[], BatchPuller], take: Callable[[BatchPuller, B
         if index and clock() - began + pool_s > OVERRUN * budget.duration_s:
             break
         pool_began = clock()
-        puller = None  # drop the previous pool first: its workers exit before the next pool's start
+        if puller is not None:  # the previous pool's workers exit before the next pool's start, as at an epoch's
+            puller.close()      # end: two pools at once would need twice the job's tasks (pids.max) and memory
+        puller = None
         puller = start_pool()
         left = max(0.0, slot - (clock() - pool_began))
         taken = take(puller, budget._replace(duration_s=left), max(2, -(-5 // pools)))

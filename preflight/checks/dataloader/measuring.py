@@ -11,31 +11,45 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from preflight.checks import subject
 from preflight.checks.base import Budget, Metric
-from preflight.checks.dataloader import memory, phases, sweep
+from preflight.checks.dataloader import memory, phases, sweep, tasks
 from preflight.checks.dataloader.loop import BatchPuller, EmptyLoader, Taken, Window, explaining_worker_oom, pooled, windows
 from preflight.checks.dataloader.required import Required, visible_gpus
 from preflight.checks.dataloader.source import Loader, Source, loader_for, opened
 from preflight.checks.dataloader.user import Uncountable
+from preflight.host import pids
 from preflight.measurement import Measurement, unmeasurable
 from preflight.units import format_value
 
 @explaining_worker_oom
 def measure(options: Mapping[str, Any], budget: Budget, metrics: Sequence[Metric]) -> list[Measurement]:
-    """Measure the loader built from ``options``; of ``metrics``, those that do not apply are left out."""
-    with opened(options, walk_s=budget.walk_s) as source:
-        if isinstance(source, str):
-            return [unmeasurable(m.name, source, m.unit) for m in metrics]
-        try:
-            return _measure(options, budget, source)
-        except (_NoSample, Uncountable) as error:
-            return [unmeasurable(m.name, str(error), m.unit) for m in metrics]
+    """Measure the loader built from ``options``; of ``metrics``, those that do not apply are left out.
+
+    ``pids_available`` is a fact, read before anything starts and reported whatever fails after it. A
+    loader killed by a pids limit (a thread or worker refused with EAGAIN) makes every other metric
+    unmeasurable with "pids limit N reached (FILE)" and the fix (``tasks.refused``)."""
+    limits = pids.read()  # before the walk's and the loader's threads: what the job's loader starts from
+    try:
+        with opened(options, walk_s=budget.walk_s) as source:
+            if isinstance(source, str):
+                results = [unmeasurable(m.name, source, m.unit) for m in metrics]
+            else:
+                try:
+                    results = _measure(options, budget, source, limits)
+                except (_NoSample, Uncountable) as error:
+                    results = [unmeasurable(m.name, str(error), m.unit) for m in metrics]
+    except Exception as error:  # noqa: BLE001  only a refused thread or process is answered here
+        why = tasks.refused(limits, error, options)
+        if why is None:
+            raise
+        results = [unmeasurable(m.name, why, m.unit) for m in metrics]
+    return [tasks.fact(limits)] + [m for m in results if m.metric != "pids_available"]
 
 
 class _NoSample(Exception):
     """No sample could be read from any shard: the reason, for every metric."""
 
 
-def _measure(options: Mapping[str, Any], budget: Budget, source: Source) -> list[Measurement]:
+def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits: pids.Limits) -> list[Measurement]:
     """The loader over ``source``; every measured row carrying its note."""
     built = loader_for(options, source)
     method, workers, pools = built.method, built.workers, int(options["worker_pools"])
@@ -114,6 +128,7 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source) -> list
     if fs is not None and fs.caveat():
         results = [_on_caveat(m, fs.caveat(), fs.memory_backed, options["path"]) for m in results]
     results += watch.measurements(_epoch(source, tar), workers, options["prefetch_factor"], method)
+    results.append(tasks.headroom(limits, watch.tasks(), options, workers, method))
     results.append(sweep.used(options, workers, method))
     results = [dataclasses.replace(m, note=note) if note and m.measured else m for m in results]
     if taken.warning:  # fewer pools than worker_pools: the loader's figures are a rougher draw than asked for

@@ -39,6 +39,7 @@ from typing import Any, NamedTuple, Sequence
 
 from preflight.checks.dataloader.loop import BatchPuller, Window
 from preflight.host import cgroup_memory, hostmem
+from preflight.host import pids as pids_limit
 from preflight.measurement import Measurement, unmeasurable
 from preflight.units import format_value
 
@@ -82,6 +83,8 @@ class Reading(NamedTuple):
     main: Rollup
     workers: tuple[Rollup, ...]
     tmpfs: int = 0  # bytes on tmpfs charged to the cgroup since the pool started that none of these processes maps
+    tasks: int = 0  # threads of the main process and of every worker (/proc/PID/task): what the pids limit counts
+    main_tasks: int = 0  # of ``tasks``, the main process's
 
     @property
     def pss(self) -> int:
@@ -115,12 +118,14 @@ def read(iterator: Any, delivered: int, main_pid: int, proc: Path = PROC, shmem_
     main = rollup(main_pid, proc)
     if main is None:
         return None
-    workers = tuple(w for w in (rollup(p.pid, proc) for p in getattr(iterator, "_workers", ()) if p.pid is not None)
-                    if w is not None)
+    pids = [p.pid for p in getattr(iterator, "_workers", ()) if p.pid is not None]
+    workers = tuple(w for w in (rollup(pid, proc) for pid in pids) if w is not None)
+    main_tasks = pids_limit.tasks_of(main_pid, proc)
+    tasks = main_tasks + sum(pids_limit.tasks_of(pid, proc) for pid in pids)
     tmpfs = 0
     if shmem_before is not None and shmem_now is not None:
         tmpfs = max(0, shmem_now - shmem_before - main.pss_shmem - sum(w.pss_shmem for w in workers))
-    return Reading(delivered, main, workers, tmpfs)
+    return Reading(delivered, main, workers, tmpfs, tasks, main_tasks)
 
 
 class Watched(BatchPuller):
@@ -172,6 +177,10 @@ class Watch:
         self.projection = project(self.pools, epoch)
         self.limit = limit(self.projection.peak) if self.projection is not None else None
         return measurements(self.projection, workers, prefetch, method, self.limit)
+
+    def tasks(self) -> list[tuple[int, int]]:
+        """(the main process's tasks, its workers' tasks) read after each window of every pool."""
+        return [(r.main_tasks, r.tasks - r.main_tasks) for readings in self.pools for r in readings]
 
     def fits(self, workers: int) -> bool | None:
         """Whether ``workers`` workers' projected epoch fits the limit (``Projection.at``); None when unknown.

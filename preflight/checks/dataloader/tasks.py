@@ -1,0 +1,125 @@
+"""The DataLoader's tasks (processes and threads) against the pids limits the job will meet.
+
+Method: before any loader starts, every limit on new tasks is read (``host.pids.read``: the cgroup's
+``pids.max`` less ``pids.current`` up the tree, ``RLIMIT_NPROC`` less the user's tasks,
+``kernel.threads-max`` and ``pid_max`` less the tasks scheduled). What the job's loader may use of
+the tightest is what is left plus what the job would not run: the gate's runner process, and this
+process, which stands for the job's main process and whose threads the loader's count includes::
+
+    available = limit - in use + runner's tasks + this process's tasks        (pids_available)
+    needed    = max over the windows of every pool of
+                tasks of this process + sum of each worker's tasks          (/proc/PID/task)
+    headroom  = (available - needed) / available                              (pids_headroom)
+
+``needed`` is measured, not derived: the main process holds a queue feeder thread per worker, the
+pin-memory thread and torch's intra-op threads; each worker its own main thread, its result queue's
+feeder and more (2-3 tasks each here, torch 2.x on Linux). A loader that cannot start them all dies
+of EAGAIN, reported as "pids limit N reached (FILE)" (``host.pids.explain``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, NamedTuple, Sequence
+
+from preflight.host import pids
+from preflight.measurement import Measurement, unmeasurable
+
+HINT = ("the job's loader needs {needed} tasks (processes and threads) of the {available} the pids limit leaves: "
+        + pids.FIX + ", or lower num_workers ({workers})")
+
+
+def available(limits: pids.Limits) -> tuple[int, str] | None:
+    """Tasks the job's loader may hold in the tightest scope, and the method naming every limit read; None if none."""
+    scope = limits.tightest(spare_gate=True)
+    if scope is None:
+        return None
+    others = limits.method(but=scope)
+    method = (f"tightest: {scope.describe()}; this process's {limits.own} tasks are the job's main process's, "
+              f"counted in the loader's; read before the loader started" + (f"; also {others}" if others else ""))
+    return scope.available + scope.gate + limits.own, method
+
+
+def fact(limits: pids.Limits) -> Measurement:
+    """``pids_available``: tasks the job's loader may hold (count), the tightest limit named in its method."""
+    got = available(limits)
+    if got is None:
+        return unmeasurable("pids_available", "no pids limit could be read: no pids cgroup, no /proc/loadavg", "")
+    value, method = got
+    return Measurement("pids_available", float(value), "", method=method, hint=pids.FIX)
+
+
+class Needed(NamedTuple):
+    """The tasks the job's loader holds at its peak, and how they add up."""
+
+    total: int
+    main: int  # the main process's threads read at the peak (a queue feeder per worker, pin-memory, ...)
+    intra_op: int  # torch intra-op threads the job's training step adds to its main process
+    per_worker: int  # tasks of the busiest reading's average worker, at least a tensor-sending worker's
+    workers: int
+
+
+def needed(readings: Sequence[tuple[int, int]], workers: int, tensor_worker: int, intra_op: int) -> Needed | None:
+    """The peak over ``readings`` (main process's tasks, workers' tasks) of what the job's loader holds.
+
+    Each worker counts at least ``tensor_worker`` tasks (``worker_tasks``): the gate's own file and shard
+    batches are pairs of counts, while a job's hold tensors, and a worker that sends one starts
+    multiprocessing's fd-passing thread too. ``intra_op`` threads are added to the main process: the
+    job's training step starts them (torch.get_num_threads() - 1) and the gate's loop runs none.
+    """
+    best: Needed | None = None
+    for main, in_workers in readings:
+        per_worker = max(-(-in_workers // workers) if workers else 0, tensor_worker if workers else 0)
+        total = main + intra_op + max(in_workers, tensor_worker * workers)
+        if best is None or total > best.total:
+            best = Needed(total, main, intra_op, per_worker, workers)
+    return best
+
+
+def worker_tasks() -> int:
+    """Tasks a DataLoader worker holds once it has sent a tensor batch, measured on one real worker here.
+
+    Its main thread, its result queue's feeder thread, and under torch's ``file_descriptor`` sharing
+    strategy multiprocessing's resource-sharer thread, which serves the tensors' file descriptors
+    (2-3 on Linux with torch 2.x; measured, since it depends on torch, Python and the start method)."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(torch.zeros(8, 4), batch_size=2, num_workers=1)
+    iterator = iter(loader)
+    try:
+        next(iterator)
+        next(iterator)
+        return max(pids.tasks_of(w.pid) for w in iterator._workers)  # type: ignore[attr-defined]
+    finally:
+        iterator._shutdown_workers()  # type: ignore[attr-defined]
+
+
+def intra_op_threads() -> int:
+    """Threads torch's intra-op pool adds to a process that runs a parallel op: get_num_threads() - 1."""
+    import torch
+
+    return max(0, torch.get_num_threads() - 1)
+
+
+def headroom(limits: pids.Limits, readings: Sequence[tuple[int, int]], options: Mapping[str, Any], workers: int,
+             method: str) -> Measurement:
+    """``pids_headroom`` (%): the share of ``pids_available`` left at the job's loader's peak of tasks."""
+    got = available(limits)
+    peak = needed(readings, workers, worker_tasks() if workers else 0, intra_op_threads()) if got else None
+    if got is None or peak is None:
+        why = "no pids limit could be read" if got is None else "no /proc/PID/task of the loader could be read"
+        return unmeasurable("pids_headroom", why, "%")
+    value, limit_method = got
+    share = 100.0 * (value - peak.total) / value if value > 0 else -100.0
+    sums = (f"{peak.total} tasks = the main process's {peak.main} (a queue feeder per worker, pin-memory) + "
+            f"{peak.intra_op} torch intra-op threads of the training step + {peak.workers} workers x {peak.per_worker}")
+    return Measurement("pids_headroom", share, "%",
+                       method=f"{method}, tasks of the main process and {workers} workers from /proc/PID/task after "
+                       f"each window, a worker at least what one sending tensors holds here; {limit_method}",
+                       reason=f"the job's loader needs {sums}, of the {value} it may hold",
+                       hint=HINT.format(needed=peak.total, available=value, workers=options["num_workers"]))
+
+
+def refused(limits: pids.Limits, error: BaseException, options: Mapping[str, Any]) -> str | None:
+    """Why the loader died, when a pids limit refused one of its threads or processes; None otherwise."""
+    return pids.explain(error, limits, f"or lower num_workers ({options['num_workers']})")
