@@ -432,3 +432,58 @@ def test_a_wrong_gate_file_or_a_bug_in_preflight_holds_the_job_and_never_drains_
     said = cluster.job_field(crashed, "AdminComment")
     assert said.startswith("preflight: preflight crashed (exit 3, a bug in preflight): "
                            "preflight: internal error: ZeroDivisionError('division by zero') (crash log: ")
+
+
+def test_a_prolog_installed_wrong_holds_each_job_and_never_drains_the_node(cluster: Cluster, tmp_path: Path) -> None:
+    # Public reports of the same kind, where a prolog's own setup drained every node it ran on:
+    # mknoxnv/ubuntu-slurm#4 (Prolog=/etc/slurm/prolog.d/* with no such directory: "Prolog error" on every node)
+    # and NVIDIA/deepops#919 (the prolog's PATH had no `sh`: every job failed, every node drained).
+    cluster.wait_until("the node coming up idle", lambda: cluster.state()[0] == "idle")
+    cases = {  # PREFLIGHT_CONFIG_DIR or PREFLIGHT as installed -> the start of what the job's owner is told
+        "no-gates-directory": ({"PREFLIGHT_CONFIG_DIR": str(tmp_path / "missing")},
+                               f"preflight: gate {tmp_path}/missing/prolog.yaml: a configuration error (exit 2): "
+                               f"preflight: error: {tmp_path}/missing/prolog.yaml: cannot read the config "
+                               "(No such file or directory)"),
+        "no-such-command": ({"PREFLIGHT": str(tmp_path / "bin" / "preflight")},
+                            f"preflight: the preflight command ({tmp_path}/bin/preflight) could not be started "
+                            "(exit 127): "),
+        "no-such-module": ({"PREFLIGHT": f"{sys.executable} -m preflight_"},
+                           f"preflight: the preflight command ({sys.executable} -m preflight_) exited 1 without "
+                           f"a report: {sys.executable}: No module named preflight_: fix PREFLIGHT"),
+    }
+    for case, (settings, told) in cases.items():
+        cluster.write_prolog(**settings)
+        ran = tmp_path / f"{case}-ran"
+        job = submit(cluster, ran=ran)
+        cluster.wait_until(f"{case}: the prolog holding the job or draining the node",
+                           lambda: held(cluster, job) or "drain" in cluster.state()[0])
+        assert cluster.state() == ("idle", "none"), case
+        assert not ran.exists(), case
+        said = cluster.job_field(job, "AdminComment")
+        assert said.startswith(told), (case, said)
+        assert said.endswith(f"the job is held until `scontrol release {job}`; node {cluster.node} stays in service")
+
+    cluster.write_prolog()  # installed right: the held jobs run once released
+    for job in ("1", "2", "3"):
+        cluster.run("scontrol", "release", job)
+        cluster.run("scontrol", "update", f"jobid={job}", "starttime=now")
+    cluster.wait_until("the released jobs completing",
+                       lambda: all(cluster.job_state(job) == "COMPLETED" for job in ("1", "2", "3")))
+    assert all((tmp_path / f"{case}-ran").exists() for case in cases)
+
+
+def test_a_health_check_that_cannot_judge_leaves_the_node_as_it_is(cluster: Cluster) -> None:
+    # mej/nhc#139: a custom NHC check whose own probe failed (curl to Prometheus) could only pass (resume) or
+    # fail (drain). Here the health check's gate has a typo: preflight exits 2 and the node is neither.
+    cluster.wait_until("the node coming up idle", lambda: cluster.state()[0] == "idle")
+    cluster.set_gate("healthcheck", "version: 1\nchecks:\n  shm:\n    sise: {min: 1 MiB}\n")
+    cluster.wait_until("two passes of the broken gate", lambda: cluster.health_passes()[-2:] == [2, 2])
+    assert cluster.state() == ("idle", "none")
+    log = (cluster.reports / f"{cluster.node}-healthcheck.log").read_text()
+    assert "unknown key `sise`: did you mean `size`?" in log
+    assert log.rstrip().endswith("preflight exited 2 (2: fix " + str(cluster.gates / "healthcheck.yaml") +
+                                 "; 3: a bug, see the crash log above): node left as it is")
+
+    cluster.run("scontrol", "update", f"nodename={cluster.node}", "state=drain", "reason=preflight: shm.size")
+    cluster.wait_passes(2)  # a drain of preflight's own is not resumed either while the gate cannot judge
+    assert cluster.state() == ("drained", "preflight: shm.size")

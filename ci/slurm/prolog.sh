@@ -7,17 +7,19 @@
 # (docs/slurm.md, "Which exit does what"):
 #
 #   gate passed (preflight exit 0) ........ exit 0: the job starts
-#   gate failed (1), or preflight killed,
-#     missing or stopped by a signal ...... exit with that code: Slurm drains the node, requeues the job held
+#   gate failed (1 with a report), or
+#     preflight killed by a signal ........ exit with that code: Slurm drains the node, requeues the job held
 #   the job's mistake: its --comment names
 #     no installed gate, or no gate name .. `scancel`, exit 0: the job ends CANCELLED; the node stays in service
-#   the gate file is wrong (2), or
-#     preflight crashed (3: a bug) ........ `scontrol requeuehold`, exit 0: the job waits, held, for the
+#   the gate file is wrong (2), preflight
+#     crashed (3: a bug), or PREFLIGHT is
+#     not a command that runs (126, 127, or
+#     1 without a report) ................. `scontrol requeuehold`, exit 0: the job waits, held, for the
 #                                           administrator's fix and `scontrol release`; the node stays in service
 #
-# In the last two the reason goes to the job's AdminComment (`scontrol show job`, `sacct -o AdminComment`),
-# this run's <node>-job<id>-prolog.log and slurmd's log: a Prolog's output never reaches the job (only a
-# TaskProlog's `print` lines do, and that runs as the user, per task). If the controller cannot be told to
+# In the last two the reason goes to the job's AdminComment (`scontrol show job`, `sacct -o AdminComment`)
+# and this run's <node>-job<id>-prolog.log: a Prolog's output never reaches the job, and slurmd logs it only
+# when the prolog fails (only a TaskProlog's `print` lines reach the job, and that runs as the user, per task). If the controller cannot be told to
 # stop the job, the script exits nonzero after all: a job must never run on a node that was not gated.
 #
 # Which gate: the job may name one with `sbatch --comment=preflight=NAME` ($PREFLIGHT_CONFIG_DIR/NAME.yaml,
@@ -80,6 +82,7 @@ case " ${SLURM_JOB_COMMENT:-} " in
         fi ;;
 esac
 
+rm -f "$base.json"  # a requeued job runs its prolog again under the same id: judge this run's report only
 # PREFLIGHT may be a command with arguments ("/opt/venv/bin/python -m preflight"): split on purpose.
 # shellcheck disable=SC2086
 $preflight run -c "$configs/$name.yaml" --json "$base.json" --junit-xml "$base.xml" >"$base.log" 2>&1
@@ -88,8 +91,11 @@ code=$?
 last=$(tail -n 1 "$base.log" 2>/dev/null | cut -c 1-400)
 case $code in
     0) exit 0 ;;
+    1) [ -f "$base.json" ] ||  # preflight writes its report on every verdict: without one, it never judged the node
+        stop_job hold "the preflight command ($preflight) exited 1 without a report: $last: fix PREFLIGHT in the prolog's environment" ;;
     2) stop_job hold "gate $configs/$name.yaml: a configuration error (exit 2): $last" ;;
     3) stop_job hold "preflight crashed (exit 3, a bug in preflight): $last" ;;
+    126|127) stop_job hold "the preflight command ($preflight) could not be started (exit $code): $last: fix PREFLIGHT in the prolog's environment" ;;
 esac
 echo "preflight prolog: job $job on $node: gate $configs/$name.yaml exited $code: see $base.log" >&2
 exit "$code"
