@@ -21,6 +21,7 @@ import sys
 import traceback
 from typing import Any, TextIO
 
+from preflight.host import pids
 from preflight.io import scratch
 from preflight.checks.base import Budget
 from preflight.checks.usercode import UserCodeRaised
@@ -42,7 +43,11 @@ def main(log_path: str) -> int:
 
 
 def run_job(job: dict[str, Any]) -> dict[str, Any]:
-    """Run one check; a Python exception becomes an error reply (a crash is seen by the runner)."""
+    """Run one check; a Python exception becomes an error reply (a crash is seen by the runner).
+
+    A thread or process the check could not start for a pids limit (EAGAIN) says "pids limit N reached
+    (FILE)" and the fix (``pids.explain``), not only "can't start new thread"."""
+    limits = pids.read()  # the forks a pids cgroup had refused before the check, to tell its EAGAIN apart
     try:
         check = importlib.import_module(job["module"])
         metrics = job.get("metrics")
@@ -55,7 +60,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         return {"error": (f"{where}: " if where else "") + describe(error)}
     except Exception as error:  # noqa: BLE001  any failure of a check is its result, fail closed
         print(traceback.format_exc(), file=sys.stderr)
-        return {"error": describe(error)}
+        return {"error": pids.explain(error, limits) or describe(error)}
 
 
 def describe(error: Exception) -> str:

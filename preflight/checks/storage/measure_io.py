@@ -33,6 +33,7 @@ from preflight.checks.storage.data import LARGE_FILE, Found, Segment, data_bytes
 from preflight.checks.storage.facts import READ_ONLY_VOLUME
 from preflight.checks.storage.parts import MIN_WINDOW_S, MIN_WINDOWS, part_s, timed_parts
 from preflight.io.dataset_walk import DataFile, data_extents, too_few
+from preflight.host import pids
 from preflight.host.fsinfo import Filesystem, filesystem_of
 from preflight.io.parallel import Interval, Tally, in_intervals, run_loops
 from preflight.io.uncached import Bypass, bypass_for, describe
@@ -43,6 +44,7 @@ from preflight.units import format_value, to_unit
 
 MIN_READ_BYTES = 16 << 20  # less data than this cannot keep readers busy for a window
 MAX_AUTO_PROCESSES = 4
+PIDS_RESERVE = 8  # tasks left to the worker's own threads when a pids limit sizes the I/O pool
 MAX_RANDOM_FILES = 128  # rand_read keeps one descriptor per file in each process
 READ_METRICS = (("seq_read", "MB/s"), ("rand_read", "IOPS"), ("rand_read_p50", "ms"), ("rand_read_p99", "ms"))
 
@@ -295,7 +297,10 @@ class IO:
         """(processes, threads per process) for ``loops`` concurrent loops."""
         chosen = self.options["io_processes"]
         processes = min(loops, MAX_AUTO_PROCESSES if chosen == "auto" else int(chosen))
-        return processes, max(1, round(loops / processes))
+        # Each loop is a thread, each process past the first a task too: under a pids limit (a container's
+        # --pids-limit) a pool sized past what is left dies of "can't start new thread" (issue 33), so the pool
+        # shrinks to what the limit leaves, PIDS_RESERVE kept for the libraries' own threads.
+        return pids.affordable(processes, max(1, round(loops / processes)), pids.spare(reserve=PIDS_RESERVE))
 
     def _honest(self, m: Measurement, bypass: Bypass, fs: Filesystem, cache_mb_s: float | None = None) -> Measurement:
         """Mark ``m`` cache-bound when nothing bypassed the cache or its rate is implausible; ``fs`` holds its bytes."""

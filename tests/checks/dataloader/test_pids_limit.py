@@ -156,3 +156,79 @@ def test_at_pids_max_24_the_job_fails_and_the_gate_fails_naming_the_limit_and_th
         assert fix in headroom["message"]
     assert results["throughput"]["verdict"] == "fail"
     assert "pids limit 24 reached" in results["throughput"]["message"]
+
+
+# A check that starts threads or forks children until the kernel refuses one, then lets them all go.
+HUNGRY = """
+import os, threading
+NAME = "hungry"
+OPTIONS = ()
+METRICS = ()
+
+def measure(options, budget):
+    release, started, children = threading.Event(), [], []
+    try:
+        for _ in range(200):
+            if options["how"] == "threads":
+                thread = threading.Thread(target=release.wait)
+                thread.start()
+                started.append(thread)
+            else:
+                pid = os.fork()
+                if pid == 0:
+                    release.wait(5)
+                    os._exit(0)
+                children.append(pid)
+    finally:
+        release.set()
+        for pid in children:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+    return []
+"""
+RUN_JOB = """
+import json, sys
+from preflight.worker import run_job
+print(json.dumps(run_job({"module": "hungry", "options": {"how": sys.argv[1]}, "duration_s": 1, "timeout_s": 30})))
+"""
+
+
+@pytest.mark.parametrize("how, raised", [("threads", "can't start new thread"),
+                                         ("fork", "BlockingIOError: [Errno 11] Resource temporarily unavailable")])
+def test_any_check_refused_a_thread_or_a_fork_names_the_pids_limit(tmp_path, how, raised):
+    # The worker's error boundary, for every check: before, only "RuntimeError: can't start new thread"
+    (tmp_path / "hungry.py").write_text(HUNGRY)
+    with pids_limited_cgroup(12) as (directory, prefix):
+        run = subprocess.run([*prefix, sys.executable, "-c", RUN_JOB, how], capture_output=True, text=True,
+                             timeout=60, env={**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{tmp_path}"})
+    assert run.returncode == 0, run.stderr
+    error = json.loads(run.stdout)["error"]
+    assert error.startswith(f"pids limit 12 reached ({directory}/pids.max): a thread or process could not start (")
+    assert raised.split(":")[-1].strip() in error and "--pids-limit" in error
+
+
+STORAGE = """
+version: 1
+checks:
+  storage:
+    path: {data}
+    duration: 2s
+    rand_read: {{min: 1 IOPS}}
+    small_files: {{min: 1 files/s}}
+"""
+
+
+def test_the_gates_own_io_pools_shrink_to_the_pids_limit_and_measure(data, tmp_path):
+    # rand_read's 4 processes x 8 threads and small_files' 8 readers need 36 and 12 tasks beside the runner and
+    # worker: at pids.max 16 rand_read was "could not measure: RuntimeError: can't start new thread"
+    config = write_config(tmp_path, STORAGE.format(data=data))
+    report = tmp_path / "report.json"
+    with pids_limited_cgroup(16) as (directory, prefix):
+        run = run_cli("run", "-c", str(config), "--json", str(report), cwd=tmp_path, prefix=prefix, timeout=240)
+        refused = (directory / "pids.events").read_text()
+    assert run.returncode == 0, run.stdout + run.stderr
+    results = {r["metric"]: r for r in json.loads(report.read_text())["results"]}
+    assert results["rand_read"]["verdict"] == results["small_files"]["verdict"] == "pass"
+    in_flight = int(results["rand_read"]["method"].split(" in flight")[0].rsplit("= ", 1)[1])
+    assert 1 <= in_flight < 16
+    assert refused.split() == ["max", "0"]  # no start was refused: the pools fit, not retried
