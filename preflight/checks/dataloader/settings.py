@@ -144,24 +144,27 @@ def unpicklable(value: Any) -> str:
     return f"{where}{_what(culprit)} ({' '.join(f'{type(error).__name__}: {error}'.split())})"
 
 
-def refuse_unpicklable(options: Mapping[str, Any], workers: int, objects: Mapping[str, Any]) -> None:
+def refuse_unpicklable(options: Mapping[str, Any], workers: int, objects: Mapping[str, Any], blame: str = "") -> None:
     """Raise ``UserCodeError`` naming the first of ``objects`` (option name -> the job's object) that the
     loader's start method must pickle and cannot, with the fix; nothing under fork or without workers.
+    ``blame`` names one option that made them all (``loader``: its DataLoader's dataset, collate_fn...).
 
     Raises:
-        UserCodeError: on the option that names the object (``dataset``, ``collate_fn``, ``worker_init_fn``).
+        UserCodeError: on the option that names the object (``dataset``, ``collate_fn``, ``worker_init_fn``),
+            or on ``blame``.
     """
     if not pickles(options, workers):
         return
     start = start_method(options)
     chosen = "" if options.get("multiprocessing_context", "default") != "default" else " (this Python's default)"
-    for option, value in objects.items():
+    for key, value in objects.items():
         if value is None:
             continue
         problem = unpicklable(value)
         if problem:
+            option = blame or key
             spec = options.get(option) or ""
-            named = f"{option} {spec}" if spec else option
+            named = (f"{option} {spec}" if spec else option) + (f" (its {key})" if blame else "")
             raise UserCodeError(option, f"{named} contains an object that cannot be pickled ({problem}): under "
                                 f"multiprocessing_context {start}{chosen} every worker receives a pickled copy; "
                                 f"define it at module level (a lambda or a function defined inside another "

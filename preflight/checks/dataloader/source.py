@@ -79,6 +79,10 @@ def opened(options: Mapping[str, Any], check: str = "dataloader", walk_s: float 
     Raises:
         usercode.UserCodeRaised: the job's dataset cannot be built, or raised while the block read it.
     """
+    if options.get("loader"):
+        with _job_loader(options, check) as source:
+            yield source
+        return
     if options["dataset"]:
         with _job_dataset(options, check) as source:
             yield source
@@ -209,6 +213,16 @@ def _job_dataset(options: Mapping[str, Any], check: str) -> Iterator[Source]:
 
 
 @contextlib.contextmanager
+def _job_loader(options: Mapping[str, Any], check: str) -> Iterator[Source]:
+    """The job's own DataLoader (``job_loader``), its Dataset the samples; its code's errors named as the dataset's."""
+    from preflight.checks.dataloader import job_loader
+
+    with usercode.on_path(options["python_path"]), _blamed(check, "loader"):
+        loader, job = job_loader.build(options)
+        yield Source(None, job_loader.describe(options, loader), "", "job_dataset", job._replace(loader=loader))
+
+
+@contextlib.contextmanager
 def _blamed(check: str, option: str, ours: bool = False) -> Iterator[None]:
     """Re-word what the job's code raises in the block as one line naming it (``UserCodeRaised``): a
     ``UserCodeError`` (its count_samples, a setting ``loader_for`` refuses, an object its start method cannot
@@ -249,6 +263,8 @@ def loader_for(options: Mapping[str, Any], source: Source, decode: str | None = 
     import numpy.random  # noqa: F401
     import torch
 
+    if source.job is not None and source.job.loader is not None:
+        return _jobs_own(options, source)
     # Each forked worker seeds numpy.random (torch's _worker_loop). Imported here, once, not lazily in every
     # child: a fork taken while another thread held an import lock fails that import with a KeyError
     # (importlib's _ModuleLock after fork), and the worker "exited unexpectedly with exit code 1".
@@ -307,6 +323,22 @@ def loader_for(options: Mapping[str, Any], source: Source, decode: str | None = 
               f"prefetch_factor={options['prefetch_factor'] if workers else None}"
               f"{settings.describe(options, workers)}) over {description}")
     return Loader(method, workers, fs, bypass, fresh, tally, replays)
+
+
+def _jobs_own(options: Mapping[str, Any], source: Source) -> Loader:
+    """The job's own DataLoader object (``loader``), measured as it is: each fresh pool a new iterator of it."""
+    from preflight.checks.dataloader import job_loader
+
+    job = source.job
+    loader = job.loader  # type: ignore[union-attr]
+    job_loader.refuse_unpicklable(options, loader)
+    workers = loader.num_workers
+    replays = user.Replays() if user.iterable(loader.dataset) and workers > 1 else None
+    count = job_loader.counting(loader, job, replays)  # type: ignore[arg-type]
+    method = source.description + f", {user.counted_by(job, options.get('count_samples') or '')}"  # type: ignore[arg-type]
+    if replays is not None:
+        method += ", a batch that repeats an earlier one counting no sample"
+    return Loader(method, workers, None, None, lambda: Counted(loader, count), None, replays)
 
 
 class SyntheticImages:

@@ -40,6 +40,7 @@ class Job(NamedTuple):
     collate: Callable[..., Any] | None  # None: torch's default_collate
     count_samples: Count | None  # the job's count of a batch's samples (``theirs``); None: ours (``batching``)
     sampler: Any = None  # the job's sampler (``sampler``: its factory called with the dataset); None: shuffle's
+    loader: Any = None  # the job's own DataLoader (``loader``), measured as it is; None: one built from the options
 
 
 class Uncountable(Exception):
@@ -100,13 +101,18 @@ def check_user_code(options: Mapping[str, Any]) -> None:
 
     Raises:
         UserCodeError: as ``build``; on ``in_order`` where this torch lacks it; on the option naming an object
-            that cannot be pickled.
+            that cannot be pickled. With ``loader``, as ``job_loader.check_user_code``.
     """
     from preflight.checks.dataloader import settings
     from preflight.host.cpus import auto_workers
 
     settings.refuse_unsupported(options)
     with usercode.on_path(options["python_path"]):
+        if options.get("loader"):
+            from preflight.checks.dataloader import job_loader
+
+            job_loader.check_user_code(options)
+            return
         init = settings.worker_init(options)
         if not options["dataset"]:
             return
@@ -228,8 +234,15 @@ class RecordedBatches:
     def __init__(self, sampler: Any, batch_size: int, drop_last: bool = False) -> None:
         import torch.utils.data
 
-        self.batches = torch.utils.data.BatchSampler(sampler, batch_size, drop_last=drop_last)
+        self.batches: Any = torch.utils.data.BatchSampler(sampler, batch_size, drop_last=drop_last)
         self.sizes: collections.deque[int] = collections.deque()
+
+    @classmethod
+    def of(cls, batches: Any) -> RecordedBatches:
+        """The job's own batch sampler ``batches`` (any iterable of index lists with ``__len__``), recorded."""
+        recorded = cls.__new__(cls)
+        recorded.batches, recorded.sizes = batches, collections.deque()
+        return recorded
 
     def __len__(self) -> int:
         return len(self.batches)

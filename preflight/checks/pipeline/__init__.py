@@ -49,8 +49,8 @@ DURATION = ("the model alone and the model fed by the loader, interleaved window
 # the dataloader's emulation, required rate, and pools (the pipeline feeds the model from one pool of workers)
 LOADER_ONLY = ("step_time", "samples_per_gpu", "gpus", "headroom", "worker_pools")
 _HELP = {
-    "python_path": "directories put first on sys.path to import dataset, collate_fn, count_samples, sampler, "
-                   "worker_init_fn and model (relative to this file), e.g. [src]",
+    "python_path": "directories put first on sys.path to import loader, dataset, collate_fn, count_samples, "
+                   "sampler, worker_init_fn and model (relative to this file), e.g. [src]",
     "synthetic": "random float32 samples of input_shape instead of files (IPC and collation, not storage)",
     "batch_size": "samples per batch: the DataLoader's batch is the training step's batch",
     "worker_sweep": "also measure input_bound at 1, 2, 4, ... workers up to the CPUs the cgroup allows and "
@@ -60,7 +60,8 @@ _HELP = {
 }
 OPTIONS = (
     *(option._replace(help=_HELP.get(option.name, option.help),
-                      for_factory=("dataset", "worker_init_fn", "model") if option.name == "python_path"
+                      for_factory=("dataset", "worker_init_fn", "loader", "model")
+                      if option.name == "python_path"
                       else option.for_factory)
       for option in dataloader.OPTIONS if option.name not in LOADER_ONLY),
     *(option for option in model.OPTIONS if option.name not in ("batch_size", "python_path")),

@@ -68,8 +68,30 @@ def with_closure(n=256):
 collate_first = lambda batch: batch[0]  # HazyResearch/cartridges#20: a lambda collate (module level, still local)
 
 
+class Compose:  # torchvision.transforms.Compose's shape: a list of callables
+    def __init__(self, transforms):
+        self.transforms = transforms
+
+    def __call__(self, x):
+        for transform in self.transforms:
+            x = transform(x)
+        return x
+
+
+def get_loaders_from_params(n=256):  # catalyst-team/catalyst#1024, pytorch/xla#1554: a lambda among the transforms
+    return Scaled(n, Compose([double, lambda x: x + 1]))
+
+
 def evens(dataset):
     return list(range(0, len(dataset), 2))
+
+
+def make_loader(n=64, workers=1, context="spawn", fixed=True):
+    """The job's own DataLoader, as its training script builds it."""
+    dataset = at_module_level(n) if fixed else with_lambda(n)
+    return torch.utils.data.DataLoader(dataset, batch_size=4, num_workers=workers, drop_last=True,
+                                       multiprocessing_context=context if workers else None,
+                                       persistent_workers=workers > 0)
 
 
 def mark(worker_id):
@@ -269,6 +291,24 @@ def test_in_order_on_a_torch_without_it_is_refused_with_the_fix(monkeypatch):
         settings.refuse_unsupported({"in_order": False})
 
 
+def test_a_lambda_among_a_datasets_transforms_is_named_by_its_path(src):
+    """catalyst-team/catalyst#1024 (and pytorch/xla#1554): "Can't pickle local object
+    'get_loaders_from_params.<locals>.<lambda>'" from a lambda in a Compose of transforms, under spawn."""
+    options = {"num_workers": 2, "multiprocessing_context": "spawn", "python_path": [str(src)],
+               "dataset": "jobpkg.data:get_loaders_from_params", "dataset_args": {}, "collate_fn": "",
+               "count_samples": "", "sampler": "", "worker_init_fn": "", "in_order": True}
+    with pytest.raises(UserCodeError) as raised:
+        user.check_user_code(options)
+    assert raised.value.option == "dataset"
+    assert str(raised.value).startswith(
+        "dataset jobpkg.data:get_loaders_from_params contains an object that cannot be pickled (Scaled.scale."
+        "transforms[1]: the lambda defined at jobpkg/data.py:58 (AttributeError: Can't pickle local object "
+        "'get_loaders_from_params.<locals>.<lambda>')): under multiprocessing_context spawn")
+    settings.refuse_unpicklable({**options, "multiprocessing_context": "fork"}, 2, {"dataset": raised})  # fork: none
+    with usercode.on_path([str(src)]):  # no workers: nothing is pickled either
+        settings.refuse_unpicklable(options, 0, {"dataset": user.build(options).dataset})
+
+
 def test_the_probe_pickles_no_tensor_and_names_the_innermost_object():
     big = torch.utils.data.TensorDataset(torch.zeros(256, 1024, 1024, dtype=torch.uint8))  # 256 MiB, never copied
     assert settings.unpicklable(big) == ""
@@ -300,3 +340,68 @@ def test_our_own_file_samples_are_read_under_spawn_with_the_jobs_worker_init_fn(
     assert "worker_init_fn=jobpkg.data:mark" in results["throughput"]["method"]
     started = _marks(marks)
     assert started and all(not m["forked"] and m["worker"] == 0 for m in started)
+
+
+# The job's own DataLoader (``loader``): measured as that object, every setting its own.
+
+LOADER = """
+    loader: "jobpkg.data:make_loader"
+    loader_args: {{fixed: {fixed}}}
+    python_path: [src]
+    worker_pools: 1
+    throughput: {{min: 1 samples/s}}
+"""
+
+
+def test_the_jobs_own_loader_under_spawn_is_measured_as_it_is(tmp_path, src):
+    path = _config(tmp_path, LOADER.format(fixed="true"))
+    assert run_cli("validate", str(path), cwd=tmp_path).returncode == 0
+    code, results = _run(path)
+    row = results["throughput"]
+    assert code == 0 and row["verdict"] == "pass", row
+    assert row["method"].startswith("the job's DataLoader(batch_size=4, num_workers=1, pin_memory=False, "
+                                    "prefetch_factor=2, multiprocessing_context=spawn, persistent_workers=True, "
+                                    "drop_last=True, sampler=SequentialSampler, collate_fn=default_collate) from "
+                                    "jobpkg.data:make_loader(**loader_args), over Scaled (64 samples), samples "
+                                    "counted from the batch sampler's indices")
+    assert row["subject"] == "job_dataset"
+
+
+def test_the_jobs_own_loader_that_cannot_pickle_its_dataset_is_the_error_of_loader(tmp_path, src):
+    path = _config(tmp_path, LOADER.format(fixed="false"))
+    message = ("dataloader.loader: loader jobpkg.data:make_loader (its dataset) contains an object that cannot be "
+               "pickled (Scaled.scale: the lambda defined at jobpkg/data.py:27 (AttributeError: Can't pickle local "
+               "object 'with_lambda.<locals>.<lambda>')): under multiprocessing_context spawn every worker receives "
+               "a pickled copy; define it at module level")
+    completed = run_cli("validate", str(path), cwd=tmp_path)
+    assert completed.returncode == 2 and completed.stderr.startswith(f"preflight: error: {path}:5:13: {message}")
+    code, results = _run(path)
+    assert code == 1 and results["throughput"]["verdict"] == "error"
+    assert f"{path}:5:13: {message}" in results["throughput"]["message"]
+
+
+@pytest.mark.parametrize("option", ["batch_size: 32", "num_workers: 2", "multiprocessing_context: fork",
+                                    "persistent_workers: true", "seed: 3", "dataset: \"jobpkg.data:make\"",
+                                    "worker_sweep: true"])
+def test_a_setting_beside_the_jobs_own_loader_is_refused_not_overridden(tmp_path, src, option):
+    path = _config(tmp_path, LOADER.format(fixed="true") + f"    {option}\n")
+    completed = run_cli("validate", str(path), cwd=tmp_path)
+    name = option.split(":")[0]
+    assert completed.returncode == 2
+    assert (f"`dataloader.{name}` has no effect while `dataloader.loader` is set ({path}:5:13): remove `{name}`, "
+            f"or remove `loader` to use it") in completed.stderr
+
+
+def test_the_jobs_own_loader_is_counted_by_its_own_batch_sampler_epoch_after_epoch(src):
+    options = {"loader": "jobpkg.data:make_loader", "loader_args": {"n": 10, "workers": 2, "context": "fork"},
+               "python_path": [str(src)], "count_samples": ""}
+    with usercode.on_path([str(src)]):
+        from preflight.checks.dataloader import job_loader
+
+        made, job = job_loader.build(options)
+        built = loader_for(options, Source(None, job_loader.describe(options, made), "", "job_dataset",
+                                           job._replace(loader=made)))
+        counted = built.fresh()
+        assert counted.dataloader is made and built.workers == 2  # the job's object, not a copy
+        for _ in range(2):  # drop_last: 10 samples in batches of 4 are 8 a epoch, from persistent workers
+            assert sum(counted.count(batch)[0] for batch in counted.dataloader) == 8
