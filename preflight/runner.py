@@ -25,7 +25,9 @@ in the kernel, and SIGKILL does not end it (giampaolo/psutil#1931, lxc/lxd#3664)
 worker's group gets ``KILL_GRACE_S``; what is left then is abandoned, never waited for again (its
 processes are kept in ``ABANDONED``), the check's error names the file and mount it is stuck on
 (``host.stuck``), and the run goes on with a fresh worker: an instance costs at most its ``timeout``
-plus ``STUCK_BOUND_S``. Workers never hold the node lock (its descriptor is close-on-exec and no
+plus ``STUCK_BOUND_S``. The abandoned process is recorded beside the node lock (``host.orphans``): while
+it stays stuck, this run and later ones do not start a check that reads under its path (another worker
+would stick there too), and report the orphan at once. Workers never hold the node lock (its descriptor is close-on-exec and no
 descriptor is passed to them), so an abandoned one cannot keep it past the run. The runner itself
 never touches the filesystem under test: the walk and every stat run in the worker, and scratch
 left by a killed worker is removed by a child process waited for at most ``SCRATCH_WAIT_S``.
@@ -44,7 +46,7 @@ import tempfile
 import time
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
-from preflight.host import node_lock, stuck
+from preflight.host import node_lock, orphans, stuck
 from preflight.io import scratch, tempdir
 from preflight.host.cgroup_memory import OomWatch
 from preflight.checks import CHECKS
@@ -67,6 +69,7 @@ class Abandoned(NamedTuple):
     process: subprocess.Popen  # type: ignore[type-arg]
     pids: tuple[int, ...]  # its process group's members still there when it was abandoned
     reason: str
+    threads: tuple[stuck.Blocked, ...] = ()  # what they wait on, uninterruptible ones first
 
 
 ABANDONED: list[Abandoned] = []  # this process's workers that would not die, oldest first
@@ -236,7 +239,7 @@ class Worker:
             return []
         threads = stuck.blocked(left, "DRS", ignore=(self.log_path,)) or [
             stuck.Blocked(pid, pid, "?", "", "", "") for pid in left]
-        ABANDONED.append(Abandoned(self.process, tuple(left), threads[0].where()))
+        ABANDONED.append(Abandoned(self.process, tuple(left), threads[0].where(), tuple(threads)))
         self.close()
         return threads
 
@@ -305,12 +308,28 @@ def run(config: Config, progress: ProgressCallback = lambda instance, results: N
             wait = node_lock.Wait(0.0, "")
             results += _unmeasurable(pending, str(busy), progress)
             pending = []
+        record = node.path if node.fd is not None else ""  # where this node's orphans are remembered
+        known = orphans.live(record) if record and pending else []
         while pending:
             current = instance = resolve(pending.pop(0), done)
             progress(instance, None)
+            in_the_way = _in_the_way(instance, known)
+            if in_the_way:
+                judged = _noted(judge(instance, Outcome(error=in_the_way)), wait.note)
+                done[instance.name] = (judged, Outcome(error=in_the_way))
+                results += judged
+                current = None
+                progress(instance, judged)
+                continue
             earlier: list[list[Result]] = []
             while True:
+                abandoned = len(ABANDONED)
                 outcome, worker = _measure(worker, instance, temp_dir)
+                left = [orphans.orphan(a.threads[0], instance.name) for a in ABANDONED[abandoned:] if a.threads]
+                if left:
+                    known += left
+                    if record:
+                        orphans.remember(record, left)
                 judged = judge(instance, outcome)
                 if len(earlier) < instance.retries and near_miss(judged, instance.retry_margin):
                     earlier.append(judged)
@@ -337,6 +356,20 @@ def run(config: Config, progress: ProgressCallback = lambda instance, results: N
         node.close()
     place = {instance.name: index for index, instance in enumerate(config.instances)}
     return sorted(results, key=lambda result: place.get(result.instance, len(place)))  # stable: config order
+
+
+def _in_the_way(instance: Instance, known: list[orphans.Orphan]) -> str:
+    """Why ``instance`` is not started: a process of this run or an earlier one is still stuck in the kernel under a
+    path it reads (its ``path`` options, by name); "" when none is."""
+    paths = [os.path.abspath(instance.options[o.name]) for o in CHECKS[instance.check].OPTIONS
+             if o.kind == "path" and isinstance(instance.options.get(o.name), str) and instance.options[o.name]]
+    for orphan in known:
+        for path in paths:
+            if orphan.blocks(path) and orphan.alive():
+                return (f"not run: preflight's process {orphan.pid} (measuring `{orphan.instance}`, abandoned "
+                        f"{orphan.since}) is still stuck in uninterruptible I/O at {orphan.path}, where reading "
+                        f"{path} would stick another; {stuck.mount_of(orphan.path).advice()}")
+    return ""
 
 
 def _unmeasurable(instances: list[Instance], reason: str, progress: ProgressCallback) -> list[Result]:

@@ -21,6 +21,7 @@ import pytest
 from preflight import runner
 from preflight.host import node_lock, stuck
 from tests import fuse_hang
+from tests.fuse_hang import OPS
 from tests.helpers import run_cli, write_config
 
 pytestmark = pytest.mark.skipif(bool(fuse_hang.available()), reason=fuse_hang.available() or "FUSE is available")
@@ -45,11 +46,16 @@ def dataset(tmp_path: Path, big: bool) -> tuple[Path, Path, Path]:
 
 
 @pytest.mark.parametrize("ops, waits_on", [
-    (("getattr", "readdir", "open", "read"), "hung"),  # every request: the walk's stat of remote/hung never returns
-    (("read",), "hung/big"),  # only reads: the walk and the facts answer, seq_read's pread never returns
-], ids=["dead-mount", "dead-reads"])
+    # Every request: the walk's stat of remote/hung never returns (kubelet's lstat, kubernetes/kubernetes#101622).
+    (("getattr", "readdir", "open", "read"), "remote/hung"),
+    # Only reads: the walk and the facts answer, seq_read's pread never returns.
+    (("read",), "remote/hung/big"),
+    # Only statfs, as df and node_exporter's filesystem collector hang (prometheus/node_exporter#868,
+    # GuillaumeGomez/sysinfo#842): the walk answers, the facts' statvfs of the mount holding the bytes never returns.
+    (("statfs",), "remote"),
+], ids=["dead-mount", "dead-reads", "dead-statfs"])
 def test_a_check_stuck_on_a_mount_that_never_answers_is_abandoned_and_the_run_goes_on(tmp_path, ops, waits_on):
-    data, served, local = dataset(tmp_path, big=ops == ("read",))
+    data, served, local = dataset(tmp_path, big=ops != OPS)
     lock = tmp_path / "node.lock"
     config = write_config(tmp_path, f"""
         version: 1
@@ -57,6 +63,7 @@ def test_a_check_stuck_on_a_mount_that_never_answers_is_abandoned_and_the_run_go
           shm: {{size: {{min: 1 MiB}}}}
           storage: {{path: {data}, timeout: {TIMEOUT_S}s, duration: 1s, seq_read: {{min: 1 MB/s}},
                      free_space: {{min: 1 MiB}}}}
+          again: {{check: storage, path: {data}, timeout: {TIMEOUT_S}s, free_space: {{min: 1 MiB}}}}
           local: {{check: storage, path: {local}, free_space: {{min: 1 MiB}}}}
         """)
     json_path, junit_path = tmp_path / "report.json", tmp_path / "report.xml"
@@ -77,14 +84,21 @@ def test_a_check_stuck_on_a_mount_that_never_answers_is_abandoned_and_the_run_go
         # It never held the node lock, and the lock is free at once for the next run.
         held = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
         assert str(lock) not in held, held
-        wait = node_lock.NodeLock.open(node_lock.Settings(str(lock), 0.5)).acquire("the test's next run")
-        assert wait.holder == "", wait
+        free = node_lock.NodeLock.open(node_lock.Settings(str(lock), 0.5))
+        assert free.acquire("the test's next run").holder == ""
+        free.close()
+        # The next run on the node (a health check every few minutes) does not leave another process stuck
+        # beside it (monitoring-plugins/monitoring-plugins#1186): it names the orphan at once, without a timeout.
+        later = run_cli("run", "-c", str(config), "--json", str(tmp_path / "later.json"),
+                        env={"PREFLIGHT_LOCK": str(lock)}, timeout=120)
+        again = {r["id"]: r for r in json.loads((tmp_path / "later.json").read_text())["results"]}
+        assert Path(f"/proc/{pid}/stat").exists()
 
     assert done.returncode == 1, done.stderr[-3000:]
     assert {r["verdict"] for r in storage} == {"error"}, storage
     for row in storage:
         assert row["message"] == message
-    assert f"stuck in uninterruptible I/O at {data}/remote/{waits_on}" in message
+    assert f"stuck in uninterruptible I/O at {data}/{waits_on}" in message
     assert f"the mount at {mount_point} (fuse.gone, gone:{served}) does not answer" in message
     assert "check the FUSE daemon that serves it" in message and "a longer `timeout` will not help" in message
     assert "raise `timeout`" not in message
@@ -95,6 +109,16 @@ def test_a_check_stuck_on_a_mount_that_never_answers_is_abandoned_and_the_run_go
     # The other checks ran, before and after it, and measured for real.
     assert results["shm.size"]["verdict"] == "pass" and results["shm.size"]["value"] > 0
     assert results["local.free_space"]["verdict"] == "pass" and results["local.free_space"]["value"] > 0
+    # A later instance of this run that reads the same dataset is not started, nor are those of the next run.
+    orphan = f"not run: preflight's process {pid} (measuring `storage`, abandoned "
+    assert results["again.free_space"]["verdict"] == "error" and orphan in results["again.free_space"]["message"]
+    assert results["again.free_space"]["duration_s"] < TIMEOUT_S
+    assert later.returncode == 1, later.stderr[-3000:]
+    for key in ("storage.seq_read", "storage.free_space", "again.free_space"):
+        assert again[key]["verdict"] == "error" and orphan in again[key]["message"], again[key]
+        assert f"still stuck in uninterruptible I/O at {data}/{waits_on}" in again[key]["message"]
+        assert "a longer `timeout` will not help" in again[key]["message"]
+    assert again["local.free_space"]["verdict"] == "pass" and again["shm.size"]["verdict"] == "pass"
     # Every report was written, the stuck row an <error> in JUnit.
     cases = {(c.get("classname"), c.get("name")): c for c in ElementTree.parse(junit_path).iter("testcase")}
     assert "stuck in uninterruptible I/O" in cases["preflight.storage", "seq_read"].find("error").get("message")

@@ -113,7 +113,7 @@ def group(pgid: int, proc: str = PROC) -> list[int]:
     found = []
     for name in _listdir(proc):
         if name.isdigit():
-            fields = _stat(os.path.join(proc, name, "stat"))
+            fields = stat_fields(os.path.join(proc, name, "stat"))
             if fields and fields[0] != "Z" and fields[2] == str(pgid):
                 found.append(int(name))
     return sorted(found)
@@ -129,7 +129,7 @@ def blocked(pids: list[int], states: str = "D", ignore: tuple[str, ...] = (), pr
     for pid in pids:
         for tid_name in _listdir(os.path.join(proc, str(pid), "task")):
             task = os.path.join(proc, str(pid), "task", tid_name)
-            fields = _stat(os.path.join(task, "stat"))
+            fields = stat_fields(os.path.join(task, "stat"))
             if not fields or fields[0] not in states:
                 continue
             wchan = _read(os.path.join(task, "wchan")).strip()
@@ -235,8 +235,8 @@ def _newest_file(proc: str, pid: int, ignore: tuple[str, ...]) -> str:
     return ""
 
 
-def _stat(path: str) -> list[str]:
-    """The fields of a /proc stat file after the command name: state, ppid, pgrp, ... ([] when gone)."""
+def stat_fields(path: str) -> list[str]:
+    """The fields of a /proc stat file after the command name: state, ppid, pgrp, ... ([] when gone; proc(5))."""
     text = _read(path)
     return text[text.rfind(")") + 1:].split() if ")" in text else []
 

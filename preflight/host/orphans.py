@@ -1,0 +1,94 @@
+"""Host layer: the processes preflight runs left stuck in the kernel, remembered for the runs that follow.
+
+A worker stuck on a mount that never answers outlives the run that abandoned it (``runner``). A run
+started every few minutes (a Slurm health check, a node-problem-detector probe) would leave one more
+each time, until the process table fills with processes no signal ends (monitoring-plugins/
+monitoring-plugins#1186: "every minute another check_disk will be started which also will hang";
+prometheus/node_exporter#578: a thread and a descriptor leaked per scrape). So the abandoning run
+writes a record beside the node lock (``LOCK.stuck``, one JSON object a line, written only while the
+lock is held), and a later run reads it: a check that would read under a path an orphan is still stuck
+on is not started; it reports the orphan instead, at once.
+
+A record is live while its process still exists with the same start time (``/proc/PID/stat`` field 22,
+so a reused pid is not taken for it) and still sleeps uninterruptibly; dead ones are dropped on reading.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timezone
+from typing import NamedTuple
+
+from preflight.host import stuck
+
+SUFFIX = ".stuck"  # beside the lock file: the directory every run on the node shares
+
+
+class Orphan(NamedTuple):
+    """A process a run abandoned in the kernel, and where it is stuck."""
+
+    pid: int
+    start: str  # its start time in clock ticks since boot (/proc/PID/stat field 22): tells a reused pid apart
+    path: str  # the file it waits on ("" when none was named)
+    instance: str  # the check instance it measured
+    since: str  # when it was abandoned, UTC, ISO 8601
+
+    def alive(self, proc: str = stuck.PROC) -> bool:
+        """True while this very process still exists and sleeps uninterruptibly."""
+        fields = stuck.stat_fields(os.path.join(proc, str(self.pid), "stat"))
+        return len(fields) > 19 and fields[19] == self.start and fields[0] == "D"
+
+    def blocks(self, path: str) -> bool:
+        """True when reading ``path`` would reach what this orphan is stuck on: the stuck file lies under
+        ``path``, or ``path`` lies on the same mount (not the root filesystem). By name only."""
+        if not self.path:
+            return False
+        mount = stuck.mount_of(self.path).mount_point
+        return stuck.contains(path, self.path) or (mount != "/" and stuck.contains(mount, path))
+
+
+def start_time(pid: int, proc: str = stuck.PROC) -> str:
+    """``pid``'s start time in clock ticks since boot ("" when it is gone)."""
+    fields = stuck.stat_fields(os.path.join(proc, str(pid), "stat"))
+    return fields[19] if len(fields) > 19 else ""
+
+
+def orphan(blocked: stuck.Blocked, instance: str) -> Orphan:
+    """The record of ``blocked``'s process, abandoned now while measuring ``instance``."""
+    since = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return Orphan(blocked.pid, start_time(blocked.pid), blocked.path, instance, since)
+
+
+def live(lock_path: str) -> list[Orphan]:
+    """The orphans recorded beside ``lock_path`` that are still stuck; the file is rewritten without the others.
+
+    Call it while holding the lock. [] when there is no record, or it cannot be read.
+    """
+    records = _read(lock_path + SUFFIX)
+    alive = [o for o in records if o.alive()]
+    if len(alive) != len(records):
+        _write(lock_path + SUFFIX, alive)
+    return alive
+
+
+def remember(lock_path: str, orphans: list[Orphan]) -> None:
+    """Add ``orphans`` to the record beside ``lock_path`` (while holding the lock); skipped where it cannot be written."""
+    _write(lock_path + SUFFIX, _read(lock_path + SUFFIX) + orphans)
+
+
+def _read(path: str) -> list[Orphan]:
+    try:
+        with open(path, encoding="utf-8") as lines:
+            return [Orphan(**json.loads(line)) for line in lines if line.strip()]
+    except (OSError, ValueError, TypeError):
+        return []
+
+
+def _write(path: str, orphans: list[Orphan]) -> None:
+    try:
+        with open(path, "w", encoding="utf-8") as out:
+            out.writelines(json.dumps(o._asdict()) + "\n" for o in orphans)
+        os.chmod(path, 0o666)  # every user's runs share it, as they share the lock
+    except OSError:
+        pass
