@@ -10,6 +10,7 @@ free memory, catching a device that enumerates but cannot compute.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Mapping
 
 from preflight.host import gpu, gpu_memory, gpu_visibility, nvml
@@ -42,7 +43,8 @@ METRICS = (
            per_device=True),
     Metric("memory_free", "GiB", True, "free device memory before the smoke test (cudaMemGetInfo)", per_device=True,
            hint="another process holds GPU memory: find it with nvidia-smi"),
-    Metric("matmul_error", "", False, "max |GPU - CPU| / max |CPU| of the float32 smoke matmul, TF32 off",
+    Metric("matmul_error", "", False, "max |GPU - CPU| / max |CPU| of the float32 smoke matmul, inputs exact in "
+           "TF32, TF32 off unless an override holds it on (the method says which ran)",
            per_device=True, hint=f"the GPU computes wrong results: {_RESET}"),
     Metric("memory_allocatable", "%", True, "share of free memory allocated and written (0 when it failed)",
            per_device=True, hint="the GPU cannot hand out its free memory: check other processes and ECC errors"),
@@ -91,20 +93,22 @@ def measurements(options: Mapping[str, Any], cuda: gpu.TorchCuda, lib: Any, envi
     """Measurements through the seam: ``cuda`` (torch) and ``lib`` (pynvml or a fake); ``environ`` and ``root``
     (for ``/dev``) are where what hides GPUs from torch is looked for."""
     view = cuda.view()
+    environ = os.environ if environ is None else environ
     if view.hip_runtime is not None:
         rocm = f"ROCm build of torch (HIP {view.hip_runtime}): NVIDIA-only NVML reading; use amd-smi on AMD GPUs"
-        return _measure(options, cuda, view, nvml.Session(None, rocm), rocm, "")
+        return _measure(options, cuda, view, nvml.Session(None, rocm), rocm, "", environ)
     session = nvml.open_session(lib)
     try:
-        return _measure(options, cuda, view, session, "", gpu_visibility.found(environ, root))
+        return _measure(options, cuda, view, session, "", gpu_visibility.found(environ, root), environ)
     finally:
         nvml.close(session)
 
 
 def _measure(options: Mapping[str, Any], cuda: gpu.TorchCuda, view: gpu.TorchView, session: nvml.Session,
-             rocm: str, visibility: str) -> list[Measurement]:
+             rocm: str, visibility: str, environ: Mapping[str, str]) -> list[Measurement]:
     method = f"torch {view.torch_version}, CUDA runtime {view.cuda_runtime or view.hip_runtime or 'none'}"
     nvml_devices = nvml.handles_by_bus(session)
+    located = nvml.locate(nvml_devices, view.devices, environ)
     results = [Measurement("device_count", float(len(view.devices)), "", method=method,
                            reason=_count_reason(view, nvml_devices, visibility))]
     if view.cuda_runtime is not None:
@@ -125,30 +129,31 @@ def _measure(options: Mapping[str, Any], cuda: gpu.TorchCuda, view: gpu.TorchVie
                     _runtime_supported(view, system)]
     if not view.devices:
         return results + [unmeasurable(m.name, view.reason, m.unit) for m in METRICS if m.per_device]
-    for device in view.devices:
+    for device, found in zip(view.devices, located):
         where = f"cuda:{device.index}"
         results += [
             Measurement("name", device.name, "text", device=where, method=method),
             Measurement("compute_capability", device.compute_capability, "version", device=where, method=method),
             Measurement("memory_total", to_unit(device.memory_total_bytes, "GiB"), "GiB", device=where, method=method),
-            *_smoke(cuda, device.index, options, where),
+            *_smoke(cuda, device, options, where, environ),
         ]
         if rocm:
             results += [not_applicable(name, rocm, _unit(name), where) for name in NVML_DEVICE_METRICS]
-        elif device.bus_id in nvml_devices.handles:
-            results += nvml.health(session.lib, nvml_devices.handles[device.bus_id], where)
+        elif found.handle is not None:
+            results += nvml.health(session.lib, found.handle, where, f"NVML, GPU matched by {found.key}")
         else:
-            reason = nvml_devices.missing(device.bus_id)
-            results += [unmeasurable(name, reason, _unit(name), where) for name in NVML_DEVICE_METRICS]
+            results += [unmeasurable(name, found.reason, _unit(name), where) for name in NVML_DEVICE_METRICS]
     return results
 
 
-def _smoke(cuda: gpu.TorchCuda, index: int, options: Mapping[str, Any], where: str) -> list[Measurement]:
+def _smoke(cuda: gpu.TorchCuda, device: gpu.Device, options: Mapping[str, Any], where: str,
+           environ: Mapping[str, str]) -> list[Measurement]:
     size, share = int(options["matmul_size"]), float(options["allocate"]) / 100
+    index = device.index
     try:
-        error = cuda.matmul_error(index, size)
-        matmul = Measurement("matmul_error", error, "", device=where,
-                             method=f"{size}x{size} float32 matmul, GPU vs CPU, TF32 off")
+        smoke = cuda.matmul_error(index, size)
+        matmul = Measurement("matmul_error", smoke.error, "", device=where,
+                             method=f"{size}x{size} float32 matmul, GPU vs CPU, {_precision(smoke, device, environ)}")
     except gpu_memory.HostMemoryError as failure:
         matmul = unmeasurable("matmul_error", f"host memory ran out for the CPU reference of {with_article(f'{size}x{size}')} "
                                               f"matmul ({_first_line(failure)}): a host limit, not a GPU fault; lower "
@@ -165,6 +170,18 @@ def _smoke(cuda: gpu.TorchCuda, index: int, options: Mapping[str, Any], where: s
         reason = f"allocating {share:.0%} of free memory failed ({_first_line(failure)})"
         return [matmul, unmeasurable("memory_free", reason, "GiB", where),
                 Measurement("memory_allocatable", 0.0, "%", device=where, reason=reason)]
+
+
+def _precision(smoke: gpu.SmokeMatmul, device: gpu.Device, environ: Mapping[str, str]) -> str:
+    """The precision the smoke matmul really ran in, for its method, and what forced it (``gpu.matmul_error``)."""
+    exact = "inputs exact in TF32, so the error is float32 accumulation's either way"
+    if not smoke.tf32:
+        return f"TF32 off, {exact}"
+    cause = ("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 overrides allow_tf32=False in this torch"
+             if gpu.tf32_override(environ) else "allow_tf32 reads True after being set False")
+    if _version(device.compute_capability) < (8,):
+        return f"TF32 requested ({cause}), but compute capability {device.compute_capability} has no TF32: float32 ran"
+    return f"TF32 on ({cause}), {exact}"
 
 
 def _count_reason(view: gpu.TorchView, devices: nvml.Devices, visibility: str) -> str:

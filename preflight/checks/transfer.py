@@ -16,6 +16,7 @@ reused for later checks does not keep it locked.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Mapping
 
 from preflight.host import gpu, gpu_memory, hostmem, nvml
@@ -66,8 +67,9 @@ def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
 
 
 def measurements(options: Mapping[str, Any], budget: Budget, cuda: gpu.TorchCuda, lib: Any,
-                 root: str = "/") -> list[Measurement]:
-    """Measurements through the seam (``cuda``: torch, ``lib``: pynvml or a fake, ``root``: sysfs)."""
+                 root: str = "/", environ: Mapping[str, str] | None = None) -> list[Measurement]:
+    """Measurements through the seam (``cuda``: torch, ``lib``: pynvml or a fake, ``root``: sysfs, ``environ``:
+    where CUDA's numbering is read when torch gives no PCI id or UUID to match NVML's GPUs by)."""
     view = cuda.view()
     if not view.devices:
         return [unmeasurable(metric.name, view.reason, metric.unit) for metric in METRICS]
@@ -76,12 +78,13 @@ def measurements(options: Mapping[str, Any], budget: Budget, cuda: gpu.TorchCuda
         else nvml.open_session(lib)
     try:
         devices = nvml.handles_by_bus(session)
+        located = nvml.locate(devices, view.devices, os.environ if environ is None else environ)
         pinned_size = int(options["pinned_size"])
         pinned = _pin(cuda, pinned_size)
         results: list[Measurement] = []
         try:
-            for device in view.devices:
-                results += _device(cuda, device, int(options["size"]), budget, (session.lib, devices, rocm), root)
+            for device, found in zip(view.devices, located):
+                results += _device(cuda, device, int(options["size"]), budget, (session.lib, found, rocm), root)
         finally:
             released = _release(cuda)
         return [_pinned_alloc(pinned_size, pinned, released, root), *results]
@@ -100,8 +103,8 @@ def _device(cuda: gpu.TorchCuda, device: gpu.Device, size: int, budget: Budget, 
         results.append(Measurement("pinned_speedup", pinned / pageable, "", device=where, method="h2d medians"))
     else:
         results.append(unmeasurable("pinned_speedup", "needs both h2d_pinned and h2d_pageable", "", where))
-    results += _link(device, pinned, link, where)
-    return results + _numa(device, where, root)
+    results += _link(pinned, link, where)
+    return results + _numa(device.bus_id or link[1].bus_id, where, root)
 
 
 def _copy(cuda: gpu.TorchCuda, index: int, metric: str, size: int, budget_s: float, where: str,
@@ -126,14 +129,14 @@ def _copy(cuda: gpu.TorchCuda, index: int, metric: str, size: int, budget_s: flo
                        stopped=samples.stopped)
 
 
-def _link(device: gpu.Device, pinned: Any, link: tuple[Any, ...], where: str) -> list[Measurement]:
-    lib, devices, rocm = link
+def _link(pinned: Any, link: tuple[Any, ...], where: str) -> list[Measurement]:
+    lib, found, rocm = link
     if rocm:
-        return [not_applicable(name, devices.reason, unit, where) for name, unit in (("link_rate", "GB/s"),
-                                                                                     ("h2d_link_efficiency", "%"))]
-    handle = devices.handles.get(device.bus_id)
+        return [not_applicable(name, found.reason, unit, where) for name, unit in (("link_rate", "GB/s"),
+                                                                                   ("h2d_link_efficiency", "%"))]
+    handle = found.handle
     if handle is None:
-        return _no_link(devices.missing(device.bus_id), where)
+        return _no_link(found.reason, where)
     try:
         generation, width = nvml.max_link(lib, handle)
         now_generation, now_width = nvml.current_link(lib, handle)  # read right after the copies, under load
@@ -143,7 +146,8 @@ def _link(device: gpu.Device, pinned: Any, link: tuple[Any, ...], where: str) ->
     if generation not in LANE_GBPS:
         return _no_link(f"NVML reports PCIe generation {generation}, which preflight has no rate for", where)
     rate = LANE_GBPS[generation] * width
-    method = f"max Gen{generation} x{width}; Gen{now_generation} x{now_width} after the copies"
+    method = (f"max Gen{generation} x{width}; Gen{now_generation} x{now_width} after the copies; NVML GPU matched by "
+              f"{found.key}")
     results = [Measurement("link_rate", rate, "GB/s", device=where, method=method)]
     if isinstance(pinned, float):
         results.append(Measurement("h2d_link_efficiency", 100 * pinned / rate, "%", device=where, method=method))
@@ -156,11 +160,12 @@ def _no_link(reason: str, where: str) -> list[Measurement]:
     return [unmeasurable("link_rate", reason, "GB/s", where), unmeasurable("h2d_link_efficiency", reason, "%", where)]
 
 
-def _numa(device: gpu.Device, where: str, root: str) -> list[Measurement]:
-    node = hostmem.numa_node_of_pci(device.bus_id, root) if device.bus_id else None
+def _numa(bus_id: str, where: str, root: str) -> list[Measurement]:
+    """The GPU's NUMA node from sysfs at ``bus_id`` (torch's, else the NVML GPU matched to it; "" when neither)."""
+    node = hostmem.numa_node_of_pci(bus_id, root) if bus_id else None
     process = hostmem.process_numa_nodes(root=root)
     if node is None:
-        reason = f"sysfs has no NUMA node for PCI {device.bus_id or '(unknown)'}"
+        reason = f"sysfs has no NUMA node for PCI {bus_id or '(unknown)'}"
         return [unmeasurable("numa_node", reason, "", where), unmeasurable("numa_local", reason, "", where)]
     nodes = ",".join(map(str, process)) or "unknown"
     method = f"process CPUs on NUMA nodes {nodes}"

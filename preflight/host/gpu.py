@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-import inspect
+import os
+import uuid
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
@@ -23,7 +24,15 @@ class Device(NamedTuple):
     name: str
     compute_capability: str  # "9.0"
     memory_total_bytes: int
-    bus_id: str  # "0000:3b:00.0", as sysfs writes it; "" when torch does not say
+    bus_id: str  # "0000:3b:00.0", as sysfs writes it; "" when torch does not say (its PCI ids came after 2.4)
+    uuid: str = ""  # "ffc79498-8ff3-c2dc-3b0d-fafd804516ae" (torch 2.4+, pytorch#125083); "" when torch does not say
+
+
+class SmokeMatmul(NamedTuple):
+    """What the smoke matmul found, and the precision the GPU really ran it in."""
+
+    error: float  # max |GPU - CPU| / max |CPU|
+    tf32: bool  # TF32 stayed on although allow_tf32 was set False (TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1, older torch)
 
 
 class TorchView(NamedTuple):
@@ -98,13 +107,19 @@ class TorchCuda:
     def _device(self, index: int) -> Device:  # pragma: no mutate block (gpu-only)
         import torch
 
-        props = torch.cuda.get_device_properties(index)
-        ids = [getattr(props, f"pci_{part}_id", None) for part in ("domain", "bus", "device")]
-        bus_id = f"{ids[0]:04x}:{ids[1]:02x}:{ids[2]:02x}.0" if all(isinstance(i, int) for i in ids) else ""
-        return Device(index, props.name, f"{props.major}.{props.minor}", int(props.total_memory), bus_id)
+        return device_of(index, torch.cuda.get_device_properties(index))
 
-    def matmul_error(self, index: int, size: int) -> float:  # pragma: no mutate block (gpu-only)
-        """Max |GPU - CPU| / max |CPU| of a ``size`` x ``size`` float32 matmul (TF32 off).
+    def matmul_error(self, index: int, size: int) -> SmokeMatmul:
+        """Max |GPU - CPU| / max |CPU| of a ``size`` x ``size`` float32 matmul, and whether TF32 ran it.
+
+        allow_tf32 is set False for the matmul, but ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1`` (pytorch#77114;
+        NGC containers set it) overrides that in older torch: up to 2.3 ``Context::allowTF32CuBLAS`` ORs
+        the variable into every answer, so cuBLAS still runs TF32 and the flag reads back True; torch 2.13
+        only takes it as the starting value (ATen Context.h), so setting False holds. The flag is read back
+        after setting it, so the answer says which precision really ran. Either way the inputs are exact in
+        TF32 (the low 13 of float32's 23 mantissa bits zero): TF32 tensor cores then multiply them exactly
+        and accumulate in float32, so the error measures the GPU's arithmetic (~1e-6 on a healthy GPU)
+        whichever precision the override leaves on, never the rounding of inputs (~3e-4).
 
         Raises:
             HostMemoryError: the host could not hold the CPU reference (three ``size`` x ``size`` matrices).
@@ -115,34 +130,32 @@ class TorchCuda:
         generator = torch.Generator().manual_seed(index)
 
         def reference() -> tuple[Any, Any, Any]:
-            a, b = (torch.randn(size, size, generator=generator) for _ in range(2))
+            a, b = (tf32_exact(torch.randn(size, size, generator=generator)) for _ in range(2))
             return a, b, a @ b
 
         a, b, expected = allocating("pageable", reference)
         allow_tf32 = torch.backends.cuda.matmul.allow_tf32
         torch.backends.cuda.matmul.allow_tf32 = False
         try:
-            device = torch.device("cuda", index)
-            got = (a.to(device) @ b.to(device)).cpu()
+            tf32 = bool(torch.backends.cuda.matmul.allow_tf32)  # True only where an override holds it on
+            got = _device_matmul(a, b, index)
         finally:
             torch.backends.cuda.matmul.allow_tf32 = allow_tf32
-        return relative_error(got, expected)
+        return SmokeMatmul(relative_error(got, expected), tf32)
 
-    def bf16_native(self, index: int) -> bool:  # pragma: no mutate block (gpu-only)
-        """Whether GPU ``index`` has bf16 in hardware (compute capability 8.0+; every ROCm GPU torch runs).
+    def bf16_native(self, index: int) -> bool:
+        """Whether GPU ``index`` has bf16 in hardware: compute capability 8.0+ (Ampere), or any ROCm GPU torch runs.
 
-        torch 2.13's ``torch.cuda.is_bf16_supported`` counts emulation unless told not to: its default,
-        ``including_emulation=True``, answers True on compute capability 7.x (V100, T4), where a bf16
-        tensor can be created but bf16 math is emulated. torch before 2.3 has no such parameter and
-        answers for the hardware alone.
+        Read from the compute capability, not ``torch.cuda.is_bf16_supported``: that counts emulation
+        in torch 2.3.x (with no parameter to refuse it, it falls back to creating a bf16 tensor, which
+        works on compute capability 7.x: V100, T4) and in torch 2.13 by default
+        (``including_emulation=True``); only torch 2.2's answer was the hardware's.
         """
         import torch
 
-        supported = torch.cuda.is_bf16_supported
-        native = {"including_emulation": False} if "including_emulation" in inspect.signature(supported).parameters \
-            else {}
-        with torch.cuda.device(index):
-            return bool(supported(**native))
+        if getattr(torch.version, "hip", None):
+            return True
+        return int(torch.cuda.get_device_properties(index).major) >= 8
 
     def allocate_share(self, index: int, share: float) -> tuple[int, int]:  # pragma: no mutate block (gpu-only)
         """Allocate and write ``share`` (0..1) of the free memory; return (bytes, free bytes).
@@ -248,6 +261,46 @@ class TorchCuda:
         dst = allocating("device", lambda: torch.empty(size, dtype=torch.uint8, device=torch.device("cuda", target)))
         stream = torch.cuda.Stream(device=torch.device("cuda", source))
         return _event_timer(stream, lambda: dst.copy_(src, non_blocking=True), size, copies)
+
+
+def device_of(index: int, props: Any) -> Device:
+    """The ``Device`` torch's properties of GPU ``index`` describe, with whatever ids this torch binds.
+
+    ``pci_domain_id``/``pci_bus_id``/``pci_device_id`` exist only in recent torch (bound for
+    torch.numa's binding; torch 2.2-2.4 have none) and ``uuid`` since torch 2.4 (pytorch#125083, a
+    ``_CUuuid`` whose ``bytes`` are cudaDeviceProp.uuid; its repr lacks NVML's ``GPU-`` prefix). A
+    torch without them gives "", and the NVML side matches the GPU another way (``nvml.locate``).
+    """
+    ids = [getattr(props, f"pci_{part}_id", None) for part in ("domain", "bus", "device")]
+    bus_id = f"{ids[0]:04x}:{ids[1]:02x}:{ids[2]:02x}.0" if all(isinstance(i, int) for i in ids) else ""
+    raw = getattr(getattr(props, "uuid", None), "bytes", None)
+    text = str(uuid.UUID(bytes=raw)) if isinstance(raw, bytes) and len(raw) == 16 else ""
+    return Device(index, props.name, f"{props.major}.{props.minor}", int(props.total_memory), bus_id, text)
+
+
+def tf32_exact(tensor: Any) -> Any:
+    """``tensor`` (float32) with the 13 low mantissa bits cleared, in place: every value exact in TF32.
+
+    TF32 keeps float32's 8 exponent bits and 10 of its 23 mantissa bits (NVIDIA A100 whitepaper), so
+    a tensor-core product of two such values is exact and only the float32 accumulation rounds.
+    """
+    import torch
+
+    tensor.view(dtype=torch.int32).bitwise_and_(-(1 << 13))
+    return tensor
+
+
+def tf32_override(environ: Any = None) -> bool:
+    """Whether ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE`` asks for TF32: c10's check_env takes only "1" as true."""
+    return (os.environ if environ is None else environ).get("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE") == "1"
+
+
+def _device_matmul(a: Any, b: Any, index: int) -> Any:  # pragma: no mutate block (gpu-only)
+    """``a @ b`` computed on GPU ``index``, back on the host."""
+    import torch
+
+    device = torch.device("cuda", index)
+    return (a.to(device) @ b.to(device)).cpu()
 
 
 def unopened_reason(count: int, index: int, error: BaseException) -> str:

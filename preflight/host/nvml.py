@@ -12,13 +12,14 @@ diagnostics check before a job (ECC, retired pages / row remapping, PCIe link, c
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from preflight.measurement import Measurement, not_applicable, unmeasurable
 
 CALLS = (
     "nvmlInit", "nvmlShutdown", "nvmlSystemGetDriverVersion", "nvmlSystemGetCudaDriverVersion",
-    "nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetPciInfo", "nvmlDeviceGetMigMode",
+    "nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetPciInfo", "nvmlDeviceGetUUID",
+    "nvmlDeviceGetMigMode",
     "nvmlDeviceGetPersistenceMode", "nvmlDeviceGetEccMode", "nvmlDeviceGetTotalEccErrors",
     "nvmlDeviceGetRetiredPages", "nvmlDeviceGetRetiredPagesPendingStatus", "nvmlDeviceGetRemappedRows",
     "nvmlDeviceGetCurrPcieLinkGeneration", "nvmlDeviceGetMaxPcieLinkGeneration",
@@ -119,12 +120,17 @@ class Devices(NamedTuple):
     hidden: tuple[int, ...]  # NVML indices this process may not open (NO_PERMISSION): GPUs of other jobs
     unreadable: tuple[str, ...]  # one line per other GPU NVML could not open or place (GPU lost), with the fix
     reason: str  # why NVML lists nothing (not initialised, no count), "" when it counted
+    uuids: dict[str, str] = {}  # normalised UUID (``normalise_uuid``) -> PCI bus id, for each GPU NVML gave one
 
     def missing(self, bus_id: str) -> str:
         """Why NVML has no handle for the GPU torch sees at ``bus_id``: names the GPUs NVML could not read."""
+        return self.lacking(f"at PCI {bus_id or '(unknown: torch gave no PCI id)'}")
+
+    def lacking(self, what: str) -> str:
+        """Why NVML has no GPU ``what`` ("at PCI 0000:3b:00.0", "with UUID GPU-..."), naming those it could not read."""
         if self.reason:
             return self.reason
-        lines = [f"NVML lists no GPU at PCI {bus_id or '(unknown: torch gave no PCI id)'}"]
+        lines = [f"NVML lists no GPU {what}"]
         lines += [f"it could not read {line}" for line in self.unreadable]
         if self.hidden:
             lines.append(f"it may not open NVML {_indices(self.hidden)} (no permission): run with access to their "
@@ -133,14 +139,14 @@ class Devices(NamedTuple):
 
 
 def handles_by_bus(session: Session) -> Devices:
-    """Every GPU NVML lists, resolved index by index (``nvmlDeviceGetHandleByIndex``, then its PCI bus id).
+    """Every GPU NVML lists, resolved index by index (``nvmlDeviceGetHandleByIndex``, then its PCI bus id and UUID).
 
     ``nvmlDeviceGetCount`` counts GPUs this process may not open: under a cgroup device
     restriction (Slurm with GRES, a container given some of a node's GPUs) their handles
     answer NO_PERMISSION. Those are another job's GPUs and not this one's problem, so they
     are only counted (``hidden``). Any other error (GPU_IS_LOST: the GPU fell off the bus) is
     kept with its fix (``unreadable``), for the GPU torch sees that NVML then cannot read.
-    NVML API reference, nvmlDeviceGetCount_v2 and nvmlDeviceGetHandleByIndex_v2.
+    NVML API reference, nvmlDeviceGetCount_v2, nvmlDeviceGetHandleByIndex_v2, nvmlDeviceGetUUID.
     """
     lib = session.lib
     if lib is None:
@@ -150,18 +156,112 @@ def handles_by_bus(session: Session) -> Devices:
     except lib.NVMLError as error:
         return Devices({}, None, (), (), f"NVML could not count devices ({describe(lib, error)})")
     handles: dict[str, Any] = {}
+    uuids: dict[str, str] = {}
     hidden: list[int] = []
     unreadable: list[str] = []
     for index in range(count):
         try:
             handle = lib.nvmlDeviceGetHandleByIndex(index)
-            handles[normalise_bus_id(_text(lib.nvmlDeviceGetPciInfo(handle).busId))] = handle
+            bus_id = normalise_bus_id(_text(lib.nvmlDeviceGetPciInfo(handle).busId))
+            handles[bus_id] = handle
         except lib.NVMLError as error:
             if getattr(error, "value", None) == lib.NVML_ERROR_NO_PERMISSION:
                 hidden.append(index)
             else:
                 unreadable.append(f"NVML GPU {index}: {describe(lib, error)}")
-    return Devices(handles, count, tuple(hidden), tuple(unreadable), "")
+            continue
+        try:
+            uuids[normalise_uuid(_text(lib.nvmlDeviceGetUUID(handle)))] = bus_id
+        except lib.NVMLError:
+            pass  # the UUID is one key among others; the bus id places the GPU still
+    return Devices(handles, count, tuple(hidden), tuple(unreadable), "", uuids)
+
+
+class Located(NamedTuple):
+    """The NVML GPU that is one of torch's, and how it was found."""
+
+    handle: Any  # the NVML handle, None when none was found
+    bus_id: str  # its PCI bus id (``0000:3b:00.0``), "" when none was found
+    key: str  # what matched it, for the rows' method: "PCI bus id ...", "UUID GPU-...", "CUDA's numbering ..."
+    reason: str  # why none was found, "" when one was
+
+
+def locate(devices: Devices, cuda_devices: Sequence[Any], environ: Mapping[str, str]) -> list[Located]:
+    """The NVML GPU of each of torch's ``cuda_devices`` (``gpu.Device``), by the surest key this torch gives.
+
+    1. The PCI bus id torch reports (recent torch binds cudaDeviceProp's pci ids).
+    2. Else its UUID (torch 2.4+) against ``nvmlDeviceGetUUID``: the same 16 bytes, NVML's text with a
+       ``GPU-`` prefix, torch's without.
+    3. Else (torch 2.2, 2.3) the order CUDA numbers GPUs in, where NVML can know it (``cuda_order``).
+    """
+    order: tuple[list[str], str, str] | None = None
+    located = []
+    for device in cuda_devices:
+        if devices.reason:
+            located.append(Located(None, "", "", devices.reason))
+        elif device.bus_id:
+            handle = devices.handles.get(device.bus_id)
+            located.append(Located(handle, device.bus_id if handle is not None else "", f"PCI bus id {device.bus_id}",
+                                   "" if handle is not None else devices.missing(device.bus_id)))
+        elif device.uuid:
+            bus_id = devices.uuids.get(normalise_uuid(device.uuid), "")
+            located.append(Located(devices.handles.get(bus_id), bus_id, f"UUID GPU-{device.uuid}",
+                                   "" if bus_id else devices.lacking(f"with UUID GPU-{device.uuid}")))
+        else:
+            order = order or cuda_order(devices, len(cuda_devices), environ)
+            buses, setting, reason = order
+            if reason:
+                located.append(Located(None, "", "", reason))
+            else:
+                bus_id = buses[device.index]
+                located.append(Located(devices.handles[bus_id], bus_id, f"CUDA's numbering ({setting}): "
+                                       f"cuda:{device.index} is PCI {bus_id}", ""))
+    return located
+
+
+def cuda_order(devices: Devices, seen: int, environ: Mapping[str, str]) -> tuple[list[str], str, str]:
+    """The PCI bus ids of the GPUs CUDA numbers 0, 1, ... here, the settings read, and why not ("" when known).
+
+    CUDA C Programming Guide, "CUDA Environment Variables": ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` numbers the
+    GPUs by PCI bus id, ascending, as NVML's bus ids sort; the default, FASTEST_FIRST, by a speed
+    heuristic NVML does not share, so a position means nothing there unless one GPU is all there is.
+    ``CUDA_VISIBLE_DEVICES`` then picks GPUs by that position or by UUID (a unique prefix will do) and
+    numbers them in its own order; CUDA stops at the first entry it cannot use (a bad index, a MIG
+    instance, a repeat). The GPUs CUDA can number are those this process may open: NVML's, less the
+    hidden ones. Any unreadable GPU makes the numbering unknown, as does a count torch does not share.
+    """
+    by_pci = environ.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID"
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    shown = "(unset)" if visible is None else visible or "''"  # empty: every GPU hidden
+    order = environ.get("CUDA_DEVICE_ORDER", "(unset: FASTEST_FIRST)")
+    setting = f"CUDA_DEVICE_ORDER={order}, CUDA_VISIBLE_DEVICES={shown}"
+    if devices.unreadable:
+        return [], setting, devices.lacking("that is certainly CUDA's: torch gives neither PCI ids nor a UUID, so "
+                                            "only CUDA's numbering could match them")
+    candidates = sorted(devices.handles)
+    picked, by_position = (list(candidates), True) if visible is None else ([], False)
+    for entry in [] if visible is None else [part.strip() for part in visible.split(",")]:
+        if entry.isdigit():
+            by_position = True
+            bus_id = candidates[int(entry)] if int(entry) < len(candidates) else ""
+        elif entry.lower().startswith("gpu-"):
+            matches = [bus for uuid, bus in devices.uuids.items() if uuid.startswith(normalise_uuid(entry))]
+            bus_id = matches[0] if len(matches) == 1 else ""
+        else:
+            bus_id = ""
+        if not bus_id or bus_id in picked:
+            break
+        picked.append(bus_id)
+    if by_position and not by_pci and len(candidates) > 1:
+        return [], setting, (f"torch gives neither PCI ids nor a UUID for its GPUs (torch 2.4 added the UUID), and "
+                             f"with {setting} CUDA numbers the {len(candidates)} GPUs fastest first, an order NVML "
+                             f"does not know: set CUDA_DEVICE_ORDER=PCI_BUS_ID in the job's environment, or use "
+                             f"torch 2.4 or newer")
+    if len(picked) != seen:
+        return [], setting, (f"torch gives neither PCI ids nor a UUID for its GPUs, and {setting} pick "
+                             f"{len(picked)} of NVML's {len(candidates)} GPUs while torch sees {seen}, so which is "
+                             f"which is unknown: use torch 2.4 or newer")
+    return picked, setting, ""
 
 
 def _indices(indices: tuple[int, ...]) -> str:
@@ -172,6 +272,13 @@ def normalise_bus_id(bus_id: str) -> str:
     """``00000000:3B:00.0`` (NVML) or ``0000:3b:00.0`` (sysfs) -> ``0000:3b:00.0``."""
     domain, rest = bus_id.strip().lower().split(":", 1)
     return f"{int(domain, 16):04x}:{rest}"
+
+
+def normalise_uuid(uuid: str) -> str:
+    """``GPU-FFC79498-8ff3-...`` (NVML, nvidia-smi -L, CUDA_VISIBLE_DEVICES) or ``ffc79498-8ff3-...`` (torch)
+    -> ``ffc79498-8ff3-...``."""
+    text = uuid.strip().lower()
+    return text[4:] if text.startswith("gpu-") else text
 
 
 def describe(lib: Any, error: Exception) -> str:
@@ -197,8 +304,9 @@ def unanswered(lib: Any, error: Exception, metric: str, unit: str, device: str |
     return unmeasurable(metric, describe(lib, error), unit, device)
 
 
-def health(lib: Any, handle: Any, device: str) -> list[Measurement]:
-    """The NVML health readings of one device, one measurement per metric of ``cuda``.
+def health(lib: Any, handle: Any, device: str, method: str = "NVML") -> list[Measurement]:
+    """The NVML health readings of one device, one measurement per metric of ``cuda``, each with ``method``
+    (which says how the NVML GPU was matched to torch's, ``locate``).
 
     A reading NVML cannot give is ``unanswered``: NOT_SUPPORTED is judged skip, any other NVML
     error (GPU lost, no permission) fails with the fix. A current PCIe generation or width below
@@ -212,7 +320,7 @@ def health(lib: Any, handle: Any, device: str) -> list[Measurement]:
             value, reason = query()
         except lib.NVMLError as error:
             return unanswered(lib, error, metric, unit, device)
-        return Measurement(metric, value, unit, device=device, method="NVML", reason=reason)
+        return Measurement(metric, value, unit, device=device, method=method, reason=reason)
 
     def mode(get: Callable[[Any], Any]) -> tuple[str, str]:
         current, pending = get(handle)

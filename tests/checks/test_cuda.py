@@ -10,7 +10,7 @@ import pytest
 from preflight.host import gpu, nvml
 from preflight.checks import cuda
 from preflight.host.gpu_memory import HostMemoryError
-from tests.fakes.gpu import FakeCuda, FakeGpu, FakeNvml, h200
+from tests.fakes.gpu import H200_BUS, TORCH_RELEASES, FakeCuda, FakeGpu, FakeNvml, h200, node
 from tests.fakes.libnvml import installed
 from tests.helpers import judged, keyed
 
@@ -422,3 +422,108 @@ def test_ecc_on_with_error_counts_nvml_will_not_give_fails_instead_of_skipping(t
         "this GPU has had any is unknown: read it with nvidia-smi -q -d ECC (an older driver or nvidia-ml-py may not "
         "read it); required <= 0")
     assert results["cuda.ecc_mode[cuda:0]"].verdict == "pass"
+
+
+# Issue 34, defect 1: torch 2.2/2.3 give neither PCI ids nor a UUID; torch 2.4 gives the UUID; 2.13 both.
+A100S = [("0000:86:00.0", "GPU-0b6e3a52-1111-4e1c-9f3a-7d2c5b8e9a01"), ("0000:3b:00.0", "GPU-9c4d2f10-2222-4b7a-8e65-"
+         "1f0a3c9d7b02"), ("0000:af:00.0", "GPU-2a7f9e33-3333-4d08-b1c4-6e5d8f2a0c03"),
+         ("0000:5e:00.0", "GPU-e81c0d47-4444-4f29-a3b6-0c7e1d4f9b04")]  # NVML's index order, not PCI order
+HEALTH_GATE = """
+ecc_uncorrectable_volatile: {max: 0}
+retired_pages_pending: {max: 0}
+remapped_rows_pending: {max: 0}
+remapped_rows_failed: {max: 0}
+matmul_error: {max: 1e-3}
+"""
+HEALTH_ROWS = ("ecc_uncorrectable_volatile", "retired_pages_pending", "remapped_rows_pending", "remapped_rows_failed")
+KEY = {"2.2.2": "CUDA's numbering (CUDA_DEVICE_ORDER=(unset: FASTEST_FIRST), CUDA_VISIBLE_DEVICES=(unset)): cuda:0 "
+                "is PCI 0000:3b:00.0",
+       "2.3.1": "CUDA's numbering (CUDA_DEVICE_ORDER=(unset: FASTEST_FIRST), CUDA_VISIBLE_DEVICES=(unset)): cuda:0 "
+                "is PCI 0000:3b:00.0",
+       "2.4.1": "UUID GPU-9c4d2f10-2222-4b7a-8e65-1f0a3c9d7b02", "2.13.0": "PCI bus id 0000:3b:00.0"}
+
+
+@pytest.mark.parametrize("release", TORCH_RELEASES)
+def test_a_healthy_a100_passes_its_health_rows_on_every_torch_release_and_says_how_it_was_matched(
+        monkeypatch, tmp_path, release):
+    job, gpus = node(release, A100S[1:2], monkeypatch)
+    measured = run_over_the_real_pynvml(monkeypatch, tmp_path, job, gpus, {})
+    results = judged(tmp_path, "cuda", HEALTH_GATE, measured)
+    assert {results[f"cuda.{m}[cuda:0]"].verdict for m in (*HEALTH_ROWS, "matmul_error")} == {"pass"}
+    assert keyed(measured)["ecc_uncorrectable_volatile[cuda:0]"].method == f"NVML, GPU matched by {KEY[release]}"
+
+
+@pytest.mark.parametrize("release", ["2.2.2", "2.3.1"])
+def test_without_ids_the_pci_bus_order_and_the_visible_list_place_each_gpu(monkeypatch, tmp_path, release):
+    # CUDA_VISIBLE_DEVICES=3,0 under PCI_BUS_ID order (3b, 5e, 86, af): cuda:0 is the fourth GPU by bus id (af),
+    # cuda:1 the first (3b); NVML lists them as 86, 3b, af, 5e
+    environ = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "3,0"}
+    job, gpus = node(release, A100S, monkeypatch, torch_order=[2, 1], environ=environ,
+                     **{"0000:af:00.0": {"ecc_volatile": 3}})
+    measured = keyed(run_over_the_real_pynvml(monkeypatch, tmp_path, job, gpus, environ))
+    assert (measured["ecc_uncorrectable_volatile[cuda:0]"].value,
+            measured["ecc_uncorrectable_volatile[cuda:1]"].value) == (3.0, 0.0)
+    assert measured["ecc_uncorrectable_volatile[cuda:0]"].method == (
+        "NVML, GPU matched by CUDA's numbering (CUDA_DEVICE_ORDER=PCI_BUS_ID, CUDA_VISIBLE_DEVICES=3,0): cuda:0 is "
+        "PCI 0000:af:00.0")
+
+
+def test_a_visible_list_of_uuid_prefixes_places_gpus_in_any_device_order(monkeypatch, tmp_path):
+    environ = {"CUDA_VISIBLE_DEVICES": "GPU-e81c0d47, GPU-0b6e"}  # unique prefixes, as CUDA accepts them
+    job, gpus = node("2.2.2", A100S, monkeypatch, torch_order=[3, 0], environ=environ,
+                     **{"0000:5e:00.0": {"remapped": (0, 0, 1, 0)}})
+    measured = keyed(run_over_the_real_pynvml(monkeypatch, tmp_path, job, gpus, environ))
+    assert (measured["remapped_rows_pending[cuda:0]"].value, measured["remapped_rows_pending[cuda:1]"].value) == (1, 0)
+    assert measured["remapped_rows_pending[cuda:1]"].method.endswith("cuda:1 is PCI 0000:86:00.0")
+
+
+def test_torch_2_4_finds_each_gpu_by_uuid_whatever_order_cuda_numbers_them_in(monkeypatch, tmp_path):
+    job, gpus = node("2.4.1", A100S, monkeypatch, torch_order=[3, 2, 1, 0], **{"0000:3b:00.0": {"ecc_volatile": 1}})
+    measured = keyed(run_over_the_real_pynvml(monkeypatch, tmp_path, job, gpus, {}))
+    assert [measured[f"ecc_uncorrectable_volatile[cuda:{i}]"].value for i in range(4)] == [0.0, 0.0, 1.0, 0.0]
+    assert measured["ecc_uncorrectable_volatile[cuda:2]"].method == (
+        "NVML, GPU matched by UUID GPU-9c4d2f10-2222-4b7a-8e65-1f0a3c9d7b02")
+
+
+def test_without_ids_or_a_known_order_the_rows_fail_with_the_setting_that_fixes_it(monkeypatch, tmp_path):
+    job, gpus = node("2.3.1", A100S, monkeypatch)
+    results = judged(tmp_path, "cuda", HEALTH_GATE, run_over_the_real_pynvml(monkeypatch, tmp_path, job, gpus, {}))
+    result = results["cuda.ecc_uncorrectable_volatile[cuda:1]"]
+    assert result.verdict == "fail"
+    assert result.message.startswith(
+        "could not measure: torch gives neither PCI ids nor a UUID for its GPUs (torch 2.4 added the UUID), and with "
+        "CUDA_DEVICE_ORDER=(unset: FASTEST_FIRST), CUDA_VISIBLE_DEVICES=(unset) CUDA numbers the 4 GPUs fastest "
+        "first, an order NVML does not know: set CUDA_DEVICE_ORDER=PCI_BUS_ID in the job's environment, or use "
+        "torch 2.4 or newer")
+
+
+@pytest.mark.parametrize("visible", ["0,MIG-7e2d1c0b-5555-4a1e-9d3c-2b8f6e0a1c05", "0,7", "0,0"])
+def test_a_visible_list_cuda_stops_reading_early_is_not_guessed_past(monkeypatch, tmp_path, visible):
+    environ = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": visible}
+    job, gpus = node("2.2.2", A100S, monkeypatch, torch_order=[1, 0], environ=environ)  # torch claims two
+    measured = keyed(run_over_the_real_pynvml(monkeypatch, tmp_path, job, gpus, environ))
+    assert measured["ecc_uncorrectable_volatile[cuda:0]"].reason == (
+        f"torch gives neither PCI ids nor a UUID for its GPUs, and CUDA_DEVICE_ORDER=PCI_BUS_ID, CUDA_VISIBLE_DEVICES="
+        f"{visible} pick 1 of NVML's 4 GPUs while torch sees 2, so which is which is unknown: use torch 2.4 or newer")
+
+
+@pytest.mark.parametrize("release, forced", [("2.3.1", True), ("2.13.0", False)])
+def test_the_smoke_matmul_method_names_a_tf32_override_that_holds(monkeypatch, tmp_path, release, forced):
+    environ = {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"}
+    job, gpus = node(release, A100S[1:2], monkeypatch, environ=environ)
+    measured = keyed(run_over_the_real_pynvml(monkeypatch, tmp_path, job, gpus, environ))
+    matmul = measured["matmul_error[cuda:0]"]
+    assert matmul.value < 1e-6
+    precision = ("TF32 on (TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 overrides allow_tf32=False in this torch)" if forced
+                 else "TF32 off")
+    assert matmul.method == (f"256x256 float32 matmul, GPU vs CPU, {precision}, inputs exact in TF32, so the error "
+                             f"is float32 accumulation's either way")
+
+
+def test_a_tf32_override_on_a_gpu_without_tf32_says_float32_ran(monkeypatch, tmp_path):
+    environ = {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"}
+    v100 = gpu.Device(0, "Tesla V100-SXM2-32GB", "7.0", 34_089_730_048, H200_BUS)
+    measured = keyed(cuda.measurements(OPTIONS, FakeCuda(devices=(v100,), tf32=True), FakeNvml(), environ=environ))
+    assert measured["matmul_error[cuda:0]"].method == (
+        "256x256 float32 matmul, GPU vs CPU, TF32 requested (TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 overrides "
+        "allow_tf32=False in this torch), but compute capability 7.0 has no TF32: float32 ran")

@@ -11,7 +11,7 @@ from preflight.checks import cuda, transfer
 from preflight.checks.base import Budget
 from preflight.host import gpu, gpu_memory, nvml
 from preflight.host.gpu_memory import DeviceFault, DeviceMemoryError, HostMemoryError, PinError
-from tests.fakes.gpu import FakeCuda, FakeGpu, FakeNvml, h200
+from tests.fakes.gpu import TORCH_RELEASES, FakeCuda, FakeGpu, FakeNvml, h200, node
 from tests.fakes.libnvml import installed
 from tests.helpers import judged, keyed
 
@@ -60,7 +60,8 @@ def test_a_healthy_gen5_h200_passes_with_its_link_share(tmp_path, sysfs):
     assert measured["pinned_speedup[cuda:0]"].value == pytest.approx(55.1 / 19.8)
     assert measured["link_rate[cuda:0]"].value == pytest.approx(63.015, abs=0.001)  # Gen5 x16, 128b/130b
     assert measured["h2d_link_efficiency[cuda:0]"].value == pytest.approx(87.44, abs=0.01)
-    assert measured["link_rate[cuda:0]"].method == "max Gen5 x16; Gen5 x16 after the copies"
+    assert measured["link_rate[cuda:0]"].method == ("max Gen5 x16; Gen5 x16 after the copies; NVML GPU matched by "
+                                                   "PCI bus id 0000:3b:00.0")
     assert (measured["numa_node[cuda:0]"].value, measured["numa_local[cuda:0]"].value) == (0.0, 1.0)
     assert measured["pinned_alloc"].value == 8.0
     results = judged(tmp_path, "transfer", GATE, list(measured.values()))
@@ -292,3 +293,23 @@ def test_a_pageable_buffer_the_host_cannot_hold_is_a_host_limit_not_a_gpu_fault(
                        f"({str(refused.value)}); MemAvailable 4 GiB, cgroup memory limit 16 GiB: raise --memory; "
                        f"this is a host memory limit, not a GPU fault; required >= 10 GB/s")
     assert "Xid" not in message
+
+
+@pytest.mark.parametrize("release", TORCH_RELEASES)
+def test_the_link_share_and_numa_node_are_measured_on_every_torch_release(monkeypatch, tmp_path, sysfs, release):
+    # issue 34: torch 2.2/2.3 give no PCI id, so no NVML GPU matched and h2d_link_efficiency went unmeasured
+    view, gpus = node(release, [("0000:3b:00.0", "GPU-5e3f0c1a-9b2d-4c6e-8f71-a2b3c4d5e6f7")], monkeypatch)
+    devices = view.view().devices
+    installed(monkeypatch, FakeNvml(gpus))
+    for name in ("CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES"):
+        monkeypatch.delenv(name, raising=False)  # the process environment, as the check reads it by default
+    measured = keyed(transfer.measurements(OPTIONS, Budget(0.4, 60), FakeCuda(devices=devices), pynvml,
+                                           root=str(sysfs)))
+    assert measured["h2d_link_efficiency[cuda:0]"].value == pytest.approx(87.44, abs=0.01)
+    key = {"2.4.1": "UUID GPU-5e3f0c1a-9b2d-4c6e-8f71-a2b3c4d5e6f7", "2.13.0": "PCI bus id 0000:3b:00.0"}.get(
+        release, "CUDA's numbering (CUDA_DEVICE_ORDER=(unset: FASTEST_FIRST), CUDA_VISIBLE_DEVICES=(unset)): cuda:0 "
+                 "is PCI 0000:3b:00.0")
+    assert measured["h2d_link_efficiency[cuda:0]"].method.endswith(f"; NVML GPU matched by {key}")
+    assert (measured["numa_node[cuda:0]"].value, measured["numa_local[cuda:0]"].value) == (0.0, 1.0)
+    results = judged(tmp_path, "transfer", GATE, list(measured.values()))
+    assert results["transfer.h2d_link_efficiency[cuda:0]"].verdict == "pass"

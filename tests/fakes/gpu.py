@@ -11,6 +11,8 @@ Gen5 x16.
 
 from __future__ import annotations
 
+import contextlib
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -26,6 +28,7 @@ _CONSTANTS = (
 )
 
 H200_BUS = "0000:3b:00.0"
+H200_UUID = "GPU-5e3f0c1a-9b2d-4c6e-8f71-a2b3c4d5e6f7"
 
 
 @dataclass
@@ -34,6 +37,7 @@ class FakeGpu:
     (``nvmlDeviceGetHandleByIndex`` too: the handle of a GPU this process may not open, or a lost one)."""
 
     bus_id: str = "00000000:3B:00.0"
+    uuid: str = H200_UUID  # as nvmlDeviceGetUUID and nvidia-smi -L give it
     mig: tuple[int, int] = (0, 0)
     persistence: int = 1
     ecc: tuple[int, int] = (1, 1)
@@ -114,6 +118,9 @@ class FakeNvml:
 
     def nvmlDeviceGetPciInfo(self, handle: FakeGpu) -> pynvml.nvmlPciInfo_t:
         return self._call("nvmlDeviceGetPciInfo", (handle,), lambda: pci_info(handle.bus_id))
+
+    def nvmlDeviceGetUUID(self, handle: FakeGpu) -> str:
+        return self._call("nvmlDeviceGetUUID", (handle,), lambda: handle.uuid)
 
     def nvmlDeviceGetMigMode(self, device: FakeGpu) -> list[int]:
         return self._call("nvmlDeviceGetMigMode", (device,), lambda: list(device.mig))
@@ -199,6 +206,7 @@ class FakeCuda:
     hip_runtime: str | None = None
     reason: str = ""
     matmul: float | Exception = 2.4e-7
+    tf32: bool = False  # an override held TF32 on for the smoke matmul
     allocation: tuple[int, int] | Exception = (128_849_018_880, 143_165_576_396)
     pin_error: Exception | None = None
     # GB/s per (direction, pinned), as nvbandwidth measures on an H200 in a Gen5 x16 slot
@@ -216,8 +224,8 @@ class FakeCuda:
     def view(self) -> gpu.TorchView:
         return gpu.TorchView("2.5.1", self.cuda_runtime, self.hip_runtime, self.devices, self.reason)
 
-    def matmul_error(self, index: int, size: int) -> float:
-        return _answer(self.matmul)
+    def matmul_error(self, index: int, size: int) -> gpu.SmokeMatmul:
+        return gpu.SmokeMatmul(_answer(self.matmul), self.tf32)
 
     def bf16_native(self, index: int) -> bool:
         return self.bf16
@@ -314,3 +322,186 @@ def _answer(value: Any) -> Any:
     if isinstance(value, Exception):
         raise value
     return value
+
+
+# torch releases the fakes can present: what training images pin (NGC 23.x-24.0x carry 2.1-2.3), the first
+# with a device UUID, and the installed one.
+TORCH_RELEASES = ("2.2.2", "2.3.1", "2.4.1", "2.13.0")
+
+
+class FakeUuid:
+    """torch's ``_CUuuid`` (torch 2.4+, pytorch#125083): ``bytes`` are cudaDeviceProp.uuid, the repr is
+    8-4-4-4-12 lower-case hex without NVML's ``GPU-`` prefix (pytorch#132863 made it printable)."""
+
+    def __init__(self, text: str) -> None:
+        self.bytes = uuid.UUID(text.lower().removeprefix("gpu-")).bytes
+
+    def __repr__(self) -> str:
+        return str(uuid.UUID(bytes=self.bytes))
+
+
+class FakeProperties:
+    """``torch.cuda.get_device_properties(i)``: only the attributes the release binds, so a missing one is an
+    AttributeError as on pybind's ``_CudaDeviceProperties``."""
+
+    def __init__(self, **attributes: Any) -> None:
+        self.__dict__.update(attributes)
+
+
+@dataclass
+class CudaGpu:
+    """One GPU as CUDA describes it (cudaDeviceProp)."""
+
+    name: str = "NVIDIA H200"
+    capability: tuple[int, int] = (9, 0)
+    total_memory: int = 150_110_011_392
+    bus_id: str = H200_BUS
+    uuid: str = H200_UUID
+
+
+def _release(version: str) -> tuple[int, int]:
+    major, minor = version.split(".")[:2]
+    return int(major), int(minor)
+
+
+class FakeTorch:
+    """torch.cuda as torch ``release`` presents ``gpus``, installed under the real torch's names.
+
+    Per release, from torch's own sources: the device properties (torch 2.2 and 2.3 bind name,
+    major, minor, total_memory, multi_processor_count, is_integrated, is_multi_gpu_board; 2.4 adds
+    ``uuid`` and L2_cache_size; the installed 2.13 also the PCI ids torch.numa reads);
+    ``is_bf16_supported`` (2.2: compute capability 8.0+ and CUDA 11+; 2.3 and 2.4: the same, else
+    a bf16 tensor is created, which works on 7.x; 2.13: ``including_emulation=True``, the same
+    fallback unless False); and ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE`` (in 2.2 and 2.3 ORed into every
+    ``allowTF32CuBLAS`` answer, so allow_tf32 reads True after being set False; in 2.13 only the
+    starting value, ATen Context.h). ``environ`` is read once, as torch's static read does.
+    A tensor moved to ``cuda:i`` multiplies as that GPU would (``device_matmul``): with TF32 on
+    (allow_tf32 as this torch answers it) and compute capability 8.0+, inputs are rounded to TF32
+    (round to nearest, cvt.rna.tf32.f32) before a float32 product.
+    """
+
+    def __init__(self, release: str = "2.13.0", gpus: tuple[CudaGpu, ...] = (CudaGpu(),),
+                 environ: dict[str, str] | None = None, cuda: str = "12.1") -> None:
+        self.release, self.gpus, self.cuda = release, gpus, cuda
+        self.override = (environ or {}).get("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE") == "1"
+        self.sticky = _release(release) <= (2, 3)  # the override ORed into every answer, not a starting value
+        self.allow_tf32 = self.override and not self.sticky
+        self.current = 0
+        self.tensors_made: list[int] = []  # devices the bf16 fallback created a tensor on
+
+    def properties(self, index: int) -> FakeProperties:
+        card = self.gpus[index]
+        attributes: dict[str, Any] = dict(name=card.name, major=card.capability[0], minor=card.capability[1],
+                                          total_memory=card.total_memory, multi_processor_count=132,
+                                          is_integrated=0, is_multi_gpu_board=0)
+        if _release(self.release) >= (2, 4):
+            attributes.update(uuid=FakeUuid(card.uuid), L2_cache_size=50 << 20)
+        if _release(self.release) >= (2, 9):
+            domain, bus, rest = card.bus_id.split(":")
+            attributes.update(pci_domain_id=int(domain, 16), pci_bus_id=int(bus, 16),
+                              pci_device_id=int(rest.split(".")[0], 16))
+        return FakeProperties(**attributes)
+
+    def is_bf16_supported(self) -> Callable[..., bool]:
+        """This release's ``torch.cuda.is_bf16_supported``, with its own signature."""
+        def hardware() -> bool:
+            return self.properties(self.current).major >= 8 and int(self.cuda.split(".")[0]) >= 11
+
+        def tensor() -> bool:  # _check_bf16_tensor_supported: torch.tensor([1.0], dtype=bfloat16, device=...)
+            self.tensors_made.append(self.current)
+            return True
+
+        if _release(self.release) < (2, 3):
+            return hardware
+        if _release(self.release) <= (2, 4):
+            return lambda: hardware() or tensor()
+        return lambda including_emulation=True: hardware() or (including_emulation and tensor())
+
+    def device_matmul(self, a: Any, b: Any, index: int) -> Any:
+        import torch
+
+        if torch.backends.cuda.matmul.allow_tf32 and self.gpus[index].capability >= (8, 0):
+            a, b = (tf32_rounded(x) for x in (a, b))
+        return a @ b
+
+    def install(self, monkeypatch: Any) -> FakeTorch:
+        import torch
+
+        monkeypatch.setattr(gpu, "torch_build", lambda: {"__version__": f"{self.release}+cu121", "cuda": self.cuda,
+                                                         "hip": None})
+        monkeypatch.setattr(torch, "__version__", f"{self.release}+cu121")
+        monkeypatch.setattr(torch.version, "cuda", self.cuda)
+        monkeypatch.setattr(torch.version, "hip", None, raising=False)
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: len(self.gpus))
+        monkeypatch.setattr(torch.cuda, "get_device_properties", self.properties)
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: self.current)
+        monkeypatch.setattr(torch.cuda, "device", self._device)
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported", self.is_bf16_supported())
+        monkeypatch.setattr(torch._C, "_get_cublas_allow_tf32", lambda: self.allow_tf32 or (self.sticky and
+                                                                                             self.override))
+        monkeypatch.setattr(torch._C, "_set_cublas_allow_tf32", lambda value: setattr(self, "allow_tf32", bool(value)))
+        monkeypatch.setattr(torch.Tensor, "to", self._to(torch.Tensor.to))
+        return self
+
+    def _to(self, to: Callable[..., Any]) -> Callable[..., Any]:
+        """``Tensor.to`` that moves a tensor to this fake's GPU: a CPU tensor whose ``@`` and ``.cpu()`` run as
+        that GPU's (``device_matmul``); any other move is torch's own."""
+        import torch
+
+        fake = self
+
+        class OnGpu(torch.Tensor):
+            def __matmul__(self, other: Any) -> Any:
+                product = fake.device_matmul(self.as_subclass(torch.Tensor), other.as_subclass(torch.Tensor),
+                                             fake.current)
+                return product.as_subclass(OnGpu)
+
+            def cpu(self) -> Any:
+                return self.as_subclass(torch.Tensor)
+
+        def moved(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+            target = args[0] if args else kwargs.get("device")
+            if isinstance(target, torch.device) and target.type == "cuda":
+                fake.current = target.index or 0
+                return tensor.clone().as_subclass(OnGpu)
+            return to(tensor, *args, **kwargs)
+
+        return moved
+
+    @contextlib.contextmanager
+    def _device(self, index: int) -> Any:
+        before, self.current = self.current, index
+        try:
+            yield
+        finally:
+            self.current = before
+
+
+def tf32_rounded(tensor: Any) -> Any:
+    """A copy of float32 ``tensor`` rounded to TF32's 10 mantissa bits, to nearest, ties away (cvt.rna.tf32.f32)."""
+    import torch
+
+    bits = tensor.clone().view(dtype=torch.int32)
+    return ((bits + (1 << 12)) & -(1 << 13)).view(dtype=torch.float32)
+
+
+class TorchOverFakes(gpu.TorchCuda):
+    """The real torch seam run over a ``FakeTorch``: view, smoke matmul and bf16 are torch's own code; only
+    the allocation, which needs device memory, answers as a healthy H200's (``FakeCuda.allocation``)."""
+
+    def allocate_share(self, index: int, share: float) -> tuple[int, int]:
+        free = 143_165_576_396
+        return int(free * share), free
+
+
+def node(release: str, cards: list[tuple[str, str]], monkeypatch: Any, torch_order: list[int] | None = None,
+         environ: dict[str, str] | None = None, **nvml_gpu: Any) -> tuple[TorchOverFakes, list[FakeGpu]]:
+    """A node whose GPUs are ``cards`` ((PCI bus id, UUID), in NVML's index order) under torch ``release``:
+    torch numbers them as ``torch_order`` says (indices into ``cards``; default NVML's order). Returns the
+    torch seam and NVML's GPUs; ``nvml_gpu`` maps a bus id to FakeGpu fields for that GPU."""
+    order = list(range(len(cards))) if torch_order is None else torch_order
+    FakeTorch(release, tuple(CudaGpu(name="NVIDIA A100-SXM4-80GB", capability=(8, 0), bus_id=cards[i][0],
+                                     uuid=cards[i][1]) for i in order), environ).install(monkeypatch)
+    gpus = [FakeGpu(bus_id=f"0000{bus.upper()}", uuid=uuid, **nvml_gpu.get(bus, {})) for bus, uuid in cards]
+    return TorchOverFakes(), gpus

@@ -98,6 +98,11 @@ class FakeLibnvml:
             pci.domain, pci.bus, pci.device = int(domain, 16), int(bus, 16), int(rest.split(".")[0], 16)
         return self._device("nvmlDeviceGetPciInfo_v3", handle, write)
 
+    def nvmlDeviceGetUUID(self, handle: Any, buffer: Any, length: Any) -> int:
+        def write(gpu: FakeGpu) -> None:
+            buffer.value = gpu.uuid.encode()  # char[length], NUL-terminated, as the driver fills it
+        return self._device("nvmlDeviceGetUUID", handle, write)
+
     def _values(self, symbol: str, handle: Any, outs: tuple[Any, ...], values: Callable[[FakeGpu], tuple]) -> int:
         def write(gpu: FakeGpu) -> None:
             for out, value in zip(outs, values(gpu)):
