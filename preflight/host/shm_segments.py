@@ -84,8 +84,9 @@ class Segments(NamedTuple):
                          f"visible here" + (f", {len(gone)} of them torch_ segments whose creator is gone"
                                             if gone else ""))
         if held:
+            more_pids = f" and {len(pids) - 5} more" if len(pids) > 5 else ""
             parts.append(f"{len(held)} ({_size(sum(s.nbytes for s in held))}) in use by pid "
-                         + ", ".join(str(p) for p in pids[:5]) + (f" and {len(pids) - 5} more" if len(pids) > 5 else ""))
+                         + ", ".join(str(p) for p in pids[:5]) + more_pids)
         if not self.scan_complete:
             parts.append(f"the /proc scan stopped after {SCAN_S:g} s ({self.processes_seen} processes read): "
                          f"others may hold some")
