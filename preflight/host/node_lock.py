@@ -19,6 +19,9 @@ the prolog, the health check and a sweep read different thresholds files but mus
 flock rather than fcntl record locks: a flock belongs to the open file description, so it is
 released when the holder dies, however it dies (SIGKILL, OOM kill), and it is not lost when
 some library in the process closes another descriptor of the same file, as an fcntl lock is.
+For the same reason the descriptor must never be inherited: a child holding a copy would hold the
+lock, and a worker stuck in the kernel on a dead mount outlives its run (issue 33 case 4). It is
+opened close-on-exec (``_open``) and the runner's workers get no descriptor but their pipes.
 """
 
 from __future__ import annotations

@@ -45,7 +45,10 @@ The walk is ``find -L PATH -type f -size +0 -readable`` in Python, with a sample
   milliseconds per ``stat``): a check gives its walk a share of its timeout
   (``Budget.walk_s``), so it returns a figure on what was walked, not a timeout. A walk
   stopped by any of these, or by ``max_files`` (``Walk.take``), says so (``Walk.stopped``),
-  and ``holds``, ``reached`` and ``note`` never claim more than was seen.
+  and ``holds``, ``reached`` and ``note`` never claim more than was seen. A ``stat`` or listing that
+  never returns (a hard mount whose server is gone) cannot be bounded from inside: the walk runs only
+  in a check's worker process, never in the runner, which abandons a worker stuck in the kernel and
+  names the path and mount (``runner.KILL_GRACE_S``, ``host.stuck``).
 """
 
 from __future__ import annotations
