@@ -486,9 +486,22 @@ def tf32_rounded(tensor: Any) -> Any:
     return ((bits + (1 << 12)) & -(1 << 13)).view(dtype=torch.float32)
 
 
-class TorchOverFakes(gpu.TorchCuda):
-    """The real torch seam run over a ``FakeTorch``: view, smoke matmul and bf16 are torch's own code; only
-    the allocation, which needs device memory, answers as a healthy H200's (``FakeCuda.allocation``)."""
+class TorchOverFakes:
+    """The real torch seam run over a ``FakeTorch``: view, smoke matmul and bf16 are ``gpu.TorchCuda``'s own code;
+    only the allocation, which needs device memory, answers as a healthy H200's (``FakeCuda.allocation``).
+    (Composed, not subclassed: tests/fakes/gpu_site replaces ``gpu.TorchCuda`` before this module is imported.)"""
+
+    def __init__(self) -> None:
+        self.torch = gpu.TorchCuda()
+
+    def view(self) -> gpu.TorchView:
+        return self.torch.view()
+
+    def matmul_error(self, index: int, size: int) -> gpu.SmokeMatmul:
+        return self.torch.matmul_error(index, size)
+
+    def bf16_native(self, index: int) -> bool:
+        return self.torch.bf16_native(index)
 
     def allocate_share(self, index: int, share: float) -> tuple[int, int]:
         free = 143_165_576_396
