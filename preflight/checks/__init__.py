@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from preflight.checks import collective, cuda, dataloader, model, p2p, pipeline, shm, storage, transfer
+from preflight.checks import collective, cuda, dataloader, model, p2p, pipeline, shm, storage, transfer, xid
 from preflight.checks.base import Check
 
 CHECKS: dict[str, Check] = {
     "cuda": cuda,
+    "xid": xid,
     "shm": shm,
     "storage": storage,
     "dataloader": dataloader,

@@ -1,0 +1,96 @@
+"""What the node is: the kernel's log ring buffer, read record by record from ``/dev/kmsg`` as ``dmesg`` does.
+
+Method: util-linux dmesg and the kernel's Documentation/ABI/testing/dev-kmsg: open ``/dev/kmsg``
+O_RDONLY|O_NONBLOCK (a reader starts at the oldest record the buffer still holds), each read() returns
+one record ``prio,seq,usec,flags;message`` (continuation lines `` KEY=value`` follow), EAGAIN means no
+more, EPIPE means the records next in line were overwritten while reading (the read goes on). The ring
+buffer holds what fits in ``log_buf_len`` since boot: a first ``seq`` above 0 means older records are gone.
+Opening needs CAP_SYSLOG when ``kernel.dmesg_restrict`` is 1 (EPERM otherwise; man 2 syslog), and, in a
+container, the device itself (Docker and Kubernetes give a container no ``/dev/kmsg`` unless privileged).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from typing import NamedTuple
+
+DEVICE = "/dev/kmsg"
+RECORD_BYTES = 8192  # the kernel's CONSOLE_EXT_LOG_MAX: a read with a smaller buffer fails with EINVAL
+_RESTRICT = "/proc/sys/kernel/dmesg_restrict"
+
+
+class Record(NamedTuple):
+    seq: int  # the kernel's sequence number: 0 is the first record since boot
+    usec: int  # microseconds since boot (CLOCK_MONOTONIC)
+    message: str
+
+
+class Log(NamedTuple):
+    """The records read, or why none could be (``reason``; records is empty then)."""
+
+    records: tuple[Record, ...]
+    reason: str
+    lost: int = 0  # records overwritten while this read ran (EPIPE)
+
+
+def read(path: str = DEVICE, restrict_path: str = _RESTRICT) -> Log:
+    """Every record the ring buffer holds now, oldest first; never blocks. ``reason`` says why it cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as error:
+        return Log((), unreadable(path, error, restrict_path))
+    records: list[Record] = []
+    lost = 0
+    try:
+        while True:
+            try:
+                raw = os.read(fd, RECORD_BYTES)
+            except BlockingIOError:
+                break
+            except OSError as error:
+                if error.errno == errno.EPIPE:
+                    lost += 1
+                    continue
+                return Log((), unreadable(path, error, restrict_path))
+            if not raw:
+                break
+            record = parse(raw)
+            if record is not None:
+                records.append(record)
+    finally:
+        os.close(fd)
+    return Log(tuple(records), "", lost)
+
+
+def parse(raw: bytes) -> Record | None:
+    """One record as /dev/kmsg returns it: ``prio,seq,usec,flags;message`` then optional `` KEY=value`` lines."""
+    text = raw.decode("utf-8", "replace")
+    header, _, rest = text.partition(";")
+    fields = header.split(",")
+    if len(fields) < 3 or not fields[1].isdigit() or not fields[2].isdigit():
+        return None
+    return Record(int(fields[1]), int(fields[2]), rest.split("\n", 1)[0])
+
+
+def unreadable(path: str, error: OSError, restrict_path: str = _RESTRICT) -> str:
+    """Why ``path`` cannot be read, with what allows it."""
+    what = f"cannot read the kernel log: {path}: {error.strerror}"
+    if error.errno in (errno.EPERM, errno.EACCES):
+        restrict = _text(restrict_path)
+        return (f"{what} (kernel.dmesg_restrict={restrict or 'unknown'}): this process lacks CAP_SYSLOG; add it "
+                f"(Kubernetes securityContext.capabilities.add: [SYSLOG], docker --cap-add SYSLOG) or set "
+                f"kernel.dmesg_restrict=0 on the host; in a container the device must also be allowed "
+                f"(privileged: true with a hostPath /dev/kmsg, docker --device /dev/kmsg)")
+    if error.errno == errno.ENOENT:
+        return (f"{what}: the container has no {path}: run privileged with a hostPath volume of {path} "
+                f"(as node-problem-detector does), or docker --device {path}")
+    return what
+
+
+def _text(path: str) -> str:
+    try:
+        with open(path) as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""

@@ -1,0 +1,257 @@
+"""What the node is: NVIDIA's Xid catalog, the one table that says which Xid codes mean a GPU or node to drain.
+
+Source: NVIDIA, "Analyzing Xid Errors with the Xid Catalog", docs.nvidia.com/deploy/xid-errors/
+analyzing-xid-catalog.html (Ampere and newer), its column "Resolution Bucket (Immediate Action)", as
+NVIDIA ships it machine-readable in NVIDIA/NVSentinel (distros/kubernetes/nvsentinel/charts/gpu-health-monitor/
+xiderrorsmapping.csv, which writes the catalog's CONTACT_SUPPORT as UNEXPECTED_ERR_REPORT_ISSUE). An Xid line
+in the kernel log reads ``NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.``
+
+The rule (``classify``): an action that restarts the application or does nothing (``APPLICATION_ACTIONS``:
+RESTART_APP, IGNORE, the Xid 45 workflow, CHECK_UVM) is ``application``: counted and shown, never a reason to
+drain; every other action (RESET_GPU, RESTART_BM, RESTART_VM, CHECK_MECHANICALS, CONTACT_SUPPORT, UPDATE_SWFW,
+the Xid 48 and NVLink workflows) is ``drain``. So is a code the catalog does not list: the catalog answers
+CONTACT_SUPPORT for its unused codes, and a gate fails closed. Three memory codes are drained although their
+immediate action is not (``RAISED``), because the row they report is replaced only by a GPU reset: 63 (a row
+marked for remapping, "reset gpu to activate"), 92 (excessive corrected single-bit errors) and 94 (a contained
+uncorrectable error, its row remapped at the next reset); a node that gates a deploy should not take a job
+before that reset. Xid 154 ("GPU recovery action changed from ... to ...") carries its own action: ``drain``
+unless the new action is 0x0 (None). The NVLink5 codes 144-150 say in their line whether the event was
+``Fatal`` or ``Nonfatal``; a Nonfatal one is shown, not drained (leptonai/gpud#1174). And a driver that finds a GPU
+already off the bus when it loads says so without an Xid line ("NVRM: The NVIDIA GPU 0000:b3:00.0 ... has fallen
+off the bus", NVIDIA/NVSentinel#155): ``parse`` reads that as an Xid 79 that was not logged (``logged`` False),
+which a reader counts only where no logged Xid 79 names the same GPU, as the two usually come together.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal, NamedTuple
+
+XidClass = Literal["drain", "application"]
+APPLICATION_ACTIONS = frozenset({"RESTART_APP", "IGNORE", "WORKFLOW_XID_45", "CHECK_UVM"})
+RAISED = {63: "a row waits for a GPU reset to be remapped", 92: "excessive corrected single-bit ECC errors",
+          94: "a contained ECC error: its row is remapped only at the next GPU reset"}
+RECOVERY_ACTION_CHANGED = 154
+NVLINK5 = range(144, 151)  # NVLINK_*_ERROR of Blackwell: their line says Fatal or Nonfatal
+FALLEN_OFF_THE_BUS = 79
+
+# Xid code -> (mnemonic, the catalog's immediate action). NVIDIA/NVSentinel's xiderrorsmapping.csv, rows 1-161.
+CATALOG: dict[int, tuple[str, str]] = {
+    1: ("ROBUST_CHANNEL_FIFO_ERROR_FIFO_METHOD", "CONTACT_SUPPORT"),
+    2: ("ROBUST_CHANNEL_FIFO_ERROR_SW_METHOD", "CONTACT_SUPPORT"),
+    3: ("ROBUST_CHANNEL_FIFO_ERROR_UNK_METHOD", "CONTACT_SUPPORT"),
+    4: ("ROBUST_CHANNEL_FIFO_ERROR_CHANNEL_BUSY", "CONTACT_SUPPORT"),
+    5: ("ROBUST_CHANNEL_FIFO_ERROR_RUNOUT_OVERFLOW", "CONTACT_SUPPORT"),
+    6: ("ROBUST_CHANNEL_FIFO_ERROR_PARSE_ERR", "CONTACT_SUPPORT"),
+    7: ("ROBUST_CHANNEL_FIFO_ERROR_PTE_ERR", "CONTACT_SUPPORT"),
+    8: ("ROBUST_CHANNEL_FIFO_ERROR_IDLE_TIMEOUT", "RESTART_APP"),
+    9: ("ROBUST_CHANNEL_GR_ERROR_INSTANCE", "CONTACT_SUPPORT"),
+    10: ("ROBUST_CHANNEL_GR_ERROR_SINGLE_STEP", "CONTACT_SUPPORT"),
+    11: ("ROBUST_CHANNEL_GR_ERROR_MISSING_HW", "RESTART_APP"),
+    12: ("ROBUST_CHANNEL_GR_ERROR_SW_METHOD", "CONTACT_SUPPORT"),
+    13: ("ROBUST_CHANNEL_GR_EXCEPTION", "RESTART_APP"),
+    14: ("ROBUST_CHANNEL_FAKE_ERROR", "IGNORE"),
+    15: ("ROBUST_CHANNEL_SCANLINE_TIMEOUT", "CONTACT_SUPPORT"),
+    16: ("ROBUST_CHANNEL_VBLANK_CALLBACK_TIMEOUT", "CONTACT_SUPPORT"),
+    17: ("ROBUST_CHANNEL_PARAMETER_ERROR", "CONTACT_SUPPORT"),
+    18: ("ROBUST_CHANNEL_BUS_MASTER_TIMEOUT_ERROR", "CONTACT_SUPPORT"),
+    19: ("ROBUST_CHANNEL_DISP_MISSED_NOTIFIER", "CONTACT_SUPPORT"),
+    20: ("ROBUST_CHANNEL_MPEG_ERROR_SW_METHOD", "CONTACT_SUPPORT"),
+    21: ("ROBUST_CHANNEL_ME_ERROR_SW_METHOD", "CONTACT_SUPPORT"),
+    22: ("ROBUST_CHANNEL_VP_ERROR_SW_METHOD", "CONTACT_SUPPORT"),
+    23: ("ROBUST_CHANNEL_RC_LOGGING_ENABLED", "CONTACT_SUPPORT"),
+    24: ("ROBUST_CHANNEL_GR_SEMAPHORE_TIMEOUT", "CONTACT_SUPPORT"),
+    25: ("ROBUST_CHANNEL_GR_ILLEGAL_NOTIFY", "RESTART_APP"),
+    26: ("ROBUST_CHANNEL_FIFO_ERROR_FBISTATE_TIMEOUT", "CONTACT_SUPPORT"),
+    27: ("ROBUST_CHANNEL_VP_ERROR", "CONTACT_SUPPORT"),
+    28: ("ROBUST_CHANNEL_VP2_ERROR", "CONTACT_SUPPORT"),
+    29: ("ROBUST_CHANNEL_BSP_ERROR", "CONTACT_SUPPORT"),
+    30: ("ROBUST_CHANNEL_BAD_ADDR_ACCESS", "CONTACT_SUPPORT"),
+    31: ("ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT", "RESTART_APP"),
+    32: ("ROBUST_CHANNEL_PBDMA_ERROR", "RESTART_APP"),
+    33: ("ROBUST_CHANNEL_SEC_ERROR", "CONTACT_SUPPORT"),
+    34: ("ROBUST_CHANNEL_MSVLD_ERROR", "CONTACT_SUPPORT"),
+    35: ("ROBUST_CHANNEL_MSPDEC_ERROR", "CONTACT_SUPPORT"),
+    36: ("ROBUST_CHANNEL_MSPPP_ERROR", "CONTACT_SUPPORT"),
+    37: ("ROBUST_CHANNEL_FECS_ERR_UNIMP_FIRMWARE_METHOD", "IGNORE"),
+    38: ("ROBUST_CHANNEL_FECS_ERR_WATCHDOG_TIMEOUT", "IGNORE"),
+    39: ("ROBUST_CHANNEL_CE0_ERROR", "RESTART_APP"),
+    40: ("ROBUST_CHANNEL_CE1_ERROR", "RESTART_APP"),
+    41: ("ROBUST_CHANNEL_CE2_ERROR", "RESTART_APP"),
+    42: ("ROBUST_CHANNEL_VIC_ERROR", "CONTACT_SUPPORT"),
+    43: ("ROBUST_CHANNEL_RESETCHANNEL_VERIF_ERROR", "IGNORE"),
+    44: ("ROBUST_CHANNEL_GR_FAULT_DURING_CTXSW", "IGNORE"),
+    45: ("ROBUST_CHANNEL_PREEMPTIVE_REMOVAL", "WORKFLOW_XID_45"),
+    46: ("ROBUST_CHANNEL_GPU_TIMEOUT_ERROR", "RESET_GPU"),
+    47: ("ROBUST_CHANNEL_NVENC0_ERROR", "CONTACT_SUPPORT"),
+    48: ("ROBUST_CHANNEL_GPU_ECC_DBE", "WORKFLOW_XID_48"),
+    49: ("SILENT_RUNNING_CONSTANT_LEVEL_SET_BY_REGISTRY", "CONTACT_SUPPORT"),
+    50: ("SILENT_RUNNING_LEVEL_TRANSITION_DUE_TO_RC_ERROR", "CONTACT_SUPPORT"),
+    51: ("SILENT_RUNNING_STRESS_TEST_FAILURE", "CONTACT_SUPPORT"),
+    52: ("SILENT_RUNNING_LEVEL_TRANS_DUE_TO_TEMP_RISE", "CONTACT_SUPPORT"),
+    53: ("SILENT_RUNNING_TEMP_REDUCED_CLOCKING", "CONTACT_SUPPORT"),
+    54: ("SILENT_RUNNING_PWR_REDUCED_CLOCKING", "CHECK_MECHANICALS"),
+    55: ("SILENT_RUNNING_TEMPERATURE_READ_ERROR", "CONTACT_SUPPORT"),
+    56: ("DISPLAY_CHANNEL_EXCEPTION", "CONTACT_SUPPORT"),
+    57: ("FB_LINK_TRAINING_FAILURE_ERROR", "CONTACT_SUPPORT"),
+    58: ("FB_MEMORY_ERROR", "CONTACT_SUPPORT"),
+    59: ("PMU_ERROR", "CONTACT_SUPPORT"),
+    60: ("ROBUST_CHANNEL_SEC2_ERROR", "RESTART_APP"),
+    61: ("PMU_BREAKPOINT", "CONTACT_SUPPORT"),
+    62: ("PMU_HALT_ERROR", "RESET_GPU"),
+    63: ("INFOROM_DRAM_RETIREMENT_EVENT", "IGNORE"),
+    64: ("INFOROM_DRAM_RETIREMENT_FAILURE", "RESET_GPU"),
+    65: ("ROBUST_CHANNEL_NVENC1_ERROR", "CONTACT_SUPPORT"),
+    66: ("ROBUST_CHANNEL_FECS_ERR_REG_ACCESS_VIOLATION", "IGNORE"),
+    67: ("ROBUST_CHANNEL_FECS_ERR_VERIF_VIOLATION", "IGNORE"),
+    68: ("ROBUST_CHANNEL_NVDEC0_ERROR", "RESTART_APP"),
+    69: ("ROBUST_CHANNEL_GR_CLASS_ERROR", "RESTART_APP"),
+    70: ("ROBUST_CHANNEL_CE3_ERROR", "RESTART_APP"),
+    71: ("ROBUST_CHANNEL_CE4_ERROR", "RESTART_APP"),
+    72: ("ROBUST_CHANNEL_CE5_ERROR", "RESTART_APP"),
+    73: ("ROBUST_CHANNEL_NVENC2_ERROR", "CONTACT_SUPPORT"),
+    74: ("NVLINK_ERROR", "WORKFLOW_NVLINK_ERR"),
+    75: ("ROBUST_CHANNEL_CE6_ERROR", "RESTART_APP"),
+    76: ("ROBUST_CHANNEL_CE7_ERROR", "RESTART_APP"),
+    77: ("ROBUST_CHANNEL_CE8_ERROR", "RESTART_APP"),
+    78: ("VGPU_START_ERROR", "UPDATE_SWFW"),
+    79: ("ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS", "RESTART_BM"),
+    80: ("PBDMA_PUSHBUFFER_CRC_MISMATCH", "RESTART_APP"),
+    81: ("ROBUST_CHANNEL_VGA_SUBSYSTEM_ERROR", "CONTACT_SUPPORT"),
+    82: ("ROBUST_CHANNEL_NVJPG0_ERROR", "RESTART_APP"),
+    83: ("ROBUST_CHANNEL_NVDEC1_ERROR", "RESTART_APP"),
+    84: ("ROBUST_CHANNEL_NVDEC2_ERROR", "RESTART_APP"),
+    85: ("ROBUST_CHANNEL_CE9_ERROR", "RESTART_APP"),
+    86: ("ROBUST_CHANNEL_OFA0_ERROR", "RESTART_APP"),
+    87: ("NVTELEMETRY_DRIVER_REPORT", "CONTACT_SUPPORT"),
+    88: ("ROBUST_CHANNEL_NVDEC3_ERROR", "RESTART_APP"),
+    89: ("ROBUST_CHANNEL_NVDEC4_ERROR", "RESTART_APP"),
+    90: ("LTC_ERROR", "CONTACT_SUPPORT"),
+    91: ("RESERVED_XID", "CONTACT_SUPPORT"),
+    92: ("EXCESSIVE_SBE_INTERRUPTS", "IGNORE"),
+    93: ("INFOROM_ERASE_LIMIT_EXCEEDED", "IGNORE"),
+    94: ("ROBUST_CHANNEL_CONTAINED_ERROR", "RESTART_APP"),
+    95: ("ROBUST_CHANNEL_UNCONTAINED_ERROR", "RESET_GPU"),
+    96: ("ROBUST_CHANNEL_NVDEC5_ERROR", "RESTART_APP"),
+    97: ("ROBUST_CHANNEL_NVDEC6_ERROR", "RESTART_APP"),
+    98: ("ROBUST_CHANNEL_NVDEC7_ERROR", "RESTART_APP"),
+    99: ("ROBUST_CHANNEL_NVJPG1_ERROR", "RESTART_APP"),
+    100: ("ROBUST_CHANNEL_NVJPG2_ERROR", "RESTART_APP"),
+    101: ("ROBUST_CHANNEL_NVJPG3_ERROR", "RESTART_APP"),
+    102: ("ROBUST_CHANNEL_NVJPG4_ERROR", "RESTART_APP"),
+    103: ("ROBUST_CHANNEL_NVJPG5_ERROR", "RESTART_APP"),
+    104: ("ROBUST_CHANNEL_NVJPG6_ERROR", "RESTART_APP"),
+    105: ("ROBUST_CHANNEL_NVJPG7_ERROR", "RESTART_APP"),
+    106: ("SMBPBI_TEST_MESSAGE", "IGNORE"),
+    107: ("SMBPBI_TEST_MESSAGE_SILENT", "IGNORE"),
+    108: ("DESTINATION_FLA_TRANSLATION_ERROR", "CONTACT_SUPPORT"),
+    109: ("ROBUST_CHANNEL_CTXSW_TIMEOUT_ERROR", "RESET_GPU"),
+    110: ("SEC_FAULT_ERROR", "RESET_GPU"),
+    111: ("BUNDLE_ERROR_EVENT", "CONTACT_SUPPORT"),
+    112: ("DISP_SUPERVISOR_ERROR", "CONTACT_SUPPORT"),
+    113: ("DP_LT_FAILURE", "CONTACT_SUPPORT"),
+    114: ("HEAD_RG_UNDERFLOW", "CONTACT_SUPPORT"),
+    115: ("CORE_CHANNEL_REGS", "CONTACT_SUPPORT"),
+    116: ("WINDOW_CHANNEL_REGS", "CONTACT_SUPPORT"),
+    117: ("CURSOR_CHANNEL_REGS", "CONTACT_SUPPORT"),
+    118: ("HEAD_REGS", "CONTACT_SUPPORT"),
+    119: ("GSP_RPC_TIMEOUT", "RESET_GPU"),
+    120: ("GSP_ERROR", "RESET_GPU"),
+    121: ("C2C_ERROR", "IGNORE"),
+    122: ("SPI_PMU_RPC_READ_FAIL", "CONTACT_SUPPORT"),
+    123: ("SPI_PMU_RPC_WRITE_FAIL", "CONTACT_SUPPORT"),
+    124: ("SPI_PMU_RPC_ERASE_FAIL", "CONTACT_SUPPORT"),
+    125: ("INFOROM_FS_ERROR", "CONTACT_SUPPORT"),
+    126: ("ROBUST_CHANNEL_CE10_ERROR", "RESTART_APP"),
+    127: ("ROBUST_CHANNEL_CE11_ERROR", "RESTART_APP"),
+    128: ("ROBUST_CHANNEL_CE12_ERROR", "RESTART_APP"),
+    129: ("ROBUST_CHANNEL_CE13_ERROR", "RESTART_APP"),
+    130: ("ROBUST_CHANNEL_CE14_ERROR", "RESTART_APP"),
+    131: ("ROBUST_CHANNEL_CE15_ERROR", "RESTART_APP"),
+    132: ("ROBUST_CHANNEL_CE16_ERROR", "RESTART_APP"),
+    133: ("ROBUST_CHANNEL_CE17_ERROR", "RESTART_APP"),
+    134: ("ROBUST_CHANNEL_CE18_ERROR", "RESTART_APP"),
+    135: ("ROBUST_CHANNEL_CE19_ERROR", "RESTART_APP"),
+    136: ("ALI_TRAINING_FAIL", "RESET_GPU"),
+    137: ("NVLINK_FLA_PRIV_ERR", "IGNORE"),
+    138: ("ROBUST_CHANNEL_DLA_ERROR", "CONTACT_SUPPORT"),
+    139: ("ROBUST_CHANNEL_OFA1_ERROR", "RESTART_APP"),
+    140: ("UNRECOVERABLE_ECC_ERROR_ESCAPE", "RESET_GPU"),
+    141: ("ROBUST_CHANNEL_FAST_PATH_ERROR", "IGNORE"),
+    142: ("ROBUST_CHANNEL_NVENC3_ERROR", "CONTACT_SUPPORT"),
+    143: ("GPU_INIT_ERROR", "RESET_GPU"),
+    144: ("NVLINK_SAW_ERROR", "WORKFLOW_NVLINK5_ERR"),
+    145: ("NVLINK_RLW_ERROR", "WORKFLOW_NVLINK5_ERR"),
+    146: ("NVLINK_TLW_ERROR", "WORKFLOW_NVLINK5_ERR"),
+    147: ("NVLINK_TREX_ERROR", "WORKFLOW_NVLINK5_ERR"),
+    148: ("NVLINK_NVLPW_CTRL_ERROR", "WORKFLOW_NVLINK5_ERR"),
+    149: ("NVLINK_NETIR_ERROR", "WORKFLOW_NVLINK5_ERR"),
+    150: ("NVLINK_MSE_ERROR", "WORKFLOW_NVLINK5_ERR"),
+    151: ("ROBUST_CHANNEL_KEY_ROTATION_ERROR", "RESTART_VM"),
+    152: ("ROBUST_CHANNEL_DLA_SMMU_ERROR", "IGNORE"),
+    153: ("ROBUST_CHANNEL_DLA_TIMEOUT", "IGNORE"),
+    154: ("GPU_RECOVERY_ACTION_CHANGED", "RECOVERY_ACTION"),
+    155: ("NVLINK_SW_DEFINED_ERROR", "RESET_GPU"),
+    156: ("RESOURCE_RETIREMENT_EVENT", "RESET_GPU"),
+    157: ("RESOURCE_RETIREMENT_FAILURE", "IGNORE"),
+    158: ("GPU_FATAL_TIMEOUT", "RESET_GPU"),
+    159: ("ROBUST_CHANNEL_CHI_NON_DATA_ERROR", "CHECK_UVM"),
+    160: ("CHANNEL_RETIREMENT_EVENT", "RESTART_BM"),
+    161: ("CHANNEL_RETIREMENT_FAILURE", "IGNORE"),
+}
+
+# The line the driver writes: "NVRM: Xid (PCI:DDDD:BB:DD): CODE, rest"; some older drivers leave out "PCI:".
+_LINE = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f]{4}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\): (\d+),?\s*(.*)")
+_NO_RECOVERY_ACTION = re.compile(r"\bto 0x0+\b")
+_BUS = re.compile(r"\b([0-9A-Fa-f]{4}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})(?:\.[0-7])?\b")
+
+
+class Xid(NamedTuple):
+    """One Xid line: the GPU's PCI bus id (``0000:3b:00.0``, NVML's form), the code and the rest of the line."""
+
+    bus_id: str
+    code: int
+    text: str
+    logged: bool = True  # False: a "fallen off the bus" message without an Xid line, read as Xid 79
+
+    @property
+    def mnemonic(self) -> str:
+        return CATALOG.get(self.code, ("not in the catalog", ""))[0]
+
+    @property
+    def action(self) -> str:
+        """The catalog's immediate action (CONTACT_SUPPORT for a code it does not list)."""
+        return CATALOG.get(self.code, ("", "CONTACT_SUPPORT"))[1]
+
+    @property
+    def xid_class(self) -> XidClass:
+        return classify(self.code, self.text)
+
+
+def parse(message: str) -> Xid | None:
+    """The Xid in one kernel log message, or None when it is not an NVRM Xid line."""
+    match = _LINE.search(message)
+    if match is not None:
+        domain, bus, device, code, text = match.groups()
+        return Xid(_bus_id(domain, bus, device), int(code), text.strip())
+    if "NVRM" in message and "fallen off the bus" in message:
+        where = _BUS.search(message)
+        if where is not None:
+            text = " ".join(message.replace("\\x0a", " ").split())  # /dev/kmsg writes a newline as \x0a
+            return Xid(_bus_id(*where.groups()), FALLEN_OFF_THE_BUS, text, logged=False)
+    return None
+
+
+def _bus_id(domain: str, bus: str, device: str) -> str:
+    return f"{domain.lower()}:{bus.lower()}:{device.lower()}.0"
+
+
+def classify(code: int, text: str = "") -> XidClass:
+    """``drain`` or ``application`` for Xid ``code`` (its line's ``text`` decides Xid 154), by the rule above."""
+    if code == RECOVERY_ACTION_CHANGED:
+        return "application" if _NO_RECOVERY_ACTION.search(text) else "drain"
+    if code in NVLINK5 and re.search(r"\bNonfatal\b", text, re.IGNORECASE):
+        return "application"
+    if code in RAISED or code not in CATALOG:
+        return "drain"
+    return "application" if CATALOG[code][1] in APPLICATION_ACTIONS else "drain"
