@@ -48,7 +48,8 @@ def dataset(tmp_path: Path, big: bool) -> tuple[Path, Path, Path]:
 @pytest.mark.parametrize("ops, waits_on", [
     # Every request: the walk's stat of remote/hung never returns (kubelet's lstat, kubernetes/kubernetes#101622).
     (("getattr", "readdir", "open", "read"), "remote/hung"),
-    # Only reads: the walk and the facts answer, seq_read's pread never returns.
+    # Only reads: the walk and the facts answer, seq_read's pread never returns (a reader of an S3 FUSE mount stuck
+    # in D, deaf to kill -9, kahing/goofys#153).
     (("read",), "remote/hung/big"),
     # Only statfs, as df and node_exporter's filesystem collector hang (prometheus/node_exporter#868,
     # GuillaumeGomez/sysinfo#842): the walk answers, the facts' statvfs of the mount holding the bytes never returns.
