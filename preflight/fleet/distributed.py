@@ -18,7 +18,7 @@ import datetime
 import os
 import re
 import socket
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Mapping, MutableMapping, NamedTuple
 
 from preflight.errors import UsageError
 
@@ -81,6 +81,7 @@ class Fleet:
         self.where = {launch.rank: f"rank {launch.rank}"}  # rank -> "rank 2 (node-b, node 1)"
         self.control: Any = None
         self.notice: Any = None
+        self.launcher_error_handling: str | None = None  # TORCH_NCCL_ASYNC_ERROR_HANDLING as the launcher set it
 
     def join(self) -> None:
         """Join the process group (init method env://), then learn where every rank runs.
@@ -97,10 +98,7 @@ class Fleet:
             backend = "nccl" if usable else "gloo"
         if backend == "nccl":  # GPU-only path: each rank drives its own GPU
             torch.cuda.set_device(self.launch.local_rank)
-            # On a collective timeout, abort the communicator and raise (2) instead of the default
-            # (3) of killing this process: the barrier must still name the lost rank and rank 0
-            # write its report (docs.pytorch.org, "PYTORCH ProcessGroupNCCL Environment Variables").
-            os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2")
+        self.launcher_error_handling = nccl_error_handling(os.environ)
         try:
             dist.init_process_group(backend, timeout=self.timeout)
             self.control = dist.new_group(backend="gloo", timeout=self.timeout)
@@ -221,6 +219,27 @@ class Fleet:
             except Exception:  # noqa: BLE001  closed (crashed) or silent until the deadline (hung)
                 continue
         return answered
+
+
+NCCL_ERROR_HANDLING = "2"  # CleanUpOnly: abort the communicators, raise in the waiting rank, keep the process
+
+
+def nccl_error_handling(environ: MutableMapping[str, str]) -> str | None:
+    """Set ``TORCH_NCCL_ASYNC_ERROR_HANDLING`` to the mode the fleet needs; return what was there before.
+
+    On a stuck or failed collective, mode 2 (CleanUpOnly) aborts the NCCL communicators and raises
+    in the rank that waits, so that rank lives to reach the barrier that names the lost rank, and
+    rank 0 writes the fleet's report. torchrun's elastic agent sets the variable in every worker
+    (``local_elastic_agent.py``: the launcher's value, else "1", TearDown, which kills the process
+    from the watchdog), so a default that defers to an existing value never applies there: it is
+    set outright. ProcessGroupNCCL reads it when it is constructed (c10d ``getCvarInt``, the TORCH_
+    name winning over the old NCCL_ one), so setting ``os.environ`` (putenv) before
+    ``init_process_group`` covers every NCCL group this process makes; gloo ignores it. PyTorch
+    docs, "PYTORCH ProcessGroupNCCL Environment Variables".
+    """
+    before = environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING")
+    environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = NCCL_ERROR_HANDLING
+    return before
 
 
 def _ranks_in_keys(text: str) -> list[int]:

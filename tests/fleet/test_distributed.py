@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from preflight.fleet import distributed
@@ -36,3 +38,32 @@ def test_ranks_missing_at_join_are_read_from_the_store_keys() -> None:
     assert distributed._ranks_in_keys(error) == [2]
     assert distributed._ranks_in_keys("keys: [/default_pg/0//cpu//0/1, /default_pg/0//cpu//0/3]") == [1, 3]
     assert distributed._ranks_in_keys("Connection refused") == []
+
+
+def test_the_nccl_error_handling_is_set_outright_over_what_the_launcher_set() -> None:
+    environ = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}  # torchrun's default in every worker: tear down
+    assert distributed.nccl_error_handling(environ) == "1"
+    assert environ == {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "2"}
+    unset: dict[str, str] = {}
+    assert distributed.nccl_error_handling(unset) is None and unset == {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "2"}
+
+
+def test_under_torchrun_the_process_group_is_made_with_error_handling_2_and_a_hung_rank_is_named(tmp_path) -> None:
+    # issue 34: torchrun's agent sets TORCH_NCCL_ASYNC_ERROR_HANDLING=1 in every worker, so a setdefault never
+    # applied. The probe reads the C environment (what ProcessGroupNCCL's constructor reads) at the moment each
+    # rank creates its process group, then rank 1 hangs and rank 0's barrier must name it.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {key: value for key, value in os.environ.items() if key != "TORCH_NCCL_ASYNC_ERROR_HANDLING"}
+    env.update(PYTHONPATH=str(root), OMP_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           str(root / "tests/fleet/nccl_probe.py"), "9"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=150)
+    output = done.stdout + done.stderr
+    assert done.returncode != 0, output  # rank 0 failed on the hung rank, as the fleet must
+    for rank in (0, 1):
+        assert f"rank {rank}: launcher set '1', the process group was created under b'2'" in output, output
+    assert "rank 0 named: rank 0: rank 1 (" in output and "did not reach the probe's barrier within" in output, output
