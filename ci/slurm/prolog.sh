@@ -78,7 +78,8 @@ case " ${SLURM_JOB_COMMENT:-} " in
         esac
         if [ ! -f "$configs/$name.yaml" ]; then
             installed=$(cd "$configs" 2>/dev/null && for gate in *.yaml; do [ -f "$gate" ] && printf '%s, ' "${gate%.yaml}"; done)
-            stop_job cancel "--comment preflight=$name names no installed gate ($configs/$name.yaml does not exist; installed: ${installed%, }): fix the job's --comment"
+            installed=${installed%, }
+            stop_job cancel "--comment preflight=$name names no installed gate ($configs/$name.yaml does not exist; installed: ${installed:-none}): fix the job's --comment"
         fi ;;
 esac
 
