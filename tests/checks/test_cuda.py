@@ -469,6 +469,7 @@ def test_without_ids_the_pci_bus_order_and_the_visible_list_place_each_gpu(monke
 
 
 def test_a_visible_list_of_uuid_prefixes_places_gpus_in_any_device_order(monkeypatch, tmp_path):
+    # shootthesound/Fizgig#105: UUIDs in CUDA_VISIBLE_DEVICES name the same GPU for NVML and CUDA in any order
     environ = {"CUDA_VISIBLE_DEVICES": "GPU-e81c0d47, GPU-0b6e"}  # unique prefixes, as CUDA accepts them
     job, gpus = node("2.2.2", A100S, monkeypatch, torch_order=[3, 0], environ=environ,
                      **{"0000:5e:00.0": {"remapped": (0, 0, 1, 0)}})
@@ -478,6 +479,7 @@ def test_a_visible_list_of_uuid_prefixes_places_gpus_in_any_device_order(monkeyp
 
 
 def test_torch_2_4_finds_each_gpu_by_uuid_whatever_order_cuda_numbers_them_in(monkeypatch, tmp_path):
+    # rapidsai/dask-cuda#777: on a DGX Station A100 CUDA's order and nvidia-smi's differ; the UUID does not care
     job, gpus = node("2.4.1", A100S, monkeypatch, torch_order=[3, 2, 1, 0], **{"0000:3b:00.0": {"ecc_volatile": 1}})
     measured = keyed(run_over_the_real_pynvml(monkeypatch, tmp_path, job, gpus, {}))
     assert [measured[f"ecc_uncorrectable_volatile[cuda:{i}]"].value for i in range(4)] == [0.0, 0.0, 1.0, 0.0]
@@ -486,6 +488,7 @@ def test_torch_2_4_finds_each_gpu_by_uuid_whatever_order_cuda_numbers_them_in(mo
 
 
 def test_without_ids_or_a_known_order_the_rows_fail_with_the_setting_that_fixes_it(monkeypatch, tmp_path):
+    # ModelCloud/Device-SMI#40, gpuopenanalytics/pynvml#28: under FASTEST_FIRST, cuda:N is not NVML's GPU N
     job, gpus = node("2.3.1", A100S, monkeypatch)
     results = judged(tmp_path, "cuda", HEALTH_GATE, run_over_the_real_pynvml(monkeypatch, tmp_path, job, gpus, {}))
     result = results["cuda.ecc_uncorrectable_volatile[cuda:1]"]

@@ -48,10 +48,13 @@ def test_the_nccl_error_handling_is_set_outright_over_what_the_launcher_set() ->
     assert distributed.nccl_error_handling(unset) is None and unset == {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "2"}
 
 
-def test_under_torchrun_the_process_group_is_made_with_error_handling_2_and_a_hung_rank_is_named(tmp_path) -> None:
+@pytest.mark.parametrize("launcher", [None, "3"], ids=["agent-default", "set-by-the-user"])
+def test_under_torchrun_the_process_group_is_made_with_error_handling_2_and_a_hung_rank_is_named(
+        tmp_path, launcher) -> None:
     # issue 34: torchrun's agent sets TORCH_NCCL_ASYNC_ERROR_HANDLING=1 in every worker, so a setdefault never
-    # applied. The probe reads the C environment (what ProcessGroupNCCL's constructor reads) at the moment each
-    # rank creates its process group, then rank 1 hangs and rank 0's barrier must name it.
+    # applied; since pytorch#73982 it passes on a value the launcher was given (3 here, SkipCleanUp, torch's own
+    # default) instead. The probe reads the C environment (what ProcessGroupNCCL's constructor reads) at the
+    # moment each rank creates its process group, then rank 1 hangs and rank 0's barrier must name it.
     import subprocess
     import sys
     from pathlib import Path
@@ -59,11 +62,14 @@ def test_under_torchrun_the_process_group_is_made_with_error_handling_2_and_a_hu
     root = Path(__file__).resolve().parents[2]
     env = {key: value for key, value in os.environ.items() if key != "TORCH_NCCL_ASYNC_ERROR_HANDLING"}
     env.update(PYTHONPATH=str(root), OMP_NUM_THREADS="1")
+    if launcher is not None:
+        env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = launcher
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                            str(root / "tests/fleet/nccl_probe.py"), "9"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=150)
     output = done.stdout + done.stderr
     assert done.returncode != 0, output  # rank 0 failed on the hung rank, as the fleet must
     for rank in (0, 1):
-        assert f"rank {rank}: launcher set '1', the process group was created under b'2'" in output, output
+        assert f"rank {rank}: launcher set '{launcher or 1}', the process group was created under b'2'" in output, \
+            output
     assert "rank 0 named: rank 0: rank 1 (" in output and "did not reach the probe's barrier within" in output, output

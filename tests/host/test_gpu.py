@@ -429,9 +429,25 @@ def test_bf16_counts_as_native_from_compute_capability_8_0_whatever_torch_says(m
     assert fake.tensors_made == []  # no emulation probe was asked for
 
 
+@pytest.mark.parametrize("release, capability, answer", [
+    ("2.2.2", (7, 0), False),  # pytorch/pytorch#124996: torch 2.2.2 on a V100 answers False
+    ("2.4.1", (7, 0), True),  # XLabs-AI/x-flux-comfyui#87: True on sm70 (August 2024)
+    ("2.13.0", (7, 5), True),  # MakazhanAlpamys/Soup#385: a Colab T4 answers True (including_emulation=True)
+])
+def test_the_fakes_answer_as_the_reported_torch_did_and_bf16_native_says_no_each_time(monkeypatch, release,
+                                                                                      capability, answer):
+    import torch
+
+    FakeTorch(release, (CudaGpu(capability=capability),)).install(monkeypatch)
+    assert torch.cuda.is_bf16_supported() is answer
+    assert gpu.TorchCuda().bf16_native(0) is False
+
+
 @pytest.mark.parametrize("release, forced", [("2.2.2", True), ("2.3.1", True), ("2.13.0", False)])
 def test_the_smoke_matmul_says_when_an_override_holds_tf32_on_and_still_measures_float32_error(monkeypatch, release,
                                                                                                forced):
+    # pytorch/pytorch#77298 and #92052: torch's own allow_tf32 get/set test broke under the override, the getter
+    # reading True after being set False; the 2.2/2.3 fakes answer so.
     import torch
 
     FakeTorch(release, environ={"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"}).install(monkeypatch)
