@@ -47,7 +47,7 @@ import time
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from preflight.host import node_lock, orphans, stuck
-from preflight.io import scratch, tempdir
+from preflight.io import dataset_pass, scratch, tempdir
 from preflight.host.cgroup_memory import OomWatch
 from preflight.checks import CHECKS
 from preflight.config import Config, Instance
@@ -226,15 +226,14 @@ class Worker:
             pass
         deadline = time.monotonic() + KILL_GRACE_S
         while True:
-            exited = self.process.poll() is not None
-            left = stuck.group(group)
-            if exited and not left:
+            if self.process.poll() is not None and not stuck.group(group):  # reaped, and no child left
                 self.close()
                 return []
             if time.monotonic() >= deadline:
                 break
             time.sleep(POLL_S)
-        if not left:  # only the worker, exiting as the grace ended: not stuck
+        left = stuck.group(group)
+        if not left and self.process.poll() is not None:  # it went as the grace ended: not stuck
             self.close()
             return []
         threads = stuck.blocked(left, "DRS", ignore=(self.log_path,)) or [
@@ -288,6 +287,12 @@ def run(config: Config, progress: ProgressCallback = lambda instance, results: N
             the lock file cannot be opened.
     """
     temp_dir = temp_dir or tempdir.choose()
+    with dataset_pass.started(temp_dir):  # every check continues one pass over the dataset: each file read once
+        return _run(config, progress, temp_dir, lock)
+
+
+def _run(config: Config, progress: ProgressCallback, temp_dir: str, lock: node_lock.Settings | None) -> list[Result]:
+    """``run``'s body, inside the run's pass over the dataset (``io.dataset_pass``)."""
     node = node_lock.NodeLock.open(lock or node_lock.settings())
     results: list[Result] = []
     worker: Worker | None = None

@@ -127,7 +127,12 @@ def test_a_check_stuck_on_a_mount_that_never_answers_is_abandoned_and_the_run_go
     assert "stuck in uninterruptible I/O" in done.stdout
 
 
-def test_the_blocked_call_and_its_path_are_read_from_proc(tmp_path):
+@pytest.mark.parametrize("code", [
+    "import os; os.stat('hung/f')",
+    # In a thread: SIGKILL ends the main thread (a zombie to /proc) but not the process, which stays unreapable.
+    "import os, threading, time; threading.Thread(target=os.stat, args=('hung/f',)).start(); time.sleep(600)",
+], ids=["main-thread", "other-thread"])
+def test_the_blocked_call_and_its_path_are_read_from_proc(tmp_path, code):
     """``stuck.blocked`` names a stat stuck on the mount by its path argument, relative to the process's cwd."""
     import signal
     import subprocess
@@ -137,23 +142,20 @@ def test_the_blocked_call_and_its_path_are_read_from_proc(tmp_path):
     (served / "hung").mkdir(parents=True)
     (served / "hung" / "f").write_text("x")
     with fuse_hang.mounted(str(served), hang=("hung",)) as mount_point:
-        child = subprocess.Popen([sys.executable, "-c", "import os; os.stat('hung/f')"], cwd=mount_point,
-                                 start_new_session=True)
-        try:
-            deadline = time.monotonic() + 60
-            while not stuck.blocked([child.pid], "DS") or stuck.blocked([child.pid], "DS")[0].syscall == "":
-                assert time.monotonic() < deadline and child.poll() is None
-                time.sleep(0.05)
-            os.killpg(child.pid, signal.SIGKILL)
-            deadline = time.monotonic() + 60
-            while not stuck.blocked(stuck.group(child.pid)):
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
-            (found,) = stuck.blocked(stuck.group(child.pid))
-            assert (found.pid, found.state, found.path) == (child.pid, "D", f"{mount_point}/hung/f")
-            assert found.syscall in ("newfstatat", "statx", "stat")
-            assert found.wchan == "request_wait_answer"
-            assert stuck.mount_of(found.path)[:2] == (mount_point, "fuse.gone")
-        finally:
-            pass
+        child = subprocess.Popen([sys.executable, "-c", code], cwd=mount_point, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while not [b for b in stuck.blocked([child.pid], "DS") if b.syscall == "newfstatat"]:
+            assert time.monotonic() < deadline and child.poll() is None
+            time.sleep(0.05)
+        os.killpg(child.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while not stuck.blocked(stuck.group(child.pid)):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(0.5)  # whatever SIGKILL can end has ended by now
+        assert stuck.group(child.pid) == [child.pid] and child.poll() is None
+        (found,) = stuck.blocked(stuck.group(child.pid))
+        assert (found.pid, found.state, found.path) == (child.pid, "D", f"{mount_point}/hung/f")
+        assert found.syscall == "newfstatat" and found.wchan == "request_wait_answer"
+        assert stuck.mount_of(found.path)[:2] == (mount_point, "fuse.gone")
     assert child.wait(timeout=60) == -signal.SIGKILL  # released at cleanup, the killed process ends

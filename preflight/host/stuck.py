@@ -13,9 +13,12 @@ long, so ``runner`` waits a short grace, then abandons what is left and names, f
   for FUSE, ``rpc_wait_bit_killable`` for NFS);
 - ``/proc/PID/task/TID/stack`` (root only): the kernel frames under it (``fuse_lookup_name``);
 - ``/proc/PID/task/TID/syscall``: the blocked call and its arguments (proc(5)); a path argument is
-  read from ``/proc/PID/mem`` (what ``strace`` prints), a descriptor argument from ``/proc/PID/fd/N``,
-  a path relative to a directory descriptor joined to that directory;
-- failing those, the newest open file the process has in ``/proc/PID/fd``.
+  read from ``.../TID/mem`` (what ``strace`` prints), a descriptor argument from ``.../TID/fd/N``, a
+  path relative to a directory descriptor (or the cwd) joined to that directory;
+- failing those, the newest open file in ``.../TID/fd``.
+
+Each is read through the thread's own directory: once SIGKILL has ended the main thread, its
+``/proc/PID/mem``, ``fd`` and ``cwd`` are gone while the stuck thread's still answer.
 
 The mount holding that path is found by name in ``/proc/self/mountinfo`` (the longest mount point
 that is a prefix of it): never by ``stat`` of the path, which would hang the caller the same way.
@@ -109,14 +112,23 @@ class Blocked(NamedTuple):
 
 
 def group(pgid: int, proc: str = PROC) -> list[int]:
-    """Pids of the live (not zombie) processes in process group ``pgid``: a worker and every child it started."""
+    """Pids of the live processes in process group ``pgid``: a worker and every child it started.
+
+    A zombie is not live, unless one of its threads is: when SIGKILL ends a process whose one thread sleeps
+    in D, the main thread exits and shows ``Z`` while that thread lives on, and the process is not reapable.
+    """
     found = []
     for name in _listdir(proc):
         if name.isdigit():
             fields = stat_fields(os.path.join(proc, name, "stat"))
-            if fields and fields[0] != "Z" and fields[2] == str(pgid):
+            if fields and fields[2] == str(pgid) and (fields[0] != "Z" or _live_thread(proc, name)):
                 found.append(int(name))
     return sorted(found)
+
+
+def _live_thread(proc: str, pid: str) -> bool:
+    tasks = os.path.join(proc, pid, "task")
+    return any(stat_fields(os.path.join(tasks, tid, "stat"))[:1] not in ([], ["Z"]) for tid in _listdir(tasks))
 
 
 def blocked(pids: list[int], states: str = "D", ignore: tuple[str, ...] = (), proc: str = PROC) -> list[Blocked]:
@@ -135,9 +147,9 @@ def blocked(pids: list[int], states: str = "D", ignore: tuple[str, ...] = (), pr
             wchan = _read(os.path.join(task, "wchan")).strip()
             stack = tuple(line.split("] ", 1)[-1].split("+", 1)[0]
                           for line in _read(os.path.join(task, "stack")).splitlines() if line.strip())
-            syscall, path = _syscall(proc, pid, _read(os.path.join(task, "syscall")))
+            syscall, path = _syscall(task, _read(os.path.join(task, "syscall")))
             found.append(Blocked(pid, int(tid_name), fields[0], "" if wchan == "0" else wchan, syscall,
-                                 path or _newest_file(proc, pid, ignore), stack))
+                                 path or _newest_file(task, ignore), stack))
     return sorted(found, key=lambda b: (b.state != "D", not b.path, b.pid, b.tid))
 
 
@@ -163,7 +175,7 @@ def contains(mount_point: str, path: str) -> bool:
     return _contains(mount_point, path)
 
 
-def _syscall(proc: str, pid: int, line: str) -> tuple[str, str]:
+def _syscall(task: str, line: str) -> tuple[str, str]:
     """The call named by a ``/proc/.../syscall`` line and the path it waits on ("" when it names none)."""
     fields = line.split()
     if not fields or not fields[0].lstrip("-").isdigit() or int(fields[0]) < 0:
@@ -174,11 +186,11 @@ def _syscall(proc: str, pid: int, line: str) -> tuple[str, str]:
     if len(args) < 2:
         return name, ""
     if name in _BY_FD:
-        return name, _fd_path(proc, pid, _signed(args[0]))
+        return name, _fd_path(task, _signed(args[0]))
     if name in _BY_PATH:
-        return name, _absolute(proc, pid, AT_FDCWD, _string(proc, pid, args[0]))
+        return name, _absolute(task, AT_FDCWD, _string(task, args[0]))
     if name in _BY_DIR_PATH:
-        return name, _absolute(proc, pid, _signed(args[0]), _string(proc, pid, args[1]))
+        return name, _absolute(task, _signed(args[0]), _string(task, args[1]))
     return name, ""
 
 
@@ -188,13 +200,13 @@ def _signed(value: int) -> int:
     return value - (1 << 32) if value >= 1 << 31 else value
 
 
-def _string(proc: str, pid: int, address: int) -> str:
+def _string(task: str, address: int) -> str:
     """The NUL-terminated string at ``address`` in ``pid``'s memory, read page by page ("" when unreadable)."""
     if not address:
         return ""
     data = b""
     try:
-        fd = os.open(os.path.join(proc, str(pid), "mem"), os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(os.path.join(task, "mem"), os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return ""
     try:
@@ -212,24 +224,23 @@ def _string(proc: str, pid: int, address: int) -> str:
     return os.fsdecode(data.split(b"\0", 1)[0]) if b"\0" in data else ""
 
 
-def _absolute(proc: str, pid: int, directory_fd: int, name: str) -> str:
+def _absolute(task: str, directory_fd: int, name: str) -> str:
     if not name or name.startswith("/"):
         return name
-    base = _link(os.path.join(proc, str(pid), "cwd")) if directory_fd == AT_FDCWD else _fd_path(proc, pid,
-                                                                                                  directory_fd)
+    base = _link(os.path.join(task, "cwd")) if directory_fd == AT_FDCWD else _fd_path(task, directory_fd)
     return os.path.normpath(os.path.join(base, name)) if base.startswith("/") else ""
 
 
-def _fd_path(proc: str, pid: int, fd: int) -> str:
-    target = _link(os.path.join(proc, str(pid), "fd", str(fd))) if fd >= 0 else ""
+def _fd_path(task: str, fd: int) -> str:
+    target = _link(os.path.join(task, "fd", str(fd))) if fd >= 0 else ""
     return target if target.startswith("/") else ""  # not "pipe:[...]" or "socket:[...]"
 
 
-def _newest_file(proc: str, pid: int, ignore: tuple[str, ...]) -> str:
+def _newest_file(task: str, ignore: tuple[str, ...]) -> str:
     """The open file or directory with the highest descriptor, outside /dev and /proc ("" when none)."""
-    directory = os.path.join(proc, str(pid), "fd")
+    directory = os.path.join(task, "fd")
     for fd in sorted((int(n) for n in _listdir(directory) if n.isdigit()), reverse=True):
-        target = _fd_path(proc, pid, fd)
+        target = _fd_path(task, fd)
         if target and not target.startswith(("/dev/", "/proc/", "/sys/")) and target not in ignore:
             return target
     return ""

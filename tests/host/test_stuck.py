@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(not NUMBERS, reason=f"no system call table for {
 def process(proc: Path, pid: int, *, state: str = "D", pgrp: int = 0, syscall: str = "", wchan: str = "",
             fds: dict[int, str] | None = None, cwd: str = "/", memory: dict[int, bytes] | None = None,
             start: int = 4242) -> None:
-    """A fake /proc/PID with one thread (TID = PID)."""
+    """A fake /proc/PID with one thread (TID = PID): its stat, wchan, syscall, fds, cwd and memory."""
     task = proc / str(pid) / "task" / str(pid)
     task.mkdir(parents=True)
     fields = f"{pid} (python3) {state} 1 {pgrp or pid} {pgrp or pid} 0 -1 " + " ".join(["0"] * 13) + f" {start} 0"
@@ -28,11 +28,11 @@ def process(proc: Path, pid: int, *, state: str = "D", pgrp: int = 0, syscall: s
         (where / "stat").write_text(fields)
     (task / "wchan").write_text(wchan)
     (task / "syscall").write_text(syscall)
-    (proc / str(pid) / "fd").mkdir()
+    (task / "fd").mkdir()  # read through the thread: the main thread's go when SIGKILL ends it
     for fd, target in (fds or {}).items():
-        os.symlink(target, proc / str(pid) / "fd" / str(fd))
-    os.symlink(cwd, proc / str(pid) / "cwd")
-    with open(proc / str(pid) / "mem", "wb") as mem:
+        os.symlink(target, task / "fd" / str(fd))
+    os.symlink(cwd, task / "cwd")
+    with open(task / "mem", "wb") as mem:
         for address, data in (memory or {}).items():
             mem.seek(address)
             mem.write(data)
@@ -79,6 +79,21 @@ def test_only_the_states_asked_for_and_only_the_group_asked_for(tmp_path):
     assert stuck.group(20, proc=str(tmp_path)) == [20, 21]
     assert [b.pid for b in stuck.blocked([20, 21], proc=str(tmp_path))] == [21]
     assert [b.pid for b in stuck.blocked([20, 21], "DS", proc=str(tmp_path))] == [21, 20]  # D first
+
+
+def test_a_killed_process_whose_one_thread_sleeps_in_d_is_still_in_its_group(tmp_path):
+    """SIGKILL ends the main thread (shown Z) but not a thread in D: the process lives on, unreapable."""
+    process(tmp_path, 50, state="Z", pgrp=50)
+    thread = tmp_path / "50" / "task" / "51"
+    thread.mkdir()
+    (thread / "stat").write_text("51 (python3) D 1 50 50 0 -1 " + " ".join(["0"] * 15))
+    (thread / "syscall").write_text(call("pread64", 8, 0, 4096, 0))
+    (thread / "fd").mkdir()
+    os.symlink("/data/remote/big.bin", thread / "fd" / "8")
+    process(tmp_path, 52, state="Z", pgrp=50)  # a plain zombie: dead
+    assert stuck.group(50, proc=str(tmp_path)) == [50]
+    (found,) = stuck.blocked([50], proc=str(tmp_path))
+    assert (found.pid, found.tid, found.path) == (50, 51, "/data/remote/big.bin")
 
 
 def test_the_mount_is_the_longest_prefix_by_name(tmp_path):
