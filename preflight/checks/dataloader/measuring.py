@@ -120,14 +120,14 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits:
                                    "the training loop (strings and other objects count 0)", stopped=taken.stopped))
     puller = taken.last
     if float(options["step_time"]) > 0:
-        results.append(_utilization(puller, float(options["step_time"]), int(options["batch_size"]), workers,
+        results.append(_utilization(puller, float(options["step_time"]), built.batch_size or 1, workers,
                                     phase, method, throughput))
     if _per_gpu(options["samples_per_gpu"]) != 0:
         results.append(_versus_required(options, throughput))
     fs = built.fs
     if fs is not None and fs.caveat():
         results = [_on_caveat(m, fs.caveat(), fs.memory_backed, options["path"]) for m in results]
-    results += watch.measurements(_epoch(source, tar), workers, options["prefetch_factor"], method)
+    results += watch.measurements(_epoch(source, tar), workers, built.prefetch_factor, method)
     results.append(tasks.headroom(limits, watch.tasks(), options, workers, method))
     results.append(sweep.used(options, workers, method))
     results = [dataclasses.replace(m, note=note) if note and m.measured else m for m in results]

@@ -67,6 +67,8 @@ class Loader(NamedTuple):
     # workers) and the count of its batches, which may follow that DataLoader alone (``user.RecordedBatches``)
     tally: shards.ShardTally | None = None  # tar shards: every DataLoader's count, with the shards' problems
     replays: user.Replays | None = None  # an IterableDataset read by several workers: its repeated batches
+    batch_size: int | None = None  # samples per batch the loader asks for (None: the job's loader batches none)
+    prefetch_factor: int | None = None  # batches each worker loads ahead (None without workers)
 
 
 @contextlib.contextmanager
@@ -322,7 +324,8 @@ def loader_for(options: Mapping[str, Any], source: Source, decode: str | None = 
     method = (f"DataLoader(batch_size={options['batch_size']}, num_workers={workers}, pin_memory={pin}, "
               f"prefetch_factor={options['prefetch_factor'] if workers else None}"
               f"{settings.describe(options, workers)}) over {description}")
-    return Loader(method, workers, fs, bypass, fresh, tally, replays)
+    return Loader(method, workers, fs, bypass, fresh, tally, replays, batch_size,
+                  int(options["prefetch_factor"]) if workers else None)
 
 
 def _jobs_own(options: Mapping[str, Any], source: Source) -> Loader:
@@ -338,7 +341,8 @@ def _jobs_own(options: Mapping[str, Any], source: Source) -> Loader:
     method = source.description + f", {user.counted_by(job, options.get('count_samples') or '')}"  # type: ignore[arg-type]
     if replays is not None:
         method += ", a batch that repeats an earlier one counting no sample"
-    return Loader(method, workers, None, None, lambda: Counted(loader, count), None, replays)
+    return Loader(method, workers, None, None, lambda: Counted(loader, count), None, replays, loader.batch_size,
+                  loader.prefetch_factor if workers else None)
 
 
 class SyntheticImages:

@@ -76,7 +76,7 @@ def _measure(options: Mapping[str, Any], budget: Budget, device: str) -> list[Me
                 alone, stopped = interleaved((step,), device, budget)
                 return [_model_rate(alone, device, method, stopped), *_unmeasurable(fed_names, source, device)]
             loader = loader_for(options, source)
-            feed = Feed(loader, step, options["input_shape"], loader.workers * int(options["prefetch_factor"]))
+            feed = Feed(loader, step, options["input_shape"], loader.workers * (loader.prefetch_factor or 0))
             phase = phase_budget(options, budget)
             try:
                 pairs, stopped = interleaved((step, feed), device, phase)
@@ -135,7 +135,7 @@ def _fed_shares(options: Mapping[str, Any], source: Source, step: TrainingStep,
 
     def at(workers: int, share: Budget) -> tuple[float, ...]:
         loader = loader_for({**options, "num_workers": workers}, source)
-        feed = Feed(loader, step, options["input_shape"], loader.workers * int(options["prefetch_factor"]))
+        feed = Feed(loader, step, options["input_shape"], loader.workers * (loader.prefetch_factor or 0))
         pairs, _ = interleaved((step, feed), device, share)
         return tuple(100 - bound for bound in shares(pairs))  # its workers exit as feed goes out of scope
 

@@ -258,7 +258,7 @@ def test_a_collate_fn_and_a_map_style_dataset_without_len_are_checked_at_validat
     ("model", "model: tiny\n    python_path: [src]", "`model.python_path` has no effect"),
     ("pipeline", "model: tiny\n    synthetic: true\n    python_path: [src]",
      "`pipeline.python_path` has no effect: neither `pipeline.dataset` nor `pipeline.worker_init_fn` nor "
-     "`pipeline.model` names the job's code"),
+     "`pipeline.loader` nor `pipeline.model` names the job's code"),
 ])
 def test_an_option_for_the_jobs_code_without_that_code_is_a_config_error(tmp_path, check, body, message):
     """Given without a "package.module:factory" to serve, these options would be silently ignored."""
