@@ -103,6 +103,19 @@ def test_scratch_of_a_killed_check_is_removed(tmp_path):
     assert os.listdir(parent) == []
 
 
+def test_scratch_on_a_mount_that_does_not_answer_is_left_and_named_and_the_rest_removed_by_a_child(tmp_path):
+    """The runner never touches the filesystem under test itself: an rmtree on a dead mount would hold it forever."""
+    dead, alive = tmp_path / "dead", tmp_path / "alive"
+    kept_dir, gone_dir = dead / ".preflight-scratch-a1", alive / ".preflight-scratch-b2"
+    not_ours = alive / "data"
+    for directory in (kept_dir, gone_dir, not_ours):
+        directory.mkdir(parents=True)
+        (directory / "x").write_text("x")
+    kept = runner._remove_scratch([str(kept_dir), str(gone_dir), str(not_ours)], [str(dead)])
+    assert kept == [str(kept_dir)]
+    assert kept_dir.exists() and not gone_dir.exists() and not_ours.exists()  # only scratch it named is removed
+
+
 def test_out_of_memory_under_a_real_memory_limit_is_an_error_and_the_worker_is_replaced(tmp_path):
     results = run(tmp_path, """
         version: 1
