@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -70,6 +71,8 @@ def battery(tmp_path: Path, *instances: str, timeout: str = "") -> Path:
         document["checks"] = {name: body for name, body in document["checks"].items() if name in instances}
     if timeout:
         document["defaults"]["timeout"] = timeout
+        for body in document["checks"].values():
+            body["timeout"] = timeout
     path = tmp_path / "battery.yaml"
     path.write_text(yaml.safe_dump(document, sort_keys=False))
     return path
@@ -137,6 +140,11 @@ def test_a_gpu_that_cannot_compute_fails_the_smoke_test_by_its_row(tmp_path):
                  env={**FAKE_GPU, "FAKE_GPU_MATMUL_ERROR": crash})
     assert run.returncode == 1, run.stdout + run.stderr
     assert "cuda:0 NVIDIA H200, compute capability 9.0, PCI 0000:3b:00.0" in run.stdout
+    # its first lines: torch's version and CUDA runtime, then the driver and whether torch gives PCI ids
+    first = run.stdout.splitlines()[:6]
+    assert first[1].startswith(f"python {sys.version.split()[0]}, torch {BUILD['__version__']}, CUDA runtime "), first
+    assert "driver 550.54.15 (CUDA 12.4), from NVML" in first and \
+        "PCI ids in torch's device properties: present (torch 2.5.1)" in first, first
     reasons = summary(run.stdout)
     assert reasons[0] == (f"not measured: cuda.matmul_error[cuda:0]: the GPU failed a 2048x2048 matmul ({crash}); "
                           f"check dmesg for Xid errors; required <= 0.001")
@@ -158,15 +166,16 @@ def test_a_check_that_errors_fails_the_smoke_test_and_its_errors_come_first(tmp_
     timed_out = "check did not finish: timed out after 0.001s and was killed; raise `timeout` in thresholds.yaml if " \
                 "the node is slow"
     reasons = summary(run.stdout)
-    assert reasons[:6] == [
+    assert reasons[:7] == [
         f"error in cuda.device_count and 26 more: cuda {timed_out}",
         f"error in transfer.h2d_pinned and 9 more: transfer {timed_out}",
         f"error in p2p.p2p_access and 1 more: p2p {timed_out}",
         f"error in model.samples_per_s and 2 more: model {timed_out}",
         f"error in model_bf16.samples_per_s and 2 more: model {timed_out}",
         f"error in pipeline.samples_per_s and 3 more: pipeline {timed_out}",
+        f"error in xid.xid_drain and 1 more: xid {timed_out}",
     ]
-    assert len(reasons) == 7 and reasons[6].startswith("bench/transfer_reference.py exited 1")
+    assert len(reasons) == 8 and reasons[7].startswith("bench/transfer_reference.py exited 1")
 
 
 def test_every_metric_of_every_smoke_instance_has_a_threshold():
@@ -208,3 +217,62 @@ def test_an_installed_distribution_packs_into_a_wheel_pip_accepts(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target", str(target),
                     str(wheel)], check=True, env={**os.environ, **OFFLINE})
     assert (target / "six.py").read_bytes() == Path(__import__("six").__file__).read_bytes()
+
+
+@pytest.mark.parametrize("module, package", [("numpy", "numpy"), ("yaml", "pyyaml"), ("junit_xml", "junit-xml")])
+def test_a_missing_package_stops_it_within_seconds_naming_it(tmp_path, module, package):
+    started = time.monotonic()
+    run = script("gpu-smoke.sh", str(tmp_path / "out"), env=hiding(tmp_path / "hide", (module,)))
+    elapsed = time.monotonic() - started
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert f"cannot run: {package} missing from {sys.executable}, with no wheel in " in run.stdout
+    assert "== environment" not in run.stdout  # torch was never imported, no GPU touched
+    assert elapsed < 10, f"took {elapsed:.1f}s to name {package}"
+
+
+def test_without_torch_it_stops_at_once_naming_it(tmp_path):
+    python = tmp_path / "python"  # this Python without its site-packages: no torch, no numpy
+    python.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")
+    python.chmod(0o755)
+    run = script("gpu-smoke.sh", str(tmp_path / "out"), env={"PYTHON": str(python)})
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert run.stdout.splitlines()[-1] == (f"cannot run: torch missing from {python}: run this with the job's own "
+                                           f"python and torch (PYTHON=...)")
+
+
+def budget_lines(output: str) -> dict[str, float]:
+    return {line.split()[0]: float(line.split()[1]) for line in output.split("step or check", 1)[1].splitlines()[1:]
+            if line and not line.startswith((" ", "over budget"))}
+
+
+def test_the_dry_run_shows_the_budget_adds_up_to_8_minutes_without_a_gpu(tmp_path):
+    run = script("gpu-smoke.sh", "--dry-run", str(tmp_path / "out"), env={})
+    assert run.returncode == 0, run.stdout + run.stderr
+    steps = budget_lines(run.stdout)
+    total = steps.pop("total")
+    assert total == sum(steps.values()) <= 480, steps
+    instances = config.load(str(SMOKE), environ={}).instances
+    needed = 20 + sum(i.timeout_s + 6 for i in instances)  # start-up, and each check's timeout and kill grace
+    assert needed <= steps["preflight"]
+    assert all(i.retries == 0 and i.repeats == 1 for i in instances)
+    assert "limit 480 s = 8 min" in run.stdout and "over budget" not in run.stdout
+    assert "== environment" not in run.stdout and not (tmp_path / "out" / "report.json").exists()
+
+
+def test_a_battery_whose_timeouts_overrun_the_budget_fails_the_dry_run(tmp_path):
+    run = script("gpu-smoke.sh", "--dry-run", "--config", str(battery(tmp_path, timeout="60s")), env={})
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "over budget: the battery needs up to 482 s, more than the preflight step's 305 s: lower its timeouts in " \
+           in run.stdout
+
+
+def test_on_a_device_reports_go_to_OUT_and_the_bulk_beside_it(tmp_path):
+    out, scratch = tmp_path / "OUT", tmp_path / "tmp"
+    out.mkdir()
+    scratch.mkdir()
+    run = script("gpu-smoke.sh", "--config", str(battery(tmp_path, "cuda")),
+                 env={**FAKE_GPU, "OUT": str(out), "TMPDIR": str(scratch)}, cwd=tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr  # the reference needs a real GPU
+    assert {p.name for p in out.iterdir()} == {"report.json", "report.xml", "problems.txt", "transfer-reference.txt"}
+    assert (scratch / "gpu-smoke-work" / "imagenet-shaped").is_dir() and not (tmp_path / "gpu-smoke-out").exists()
+    assert f"== done: files in {out}, status 1, " in run.stdout
