@@ -10,7 +10,8 @@ lock is held), and a later run reads it: a check that would read under a path an
 on is not started; it reports the orphan instead, at once.
 
 A record is live while its process still exists with the same start time (``/proc/PID/stat`` field 22,
-so a reused pid is not taken for it) and still sleeps uninterruptibly; dead ones are dropped on reading.
+so a reused pid is not taken for it), is still preflight's worker, and a thread of it still sleeps
+uninterruptibly; dead ones are dropped on reading.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import NamedTuple
 from preflight.host import stuck
 
 SUFFIX = ".stuck"  # beside the lock file: the directory every run on the node shares
+WORKER = "preflight.worker"  # in the command line of every worker the runner starts (``python -m preflight.worker``)
 
 
 class Orphan(NamedTuple):
@@ -35,9 +37,13 @@ class Orphan(NamedTuple):
     since: str  # when it was abandoned, UTC, ISO 8601
 
     def alive(self, proc: str = stuck.PROC) -> bool:
-        """True while this very process still exists and sleeps uninterruptibly."""
+        """True while this very process (same start time, still preflight's worker) exists and a thread of it
+        sleeps uninterruptibly. The record file is writable by every user: a record naming another process is
+        not believed."""
         fields = stuck.stat_fields(os.path.join(proc, str(self.pid), "stat"))
-        return len(fields) > 19 and fields[19] == self.start and fields[0] == "D"
+        if len(fields) <= 19 or fields[19] != self.start or WORKER not in _cmdline(proc, self.pid):
+            return False
+        return bool(stuck.blocked([self.pid], "D", proc=proc))
 
     def blocks(self, path: str) -> bool:
         """True when reading ``path`` would reach what this orphan is stuck on: the stuck file lies under
@@ -75,6 +81,14 @@ def live(lock_path: str) -> list[Orphan]:
 def remember(lock_path: str, orphans: list[Orphan]) -> None:
     """Add ``orphans`` to the record beside ``lock_path`` (while holding the lock); skipped where it cannot be written."""
     _write(lock_path + SUFFIX, _read(lock_path + SUFFIX) + orphans)
+
+
+def _cmdline(proc: str, pid: int) -> list[str]:
+    try:
+        with open(os.path.join(proc, str(pid), "cmdline"), "rb") as handle:
+            return [os.fsdecode(part) for part in handle.read().split(b"\0")]
+    except OSError:
+        return []
 
 
 def _read(path: str) -> list[Orphan]:

@@ -32,6 +32,7 @@ def process(proc: Path, pid: int, *, state: str = "D", pgrp: int = 0, syscall: s
     for fd, target in (fds or {}).items():
         os.symlink(target, task / "fd" / str(fd))
     os.symlink(cwd, task / "cwd")
+    (proc / str(pid) / "cmdline").write_bytes(b"python3\0-m\0preflight.worker\0/tmp/w.log\0")
     with open(task / "mem", "wb") as mem:
         for address, data in (memory or {}).items():
             mem.seek(address)
@@ -130,6 +131,8 @@ def test_an_orphan_is_live_only_while_the_same_process_is_stuck_and_blocks_only_
     assert not stuck_one._replace(start="1").alive(str(proc))  # a reused pid
     assert not stuck_one._replace(pid=41, start="778").alive(str(proc))  # no longer in D
     assert not stuck_one._replace(pid=49).alive(str(proc))  # gone
+    (proc / "40" / "cmdline").write_bytes(b"sleep\0infinity\0")
+    assert not stuck_one.alive(str(proc))  # not preflight's worker: the record file is everyone's to write
     assert stuck_one.blocks("/data") and stuck_one.blocks("/data/remote/hung")
     assert not stuck_one.blocks("/elsewhere")
     assert not stuck_one.blocks("/data/remote/other")  # on this node's root filesystem: not the same dead mount
