@@ -27,8 +27,9 @@ processes are kept in ``ABANDONED``), the check's error names the file and mount
 (``host.stuck``), and the run goes on with a fresh worker: an instance costs at most its ``timeout``
 plus ``STUCK_BOUND_S``. The abandoned process is recorded beside the node lock (``host.orphans``): while
 it stays stuck, this run and later ones do not start a check that reads under its path (another worker
-would stick there too), and report the orphan at once. Workers never hold the node lock (its descriptor is close-on-exec and no
-descriptor is passed to them), so an abandoned one cannot keep it past the run. The runner itself
+would stick there too), and report the orphan at once. Workers never hold the node lock (its
+descriptor is close-on-exec and no descriptor is passed to them), so an abandoned one cannot keep it
+past the run. The runner itself
 never touches the filesystem under test: the walk and every stat run in the worker, and scratch
 left by a killed worker is removed by a child process waited for at most ``SCRATCH_WAIT_S``.
 """

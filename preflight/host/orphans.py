@@ -79,7 +79,8 @@ def live(lock_path: str) -> list[Orphan]:
 
 
 def remember(lock_path: str, orphans: list[Orphan]) -> None:
-    """Add ``orphans`` to the record beside ``lock_path`` (while holding the lock); skipped where it cannot be written."""
+    """Add ``orphans`` to the record beside ``lock_path`` (while holding the lock); skipped where it cannot be
+    written."""
     _write(lock_path + SUFFIX, _read(lock_path + SUFFIX) + orphans)
 
 
