@@ -16,6 +16,7 @@ import os
 from typing import NamedTuple
 
 DEVICE = "/dev/kmsg"
+CAP_SYSLOG = 34  # linux/capability.h
 RECORD_BYTES = 8192  # the kernel's CONSOLE_EXT_LOG_MAX: a read with a smaller buffer fails with EINVAL
 _RESTRICT = "/proc/sys/kernel/dmesg_restrict"
 
@@ -32,6 +33,9 @@ class Log(NamedTuple):
     records: tuple[Record, ...]
     reason: str
     lost: int = 0  # records overwritten while this read ran (EPIPE)
+
+
+_STATUS = "/proc/self/status"
 
 
 def read(path: str = DEVICE, restrict_path: str = _RESTRICT) -> Log:
@@ -73,15 +77,25 @@ def parse(raw: bytes) -> Record | None:
     return Record(int(fields[1]), int(fields[2]), rest.split("\n", 1)[0])
 
 
-def unreadable(path: str, error: OSError, restrict_path: str = _RESTRICT) -> str:
-    """Why ``path`` cannot be read, with what allows it."""
+def unreadable(path: str, error: OSError, restrict_path: str = _RESTRICT, status_path: str = _STATUS) -> str:
+    """Why ``path`` cannot be read, with what allows it.
+
+    EPERM has two causes: ``kernel.dmesg_restrict=1`` without CAP_SYSLOG, or, with the capability (or
+    no restriction), a container runtime whose device rules deny the node: a hostPath ``/dev/kmsg`` in a
+    pod that is not privileged, even with every capability added (kubernetes/node-problem-detector#698).
+    """
     what = f"cannot read the kernel log: {path}: {error.strerror}"
     if error.errno in (errno.EPERM, errno.EACCES):
         restrict = _text(restrict_path)
-        return (f"{what} (kernel.dmesg_restrict={restrict or 'unknown'}): this process lacks CAP_SYSLOG; add it "
-                f"(Kubernetes securityContext.capabilities.add: [SYSLOG], docker --cap-add SYSLOG) or set "
-                f"kernel.dmesg_restrict=0 on the host; in a container the device must also be allowed "
-                f"(privileged: true with a hostPath /dev/kmsg, docker --device /dev/kmsg)")
+        if restrict == "1" and not _has_syslog(status_path):
+            return (f"{what} (kernel.dmesg_restrict=1): this process lacks CAP_SYSLOG; add it "
+                    f"(Kubernetes securityContext.capabilities.add: [SYSLOG], docker --cap-add SYSLOG) or set "
+                    f"kernel.dmesg_restrict=0 on the host; in a container the device must also be allowed "
+                    f"(privileged: true with a hostPath /dev/kmsg, docker --device /dev/kmsg)")
+        return (f"{what} (kernel.dmesg_restrict={restrict or 'unknown'}, CAP_SYSLOG "
+                f"{'held' if _has_syslog(status_path) else 'not needed'}): the container's device rules deny "
+                f"{path}: run it privileged (Kubernetes privileged: true with a hostPath {path}; capabilities alone "
+                f"do not open it), or docker --device {path}")
     if error.errno == errno.ENOENT:
         return (f"{what}: the container has no {path}: run privileged with a hostPath volume of {path} "
                 f"(as node-problem-detector does), or docker --device {path}")
@@ -94,3 +108,11 @@ def _text(path: str) -> str:
             return handle.read().strip()
     except OSError:
         return ""
+
+
+def _has_syslog(status_path: str) -> bool:
+    """Whether this process's effective capabilities (``CapEff`` in /proc/self/status) hold CAP_SYSLOG."""
+    for line in _text(status_path).splitlines():
+        if line.startswith("CapEff:"):
+            return bool(int(line.split()[1], 16) >> CAP_SYSLOG & 1)
+    return False

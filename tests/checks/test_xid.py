@@ -208,3 +208,20 @@ def test_reading_a_missing_device_says_how_to_give_it_to_a_container(tmp_path):
     log = kmsg.read(str(tmp_path / "kmsg"))
     assert log.records == () and log.reason.startswith(f"cannot read the kernel log: {tmp_path / 'kmsg'}: No such file")
     assert "hostPath volume" in log.reason and "--device" in log.reason
+
+
+@pytest.mark.parametrize("restrict, capabilities, cause", [
+    ("1", "0000000000000000", "this process lacks CAP_SYSLOG"),
+    ("1", "000001ffffffffff", "(kernel.dmesg_restrict=1, CAP_SYSLOG held): the container's device rules deny"),
+    ("0", "0000000000000000", "(kernel.dmesg_restrict=0, CAP_SYSLOG not needed): the container's device rules deny"),
+])
+def test_eperm_names_its_cause_the_restriction_or_the_containers_device_rules(tmp_path, restrict, capabilities, cause):
+    # kubernetes/node-problem-detector#698: a pod with a hostPath /dev/kmsg and every capability, not privileged,
+    # is still refused: CAP_SYSLOG is then not the fix, privileged is.
+    (tmp_path / "restrict").write_text(restrict + "\n")
+    (tmp_path / "status").write_text(f"Name:\tpython\nCapInh:\t0000000000000000\nCapEff:\t{capabilities}\n")
+    reason = kmsg.unreadable("/dev/kmsg", PermissionError(1, "Operation not permitted"), str(tmp_path / "restrict"),
+                             str(tmp_path / "status"))
+    assert reason.startswith("cannot read the kernel log: /dev/kmsg: Operation not permitted (")
+    assert cause in reason
+    assert ("capabilities.add: [SYSLOG]" in reason) == (cause == "this process lacks CAP_SYSLOG")
