@@ -197,6 +197,51 @@ time.sleep(600)
     assert wait.holder == ""  # free at the first try: nobody to wait for
 
 
+def test_a_worker_never_holds_the_lock_so_one_that_outlives_its_run_cannot_keep_it(tmp_path: Path) -> None:
+    """A worker stuck in the kernel outlives its run (issue 33 case 4): had it inherited the lock's descriptor, the
+    flock would stay held for every later run on the node. Here the run is killed while its worker measures, and the
+    worker, orphaned as a stuck one is, holds no descriptor of the lock; the lock is free at once."""
+    import signal
+
+    lock = tmp_path / "lock"
+    config = write_config(tmp_path, f"""
+        version: 1
+        checks:
+          interval: {{log: {tmp_path / 'intervals.log'}, hold: 60s, timeout: 120s, rate: {{min: 1 samples/s}}}}
+        """)
+    run = start_second_once_the_first_holds(lock, [[sys.executable, "-c", DRIVER, str(config)]] * 2,
+                                            env=environment(lock), stdout=subprocess.DEVNULL,
+                                            stderr=subprocess.DEVNULL)
+    run[1].kill()  # only the first is wanted: the second merely waits for the lock
+    run[1].wait()
+    worker = 0
+    try:
+        deadline = time.monotonic() + 120
+        while not worker:
+            assert time.monotonic() < deadline and run[0].poll() is None, "the run started no worker"
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                with contextlib.suppress(OSError):
+                    status = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+                    command = Path(f"/proc/{pid}/cmdline").read_bytes()
+                    if int(status[1]) == run[0].pid and b"preflight.worker" in command:
+                        worker = int(pid)
+            time.sleep(0.05)
+        held = {os.readlink(f"/proc/{worker}/fd/{fd}") for fd in os.listdir(f"/proc/{worker}/fd")}
+        assert str(lock) not in held, held
+        run[0].kill()  # the runner dies; its worker lives on, orphaned
+        run[0].wait()
+        assert Path(f"/proc/{worker}").exists()
+        mine = node_lock.NodeLock.open(node_lock.Settings(str(lock), 0.5))
+        assert mine.acquire("the next run").holder == ""  # free at the first try
+        mine.close()
+    finally:
+        run[0].kill()
+        run[0].wait()
+        if worker:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(worker, signal.SIGKILL)
+
+
 def test_with_no_place_for_the_lock_a_run_measures_without_it_and_says_so(monkeypatch) -> None:
     """Nobody named a lock file and no default place can hold one (a read-only root, /dev/shm read-only, no
     writable temporary directory): the run still measures, and says why it has no lock, instead of exit 2."""
