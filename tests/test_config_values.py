@@ -398,8 +398,8 @@ def test_a_version_bound_keeps_its_digits_and_loses_stray_quotes(tmp_path):
      "F:3:40: `model.model_args` has no effect: `model.model` names the job's code "
      "(\"package.module:factory\"): remove `model_args`, or set `model` to the job's factory"),
     ("pipeline", "{python_path: [.]}",
-     "F:3:27: `pipeline.python_path` has no effect: neither `pipeline.dataset` nor `pipeline.model` names the "
-     "job's code (\"package.module:factory\"): remove `python_path`, or set `dataset` to the job's factory"),
+     "F:3:27: `pipeline.python_path` has no effect: neither `pipeline.dataset` nor `pipeline.worker_init_fn` nor "
+     "`pipeline.loader` nor `pipeline.model` names the job's code (\"package.module:factory\"): remove `python_path`, or set `dataset` to the job's factory"),
 ])
 def test_options_for_the_jobs_code_without_it_are_refused_at_their_location(tmp_path, check, body, message):
     assert message_of(tmp_path, f"version: 1\nchecks:\n  {check}: {body}\n") == message

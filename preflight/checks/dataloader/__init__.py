@@ -217,7 +217,13 @@ METRICS = (
 
 def check_user_code(options: Mapping[str, Any]) -> None:
     """The protocol's hook: ``preflight validate`` builds the job's dataset once and pickles it where the start
-    method sends workers a copy (``user.check_user_code``)."""
+    method sends workers a copy (``user.check_user_code``); with ``loader``, builds the job's DataLoader once and
+    pickles what its workers would receive (``job_loader.check_user_code``)."""
+    if options.get("loader"):
+        from preflight.checks.dataloader import job_loader
+
+        job_loader.check_user_code(options)
+        return
     from preflight.checks.dataloader import user
 
     user.check_user_code(options)

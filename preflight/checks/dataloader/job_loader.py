@@ -60,14 +60,15 @@ def refuse_unpicklable(options: Mapping[str, Any], loader: Any) -> None:
 
 
 def check_user_code(options: Mapping[str, Any]) -> None:
-    """``preflight validate``: build the job's DataLoader once (no worker starts) and pickle what its workers
-    would receive. Call under ``usercode.on_path``.
+    """``preflight validate``: build the job's DataLoader once (no worker starts), with ``python_path`` first,
+    and pickle what its workers would receive.
 
     Raises:
         UserCodeError: as ``build`` and ``refuse_unpicklable``.
     """
-    loader, _ = build(options)
-    refuse_unpicklable(options, loader)
+    with usercode.on_path(options["python_path"]):
+        loader, _ = build(options)
+        refuse_unpicklable(options, loader)
 
 
 def counting(loader: Any, job: user.Job, replays: user.Replays | None) -> user.Count:

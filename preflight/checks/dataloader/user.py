@@ -101,18 +101,13 @@ def check_user_code(options: Mapping[str, Any]) -> None:
 
     Raises:
         UserCodeError: as ``build``; on ``in_order`` where this torch lacks it; on the option naming an object
-            that cannot be pickled. With ``loader``, as ``job_loader.check_user_code``.
+            that cannot be pickled.
     """
     from preflight.checks.dataloader import settings
     from preflight.host.cpus import auto_workers
 
     settings.refuse_unsupported(options)
     with usercode.on_path(options["python_path"]):
-        if options.get("loader"):
-            from preflight.checks.dataloader import job_loader
-
-            job_loader.check_user_code(options)
-            return
         init = settings.worker_init(options)
         if not options["dataset"]:
             return
