@@ -88,6 +88,7 @@ COMPARED = {
     "transfer": {"h2d_pinned", "h2d_pageable", "d2h_pinned", "d2h_pageable"},
     "p2p": {"p2p_bandwidth"},
     "cuda": set(),
+    "xid": set(),  # counts of the kernel log's lines: facts of each node, never compared
     "shm": set(),
     "model": {"samples_per_s", "step_time_p50", "step_time_p99"},
     "pipeline": {"samples_per_s", "model_samples_per_s"},  # input_bound is a share (%), not a rate
