@@ -22,6 +22,8 @@ _RESTRICT = "/proc/sys/kernel/dmesg_restrict"
 
 
 class Record(NamedTuple):
+    """One record of the ring buffer: its sequence number, time since boot and message (newlines as ``\\x0a``)."""
+
     seq: int  # the kernel's sequence number: 0 is the first record since boot
     usec: int  # microseconds since boot (CLOCK_MONOTONIC)
     message: str
