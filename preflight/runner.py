@@ -47,7 +47,7 @@ import tempfile
 import time
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
-from preflight.host import node_lock, orphans, stuck
+from preflight.host import node_lock, pids, orphans, stuck
 from preflight.io import dataset_pass, scratch, tempdir
 from preflight.host.cgroup_memory import OomWatch
 from preflight.checks import CHECKS
@@ -511,10 +511,11 @@ def _run_instance(worker: Worker, instance: Instance) -> tuple[Outcome, Worker |
     except TimeoutError:
         worker.drain_scratch(scratch_dirs)
         before = worker.blocked()  # what it was doing at the timeout, before the kill ends the killable waits
+        limit = pids.reached_now()  # and whether a pids limit refused a thread it waits on (tasks still held)
         left = worker.kill()
         alive = None
         error = (_stuck(left, f"at the {instance.timeout_s:g}s timeout") if left
-                 else _timed_out(instance.timeout_s, before))
+                 else _timed_out(instance.timeout_s, before, limit))
         outcome = Outcome(error=error, duration_s=time.monotonic() - start)
     except WorkerDied as death:
         left = worker.kill()
@@ -535,9 +536,12 @@ def _run_instance(worker: Worker, instance: Instance) -> tuple[Outcome, Worker |
     return outcome, alive
 
 
-def _timed_out(timeout_s: float, before: list[stuck.Blocked]) -> str:
-    """The error of a check killed at its timeout that then went: a slow node, unless it sat in the kernel on a file."""
+def _timed_out(timeout_s: float, before: list[stuck.Blocked], limit: str | None = None) -> str:
+    """The error of a check killed at its timeout that then went: a slow node, unless it sat in the kernel on a file
+    or a pids limit was reached (``limit``, ``pids.reached_now``: a thread it waited on could not start)."""
     text = f"timed out after {timeout_s:g}s and was killed"
+    if limit:
+        return f"{text}; {limit}"
     waiting = next((b for b in before if b.path), None)
     if waiting is None:
         return f"{text}; raise `timeout` in thresholds.yaml if the node is slow"

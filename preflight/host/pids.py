@@ -160,6 +160,7 @@ def affordable(processes: int, threads: int, spare_tasks: int | None) -> tuple[i
     return processes, threads
 
 
+FREED_BY_DEAD_WORKER = 3  # tasks a DataLoader worker holds (measured here, torch 2.x): gone when it died
 _EAGAIN_TEXT = ("can't start new thread", "Resource temporarily unavailable")
 
 
@@ -188,17 +189,42 @@ def explain(error: BaseException, before: Limits | None, fix: str = "", root: Pa
     # Nearest cgroup first: in v1 and v2 alike the refusal is counted where the limit was reached.
     scope = next((s for s in now.scopes if s.events is not None and s.events in counts
                   and (_event_count(s.events) or 0) > counts[s.events]), None)
-    if scope is None:  # RLIMIT_NPROC and the kernel's count no refusals: only a limit reached now is evidence
-        scope = next((s for s in now.scopes if s.available <= 0), None)
+    if scope is None:  # RLIMIT_NPROC and the kernel count no refusals: only a limit reached now is evidence, less
+        # what a dead worker freed (its main thread, its queue's feeder, the fd-passing thread) when one died
+        margin = FREED_BY_DEAD_WORKER if dead_worker and not refused_start else 0
+        scope = next((s for s in now.scopes if s.available <= margin), None)
     if scope is None:  # EAGAIN has other causes (a non-blocking read; ENOMEM also says "can't start new thread")
         return None
     first = " ".join(str(chain[0]).split())[:300]
     what = "pids limit" if scope.name == "pids.max" else f"{scope.name} limit"
-    fix_text = FIX if scope.name == "pids.max" else (
-        "raise the user's process limit (`ulimit -u`, Docker `--ulimit nproc=`, limits.conf nproc) or run fewer "
-        "processes as this user" if scope.name == "RLIMIT_NPROC" else f"raise {scope.name} (sysctl)")
+    fix_text = _fix(scope)
     return (f"{what} {scope.limit} reached ({scope.file}): a thread or process could not start ({first}); "
             f"{scope.used} tasks in use now: {fix_text}" + (f", {fix}" if fix else ""))
+
+
+def reached_now(margin: int = 1) -> str | None:
+    """"pids limit N reached (FILE): ..." when a scope has at most ``margin`` tasks left now; else None.
+
+    For a check that hangs at its timeout: a thread its loader waits on may have been refused. A DataLoader
+    whose worker cannot start multiprocessing's fd-passing thread leaves the main process blocked on that
+    socket for ever (seen here under RLIMIT_NPROC 16 with 4 workers), so the timeout is the only sign."""
+    limits = read()
+    scope = next((s for s in sorted(limits.scopes, key=lambda s: s.available) if s.available <= margin), None)
+    if scope is None:
+        return None
+    what = "pids limit" if scope.name == "pids.max" else f"{scope.name} limit"
+    return (f"{what} {scope.limit} reached ({scope.file}) at the timeout, {scope.used} tasks in use: a thread or "
+            f"process the check waits on could not start; {_fix(scope)}")
+
+
+def _fix(scope: Scope) -> str:
+    """How to raise ``scope``'s limit."""
+    if scope.name == "pids.max":
+        return FIX
+    if scope.name == "RLIMIT_NPROC":
+        return ("raise the user's process limit (`ulimit -u`, Docker `--ulimit nproc=`, limits.conf nproc) or run "
+                "fewer processes as this user")
+    return f"raise {scope.name} (sysctl)"
 
 
 def _runner() -> int | None:
