@@ -219,23 +219,29 @@ def _job_loader(options: Mapping[str, Any], check: str) -> Iterator[Source]:
     """The job's own DataLoader (``job_loader``), its Dataset the samples; its code's errors named as the dataset's."""
     from preflight.checks.dataloader import job_loader
 
-    with usercode.on_path(options["python_path"]), _blamed(check, "loader"):
+    with usercode.on_path(options["python_path"]), _blamed(check, "loader", waits="loader"):
         loader, job = job_loader.build(options)
         yield Source(None, job_loader.describe(options, loader), "", "job_dataset", job._replace(loader=loader))
 
 
 @contextlib.contextmanager
-def _blamed(check: str, option: str, ours: bool = False) -> Iterator[None]:
+def _blamed(check: str, option: str, ours: bool = False, waits: str = "loader_timeout") -> Iterator[None]:
     """Re-word what the job's code raises in the block as one line naming it (``UserCodeRaised``): a
     ``UserCodeError`` (its count_samples, a setting ``loader_for`` refuses, an object its start method cannot
     pickle) on its own option; an exception from the job's frames, or from a worker, on ``option``. Over
     preflight's ``ours`` datasets, a worker's exception is the job's only where its frames are the job's
-    (worker_init_fn's), not preflight's reading a file."""
+    (worker_init_fn's), not preflight's reading a file. A batch later than the DataLoader's timeout is the
+    error of ``waits``, the option that set it: the job's DataLoader raises the same."""
     try:
         yield
     except UserCodeError as error:
         raise usercode.UserCodeRaised(f"{check}.{error.option}: {error}", error.option) from None
     except Exception as error:  # noqa: BLE001  only the job's own exceptions are re-worded
+        if isinstance(error, RuntimeError) and str(error).startswith("DataLoader timed out after"):  # torch's own
+            raise usercode.UserCodeRaised(f"{check}.{waits}: {error}: no batch came from the workers within the "
+                                          f"DataLoader's timeout, and the job's DataLoader raises the same: find "
+                                          f"what stalls a worker (a hung mount, a slow __getitem__), or raise the "
+                                          f"timeout", waits) from None
         theirs = usercode.blame_frames(error) or ("Original Traceback" in str(error) and (
             not ours or " (at " in usercode.blame(error)))
         if not theirs:

@@ -26,6 +26,7 @@ PACKAGE = '''
 import json
 import os
 import sys
+import time
 
 import torch
 
@@ -84,6 +85,16 @@ def get_loaders_from_params(n=256):  # catalyst-team/catalyst#1024, pytorch/xla#
 
 def evens(dataset):
     return list(range(0, len(dataset), 2))
+
+
+class Slow(Scaled):
+    def __getitem__(self, index):
+        time.sleep(3)
+        return super().__getitem__(index)
+
+
+def slow(n=64):
+    return Slow(n, double)
 
 
 def make_loader(n=64, workers=1, context="spawn", fixed=True):
@@ -155,8 +166,8 @@ PICKLING = ("dataloader.dataset: dataset jobpkg.data:{factory} contains an objec
 
 
 @pytest.mark.parametrize("factory, what, line, qualname", [
-    ("with_lambda", "the lambda", 27, "with_lambda.<locals>.<lambda>"),
-    ("with_closure", "the function cache_localname.<locals>.f", 35, "cache_localname.<locals>.f"),  # webdataset#361
+    ("with_lambda", "the lambda", 28, "with_lambda.<locals>.<lambda>"),
+    ("with_closure", "the function cache_localname.<locals>.f", 36, "cache_localname.<locals>.f"),  # webdataset#361
 ])
 def test_a_dataset_that_cannot_be_pickled_under_spawn_is_the_rows_error_naming_the_object_and_the_fix(
         tmp_path, src, factory, what, line, qualname):
@@ -214,6 +225,17 @@ def test_spawns_start_is_paid_at_each_epoch_without_persistent_workers_as_the_jo
         assert len(started) > 1  # the warm-up's pool, then one more per epoch restarted in the windows
 
 
+def test_a_batch_later_than_loader_timeout_is_the_error_of_loader_timeout_as_it_is_the_jobs(tmp_path, src):
+    path = _config(tmp_path, SPAWNED.format(factory="slow").replace("spawn", "fork") + "    loader_timeout: 0.5s\n")
+    code, results = _run(path)
+    row = results["throughput"]
+    assert code == 1 and row["verdict"] == "error"
+    assert row["message"].endswith(f"{path}:12:21: dataloader.loader_timeout: DataLoader timed out after 0.5 "
+                                   f"seconds: no batch came from the workers within the DataLoader's timeout, and "
+                                   f"the job's DataLoader raises the same: find what stalls a worker (a hung mount, "
+                                   f"a slow __getitem__), or raise the timeout")
+
+
 def test_a_lambda_collate_fn_under_spawn_is_the_error_of_collate_fn(tmp_path, src):
     """HazyResearch/cartridges#20: DataLoader(collate_fn=lambda ..., num_workers=1) dies at its first batch
     under spawn; a lambda bound to a module-level name cannot be pickled by name either."""
@@ -222,7 +244,7 @@ def test_a_lambda_collate_fn_under_spawn_is_the_error_of_collate_fn(tmp_path, sr
     assert completed.returncode == 2
     assert completed.stderr.startswith(f"preflight: error: {path}:12:17: dataloader.collate_fn: collate_fn "
                                        f"jobpkg.data:collate_first contains an object that cannot be pickled "
-                                       f"(the lambda defined at jobpkg/data.py:44 ")
+                                       f"(the lambda defined at jobpkg/data.py:45 ")
 
 
 def test_the_settings_were_refused_as_unknown_keys_before(tmp_path, src):
@@ -322,7 +344,7 @@ def test_a_lambda_among_a_datasets_transforms_is_named_by_its_path(src):
     assert raised.value.option == "dataset"
     assert str(raised.value).startswith(
         "dataset jobpkg.data:get_loaders_from_params contains an object that cannot be pickled (Scaled.scale."
-        "transforms[1]: the lambda defined at jobpkg/data.py:58 (AttributeError: Can't pickle local object "
+        "transforms[1]: the lambda defined at jobpkg/data.py:59 (AttributeError: Can't pickle local object "
         "'get_loaders_from_params.<locals>.<lambda>')): under multiprocessing_context spawn")
     settings.refuse_unpicklable({**options, "multiprocessing_context": "fork"}, 2, {"dataset": raised})  # fork: none
     with usercode.on_path([str(src)]):  # no workers: nothing is pickled either
@@ -390,7 +412,7 @@ def test_the_jobs_own_loader_under_spawn_is_measured_as_it_is(tmp_path, src):
 def test_the_jobs_own_loader_that_cannot_pickle_its_dataset_is_the_error_of_loader(tmp_path, src):
     path = _config(tmp_path, LOADER.format(fixed="false"))
     message = ("dataloader.loader: loader jobpkg.data:make_loader (its dataset) contains an object that cannot be "
-               "pickled (Scaled.scale: the lambda defined at jobpkg/data.py:27 (AttributeError: Can't pickle local "
+               "pickled (Scaled.scale: the lambda defined at jobpkg/data.py:28 (AttributeError: Can't pickle local "
                "object 'with_lambda.<locals>.<lambda>')): under multiprocessing_context spawn every worker receives "
                "a pickled copy; define it at module level")
     completed = run_cli("validate", str(path), cwd=tmp_path)
