@@ -29,6 +29,7 @@ import subprocess
 import sys
 import sysconfig
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import yaml
@@ -248,41 +249,198 @@ def _github_file(path: Path) -> dict[str, str]:
     return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
 
 
-def test_the_action_installs_into_a_venv_on_an_externally_managed_python_and_keeps_its_torch(
-        tmp_path, source, pep668_runner):
-    environ, site, before = pep668_runner
-    work = tmp_path / "workspace"  # no thresholds.yaml here: the bundled default gate is used
-    work.mkdir()
-    runner = {"RUNNER_TEMP": str(tmp_path / "runner-temp"), "GITHUB_ACTION_PATH": str(source),
-              "GITHUB_OUTPUT": str(tmp_path / "install-output"), "GITHUB_ACTIONS": "true"}
-    (tmp_path / "runner-temp").mkdir()
-    bash = ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c"]  # how GitHub runs `shell: bash`
+class Image(NamedTuple):
+    """A runner's image as a template meets it: its environment (PATH's python3 is the job's), its torch."""
+    environ: dict[str, str]
+    python: str  # the job's interpreter, as PATH names it
+    site: Path  # the folder that holds the job's torch
+    before: dict[str, tuple[int, int, int]]
 
-    install = _action_step("install")
-    assert install["if"] == "inputs.install == 'true'"
-    installed = run([*bash, install["run"]], {**environ, **runner}, work, timeout=240)
-    assert installed.returncode == 0, installed.stdout + installed.stderr
-    assert f"preflight: keeping this Python's torch {TORCH}" in installed.stdout
-    python = _github_file(tmp_path / "install-output")["python"]
-    assert python == str(tmp_path / "runner-temp" / "preflight-venv" / "bin" / "python")
-    assert torch_files(site) == before
+
+def _on_path(tmp_path: Path, wheelhouse: Path, bin_dir: Path, **extra: str) -> dict[str, str]:
+    return clean_environ(tmp_path, wheelhouse, PATH=f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin", **extra)
+
+
+def make_conda_prefix(prefix: Path) -> Path:
+    """A conda-style prefix: its own interpreter in bin/ (python, python3 symlinks to python3.X, as conda
+    has), this Python's standard library linked entry by entry under lib/python3.X with its own empty
+    site-packages, and conda-meta/. sys.prefix is then ``prefix``, found from the binary's own place."""
+    version = sysconfig.get_python_version()
+    base = Path(sys.base_prefix)
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "conda-meta").mkdir()
+    (prefix / "conda-meta" / "history").write_text("==> 2026-12-02 00:00:00 <==\n# cmd: conda create -p prefix\n")
+    shutil.copy2(base / "bin" / f"python{version}", prefix / "bin" / f"python{version}")
+    for name in ("python", "python3"):
+        (prefix / "bin" / name).symlink_to(f"python{version}")
+    stdlib = prefix / "lib" / f"python{version}"
+    (stdlib / "site-packages").mkdir(parents=True)
+    for entry in (base / "lib" / f"python{version}").iterdir():
+        if entry.name != "site-packages":
+            (stdlib / entry.name).symlink_to(entry)
+    return prefix / "bin" / "python3"
+
+
+@pytest.fixture(params=["venv", "conda", "system"])
+def image(request, tmp_path, wheelhouse) -> Image:
+    """The job's torch in a venv on PATH (/opt/venv), a conda prefix on PATH, or an externally managed system Python."""
+    if request.param == "system":
+        environ, site, before = request.getfixturevalue("pep668_runner")
+        return Image(environ, "python3", site, before)
+    if request.param == "venv":
+        prefix = tmp_path / "opt" / "venv"
+        made = run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], clean_environ(tmp_path, wheelhouse),
+                   tmp_path)
+        assert made.returncode == 0, made.stderr
+    else:
+        prefix = tmp_path / "opt" / "conda"
+        make_conda_prefix(prefix)
+    site = prefix / SITE
+    make_image_site(site)
+    return Image(_on_path(tmp_path, wheelhouse, prefix / "bin"), str(prefix / "bin" / "python3"), site,
+                 torch_files(site))
+
+
+def _jenkins_steps() -> list[str]:
+    """The Jenkinsfile's `sh` steps in order, as the shell reads them (Groovy ''' and ' strings: no interpolation)."""
+    text = (REPO / "ci" / "jenkins" / "Jenkinsfile").read_text()
+    return [block or line for block, line in re.findall(r"sh '''(.*?)'''|sh '([^']+)'", text, re.DOTALL)]
+
+
+def _install_and_run(template: str, image: Image, tmp_path: Path, source: Path, wheel: Path) -> tuple[str, str]:
+    """Run ``template``'s install lines and its `preflight run` (``--only shm``) on ``image``; (python, log)."""
+    work = tmp_path / "workspace"
+    (work / "dist").mkdir(parents=True)
+    shutil.copy(wheel, work / "dist")
+    bash = ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c"]  # GitHub's `shell: bash`, GitLab's shell executor
+    if template == "action":
+        runner = {"RUNNER_TEMP": str(tmp_path / "runner-temp"), "GITHUB_ACTION_PATH": str(source),
+                  "GITHUB_OUTPUT": str(tmp_path / "install-output"), "GITHUB_ACTIONS": "true"}
+        (tmp_path / "runner-temp").mkdir()
+        installed = run([*bash, _action_step("install")["run"]], {**image.environ, **runner}, work, timeout=240)
+        assert installed.returncode == 0, installed.stdout + installed.stderr
+        python = _github_file(tmp_path / "install-output")["python"]
+        ran = run([*bash, _action_step("run")["run"]],
+                  {**image.environ, **runner, "GITHUB_OUTPUT": str(tmp_path / "run-output"), "PREFLIGHT_PYTHON": python,
+                   "PREFLIGHT_CONFIG": "", "PREFLIGHT_JUNIT_XML": "junit.xml", "PREFLIGHT_JSON": "report.json",
+                   "PREFLIGHT_HTML": "report.html", "PREFLIGHT_ARGS": "--only shm",
+                   "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md")}, work)
+        log = installed.stderr + ran.stdout + ran.stderr
+    elif template == "gitlab":
+        job = yaml.safe_load((REPO / "ci" / "gitlab" / "preflight.gitlab-ci.yml").read_text())[".preflight"]
+        script = "\n".join(job["script"]) + '\necho "preflight_python=$preflight_python"'
+        ran = run([*bash, script], {**image.environ, **job["variables"], "PREFLIGHT_ARGS": "--only shm",
+                                    "CI_PROJECT_DIR": str(work)}, work, timeout=240)
+        log = ran.stdout + ran.stderr
+        python = re.search(r"^preflight_python=(.*)$", ran.stdout, re.MULTILINE).group(1)
+    else:  # Jenkins runs each `sh` step with `sh -xe`; the snippet gates on the workspace's thresholds.yaml
+        (work / "thresholds.yaml").write_text("version: 1\nchecks:\n  shm:\n    size: {min: 1 MiB}\n")
+        install, gate = _jenkins_steps()
+        environ = {**image.environ, "WORKSPACE": str(work)}
+        installed = run(["sh", "-xe", "-c", install], environ, work, timeout=240)
+        assert installed.returncode == 0, installed.stdout + installed.stderr
+        python = (work / ".preflight-python").read_text().strip()
+        ran = run(["sh", "-xe", "-c", gate], environ, work)
+        log = installed.stderr + ran.stdout + ran.stderr
+    assert ran.returncode == 0, log
+    return python, log
+
+
+@pytest.mark.parametrize("template", ["action", "gitlab", "jenkins"])
+def test_every_template_installs_for_the_jobs_own_torch_and_keeps_it(tmp_path, source, wheel, image, template):
+    """Issue 35 case 1: a torch in /opt/venv or a conda prefix was missed and another one pulled."""
+    python, log = _install_and_run(template, image, tmp_path, source, wheel)
+    assert python.endswith("/bin/python") and "/opt/" not in python, python  # a venv beside, not the image's
+    assert f"torch {TORCH} at {image.site / 'torch'}" in log and f"torch {TORCH} kept at {image.site / 'torch'}" in log
+    for line in log.splitlines():  # pip never looked for a torch: --no-deps, then the other requirements
+        assert not re.match(r"\s*(Collecting|Downloading|Processing|Requirement already satisfied:|Uninstalling)"
+                            r" (\S*/)?torch\b", line), line
+    assert re.search(r"== \d passed", log), log
+    assert torch_files(image.site) == image.before
     where = run([python, "-c", "import preflight, torch; print(preflight.__file__); print(torch.__file__)"],
-                environ, work)
+                image.environ, tmp_path)
     assert where.stdout.split() == [str(Path(python).parents[1] / SITE / "preflight" / "__init__.py"),
-                                    str(site / "torch" / "__init__.py")], where.stdout + where.stderr
+                                    str(image.site / "torch" / "__init__.py")], where.stdout + where.stderr
 
-    step = _action_step("run")
-    assert step["env"]["PREFLIGHT_PYTHON"] == "${{ steps.install.outputs.python || 'python3' }}"
-    outputs = tmp_path / "run-output"
-    ran = run([*bash, step["run"]], {**environ, **runner, "GITHUB_OUTPUT": str(outputs), "PREFLIGHT_PYTHON": python,
-                                     "PREFLIGHT_CONFIG": "", "PREFLIGHT_JUNIT_XML": "junit.xml",
-                                     "PREFLIGHT_JSON": "report.json", "PREFLIGHT_ARGS": "--only shm",
-                                     "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md")}, work)
-    assert ran.returncode == 0, ran.stdout + ran.stderr
-    header = next(line for line in ran.stderr.splitlines() if " from " in line)  # stderr: not wrapped to 80 columns
-    assert f"{Path(python).parents[1]}/lib/" in header and header.endswith("/preflight/thresholds.yaml"), header
-    assert _github_file(outputs)["passed"] == "true"
-    assert (work / "junit.xml").exists() and (work / "report.json").exists()
+
+def _installer(package: Path, *arguments: str) -> list[str]:
+    """README's install line: the installer run from the wheel itself by the job's python3."""
+    return ["python3", "-m", "preflight.commands.install", *arguments, str(package)]
+
+
+def test_the_installer_installs_into_a_venv_or_conda_prefix_that_has_torch(tmp_path, wheel, image):
+    installed = run(_installer(wheel), {**image.environ, "PYTHONPATH": str(wheel)}, tmp_path, timeout=240)
+    if image.python == "python3":  # the externally managed system Python: only beside it
+        assert installed.returncode == 2 and installed.stdout == "", installed.stderr
+        assert installed.stderr.splitlines()[-1].endswith(
+            "is externally managed (PEP 668): add --venv DIR to install beside it, sharing its torch"), installed.stderr
+        assert len(installed.stderr.splitlines()) == 2 and torch_files(image.site) == image.before  # pip never ran
+        return
+    assert installed.returncode == 0, installed.stderr
+    assert installed.stdout.strip() == image.python
+    assert torch_files(image.site) == image.before
+    where = run([image.python, "-c", "import preflight, torch; print(preflight.__file__); print(torch.__file__)"],
+                image.environ, tmp_path)
+    assert where.stdout.split() == [str(image.site / "preflight" / "__init__.py"),
+                                    str(image.site / "torch" / "__init__.py")], where.stderr
+    version = run([str(Path(image.python).parent / "preflight"), "--version"], image.environ, tmp_path)
+    assert version.stdout.strip() == f"preflight {__version__}", version.stderr
+
+
+def _fake_torch_venv(tmp_path: Path, wheelhouse: Path, metadata: bool) -> tuple[dict[str, str], Path]:
+    """A venv on PATH whose torch is a small importable package with ``__version__`` ("2.99.0+fake"); pip and numpy real."""
+    prefix = tmp_path / "opt" / "venv"
+    made = run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], clean_environ(tmp_path, wheelhouse),
+               tmp_path)
+    assert made.returncode == 0, made.stderr
+    site = prefix / SITE
+    for dist in _with_requirements(("pip", "numpy")).values():
+        for file in dist.files or ():
+            source = Path(str(dist.locate_file(file)))
+            if file.parts[0] != ".." and source.exists():
+                (site / file).parent.mkdir(parents=True, exist_ok=True)
+                os.link(source, site / file)
+    (site / "torch").mkdir()
+    (site / "torch" / "__init__.py").write_text("from torch.version import __version__\n")
+    (site / "torch" / "version.py").write_text("__version__ = '2.99.0+fake'\n")
+    if metadata:  # as pip writes it: installed, with the files it owns
+        info = site / "torch-2.99.0+fake.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.99.0+fake\n")
+        (info / "INSTALLER").write_text("pip\n")
+        (info / "RECORD").write_text("torch/__init__.py,,\ntorch/version.py,,\n")
+    return _on_path(tmp_path, wheelhouse, prefix / "bin"), prefix
+
+
+@pytest.mark.parametrize("metadata", [True, False], ids=["with-dist-info", "without-dist-info"])
+def test_a_torch_pip_cannot_see_is_still_the_one_kept(tmp_path, wheel, wheelhouse, metadata):
+    """A torch built from source or copied in has no dist-info: a bare `torch` requirement would fetch one."""
+    environ, prefix = _fake_torch_venv(tmp_path, wheelhouse, metadata)
+    installed = run(_installer(wheel, "--venv", str(tmp_path / "beside")), {**environ, "PYTHONPATH": str(wheel)},
+                    tmp_path, timeout=240)
+    assert installed.returncode == 0, installed.stderr
+    assert f"torch 2.99.0+fake kept at {prefix / SITE / 'torch'}" in installed.stderr
+    assert not re.search(r"^\s*(Collecting|Downloading) torch\b", installed.stderr, re.MULTILINE), installed.stderr
+    python = installed.stdout.strip()
+    imported = run([python, "-c", "import preflight.cli, torch; print(torch.__version__, torch.__file__)"], environ,
+                   tmp_path)
+    assert imported.stdout.split() == ["2.99.0+fake", str(prefix / SITE / "torch" / "__init__.py")], imported.stderr
+
+
+def test_no_torch_for_the_jobs_python_is_refused_in_one_line_and_nothing_is_installed(tmp_path, wheel, wheelhouse):
+    """What the templates did: print "pip installs one" and pull 5 GB of another torch. Now: exit 2, nothing run."""
+    prefix = tmp_path / "opt" / "venv"
+    assert run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], clean_environ(tmp_path, wheelhouse),
+               tmp_path).returncode == 0
+    environ = _on_path(tmp_path, wheelhouse, prefix / "bin")
+    refused = run(_installer(wheel, "--venv", str(tmp_path / "beside")), {**environ, "PYTHONPATH": str(wheel)},
+                  tmp_path)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.splitlines() == [
+        f"preflight: no torch importable by {prefix}/bin/python3 (a venv Python at {prefix}): preflight measures "
+        "the job's own torch and never installs one: run this with the Python your training job runs (--python or "
+        "PREFLIGHT_JOB_PYTHON), or put torch in the image first"]
+    assert not (tmp_path / "beside").exists()
 
 
 FAILING_GATE = "version: 1\nchecks:\n  shm:\n    size: {min: 1000 TiB}\n"
@@ -328,7 +486,7 @@ def test_the_gitlab_template_installs_into_a_venv_and_gates_on_thresholds_yaml_e
 
     status, log = _run_gitlab_job(executor, project, environ, variables)  # no thresholds.yaml in the project
     assert status == 0, log
-    assert f"preflight: keeping this Python's torch {TORCH}" in log
+    assert f"torch {TORCH} kept at {site / 'torch'}" in log
     assert f"{project}/.preflight-venv/lib/" in log and "/preflight/thresholds.yaml" in log  # the bundled gate
     assert "shm.size" in log and "== 2 passed, 1 info" in log
     assert torch_files(site) == before
