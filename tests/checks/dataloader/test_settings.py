@@ -20,7 +20,7 @@ from preflight.checks import usercode
 from preflight.checks.base import UserCodeError
 from preflight.checks.dataloader import settings, user
 from preflight.checks.dataloader.source import Source, loader_for
-from tests.helpers import job_package, run_cli
+from tests.helpers import job_package, run_check, run_cli
 
 PACKAGE = '''
 import json
@@ -103,6 +103,12 @@ def make_loader(n=64, workers=1, context="spawn", fixed=True):
     return torch.utils.data.DataLoader(dataset, batch_size=4, num_workers=workers, drop_last=True,
                                        multiprocessing_context=context if workers else None,
                                        persistent_workers=workers > 0)
+
+
+def images_loader(n=64):
+    """A loader of 3x32x32 images and labels, as a pipeline's model takes them."""
+    dataset = torch.utils.data.TensorDataset(torch.rand(n, 3, 32, 32), torch.zeros(n, dtype=torch.long))
+    return torch.utils.data.DataLoader(dataset, batch_size=8, shuffle=True)
 
 
 def mark(worker_id):
@@ -447,3 +453,13 @@ def test_the_jobs_own_loader_is_counted_by_its_own_batch_sampler_epoch_after_epo
         assert counted.dataloader is made and built.workers == 2  # the job's object, not a copy
         for _ in range(2):  # drop_last: 10 samples in batches of 4 are 8 a epoch, from persistent workers
             assert sum(counted.count(batch)[0] for batch in counted.dataloader) == 8
+
+
+def test_the_pipeline_check_feeds_the_model_from_the_jobs_own_loader(src):
+    results = run_check("pipeline", 0.5, loader="jobpkg.data:images_loader", python_path=str(src), model="tiny",
+                        input_shape=[3, 32, 32], num_classes=10)
+    fed = results["samples_per_s[cpu]"]
+    assert fed.measured and fed.value > 0, fed
+    assert fed.method.startswith("the job's DataLoader(batch_size=8, num_workers=0, pin_memory=False, "
+                                 "prefetch_factor=None, drop_last=False, sampler=RandomSampler")
+    assert "each batch's 3x32x32 tensor fed to the model" in fed.method
