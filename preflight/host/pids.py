@@ -114,7 +114,9 @@ def read(root: Path = CGROUP_ROOT, membership: Path = PROC_CGROUP, proc: Path = 
 
 
 def user_tasks(uid: int, proc: Path = PROC) -> int:
-    """Tasks (threads) of the processes whose real user ID is ``uid``, as RLIMIT_NPROC counts them, in this PID namespace."""
+    """Tasks (threads) of the processes whose real user ID is ``uid``, as RLIMIT_NPROC counts them.
+
+    Only this PID namespace's are seen: the same user's tasks in other containers count too, unseen."""
     total = 0
     for entry in proc.iterdir() if proc.is_dir() else ():
         if not entry.name.isdigit():

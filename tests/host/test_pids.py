@@ -84,7 +84,8 @@ def test_a_users_tasks_are_the_threads_of_every_process_of_that_real_uid(no_proc
     assert pids.user_tasks(1000, no_proc) == 8
 
 
-def refused(tmp_path: Path, no_proc: Path, error: BaseException, events_after: int = 1, current: int = 40) -> str | None:
+def refused(tmp_path: Path, no_proc: Path, error: BaseException, events_after: int = 1,
+            current: int = 40) -> str | None:
     root, membership = tree(tmp_path / "cg", {"/job": ("40", 5)}, v2=True)
     before = pids.read(root, membership, no_proc)
     (root / "job" / "pids.events").write_text(f"max {events_after}\n")

@@ -136,8 +136,15 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits:
                    if m.measured and m.metric in ("throughput", "bandwidth", "throughput_vs_required") else m
                    for m in results]
     if options["worker_sweep"]:  # after the source's note: this row's own note is the curve
-        del puller, taken  # the throughput's last pool exits before the sweep's pools start (memory)
-        results.append(sweep.measure(options, source, phase, workers, method, watch.fits))
+        puller.close()  # the throughput's last pool exits before the sweep's pools start (memory, pids)
+        del puller, taken
+        try:
+            results.append(sweep.measure(options, source, phase, workers, method, watch.fits))
+        except Exception as error:  # noqa: BLE001  a count past the pids limit costs the sweep, not the rows above
+            why = tasks.refused(limits, error, options)
+            if why is None:
+                raise
+            results.append(unmeasurable("recommended_num_workers", f"the sweep's larger pools: {why}", ""))
     fix = subject.no_dataset_fix("dataloader") if source.subject == "no_dataset" else None
     return [dataclasses.replace(m, subject=source.subject, hint=fix or m.hint) for m in results]
 

@@ -105,7 +105,11 @@ def headroom(limits: pids.Limits, readings: Sequence[tuple[int, int]], options: 
              method: str) -> Measurement:
     """``pids_headroom`` (%): the share of ``pids_available`` left at the job's loader's peak of tasks."""
     got = available(limits)
-    peak = needed(readings, workers, worker_tasks() if workers else 0, intra_op_threads()) if got else None
+    try:
+        probe = worker_tasks() if workers and got else 0
+    except (RuntimeError, OSError):  # refused at the limit itself: the workers' own readings stand alone
+        probe = 0
+    peak = needed(readings, workers, probe, intra_op_threads()) if got else None
     if got is None or peak is None:
         why = "no pids limit could be read" if got is None else "no /proc/PID/task of the loader could be read"
         return unmeasurable("pids_headroom", why, "%")

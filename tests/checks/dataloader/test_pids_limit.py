@@ -148,7 +148,8 @@ def test_at_pids_max_24_the_job_fails_and_the_gate_fails_naming_the_limit_and_th
         assert "can't start new thread" in job.stderr or "exited unexpectedly" in job.stderr
         code, results, output = gate(prefix, data, tmp_path)
     assert code == 1, output
-    assert results["pids_available"]["value"] == 24.0, results["pids_available"]["method"]  # the fact is reported whatever the loader did
+    # the fact is reported whatever the loader did
+    assert results["pids_available"]["value"] == 24.0, results["pids_available"]["method"]
     headroom = results["pids_headroom"]
     assert headroom["verdict"] == "fail"
     assert headroom["message"].startswith(f"could not measure: pids limit 24 reached ({directory}/pids.max): ")

@@ -83,7 +83,8 @@ checks:
 
 def gate(tmp_path: Path, prefix: list[str], pool: int = 0, per_call: int = 0, workers: int = 4,
          python: str = "") -> tuple[int, dict, str]:
-    """``preflight run`` of the job's Dataset under ``prefix``; ``python``: another interpreter, this venv's packages."""
+    """``preflight run`` of the job's Dataset under ``prefix``; ``python``: another interpreter, with this venv's
+    packages."""
     if not (tmp_path / "src").exists():
         job_package(tmp_path / "src", "jobpkg", {"data": PACKAGE})
     config = write_config(tmp_path, CONFIG.format(pool=pool, per_call=per_call, workers=workers))
