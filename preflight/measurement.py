@@ -26,6 +26,9 @@ SUBJECTS = {
     "synthetic": "synthetic samples, not the dataset",
     "no_dataset": "no dataset named (the working directory)",
     "unverified": "data not verified to be the dataset's",
+    "reread": ("the dataset's files read a second time in this run, where a cache below the page cache (a FUSE "
+               "client's, a network filesystem's, a file-backed loop device's host) serves rereads: not the job's "
+               "first epoch"),
 }
 DATASET_SUBJECTS = ("dataset", "job_dataset", "scratch_on_dataset_fs")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from typing import Callable, NamedTuple
 
+from preflight.io.dataset_pass import Spent
 from preflight.measurement import Stats
 
 
@@ -51,15 +52,27 @@ def sample(
     2-CPU machine, bench/noise.py's CV over ten runs went from 27-30% to 12-18%). It is
     fio's ``time_based`` idea: a throughput is measured over a stated time, not over as
     few operations as possible.
+
+    A reader of the dataset's files raises ``dataset_pass.Spent`` when the files it may read once are all
+    read: sampling stops there, whatever the rules above (its reason is the stop), and where the pass was
+    spent before any kept sample, the warm-up's sample is kept: it too was a first touch.
     """
     min_time_s = budget_s / 2 if min_time_s is None else min_time_s
     start = clock()
-    for _ in range(warmup):
-        measure_once()
+    warm: list[float] = []  # the last warm-up's sample: kept only if the pass is spent before another
     values: list[float] = []
+    try:
+        for _ in range(warmup):
+            warm = [measure_once()]
+    except Spent as spent:
+        return Samples(tuple(warm), f"{spent} in the warm-up" if warm else str(spent))
     while True:
         before = clock()
-        values.append(measure_once())
+        try:
+            values.append(measure_once())
+        except Spent as spent:
+            values = values or warm
+            return Samples(tuple(values), f"{spent} after {len(values)} samples")
         took = clock() - before
         n = len(values)
         if n >= min_samples:

@@ -31,6 +31,8 @@ from preflight.units import format_value
 Verdict = Literal["pass", "fail", "warn", "error", "skip", "info"]
 GATING: tuple[Verdict, ...] = ("fail", "error")
 
+REREAD_HINT = ("{instance} had only files this run already read: point {instance}.path at more of the dataset "
+               "(the first pass must outlast the measuring), or lower duration, or run {instance} alone (--only)")
 NOT_THE_DATASET_HINT = ("point {instance}.path at the dataset's own files on the job's volume (DATA_DIR=/data with "
                         "the bundled thresholds.yaml, or --set {instance}.path=/data)")
 
@@ -221,11 +223,15 @@ def _judge_one(instance: Instance, metric: Metric, threshold: Threshold, m: Meas
     hint = "" if ok else (m.hint or _hint(metric, instance, measured, required, threshold))
     if metric.about_data and m.subject not in DATASET_SUBJECTS:
         # Said on a figure that misses its minimum too: the reader must not take it for the dataset's.
-        message += f"; measured on {SUBJECTS.get(m.subject, SUBJECTS['unverified'])}: not the dataset"
+        if m.subject == "reread":
+            message += f"; measured on {SUBJECTS['reread']}"
+        else:
+            message += f"; measured on {SUBJECTS.get(m.subject, SUBJECTS['unverified'])}: not the dataset"
         if ok:
             verdict = threshold.severity
             message += ", so it cannot pass"
-            hint = m.hint or NOT_THE_DATASET_HINT.format(instance=instance.name)
+            hint = m.hint or (REREAD_HINT if m.subject == "reread" else NOT_THE_DATASET_HINT).format(
+                instance=instance.name)
     elif ok and m.cache_bound:
         verdict = "warn"
         message += "; cache-bound: not a device figure, so it cannot pass"

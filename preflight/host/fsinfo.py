@@ -57,6 +57,13 @@ class Filesystem(NamedTuple):
             return "fuse"
         return "network" if self.fstype.split(".")[0] in NETWORK else "block"
 
+    @property
+    def may_cache_below(self) -> bool:
+        """Whether a cache can sit below the page cache, out of reach of O_DIRECT and fadvise: a FUSE daemon's
+        own (s3fs, gcsfuse, mountpoint-s3, Alluxio, JuiceFS), a network client's (NFS, CIFS, Lustre), or the
+        host page cache under a loop device backed by a file; there a second read of a file is no device read."""
+        return self.kind in ("fuse", "network", "overlay") or self.source.startswith("/dev/loop")
+
     def caveat(self) -> str:
         """What this filesystem type does to a storage number, or "" for a plain block device."""
         return {

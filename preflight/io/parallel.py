@@ -38,6 +38,7 @@ class Tally(NamedTuple):
     completions: Sequence[float] = ()  # parallel to latencies, or empty
     started: float = 0.0
     lost: int = 0  # files skipped because they vanished or turned unreadable since they were chosen
+    failed: tuple[str, ...] = ()  # files whose read failed with an I/O error (EIO: a bad sector, a lost object)
 
 
 # make_loop(index) runs in the process that will execute the loop (after fork): it opens
@@ -130,7 +131,7 @@ def _combine(tallies: list[Tally]) -> Tally:
         completions.extend(tally.completions)
     return Tally(sum(t.ops for t in tallies), sum(t.nbytes for t in tallies), latencies,
                  max(t.elapsed_s for t in tallies), completions, min(t.started for t in tallies),
-                 sum(t.lost for t in tallies))
+                 sum(t.lost for t in tallies), tuple(name for t in tallies for name in t.failed))
 
 
 class Interval(NamedTuple):

@@ -15,6 +15,8 @@ import mmap
 import os
 from typing import Literal, Sequence
 
+from preflight.io import dataset_pass
+
 Bypass = Literal["O_DIRECT", "fadvise", "none"]
 ALIGNMENT = 4096
 
@@ -60,8 +62,15 @@ def _probe(name: str) -> Bypass:
         os.close(fd)
 
 
-def open_uncached(name: str, bypass: Bypass) -> int:
-    """Open ``name`` read-only so its next reads come from the device (see module doc)."""
+def open_uncached(name: str, bypass: Bypass, record: bool = True) -> int:
+    """Open ``name`` read-only so its next reads come from the device (see module doc).
+
+    Every open of a dataset file comes here, and is recorded in the run's pass (``dataset_pass``), so no
+    reader takes for cold a file this run already read; ``record=False`` for a reader that records the
+    file itself when it first reads from it (random reads open every file up front and read few).
+    """
+    if record:
+        dataset_pass.record(name)
     if bypass == "O_DIRECT":
         return os.open(name, os.O_RDONLY | os.O_DIRECT)
     fd = os.open(name, os.O_RDONLY)

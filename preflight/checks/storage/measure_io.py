@@ -32,6 +32,7 @@ from preflight.checks.storage import guard, reads, small_files, writes
 from preflight.checks.storage.data import LARGE_FILE, Found, Segment, data_bytes, segments
 from preflight.checks.storage.facts import READ_ONLY_VOLUME
 from preflight.checks.storage.parts import MIN_WINDOW_S, MIN_WINDOWS, part_s, timed_parts
+from preflight.io import dataset_pass
 from preflight.io.dataset_walk import DataFile, data_extents, too_few
 from preflight.host import pids
 from preflight.host.fsinfo import Filesystem, filesystem_of
@@ -75,6 +76,7 @@ class IO:
         self.part_s = part_s(budget)  # each timed part's share of duration, its warm-up included
         self.window = min(1.0, max(MIN_WINDOW_S, self.part_s / 6))
         self.cache_note = ""  # set when seq_read proves the cache was not bypassed
+        self.failed: set[str] = set()  # dataset files whose reads failed with an I/O error (EIO), by any part
 
     def reads(self, found: Found) -> list[Measurement]:
         """``seq_read``, then ``rand_read`` with its latency percentiles, over the same bytes."""
@@ -84,8 +86,13 @@ class IO:
         fs = chosen.fs
         bypass = bypass_for([name for name, _, _ in chosen.parts[:100]], fs.memory_backed)
         where = f"{chosen.where} on {fs.describe()}; {describe(bypass)}"
-        results = [self.seq_read(chosen.parts, bypass, where, chosen.whole_files, fs),
-                   *self.rand_read(chosen.parts, bypass, where, fs)]
+        seq = self.seq_read(chosen.parts, bypass, where, chosen.whole_files, fs)
+        # Small files read whole: random reads take their own share of files not read yet, so small_files and
+        # the DataLoader still find first touches (``dataset_pass.share``); large files are read at random offsets.
+        random_parts = chosen.parts
+        if chosen.whole_files:
+            random_parts = dataset_pass.share(chosen.parts, len(chosen.parts), _segment_name) or chosen.parts
+        results = [seq, *self.rand_read(random_parts, bypass, where, fs)]
         return [self._about(_noted(m, chosen.note), chosen.subject) for m in results]
 
     def _read_set(self, found: Found) -> ReadSet | str:
@@ -133,17 +140,34 @@ class IO:
         processes, threads = self._split(readers) if whole_files else (1, readers)
         runs = reads.spans(parts, processes * threads, block)
         lost: list[int] = []
+        before = dataset_pass.opened()
+        # Small files read whole: one pass, windows continuing it, leaving the rest of a small dataset to small_files
+        # and the DataLoader. Large files are streamed from each span's start in every window, as fio does.
+        remaining = dataset_pass.share(parts, len(parts), _segment_name) if whole_files else list(parts)
+        files = len({name for name, _, _ in parts})
+        warm = dataset_pass.warm_note(files, files) if not remaining else ""
+        remaining = remaining or list(parts)
 
         def window() -> float:
-            tally = run_loops(reads.sequential_loop(runs, bypass, block), processes, threads, self.window)
+            nonlocal remaining
+            if not remaining:
+                raise dataset_pass.Spent(f"each of the {files} files read once")
+            readers = processes * threads  # files read whole are dealt out whole; large files split in spans
+            runs = ([remaining[i::readers] for i in range(readers)] if whole_files
+                    else reads.spans(remaining, readers, block))
+            loops = reads.sequential_loop(runs, bypass, block, once=whole_files)
+            tally = run_loops(loops, processes, threads, self.window)
+            if whole_files:
+                remaining = dataset_pass.unread_since(remaining, before, _segment_name)
             lost.append(tally.lost)
+            self.failed.update(tally.failed)
             return tally.nbytes / tally.elapsed_s / 1e6
 
         taken = sample(window, self.part_s)
         who = f"{processes} processes x {threads} threads" if processes > 1 else f"{readers} readers"
         method = f"{who} x {format_value(to_unit(block, 'KiB'), 'KiB')} blocks, {where}"
         m = Measurement("seq_read", samples=taken.values, unit="MB/s", method=method, stopped=taken.stopped,
-                        note=_lost_note(max(lost, default=0)))
+                        note="; ".join(n for n in (warm, _lost_note(sum(lost))) if n))
         # O_DIRECT on a local block filesystem is honoured by the kernel: this host's page cache
         # cannot serve it, and a cache probe would only add noise (a loaded CPU slows it, never the
         # device). Where the bypass can fail silently (fadvise, FUSE, network, overlay), it is probed.
@@ -206,16 +230,26 @@ class IO:
         processes, threads = self._split(int(self.options["file_readers"]))
         rates: list[float] = []
         lost: list[int] = []
+        before = dataset_pass.opened()
+        # One pass: windows continue it; the dataset's own files leave the rest of a small dataset to later readers.
+        remaining = dataset_pass.fresh(files, _name) if too_little else dataset_pass.share(files, len(found.files), _name)
+        warm = dataset_pass.warm_note(len(files), len(files)) if not remaining else ""
+        remaining = remaining or list(files)
 
         def window() -> float:
-            tally = run_loops(small_files.file_loop(files, processes * threads, bypass), processes, threads,
+            nonlocal remaining
+            if not remaining:
+                raise dataset_pass.Spent(f"each of the {len(files)} files read once")
+            tally = run_loops(small_files.file_loop(remaining, processes * threads, bypass), processes, threads,
                               self.window)
+            remaining = dataset_pass.unread_since(remaining, before, _name)
             rates.append(tally.nbytes / tally.elapsed_s / 1e6)
             lost.append(tally.lost)
+            self.failed.update(tally.failed)
             return tally.ops / tally.elapsed_s
 
         taken = sample(window, self.part_s)
-        note = "; ".join(n for n in (note, _lost_note(max(lost, default=0))) if n)
+        note = "; ".join(n for n in (note, warm, _lost_note(sum(lost))) if n)
         method = (f"{processes} processes x {threads} threads, open+read+close of {source} on "
                   f"{fs.describe()}; {describe(bypass)}")
         return [self._about(self._honest(m, bypass, fs), measured_on) for m in (
@@ -289,6 +323,8 @@ class IO:
         is scratch elsewhere: the only way such a figure can pass is scratch on the dataset's device."""
         if not m.measured:
             return m
+        if measured_on == "dataset" and dataset_pass.WARM in m.note and self.fs.may_cache_below:
+            measured_on = "reread"
         if measured_on == "scratch_elsewhere":
             return dataclasses.replace(m, subject=measured_on, hint=self.scratch_hint())
         return dataclasses.replace(m, subject=measured_on)
@@ -359,6 +395,14 @@ def _noted(m: Measurement, note: str) -> Measurement:
     if not note or not m.measured:
         return m
     return dataclasses.replace(m, note="; ".join(n for n in (note, m.note) if n))
+
+
+def _name(file: DataFile) -> str:
+    return file.name
+
+
+def _segment_name(part: Segment) -> str:
+    return part[0]
 
 
 def _lost_note(lost: int) -> str:

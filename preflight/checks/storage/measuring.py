@@ -62,6 +62,7 @@ def measure(options: Mapping[str, Any], budget: Budget, metrics: Sequence[Metric
         asked = [(name, unit) for name, unit in (("seq_write", "MB/s"), ("fsync_p99", "ms")) if budget.wants(name)]
         if asked:  # scratch writes on the dataset's volume only for a configuration that judges them
             results += _isolated(io.writes, asked, path, instance, scratch)
+        results = _failed_reads(results, io.failed, found)
     results = _reached(results, found, path)
     caveat = fs.caveat()
     if caveat and fs.kind != "memory":
@@ -135,6 +136,22 @@ def _walk_metrics(found: Found, path: str) -> list[Measurement]:
                     note=f"{walk.summary(UNREADABLE)}: the job stops at the first with PermissionError" if unreadable else ""),
         Measurement("skipped_files", float(sum(walk.skipped.values())), "", method=method, note=walk.summary()),
     ]
+
+
+def _failed_reads(results: list[Measurement], failed: set[str], found: Found) -> list[Measurement]:
+    """``unreadable_files`` with the files whose reads failed with an I/O error (EIO) added, the first named.
+
+    ``open()`` and ``stat()`` succeed on such a file (a bad sector, an object lost behind a FUSE client):
+    only a read finds it, and the job's DataLoader worker raises on it, so it counts as unreadable.
+    """
+    if not failed:
+        return results
+    named = sorted(failed)
+    first = ", ".join(named[:3]) + (", ..." if len(named) > 3 else "")
+    said = f"{len(named)} of {len(found.files)} files cannot be read (I/O error): {first}"
+    return [dataclasses.replace(m, value=float(m.value or 0) + len(named), samples=(),
+                                note="; ".join(n for n in (said, m.note) if n))
+            if m.metric == "unreadable_files" and m.measured else m for m in results]
 
 
 def _isolated(measure_group: Callable[[], list[Measurement]], metrics: Sequence[tuple[str, str]],

@@ -29,6 +29,7 @@ from typing import Callable, Sequence
 
 from preflight.checks.storage.data import Segment
 from preflight.io.parallel import Tally
+from preflight.io import dataset_pass
 from preflight.io.dataset_walk import LOST
 from preflight.io.uncached import Bypass, aligned_buffer, drop_cached, open_uncached
 
@@ -58,8 +59,14 @@ def _locate(parts: Sequence[Segment], start: int, end: int) -> list[Segment]:
     return found
 
 
-def sequential_loop(runs: list[list[Segment]], bypass: Bypass, block: int) -> Callable[[int], Callable[[float], Tally]]:
-    """A loop factory for ``io.parallel.run_loops``: reader i reads ``runs[i]`` over and over."""
+def sequential_loop(runs: list[list[Segment]], bypass: Bypass, block: int,
+                    once: bool = False) -> Callable[[int], Callable[[float], Tally]]:
+    """A loop factory for ``io.parallel.run_loops``: reader i reads ``runs[i]`` over and over until the deadline;
+    with ``once``, one time only (small files read whole: a second read of a file is served by whatever cache
+    holds it, ``dataset_pass``, and ``measure_io`` gives each window the files no earlier read touched).
+
+    A segment whose read fails with an I/O error (EIO) is named in ``Tally.failed`` and dropped.
+    """
 
     def make(index: int) -> Callable[[float], Tally]:
         run = list(runs[index])
@@ -68,6 +75,7 @@ def sequential_loop(runs: list[list[Segment]], bypass: Bypass, block: int) -> Ca
         def loop(deadline: float) -> Tally:
             start = time.perf_counter()
             ops = nbytes = lost = 0
+            failed: list[str] = []
             while run:
                 for item in list(run):
                     name, low, high = item
@@ -84,10 +92,16 @@ def sequential_loop(runs: list[list[Segment]], bypass: Bypass, block: int) -> Ca
                             nbytes += os.preadv(fd, [buffer], offset)
                             ops += 1
                             if time.perf_counter() >= deadline:
-                                return Tally(ops, nbytes, array("d"), time.perf_counter() - start, lost=lost)
+                                return Tally(ops, nbytes, array("d"), time.perf_counter() - start, lost=lost,
+                                             failed=tuple(failed))
+                    except OSError:  # EIO and its kin: counted and named, the other segments still read
+                        run.remove(item)
+                        failed.append(name)
                     finally:
                         os.close(fd)
-            return Tally(ops, nbytes, array("d"), time.perf_counter() - start, lost=lost)
+                if once:
+                    break
+            return Tally(ops, nbytes, array("d"), time.perf_counter() - start, lost=lost, failed=tuple(failed))
 
         return loop
 
@@ -125,7 +139,7 @@ class SharedFiles:
 
     def _open(self, name: str) -> int | None:
         try:
-            return open_uncached(name, self.bypass)
+            return open_uncached(name, self.bypass, record=False)  # recorded when first read (``random_loop``)
         except LOST:
             return None
 
@@ -140,10 +154,12 @@ def random_loop(parts: Sequence[Segment], bypass: Bypass, block: int, seed: int)
         by_name = dict(zip(names, fds))
         usable = [(by_name[name], low, high) for name, low, high in parts
                   if by_name[name] is not None and high - low >= block]
+        names_of = [name for name, low, high in parts if by_name[name] is not None and high - low >= block]
         lost = fds.count(None) if index == 0 else 0  # every process saw the same files gone: count them once
         ends = list(itertools.accumulate((high - low) // block for _, low, high in usable))
         buffers = [aligned_buffer(block)]
         rng = random.Random(seed * 1_000_003 + index)
+        read_from: set[int] = set()  # this loop's files read so far, each recorded in the run's pass once
 
         def loop(deadline: float) -> Tally:
             latencies, completions = array("d"), array("d")
@@ -155,6 +171,9 @@ def random_loop(parts: Sequence[Segment], bypass: Bypass, block: int, seed: int)
                     which = bisect.bisect_right(ends, pick)
                     fd, low, _ = usable[which]
                     offset = low + (pick - (ends[which - 1] if which else 0)) * block
+                    if which not in read_from:
+                        read_from.add(which)
+                        dataset_pass.record(names_of[which])
                     before = time.perf_counter()
                     nbytes += os.preadv(fd, buffers, offset)
                     now = time.perf_counter()

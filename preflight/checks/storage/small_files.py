@@ -6,7 +6,9 @@ small read, the pattern network and FUSE filesystems serve worst. Loops run in
 processes x threads (``io.parallel``), as a DataLoader's workers do; MLPerf Storage/DLIO
 reports the same files/s and MB/s for its file-per-sample workloads. One descriptor is open
 per loop at a time, whatever the number of files; a file that vanished or turned unreadable
-since the walk is dropped and counted (``Tally.lost``).
+since the walk is dropped and counted (``Tally.lost``). Each file is read at most once per loop
+run, as a job's first epoch reads it: the loops do not wrap around their files (``measure_io.small``
+gives each window the files no earlier window or check read, ``dataset_pass``).
 """
 
 from __future__ import annotations
@@ -21,26 +23,29 @@ from preflight.io.uncached import Bypass, aligned_buffer, read_file
 
 
 def file_loop(files: Sequence[DataFile], loops: int, bypass: Bypass) -> Callable[[int], Callable[[float], Tally]]:
-    """A loop factory: loop i reads files i, i+loops, i+2*loops ... and wraps around."""
+    """A loop factory: loop i reads files i, i+loops, i+2*loops ... once each, until the deadline or its last."""
     largest = max(f.size for f in files)
 
     def make(index: int) -> Callable[[float], Tally]:
-        mine = [f.name for f in files[index::loops]] or [files[index % len(files)].name]
+        mine = [f.name for f in files[index::loops]]  # none for a loop beyond the files: it reads nothing again
         buffer = aligned_buffer(max(largest + 1, 1 << 16))  # one read returns the whole file
 
         def loop(deadline: float) -> Tally:
             start = now = time.perf_counter()
             count = nbytes = lost = 0
-            while now < deadline and mine:
-                name = mine[count % len(mine)]
+            failed: list[str] = []
+            for name in mine:
+                if now >= deadline:
+                    break
                 try:
                     nbytes += read_file(name, bypass, buffer)
                     count += 1
                 except LOST:
-                    mine.remove(name)
                     lost += 1
+                except OSError:  # EIO and its kin: the job's read of this sample fails; counted, named, not fatal
+                    failed.append(name)
                 now = time.perf_counter()
-            return Tally(count, nbytes, array("d"), now - start, lost=lost)
+            return Tally(count, nbytes, array("d"), now - start, lost=lost, failed=tuple(failed))
 
         return loop
 

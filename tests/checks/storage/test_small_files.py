@@ -43,24 +43,43 @@ def _spy(monkeypatch) -> tuple[list[str], list[int]]:
     return opened, reads
 
 
-def test_loop_i_reads_every_loops_th_file_from_i_and_wraps_around(tmp_path, monkeypatch):
+def test_loop_i_reads_every_loops_th_file_from_i_once_until_the_deadline(tmp_path, monkeypatch):
+    """Issue 32: each file once, as the job's first epoch reads it; a second lap would be a cache's figure."""
     files = _files(tmp_path, [100, 200, 300, 400, 500])
     opened, _ = _spy(monkeypatch)
     factory = small_files.file_loop(files, 2, "O_DIRECT")
-    # clock: start 1; a file read at 1, 2, 3, 4; at 5 the deadline is met
-    assert factory(0)(5.0) == Tally(4, 100 + 300 + 500 + 100, array("d"), 4.0, lost=0)
-    assert opened == ["f0", "f2", "f4", "f0"]
+    # clock: start 1; a file read at 1, 2, 3, then its files are spent: no wrap-around
+    assert factory(0)(50.0) == Tally(3, 100 + 300 + 500, array("d"), 3.0, lost=0)
+    assert opened == ["f0", "f2", "f4"]
     opened.clear()
     monkeypatch.setattr(small_files, "time", Ticks())
-    assert factory(1)(5.0) == Tally(4, 200 + 400 + 200 + 400, array("d"), 4.0, lost=0)
-    assert opened == ["f1", "f3", "f1", "f3"]
+    # clock: f1 at 1; at 2 the deadline is met
+    assert factory(1)(2.0) == Tally(1, 200, array("d"), 1.0, lost=0)
+    assert opened == ["f1"]
 
 
-def test_a_loop_beyond_the_number_of_files_rereads_one_of_them(tmp_path, monkeypatch):
+def test_a_loop_beyond_the_number_of_files_reads_none_of_them_again(tmp_path, monkeypatch):
     files = _files(tmp_path, [100, 200])
     opened, _ = _spy(monkeypatch)
-    small_files.file_loop(files, 5, "O_DIRECT")(3)(3.0)
-    assert opened == ["f1", "f1"]  # loop 3 of 5 over 2 files: file 3 % 2
+    assert small_files.file_loop(files, 5, "O_DIRECT")(3)(3.0).ops == 0
+    assert opened == []
+
+
+def test_a_file_whose_read_fails_with_eio_is_named_and_the_others_still_read(tmp_path, monkeypatch):
+    """Issue 32 case 4: an I/O error on one sample is counted and named, never the end of the measurement."""
+    import errno
+
+    files = _files(tmp_path, [100, 200, 300])
+    real = small_files.read_file
+
+    def read_file(name, bypass, buffer):
+        if name.endswith("f1"):
+            raise OSError(errno.EIO, "Input/output error", name)
+        return real(name, bypass, buffer)
+
+    monkeypatch.setattr(small_files, "read_file", read_file)
+    tally = small_files.file_loop(files, 1, "O_DIRECT")(0)(1e12)
+    assert (tally.ops, tally.nbytes, tally.failed) == (2, 400, (files[1].name,))
 
 
 def test_each_file_is_read_whole_in_one_read_even_at_the_buffer_floor(tmp_path, monkeypatch):
@@ -74,9 +93,10 @@ def test_a_file_gone_since_the_walk_is_dropped_and_counted_once(tmp_path, monkey
     files = _files(tmp_path, [100, 200])
     files.insert(1, DataFile(str(tmp_path / "gone"), 300))
     opened, _ = _spy(monkeypatch)
-    # clock: f0 at 1, gone at 2 (dropped), f1 at 3, f0 at 4; at 5 the deadline is met
-    assert small_files.file_loop(files, 1, "O_DIRECT")(0)(5.0) == Tally(3, 100 + 200 + 100, array("d"), 4.0, lost=1)
-    assert opened == ["f0", "gone", "f1", "f0"]
+    # clock: f0 at 1, gone at 2 (dropped), f1 at 3; then the files are spent
+    assert small_files.file_loop(files, 1, "O_DIRECT")(0)(50.0) == Tally(2, 100 + 200, array("d"), 3.0, lost=1)
+    assert opened == ["f0", "gone", "f1"]
+
 
 
 def test_a_loop_whose_files_are_all_gone_ends_with_them_counted(tmp_path, monkeypatch):

@@ -1,0 +1,139 @@
+"""A FUSE filesystem with a fault, mounted for real in a test: a read-only passthrough of a folder.
+
+The shapes of remote stores behind a local client (s3fs, gcsfuse, mountpoint-s3, Alluxio, JuiceFS):
+- ``first_read_ms`` / ``first_read_mb_s``: the first read of each file costs that latency plus its size at
+  that bandwidth (the remote fetch); every later read is served from the daemon's own cache, below the
+  kernel's page cache, where neither O_DIRECT nor fadvise DONTNEED can reach;
+- ``eio``: file names (relative to the root) whose reads fail with EIO, while ``access()`` and ``stat()``
+  succeed, as a disk's bad sector or a store's lost object shows;
+- ``hang``: names whose reads never answer, as a hard mount whose server is gone.
+
+``mounted(root, **faults)`` runs the daemon in its own process (``python tests/fusefs.py``), waits for the
+mount, yields the mount point, and unmounts it (lazily, aborting the connection so no reader stays stuck).
+``available()`` says why a test must skip: not root, no /dev/fuse, no libfuse2 or fusepy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Iterator, Sequence
+
+
+def available() -> str:
+    """Why a FUSE filesystem cannot be mounted here ("" when it can)."""
+    if os.geteuid() != 0:
+        return "mounting FUSE needs root"
+    if not os.path.exists("/dev/fuse"):
+        return "no /dev/fuse"
+    if shutil.which("fusermount") is None:
+        return "no fusermount: apt-get install fuse"
+    try:
+        import fuse  # noqa: F401  fusepy loads libfuse.so.2 when imported
+    except (ImportError, OSError, EnvironmentError) as error:
+        return f"fusepy cannot load libfuse2 ({error}): pip install fusepy; apt-get install libfuse2"
+    return ""
+
+
+@contextlib.contextmanager
+def mounted(root: str, first_read_ms: float = 0.0, first_read_mb_s: float = 0.0, eio: Sequence[str] = (),
+            hang: Sequence[str] = ()) -> Iterator[str]:
+    """Mount ``root`` read-only with the faults asked for; yield the mount point."""
+    mount_point = tempfile.mkdtemp(prefix="preflight-fuse-")
+    command = [sys.executable, os.path.abspath(__file__), root, mount_point, "--first-read-ms", str(first_read_ms),
+               "--first-read-mb-s", str(first_read_mb_s), "--eio", ",".join(eio), "--hang", ",".join(hang)]
+    log = tempfile.TemporaryFile()  # not a pipe: a daemon whose unread pipe filled would stop answering
+    daemon = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        deadline = time.monotonic() + 20
+        while not os.path.ismount(mount_point):
+            if daemon.poll() is not None or time.monotonic() > deadline:
+                log.seek(0)
+                raise RuntimeError(f"the FUSE daemon did not mount {mount_point}: {log.read().decode()[-500:]}")
+            time.sleep(0.05)
+        yield mount_point
+    finally:
+        _abort(mount_point)
+        subprocess.run(["fusermount", "-u", "-z", mount_point], stderr=subprocess.DEVNULL)
+        daemon.kill()
+        daemon.wait(timeout=10)
+        log.close()
+        with contextlib.suppress(OSError):
+            os.rmdir(mount_point)
+
+
+def _abort(mount_point: str) -> None:
+    """Abort the mount's FUSE connection: a reader stuck on it gets ENOTCONN instead of waiting forever."""
+    with contextlib.suppress(OSError):
+        device = os.stat(mount_point).st_dev
+        with open(f"/sys/fs/fuse/connections/{os.minor(device)}/abort", "w") as handle:
+            handle.write("1")
+
+
+def _serve(root: str, mount_point: str, first_read_s: float, mb_s: float, eio: set[str], hang: set[str]) -> None:
+    import fuse
+
+    never = threading.Event()  # set by no one: a hung read waits until the connection is aborted
+
+    class Faulty(fuse.Operations):
+        def __init__(self) -> None:
+            self.fetched: set[str] = set()  # the daemon's own cache, below the kernel's page cache
+            self.lock = threading.Lock()
+
+        def _real(self, path: str) -> str:
+            return os.path.join(root, path.lstrip("/"))
+
+        def getattr(self, path: str, fh: int | None = None) -> dict:
+            try:
+                st = os.lstat(self._real(path))
+            except OSError as error:
+                raise fuse.FuseOSError(error.errno) from None
+            return {key: getattr(st, key) for key in ("st_mode", "st_size", "st_uid", "st_gid", "st_nlink",
+                                                      "st_atime", "st_mtime", "st_ctime")}
+
+        def readdir(self, path: str, fh: int) -> list[str]:
+            return [".", "..", *os.listdir(self._real(path))]
+
+        def open(self, path: str, flags: int) -> int:
+            return os.open(self._real(path), os.O_RDONLY)
+
+        def read(self, path: str, size: int, offset: int, fh: int) -> bytes:
+            name = path.lstrip("/")
+            if name in hang:
+                never.wait()
+            if name in eio:
+                raise fuse.FuseOSError(errno.EIO)
+            with self.lock:
+                first = name not in self.fetched
+                self.fetched.add(name)
+            if first and (first_read_s or mb_s):
+                time.sleep(first_read_s + (os.fstat(fh).st_size / (mb_s * 1e6) if mb_s else 0.0))
+            return os.pread(fh, size, offset)
+
+        def release(self, path: str, fh: int) -> int:
+            os.close(fh)
+            return 0
+
+    fuse.FUSE(Faulty(), mount_point, foreground=True, ro=True, nothreads=False, allow_other=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("root")
+    parser.add_argument("mount_point")
+    parser.add_argument("--first-read-ms", type=float, default=0.0)
+    parser.add_argument("--first-read-mb-s", type=float, default=0.0)
+    parser.add_argument("--eio", default="")
+    parser.add_argument("--hang", default="")
+    given = parser.parse_args()
+    names = (lambda text: {n for n in text.split(",") if n})
+    _serve(given.root, given.mount_point, given.first_read_ms / 1e3, given.first_read_mb_s, names(given.eio),
+           names(given.hang))
