@@ -7,6 +7,9 @@ Beyond ``run``'s load, it imports the job's own code an instance names (``datase
 builds it once through the check's ``check_user_code``, never iterating it: a factory that
 cannot be imported or returns no Dataset is a ``ConfigError`` at the option's line, and so is
 one that does not return within the instance's timeout (a factory waiting on a hung mount).
+Where the loader's start method sends each worker a pickled copy (``multiprocessing_context``
+spawn or forkserver), what it would send is pickled too (into nothing, tensors skipped): a
+Dataset holding a lambda fails the job at its first batch, so validate says so at its line.
 (``run`` leaves that code to the worker, under the check's timeout.)
 """
 
