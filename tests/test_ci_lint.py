@@ -84,7 +84,8 @@ def test_actionlint_here_catches_what_it_is_run_for(tmp_path):
     action = yaml.safe_load((REPO / "action.yml").read_text())
     steps = action["runs"]["steps"]
     install = next(step for step in steps if step.get("id") == "install")
-    install["run"] = install["run"].replace('--system-site-packages "$venv"', "--system-site-packages $venv")
+    install["run"] = install["run"].replace('--venv "$RUNNER_TEMP/preflight-venv"', "--venv $RUNNER_TEMP/preflight-venv")
+    assert "--venv $RUNNER_TEMP/" in install["run"]  # the plant took
     run = next(step for step in steps if step.get("id") == "run")
     run["env"]["PREFLIGHT_PYTHON"] = "${{ steps.instal.outputs.python || 'python3' }}"
     workflow = (REPO / "ci" / "github" / "preflight.yml").read_text().replace("args:", "argz:")

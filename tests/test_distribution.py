@@ -98,7 +98,8 @@ def test_nothing_offers_an_install_from_the_index_or_an_unpublished_action_tag(p
 
 def _covers_the_three_ways_in(section: str) -> None:
     assert "python -m build" in section and "git+https://" in section  # (a) a wheel, or a git URL
-    assert "--system-site-packages" in section and "externally-managed-environment" in section  # PEP 668
+    assert "python3 -m preflight.commands.install" in section  # the one installer, into the job's Python
+    assert "--venv /opt/preflight" in section and "externally-managed-environment" in section  # PEP 668: beside it
     assert re.search(r"^FROM pytorch/pytorch:\S+$", section, re.MULTILINE)  # (b) a Dockerfile layer
     assert "python3 -m venv .venv" in section  # (c) a laptop or CI runner venv
     assert "pip install torch " not in section.replace("pip install torch --index-url", "")  # no bare torch pull
@@ -116,4 +117,4 @@ def test_the_readme_install_section_follows_quick_start_and_covers_the_three_way
 def test_the_install_page_covers_the_three_ways_in_and_keeping_torch():
     page = (REPO / "docs" / "install.md").read_text()
     _covers_the_three_ways_in(page)
-    assert "-c keep-torch.txt" in page  # torch stays as it is, as a rule
+    assert "--no-deps" in page and re.search(r"never\s+installs one", page)  # torch stays as it is, as a rule
