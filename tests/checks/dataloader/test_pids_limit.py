@@ -69,6 +69,7 @@ def pids_limited_cgroup(limit: int) -> Iterator[tuple[Path, list[str]]]:
     Skips with the reason where this machine cannot make one (not root, no pids controller, v2 with
     pids not enabled for the root's children). Removed afterwards, killing what is left in it.
     """
+    enabled = None  # the subtree_control this test enabled pids in, to disable it again
     if cgroup.unified():
         root = cgroup.CGROUP_ROOT
         if "pids" not in (root / "cgroup.controllers").read_text().split():
@@ -78,6 +79,7 @@ def pids_limited_cgroup(limit: int) -> Iterator[tuple[Path, list[str]]]:
                 (root / "cgroup.subtree_control").write_text("+pids")
             except OSError as error:
                 pytest.skip(f"cannot enable +pids in {root}/cgroup.subtree_control ({error.strerror})")
+            enabled = root / "cgroup.subtree_control"
         parent = root
     else:
         own = cgroup.directories("pids")
@@ -94,6 +96,9 @@ def pids_limited_cgroup(limit: int) -> Iterator[tuple[Path, list[str]]]:
         yield directory, ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(directory)]
     finally:
         _remove_cgroup(directory)
+        if enabled is not None:
+            with contextlib.suppress(OSError):  # EBUSY: another child uses it by now; leave it on
+                enabled.write_text("-pids")
 
 
 @pytest.fixture(scope="module")
