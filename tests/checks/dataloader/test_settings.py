@@ -367,6 +367,21 @@ def test_a_lambda_among_a_datasets_transforms_is_named_by_its_path(src):
         settings.refuse_unpicklable(options, 0, {"dataset": user.build(options).dataset})
 
 
+@pytest.mark.parametrize("chosen, default, says", [
+    ("forkserver", "fork", "under multiprocessing_context forkserver every worker"),
+    ("default", "spawn", "under multiprocessing_context spawn (this Python's default) every worker"),  # macOS
+    ("default", "forkserver", "under multiprocessing_context forkserver (this Python's default) every worker"),  # 3.14
+])
+def test_every_start_method_that_pickles_is_probed_the_default_included(monkeypatch, chosen, default, says):
+    import multiprocessing
+
+    monkeypatch.setattr(multiprocessing, "get_start_method", lambda allow_none=False: default)
+    with pytest.raises(UserCodeError, match=re.escape(says)):
+        settings.refuse_unpicklable({"multiprocessing_context": chosen, "worker_init_fn": "job.x:init"}, 1,
+                                    {"worker_init_fn": lambda worker: None})
+    settings.refuse_unpicklable({"multiprocessing_context": "fork"}, 1, {"worker_init_fn": lambda worker: None})
+
+
 def test_the_probe_pickles_no_tensor_and_names_the_innermost_object():
     big = torch.utils.data.TensorDataset(torch.zeros(256, 1024, 1024, dtype=torch.uint8))  # 256 MiB, never copied
     assert settings.unpicklable(big) == ""
