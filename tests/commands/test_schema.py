@@ -95,6 +95,20 @@ def test_cli_prints_the_schema_without_importing_torch():
     ('dataset: "pkg.mod:make"\n    path: ""\n    format: files\n', True),  # the defaults, written out
     ("synthetic: true\n    format: tar\n", False),
     ("synthetic: false\n    format: tar\n    decode: image\n", True),
+    # the job's loader settings (issue 32, case 3), and its own DataLoader beside which they are refused
+    ("multiprocessing_context: spawn\n    persistent_workers: true\n    drop_last: true\n    seed: 7\n", True),
+    ("multiprocessing_context: thread\n", False),
+    ("loader_timeout: 30s\n    in_order: false\n    shuffle: false\n", True),
+    ("loader_timeout: 30\n", False),  # a duration needs its unit
+    ("seed: -1\n", False),
+    ('worker_init_fn: "pkg.mod:init"\n    python_path: [src]\n', True),
+    ('sampler: "pkg.mod:evens"\n', False),  # a sampler samples the job's dataset: none named
+    ('dataset: "pkg.mod:make"\n    sampler: "pkg.mod:evens"\n    shuffle: false\n', False),
+    ('loader: "pkg.mod:make_loader"\n    loader_args: {n: 64}\n    python_path: [src]\n', True),
+    ('loader: "pkg.mod:make_loader"\n    batch_size: 32\n', False),
+    ('loader: "pkg.mod:make_loader"\n    batch_size: 64\n', True),  # the default, written out
+    ('loader: "pkg.mod:make_loader"\n    dataset: "pkg.mod:make"\n', False),
+    ("loader_args: {n: 64}\n", False),
 ])
 def test_the_job_dataset_options_agree_with_config(tmp_path, text, accepted):
     (tmp_path / "src").mkdir()
