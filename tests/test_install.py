@@ -387,8 +387,27 @@ def test_the_installer_installs_into_a_venv_or_conda_prefix_that_has_torch(tmp_p
     assert version.stdout.strip() == f"preflight {__version__}", version.stderr
 
 
-def _fake_torch_venv(tmp_path: Path, wheelhouse: Path, metadata: bool) -> tuple[dict[str, str], Path]:
-    """A venv on PATH whose torch is a small importable package with ``__version__`` ("2.99.0+fake"); pip and numpy real."""
+# Torches an image may hold that pip does not see as a plain installed "torch", from public reports.
+FAKE_TORCHES = {
+    # name of its .dist-info (None: none), version, a requirement it declares that is not installed
+    "dist-info": ("torch", "2.99.0+fake", None),
+    # pytorch/pytorch#21980: the nightly image's torch had no "torch" metadata; any package needing torch
+    # made pip install torch 1.1.0 over it. As found there: a torch_nightly distribution, or none at all.
+    "nightly-dist-name": ("torch_nightly", "1.2.0.dev20190619", None),
+    "no-dist-info": (None, "1.2.0.dev20190619", None),
+    # astral-sh/uv#2560: NGC's torch is a pre-release (2.3.0a0+ebedce2); a `torch>=1.7` requirement
+    # made the installer fetch an older release over it.
+    "ngc-prerelease": ("torch", "2.3.0a0+ebedce2", None),
+    # pypa/pip#12902: ROCm's image torch 2.4.0.dev20240520+rocm6.0 declares a requirement the image
+    # does not satisfy; `pip install torch` then collected torch 2.4.0 from the index over it.
+    "rocm-dev-unmet-requirement": ("torch", "2.4.0.dev20240520+rocm6.0", "pytorch-triton-rocm==3.0.0+21eae954ef"),
+}
+
+
+def _fake_torch_venv(tmp_path: Path, wheelhouse: Path, shape: str) -> tuple[dict[str, str], Path, str]:
+    """A venv on PATH whose torch is a small importable package with ``__version__``, its metadata as
+    ``FAKE_TORCHES[shape]`` says; pip and numpy real. Returns the environment, the prefix, the version."""
+    dist_name, version, requires = FAKE_TORCHES[shape]
     prefix = tmp_path / "opt" / "venv"
     made = run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], clean_environ(tmp_path, wheelhouse),
                tmp_path)
@@ -402,29 +421,39 @@ def _fake_torch_venv(tmp_path: Path, wheelhouse: Path, metadata: bool) -> tuple[
                 os.link(source, site / file)
     (site / "torch").mkdir()
     (site / "torch" / "__init__.py").write_text("from torch.version import __version__\n")
-    (site / "torch" / "version.py").write_text("__version__ = '2.99.0+fake'\n")
-    if metadata:  # as pip writes it: installed, with the files it owns
-        info = site / "torch-2.99.0+fake.dist-info"
+    (site / "torch" / "version.py").write_text(f"__version__ = {version!r}\n")
+    if dist_name:  # as pip writes it: installed, with the files it owns
+        info = site / f"{dist_name}-{version}.dist-info"
         info.mkdir()
-        (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.99.0+fake\n")
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist_name}\nVersion: {version}\n"
+                                       + (f"Requires-Dist: {requires}\n" if requires else ""))
         (info / "INSTALLER").write_text("pip\n")
         (info / "RECORD").write_text("torch/__init__.py,,\ntorch/version.py,,\n")
-    return _on_path(tmp_path, wheelhouse, prefix / "bin"), prefix
+    return _on_path(tmp_path, wheelhouse, prefix / "bin"), prefix, version
 
 
-@pytest.mark.parametrize("metadata", [True, False], ids=["with-dist-info", "without-dist-info"])
-def test_a_torch_pip_cannot_see_is_still_the_one_kept(tmp_path, wheel, wheelhouse, metadata):
-    """A torch built from source or copied in has no dist-info: a bare `torch` requirement would fetch one."""
-    environ, prefix = _fake_torch_venv(tmp_path, wheelhouse, metadata)
+@pytest.mark.parametrize("shape", FAKE_TORCHES)
+def test_a_torch_pip_does_not_see_as_installed_is_still_the_one_kept(tmp_path, wheel, wheelhouse, shape):
+    """A torch without "torch" metadata, a pre-release or one with an unmet requirement: the installer's
+    --no-deps keeps pip from resolving torch at all, where a bare `torch` requirement fetched another."""
+    environ, prefix, version = _fake_torch_venv(tmp_path, wheelhouse, shape)
+    keep = tmp_path / "keep-torch.txt"
+    keep.write_text(f"torch=={version}\n")
+    old = run(["python3", "-m", "pip", "install", "--dry-run", "-c", str(keep), str(wheel)], environ, tmp_path)
+    if shape in ("nightly-dist-name", "no-dist-info", "rocm-dev-unmet-requirement"):  # what the templates ran:
+        # pip looked for a torch (or its missing requirement) on the index; offline here, so it failed
+        assert old.returncode != 0 and re.search(r"No matching distribution found for (torch|pytorch-triton-rocm)"
+                                                 r"|depends on torch\n.*constraint\) torch==", old.stdout + old.stderr), \
+            old.stdout + old.stderr
     installed = run(_installer(wheel, "--venv", str(tmp_path / "beside")), {**environ, "PYTHONPATH": str(wheel)},
                     tmp_path, timeout=240)
     assert installed.returncode == 0, installed.stderr
-    assert f"torch 2.99.0+fake kept at {prefix / SITE / 'torch'}" in installed.stderr
-    assert not re.search(r"^\s*(Collecting|Downloading) torch\b", installed.stderr, re.MULTILINE), installed.stderr
+    assert f"torch {version} kept at {prefix / SITE / 'torch'}" in installed.stderr
+    assert not re.search(r"^\s*(Collecting|Downloading) (torch|pytorch-triton)", installed.stderr, re.MULTILINE)
     python = installed.stdout.strip()
     imported = run([python, "-c", "import preflight.cli, torch; print(torch.__version__, torch.__file__)"], environ,
                    tmp_path)
-    assert imported.stdout.split() == ["2.99.0+fake", str(prefix / SITE / "torch" / "__init__.py")], imported.stderr
+    assert imported.stdout.split() == [version, str(prefix / SITE / "torch" / "__init__.py")], imported.stderr
 
 
 def test_no_torch_for_the_jobs_python_is_refused_in_one_line_and_nothing_is_installed(tmp_path, wheel, wheelhouse):

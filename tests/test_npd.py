@@ -188,6 +188,16 @@ def test_a_long_failure_message_is_cut_by_the_plugin_within_max_output_length(tm
     assert ran.message.startswith("preflight failed 12 of 12 judged: a_rather_long_instance_name_0.size, ")
 
 
+def test_one_rule_per_condition_and_no_condition_before_the_first_run():
+    """kubernetes/node-problem-detector#566 and #664: two permanent rules on one condition flip it back and
+    forth; #407: before a plugin's first run NPD reports its condition False, "healthy" unmeasured."""
+    monitor = _monitor()
+    conditions = [rule["condition"] for rule in monitor["rules"]]
+    assert sorted(conditions) == sorted(set(conditions)) == sorted(c["type"] for c in monitor["conditions"])
+    assert monitor["pluginConfig"]["skip_initial_status"] is True  # absent until judged: defaultStatus decides
+    assert nrc_tainted(_rule(), {}) is False
+
+
 def test_the_monitor_passes_npds_own_validation_and_leaves_room_for_the_plugins_kill():
     """custompluginmonitor/types/config.go: Validate, and the keys its structs read."""
     monitor = _monitor()
