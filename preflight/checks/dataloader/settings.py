@@ -90,8 +90,8 @@ def keywords(options: Mapping[str, Any], workers: int, init: Callable[..., Any] 
              rng: Any) -> dict[str, Any]:
     """The DataLoader's keyword arguments these options set, beside its batching, workers, pinning and prefetch.
 
-    Those that torch accepts only with workers (start method, persistence, timeout) are left out without any,
-    as torch then loads in the main process and would refuse them.
+    Without workers torch loads in the main process: it refuses a start method and persistence there, and its
+    timeout only waits on workers, so those are left out.
     """
     arguments: dict[str, Any] = {"worker_init_fn": init, "generator": rng}
     if workers > 0:
