@@ -52,6 +52,7 @@ class _NoSample(Exception):
 def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits: pids.Limits) -> list[Measurement]:
     """The loader over ``source``; every measured row carrying its note."""
     built = loader_for(options, source)
+    tensor_worker = tasks.probe(built.workers)  # a worker's tasks, measured before any pool holds the limit's tasks
     method, workers, pools = built.method, built.workers, int(options["worker_pools"])
     files = source.files
     decode = options["decode"] if files is not None else "none"
@@ -128,7 +129,7 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits:
     if fs is not None and fs.caveat():
         results = [_on_caveat(m, fs.caveat(), fs.memory_backed, options["path"]) for m in results]
     results += watch.measurements(_epoch(source, tar), workers, built.prefetch_factor, method)
-    results.append(tasks.headroom(limits, watch.tasks(), options, workers, method))
+    results.append(tasks.headroom(limits, watch.tasks(), options, workers, method, tensor_worker))
     results.append(sweep.used(options, workers, method))
     results = [dataclasses.replace(m, note=note) if note and m.measured else m for m in results]
     if taken.warning:  # fewer pools than worker_pools: the loader's figures are a rougher draw than asked for

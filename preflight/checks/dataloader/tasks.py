@@ -101,15 +101,24 @@ def intra_op_threads() -> int:
     return max(0, torch.get_num_threads() - 1)
 
 
-def headroom(limits: pids.Limits, readings: Sequence[tuple[int, int]], options: Mapping[str, Any], workers: int,
-             method: str) -> Measurement:
-    """``pids_headroom`` (%): the share of ``pids_available`` left at the job's loader's peak of tasks."""
-    got = available(limits)
+def probe(workers: int) -> int:
+    """``worker_tasks()`` when the loader has workers, before its first pool starts (the probe's worker then
+    takes nothing from the loader's tasks); 0 without workers, or when the probe itself was refused at the
+    limit: the workers' own readings then stand alone."""
+    if not workers:
+        return 0
     try:
-        probe = worker_tasks() if workers and got else 0
-    except (RuntimeError, OSError):  # refused at the limit itself: the workers' own readings stand alone
-        probe = 0
-    peak = needed(readings, workers, probe, intra_op_threads()) if got else None
+        return worker_tasks()
+    except (RuntimeError, OSError):
+        return 0
+
+
+def headroom(limits: pids.Limits, readings: Sequence[tuple[int, int]], options: Mapping[str, Any], workers: int,
+             method: str, tensor_worker: int) -> Measurement:
+    """``pids_headroom`` (%): the share of ``pids_available`` left at the job's loader's peak of tasks, each worker
+    counted at least ``tensor_worker`` tasks (``probe``)."""
+    got = available(limits)
+    peak = needed(readings, workers, tensor_worker, intra_op_threads()) if got else None
     if got is None or peak is None:
         why = "no pids limit could be read" if got is None else "no /proc/PID/task of the loader could be read"
         return unmeasurable("pids_headroom", why, "%")

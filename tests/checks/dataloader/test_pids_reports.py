@@ -70,7 +70,7 @@ defaults: {{timeout: 30s}}
 checks:
   dataloader:
     dataset: "jobpkg.data:make"
-    dataset_args: {{n: 2000, pool: {pool}, per_call: {per_call}}}
+    dataset_args: {{n: 100000, pool: {pool}, per_call: {per_call}}}
     python_path: [src]
     num_workers: {workers}
     batch_size: 16

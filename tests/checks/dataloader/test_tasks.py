@@ -27,7 +27,6 @@ def test_no_workers_needs_the_main_process_alone():
 
 
 def test_headroom_is_the_share_left_of_the_tightest_limit_with_the_gates_runner_given_back(monkeypatch):
-    monkeypatch.setattr(tasks, "worker_tasks", lambda: 3)
     monkeypatch.setattr(tasks, "intra_op_threads", lambda: 1)
     # pids.max 40 with 5 in use, 2 of them the runner's and 1 this process's: the job's loader may hold 38
     limits = Limits((Scope("pids.max", 40, 5, "/cg/job/pids.max", gate=2), Scope("kernel.pid_max", 4096, 300,
@@ -35,8 +34,14 @@ def test_headroom_is_the_share_left_of_the_tightest_limit_with_the_gates_runner_
                     own=1)
     assert tasks.fact(limits).value == 38.0
     assert tasks.fact(limits).method.startswith("tightest: pids.max 40 (/cg/job/pids.max): 5 in use, 2 of them")
-    row = tasks.headroom(limits, [(9, 16)], {"num_workers": 8}, 8, "DataLoader(...)")
+    row = tasks.headroom(limits, [(9, 16)], {"num_workers": 8}, 8, "DataLoader(...)", tensor_worker=3)
     assert row.value == pytest.approx(100 * (38 - 34) / 38)  # 9 + 1 + 8 x 3 = 34
     assert "needs 34 tasks = the main process's 9" in row.reason and "8 workers x 3" in row.reason
-    over = tasks.headroom(limits, [(9, 40)], {"num_workers": 8}, 8, "DataLoader(...)")
+    over = tasks.headroom(limits, [(9, 40)], {"num_workers": 8}, 8, "DataLoader(...)", tensor_worker=3)
     assert over.value == pytest.approx(100 * (38 - 50) / 38) and "lower num_workers (8)" in over.hint
+
+
+def test_a_real_worker_that_sent_tensors_holds_its_thread_its_feeder_and_the_fd_passing_thread():
+    # measured on one real worker: 3 here (torch 2.x, Linux, file_descriptor sharing); never fewer than its
+    # main thread and its result queue's feeder
+    assert tasks.probe(1) >= 2 and tasks.probe(0) == 0
