@@ -466,7 +466,7 @@ def test_no_torch_for_the_jobs_python_is_refused_in_one_line_and_nothing_is_inst
                   tmp_path)
     assert refused.returncode == 2 and refused.stdout == ""
     assert refused.stderr.splitlines() == [
-        f"preflight: no torch importable by {prefix}/bin/python3 (a venv Python at {prefix}): preflight measures "
+        f"preflight: no torch importable by {prefix}/bin/python3 (a venv at {prefix}): preflight measures "
         "the job's own torch and never installs one: run this with the Python your training job runs (--python or "
         "PREFLIGHT_JOB_PYTHON), or put torch in the image first"]
     assert not (tmp_path / "beside").exists()

@@ -42,6 +42,7 @@ from pathlib import Path
 DISTRIBUTION = "train-preflight"
 JOB_PYTHON_VARIABLE = "PREFLIGHT_JOB_PYTHON"
 PTH_NAME = "_preflight_job_site.pth"
+KINDS = {"venv": "a venv", "conda": "a conda prefix", "system": "a system Python"}
 
 # Run by the job's Python (any version from 3.9): what it is, its torch, its site folders. Prints JSON.
 _PROBE = r"""
@@ -95,21 +96,16 @@ class Unverified(Exception):
 
 
 def _child_environ() -> dict[str, str]:
-    """This environment without the entry of PYTHONPATH that holds this module (the wheel or checkout)."""
-    ours = os.path.realpath(Path(__file__).resolve().parents[2]) if "__file__" in globals() else ""
+    """This environment without the PYTHONPATH entry that holds this module (the wheel or the checkout),
+    so the job's Python is probed, and pip runs, as they are without us."""
+    ours = os.path.realpath(Path(__file__).resolve().parents[2])  # x.whl, or the checkout
     environ = dict(os.environ)
-    kept = [p for p in environ.get("PYTHONPATH", "").split(os.pathsep)
-            if p and os.path.realpath(p) != ours and not _inside(ours, p)]
+    kept = [p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.realpath(p) != ours]
     if kept:
         environ["PYTHONPATH"] = os.pathsep.join(kept)
     else:
         environ.pop("PYTHONPATH", None)
     return environ
-
-
-def _inside(ours: str, entry: str) -> bool:
-    """Whether ``ours`` (this module's root, maybe ``x.whl/``) is ``entry`` seen through a zip archive."""
-    return bool(ours) and os.path.realpath(entry) == ours.split(".whl" + os.sep)[0] + ".whl"
 
 
 def probe(python: str, names: tuple[str, ...] = ()) -> dict:
@@ -210,10 +206,10 @@ def install(package: str, python: str | None = None, venv: Path | None = None) -
     job = probe(job_name)
     torch = job["torch"]
     if torch is None:
-        raise Refused(f"no torch importable by {job_name} (a {job['kind']} Python at {job['prefix']}): preflight "
+        raise Refused(f"no torch importable by {job_name} ({KINDS[job['kind']]} at {job['prefix']}): preflight "
                       "measures the job's own torch and never installs one: run this with the Python your "
                       f"training job runs (--python or {JOB_PYTHON_VARIABLE}), or put torch in the image first")
-    print(f"preflight: the job's Python is {job_name} (a {job['kind']} at {job['prefix']}), "
+    print(f"preflight: the job's Python is {job_name} ({KINDS[job['kind']]} at {job['prefix']}), "
           f"torch {torch['version']} at {os.path.dirname(torch['origin'])}", file=sys.stderr)
     if venv is None:
         if job["externally_managed"]:
