@@ -151,8 +151,8 @@ def _pip(python: str, arguments: list[str], what: str) -> None:
 
 def _make_beside(job: dict, venv: Path) -> str:
     """A venv at ``venv`` of the job's Python whose sys.path ends with the job's site folders; its python."""
-    if venv.exists() and not (venv / "pyvenv.cfg").exists():
-        raise Refused(f"--venv {venv} exists and is not a venv: name a new folder (it is created)")
+    if venv.exists() and not (venv / "pyvenv.cfg").exists() and (not venv.is_dir() or any(venv.iterdir())):
+        raise Refused(f"--venv {venv} holds other files and is not a venv: name a new or empty folder")
     if os.path.realpath(venv) == os.path.realpath(job["prefix"]):
         raise Refused(f"--venv {venv} is the job's own environment: leave --venv out to install into it")
     made = subprocess.run([job["executable"], "-m", "venv", "--without-pip", str(venv)], capture_output=True,

@@ -55,3 +55,15 @@ def test_the_probe_reports_this_pythons_torch_kind_and_site():
     assert found["kind"] == ("venv" if sys.prefix != sys.base_prefix else "system")
     assert str(Path(torch.__file__).parents[1]) in found["sites"]
     assert set(found["installed"]) == {"numpy"}
+
+
+def test_a_venv_folder_holding_other_files_is_refused_and_left_as_it_was(tmp_path, capsys):
+    """--venv names where to create; a folder with someone's files in it is never made into one."""
+    import sys
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "keep.txt").write_text("mine")
+    assert install.main(["--python", sys.executable, "--venv", str(tmp_path / "data"), "pkg.whl"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"preflight: --venv {tmp_path}/data holds other files and is not a venv: name a new or empty folder")
+    assert [p.name for p in (tmp_path / "data").iterdir()] == ["keep.txt"]
