@@ -2,10 +2,11 @@
 
 Each cluster test writes a slurm.conf (and a munge key) in a temporary directory, starts the daemons
 from Debian's `slurm-wlm` and `munge`, and stops them after. slurmd runs ci/slurm/healthcheck.py as
-its HealthCheckProgram and ci/slurm/prolog.sh as its Prolog, each through a small wrapper that
-sets their environment (this checkout on PYTHONPATH, the test's gate files and report directory).
-It is skipped, with the reason, where the packages are missing, where it is not root (slurmd
-must be) or where the daemons do not start; ci/slurm/run-tests.sh installs them and runs it.
+its HealthCheckProgram and ci/slurm/prolog.sh as its Prolog (with PrologFlags=Alloc,DeferBatch, as
+docs/slurm.md installs it), each through a small wrapper that sets their environment (this checkout
+on PYTHONPATH, the test's gate files and report directory). It is skipped, with the reason, where
+the packages are missing, where it is not root (slurmd must be) or where the daemons do not start;
+ci/slurm/run-tests.sh installs them and runs it.
 
 Waits are bounded and counted in health-check passes (each pass appends its exit code to a file),
 never in seconds of work: "the job stayed pending" means it was pending after a further failing pass.
@@ -217,6 +218,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         MpiDefault=none
         MailProg=/bin/true
         ReturnToService=2
+        PrologFlags=Alloc,DeferBatch
         Prolog={prolog}
         HealthCheckProgram={health}
         HealthCheckInterval={INTERVAL_S}
@@ -343,6 +345,19 @@ def submit(cluster: Cluster, *options: str, ran: Path) -> str:
                        "--wrap", f"touch {ran}").strip()
 
 
+def settled(cluster: Cluster) -> tuple[str, str]:
+    """The node's state once it holds no job any more: a job stopped by its prolog leaves it ``mixed`` or
+    ``completing`` for a moment (its epilog runs), which is neither in service nor drained yet."""
+    busy = ("allocated", "mixed", "completing")
+    cluster.wait_until("the node releasing the stopped job", lambda: not cluster.state()[0].startswith(busy))
+    return cluster.state()
+
+
+def held(cluster: Cluster, job: str) -> bool:
+    """Whether ``job`` is pending with priority 0: requeued held, waiting for `scontrol release`."""
+    return cluster.job_state(job) == "PENDING" and cluster.job_field(job, "Priority").startswith("0 ")
+
+
 def test_a_typo_in_the_gate_a_job_names_cancels_the_job_and_never_drains_the_node(cluster: Cluster,
                                                                                   tmp_path: Path) -> None:
     # issue 33 case 5: the prolog exited 2 ("cannot read .../shmonyl.yaml") and Slurm drained the node, "Prolog error".
@@ -351,7 +366,7 @@ def test_a_typo_in_the_gate_a_job_names_cancels_the_job_and_never_drains_the_nod
     job = submit(cluster, "--comment=preflight=shmonyl", ran=tmp_path / "typo-ran")
     cluster.wait_until("the prolog ending the job or draining the node",
                        lambda: cluster.job_state(job) == "CANCELLED" or "drain" in cluster.state()[0])
-    assert cluster.state() == ("idle", "none")
+    assert settled(cluster) == ("idle", "none")
     assert cluster.job_state(job) == "CANCELLED"
     assert not (tmp_path / "typo-ran").exists()  # cancelled before its script ran: no job runs ungated
     said = cluster.job_field(job, "AdminComment")  # what the job's owner reads in `scontrol show job`
@@ -360,12 +375,12 @@ def test_a_typo_in_the_gate_a_job_names_cancels_the_job_and_never_drains_the_nod
     assert "the job was cancelled; node " + cluster.node + " stays in service" in said
     assert said in (cluster.reports / f"{cluster.node}-job{job}-prolog.log").read_text()
     cluster.wait_passes(2)
-    assert cluster.state() == ("idle", "none")
+    assert settled(cluster) == ("idle", "none")
 
     bad_name = submit(cluster, "--comment=preflight=../prolog", ran=tmp_path / "name-ran")  # not a gate name at all
     cluster.wait_until("the prolog ending the job or draining the node",
                        lambda: cluster.job_state(bad_name) == "CANCELLED" or "drain" in cluster.state()[0])
-    assert cluster.state() == ("idle", "none")
+    assert settled(cluster) == ("idle", "none")
     assert "--comment preflight=../prolog is not a gate name (letters, digits, - and _)" in \
         cluster.job_field(bad_name, "AdminComment")
 
@@ -376,11 +391,6 @@ def test_a_typo_in_the_gate_a_job_names_cancels_the_job_and_never_drains_the_nod
     cluster.wait_until("the node drained", lambda: cluster.state() == ("drained", "Prolog error"))
     assert cluster.job_state(failing) == "PENDING"
     assert not (tmp_path / "fail-ran").exists()
-
-
-def held(cluster: Cluster, job: str) -> bool:
-    """Whether ``job`` is pending with priority 0: requeued held, waiting for `scontrol release`."""
-    return cluster.job_state(job) == "PENDING" and cluster.job_field(job, "Priority").startswith("0 ")
 
 
 BUGGY_PREFLIGHT = """\
@@ -404,7 +414,7 @@ def test_a_wrong_gate_file_or_a_bug_in_preflight_holds_the_job_and_never_drains_
     job = submit(cluster, ran=tmp_path / "config-ran")
     cluster.wait_until("the prolog holding the job or draining the node",
                        lambda: held(cluster, job) or "drain" in cluster.state()[0])
-    assert cluster.state() == ("idle", "none")
+    assert settled(cluster) == ("idle", "none")
     assert cluster.job_state(job) == "PENDING"  # held: `scontrol release` puts it back in the queue
     assert not (tmp_path / "config-ran").exists()
     said = cluster.job_field(job, "AdminComment")
@@ -413,7 +423,7 @@ def test_a_wrong_gate_file_or_a_bug_in_preflight_holds_the_job_and_never_drains_
     assert "did you mean `size`?" in said and said.endswith("the job is held until `scontrol release "
                                                              f"{job}`; node {cluster.node} stays in service")
 
-    # Fixed and released, the job runs (Slurm makes a requeued batch job eligible 121 s later; start it now).
+    # Fixed and released, the job runs (Slurm made the requeued job eligible 2 minutes later; start it now).
     cluster.set_gate("prolog", shm_gate(fits=True))
     cluster.run("scontrol", "release", job)
     cluster.run("scontrol", "update", f"jobid={job}", "starttime=now")
@@ -427,7 +437,7 @@ def test_a_wrong_gate_file_or_a_bug_in_preflight_holds_the_job_and_never_drains_
     crashed = submit(cluster, ran=tmp_path / "bug-ran")
     cluster.wait_until("the prolog holding the job or draining the node",
                        lambda: held(cluster, crashed) or "drain" in cluster.state()[0])
-    assert cluster.state() == ("idle", "none")
+    assert settled(cluster) == ("idle", "none")
     assert not (tmp_path / "bug-ran").exists()
     said = cluster.job_field(crashed, "AdminComment")
     assert said.startswith("preflight: preflight crashed (exit 3, a bug in preflight): "
@@ -457,7 +467,7 @@ def test_a_prolog_installed_wrong_holds_each_job_and_never_drains_the_node(clust
         job = submit(cluster, ran=ran)
         cluster.wait_until(f"{case}: the prolog holding the job or draining the node",
                            lambda: held(cluster, job) or "drain" in cluster.state()[0])
-        assert cluster.state() == ("idle", "none"), case
+        assert settled(cluster) == ("idle", "none"), case
         assert not ran.exists(), case
         said = cluster.job_field(job, "AdminComment")
         assert said.startswith(told), (case, said)
@@ -478,7 +488,7 @@ def test_a_health_check_that_cannot_judge_leaves_the_node_as_it_is(cluster: Clus
     cluster.wait_until("the node coming up idle", lambda: cluster.state()[0] == "idle")
     cluster.set_gate("healthcheck", "version: 1\nchecks:\n  shm:\n    sise: {min: 1 MiB}\n")
     cluster.wait_until("two passes of the broken gate", lambda: cluster.health_passes()[-2:] == [2, 2])
-    assert cluster.state() == ("idle", "none")
+    assert settled(cluster) == ("idle", "none")
     log = (cluster.reports / f"{cluster.node}-healthcheck.log").read_text()
     assert "unknown key `sise`: did you mean `size`?" in log
     assert log.rstrip().endswith("preflight exited 2 (2: fix " + str(cluster.gates / "healthcheck.yaml") +

@@ -19,14 +19,17 @@
 #
 # In the last two the reason goes to the job's AdminComment (`scontrol show job`, `sacct -o AdminComment`)
 # and this run's <node>-job<id>-prolog.log: a Prolog's output never reaches the job, and slurmd logs it only
-# when the prolog fails (only a TaskProlog's `print` lines reach the job, and that runs as the user, per task). If the controller cannot be told to
-# stop the job, the script exits nonzero after all: a job must never run on a node that was not gated.
+# when the prolog fails (only a TaskProlog's `print` lines reach the job, and that runs as the user, per
+# task). If the controller cannot be told to stop the job, the script exits nonzero after all: a job must
+# never run on a node that was not gated.
 #
 # Which gate: the job may name one with `sbatch --comment=preflight=NAME` ($PREFLIGHT_CONFIG_DIR/NAME.yaml,
 # NAME of letters, digits, - and _); otherwise $PREFLIGHT_CONFIG_DIR/prolog.yaml. Only files the
 # administrator installed: the prolog runs as root, and a thresholds file can name code to import.
 # Keep the gate to what a node answers in seconds (shm, cuda, a short transfer): Slurm waits for it
 # before the job starts, up to PrologEpilogTimeout.
+#
+# slurm.conf: PrologFlags=Alloc,DeferBatch, so that a job this script stops never starts (stop_job below).
 #
 # Settings (environment): PREFLIGHT (the preflight command), PREFLIGHT_CONFIG_DIR (/etc/preflight),
 # PREFLIGHT_REPORT_DIR (/var/log/preflight), PREFLIGHT_LOCK and PREFLIGHT_LOCK_WAIT (docs/slurm.md),
@@ -45,6 +48,13 @@ base="$reports/$node-job$job-prolog"
 
 # stop_job cancel|hold MESSAGE: end the job (cancel) or put it back in the queue held (hold) with MESSAGE
 # as its AdminComment, and exit 0 so that Slurm leaves the node in service.
+#
+# Only with `PrologFlags=Alloc,DeferBatch` does the controller send the batch script after every node's
+# prolog has ended, and so never for a job stopped here. Without it slurmd starts the script as soon as
+# this prolog exits, unless the controller's kill (sent on its own thread) has reached it first: without
+# DeferBatch, 4 of about 12 runs of tests/test_slurm.py started one of their seven stopped jobs' scripts,
+# killed about 40 ms later. The second waited below narrows that window where DeferBatch is not set; it is no
+# guarantee.
 stop_job() {
     if [ "$1" = cancel ]; then
         said="preflight: $2: the job was cancelled; node $node stays in service"
@@ -54,14 +64,16 @@ stop_job() {
     echo "$said" >>"$base.log"
     echo "$said" >&2
     $scontrol update jobid="$job" admincomment="$said" >>"$base.log" 2>&1
-    if [ "$1" = hold ] && $scontrol requeuehold "$job" >>"$base.log" 2>&1; then exit 0; fi
-    $scancel "$job" >>"$base.log" 2>&1 && exit 0  # an interactive job (srun, salloc) cannot be requeued
+    if [ "$1" = hold ] && $scontrol requeuehold "$job" >>"$base.log" 2>&1; then sleep 1; exit 0; fi
+    # an interactive job (srun, salloc) cannot be requeued: cancel it
+    $scancel "$job" >>"$base.log" 2>&1 && { sleep 1; exit 0; }
     # Stopped already (this job's prolog on another of its nodes got there first)? Else the controller is not
     # answering: fail, so that the job does not run ungated.
     state=$($scontrol show job "$job" -o 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
     case $state in
         ""|RUNNING|CONFIGURING)
-            echo "preflight prolog: job $job on $node: could not stop the job (state '$state'): exit 1, Slurm drains the node" >&2
+            echo "preflight prolog: job $job on $node: could not stop the job (state '$state'):" \
+                "exit 1, Slurm drains the node" >&2
             exit 1 ;;
     esac
     exit 0
@@ -77,9 +89,11 @@ case " ${SLURM_JOB_COMMENT:-} " in
                 stop_job cancel "--comment preflight=$name is not a gate name (letters, digits, - and _)" ;;
         esac
         if [ ! -f "$configs/$name.yaml" ]; then
-            installed=$(cd "$configs" 2>/dev/null && for gate in *.yaml; do [ -f "$gate" ] && printf '%s, ' "${gate%.yaml}"; done)
+            installed=$(cd "$configs" 2>/dev/null &&
+                for gate in *.yaml; do [ -f "$gate" ] && printf '%s, ' "${gate%.yaml}"; done)
             installed=${installed%, }
-            stop_job cancel "--comment preflight=$name names no installed gate ($configs/$name.yaml does not exist; installed: ${installed:-none}): fix the job's --comment"
+            stop_job cancel "--comment preflight=$name names no installed gate ($configs/$name.yaml does not exist;\
+ installed: ${installed:-none}): fix the job's --comment"
         fi ;;
 esac
 
@@ -90,13 +104,14 @@ $preflight run -c "$configs/$name.yaml" --json "$base.json" --junit-xml "$base.x
 code=$?
 # preflight's one-line reason for exit 2 or 3 is its last line on stderr (cut: AdminComment is for people)
 last=$(tail -n 1 "$base.log" 2>/dev/null | cut -c 1-400)
+fix="fix PREFLIGHT in the prolog's environment"
 case $code in
     0) exit 0 ;;
     1) [ -f "$base.json" ] ||  # preflight writes its report on every verdict: without one, it never judged the node
-        stop_job hold "the preflight command ($preflight) exited 1 without a report: $last: fix PREFLIGHT in the prolog's environment" ;;
+        stop_job hold "the preflight command ($preflight) exited 1 without a report: $last: $fix" ;;
     2) stop_job hold "gate $configs/$name.yaml: a configuration error (exit 2): $last" ;;
     3) stop_job hold "preflight crashed (exit 3, a bug in preflight): $last" ;;
-    126|127) stop_job hold "the preflight command ($preflight) could not be started (exit $code): $last: fix PREFLIGHT in the prolog's environment" ;;
+    126|127) stop_job hold "the preflight command ($preflight) could not be started (exit $code): $last: $fix" ;;
 esac
 echo "preflight prolog: job $job on $node: gate $configs/$name.yaml exited $code: see $base.log" >&2
 exit "$code"
