@@ -29,6 +29,7 @@ import yaml
 
 from preflight import config
 from tests.helpers import REPO
+from tests.test_ci import RESTRICTED
 
 NPD = REPO / "ci" / "kubernetes" / "npd"
 KUBERNETES_VERSION = "1.31.0"  # as tests/test_ci.py: its schemas ship inside kubernetes-validate
@@ -264,6 +265,8 @@ def test_the_daemonset_runs_npd_in_the_training_image_with_the_files_the_monitor
     assert {Path(p).name for p in named} == set(_kustomization_files())
     assert all(Path(p).parent == Path(CONFIG_DIR) for p in named)
     assert "nvidia.com/gpu" not in json.dumps(container.get("resources", {}))  # it must not hold the node's GPUs
+    for each in pod["initContainers"] + pod["containers"]:  # restricted, as every preflight container
+        assert {key: each["securityContext"].get(key) for key in RESTRICTED} == RESTRICTED, each["name"]
     tolerated = {t["key"] for t in pod["tolerations"]}
     assert _rule()["spec"]["taint"]["key"] in tolerated  # it keeps running on the node it took out
     assert container["command"][0] == next(c for c in pod["initContainers"] if c["name"] == "npd-binary")[
