@@ -53,7 +53,7 @@ base="$reports/$node-job$job-prolog"
 # prolog has ended, and so never for a job stopped here. Without it slurmd starts the script as soon as
 # this prolog exits, unless the controller's kill (sent on its own thread) has reached it first: without
 # DeferBatch, 4 of about 12 runs of tests/test_slurm.py started one of their seven stopped jobs' scripts,
-# killed about 40 ms later. The second waited below narrows that window where DeferBatch is not set; it is no
+# killed about 40 ms later. The 1 s wait below narrows that window where DeferBatch is not set; it is no
 # guarantee.
 stop_job() {
     if [ "$1" = cancel ]; then
