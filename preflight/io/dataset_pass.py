@@ -121,3 +121,85 @@ def started(temp_dir: str) -> Iterator[str]:
         _log = None
         with contextlib.suppress(OSError):
             os.unlink(path)
+
+
+class PassSampler:
+    """A DataLoader sampler that continues one pass over ``names`` across every DataLoader given it.
+
+    Fresh worker pools are fresh DataLoaders; with ``shuffle=True`` each would draw a new permutation and
+    read again what the last one read. This one holds one permutation (``seed``) of the files not yet read
+    in this run, fixed when its first DataLoader starts (after the checks and phases before it), and a cursor
+    that every iterator advances: indices a pool took into its prefetch were read by its workers, so they
+    are not handed out again. When the cursor reaches the end the pass is spent (``spent``) and the iterator
+    stops, as the job's epoch ends. Where every file was already read in this run, the pass is over all of
+    them again and ``warm`` says so. ``shuffle=False`` keeps the walk's order, as the job's would.
+    """
+
+    def __init__(self, names: Sequence[str] | int, shuffle: bool = True, seed: int = 0) -> None:
+        # names: the files, one per index; or how many samples a job's Dataset holds, whose files are not known
+        self.names = list(names) if not isinstance(names, int) else None
+        self.size = names if isinstance(names, int) else len(self.names)  # type: ignore[arg-type]
+        self.shuffle, self.seed = shuffle, seed
+        self.order: list[int] | None = None
+        self.cursor = 0
+        self.warm = False  # every sample of the current pass was read before in this run
+        self.passes = 1  # passes begun: more than one where a loader was iterated past the pass's end
+
+    def _start(self) -> list[int]:
+        if self.order is None:
+            import random
+
+            if self.names is None:
+                order = list(range(self.size))
+            else:
+                touched = opened()
+                order = [i for i, name in enumerate(self.names) if name not in touched]
+                self.warm = not order
+                order = order or list(range(self.size))
+            if self.shuffle:
+                random.Random(self.seed).shuffle(order)
+            self.order = order
+        return self.order
+
+    def __iter__(self) -> Iterator[int]:
+        order = self._start()
+        if self.cursor >= len(order):  # a loader iterated again after the pass ended: the next epoch, a reread
+            order = self._again()
+        while self.cursor < len(order):
+            self.cursor += 1
+            yield order[self.cursor - 1]
+
+    def _again(self) -> list[int]:
+        """Start another pass over every sample (a training loop's next epoch): ``warm`` from now on."""
+        import random
+
+        self.passes += 1
+        self.warm, self.cursor = True, 0
+        self.order = list(range(self.size))
+        if self.shuffle:
+            random.Random(self.seed + self.passes).shuffle(self.order)
+        return self.order
+
+    def __len__(self) -> int:
+        return len(self._start()) - self.cursor
+
+    @property
+    def spent(self) -> bool:
+        """Whether every index of the pass was handed out."""
+        return self.order is not None and self.cursor >= len(self.order)
+
+    @property
+    def read_before(self) -> int:
+        """How many of its files checks before this one read (0 before its first DataLoader starts)."""
+        return 0 if self.order is None or self.warm else self.size - len(self.order)
+
+    def describe(self) -> str:
+        """How the pass went, for a row's note: how many files it read of how many, and whether warm."""
+        order = self._start()
+        if self.passes > 1:
+            return (f"{self.passes} passes over the {self.size} samples: the first is the job's first epoch, the "
+                    f"others re-read it ({WARM.strip()} a cache can serve them)")
+        said = f"one pass: {self.cursor} of {len(order)} files read once"
+        if self.read_before:
+            said += f" ({self.read_before} others were read by checks before this one)"
+        return warm_note(self.cursor, self.size) if self.warm else said

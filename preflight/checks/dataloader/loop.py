@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator, Mapping, NamedTuple, TypeVar
 from preflight.checks.base import Budget
 from preflight.host.cgroup_memory import OomWatch
 from preflight.host.cpus import auto_workers
+from preflight.io.dataset_pass import Spent
 from preflight.sampling import sample
 
 T = TypeVar("T")
@@ -83,11 +84,13 @@ def sizes_or_tensor(batch: Any) -> tuple[int, int]:
 
 
 class BatchPuller:
-    """Pulls batches from an endless loader iterator; counts samples, bytes and compute time.
+    """Pulls batches from a loader iterator over one pass of the data; counts samples, bytes and compute time.
 
     ``count(batch) -> (samples, bytes)`` reads a batch: ``sizes_or_tensor`` for preflight's own
     datasets; for the job's, what ``user.batching`` made for this loader (its batch sampler's record of
-    the indices each batch holds). The loader is restarted at the end of an epoch.
+    the indices each batch holds). The loader is never restarted: its end is the end of the job's first
+    epoch, and reading on would read the same samples again, served by whatever cache now holds them
+    (``dataset_pass``); the next batch then raises ``dataset_pass.Spent`` and ``spent`` is set.
     """
 
     def __init__(self, loader: Any, step_time_s: float = 0.0,
@@ -99,6 +102,8 @@ class BatchPuller:
         self.clock = clock  # seconds; the tests' fake clock makes window rates exact
         self.iterator: Iterator[Any] = iter(loader)
         self.epochs_ended = 0  # epochs read to their end: every sample (every shard) reached ``count``
+        self.batches = self.samples_total = self.bytes_total = 0  # delivered so far, warm-up included
+        self.spent = False  # the pass ended: every sample this loader will deliver was delivered
 
     def close(self) -> None:
         """End this loader's workers now and wait for them, as torch does when an epoch ends.
@@ -113,13 +118,15 @@ class BatchPuller:
         try:
             batch = next(self.iterator)
         except StopIteration:
-            self.epochs_ended += 1
-            self.iterator = iter(self.loader)
-            try:
-                batch = next(self.iterator)
-            except StopIteration:
+            if not self.batches:
                 raise EmptyLoader("the DataLoader yields no batch: the dataset is empty") from None
-        return self.count(batch)
+            self.epochs_ended += 1
+            self.spent = True
+            raise Spent(f"the pass over the data ended after {self.batches} batches") from None
+        samples, nbytes = self.count(batch)
+        self.batches, self.samples_total, self.bytes_total = self.batches + 1, self.samples_total + samples, \
+            self.bytes_total + nbytes
+        return samples, nbytes
 
     def skip(self, batches: int) -> None:
         """Warm-up: take ``batches`` steps (workers starting, prefetch filling) and discard them."""
@@ -133,23 +140,40 @@ class BatchPuller:
         For the tally of a loader that delivered no sample: every shard read to its damage, so the
         reason can name how many of them are damaged rather than how many a window held.
         """
-        start, epochs = self.clock(), self.epochs_ended
-        while self.epochs_ended == epochs and self.clock() - start < seconds:
-            self._next()
-        return self.epochs_ended > epochs
+        start = self.clock()
+        try:
+            while not self.spent and self.clock() - start < seconds:
+                self._next()
+        except Spent:
+            pass
+        return self.spent
 
     def window(self, seconds: float) -> Window:
-        """Steps until at least ``seconds`` of wall time; whole steps only."""
+        """Steps until at least ``seconds`` of wall time, whole steps only; where the pass ends first, the steps
+        it held (``Spent`` when it held none)."""
         start = self.clock()
         count = size = steps = 0
         while True:
-            samples, nbytes = self._next()
+            try:
+                samples, nbytes = self._next()
+            except Spent:
+                if not steps:
+                    raise
+                return self._rate(count, size, steps, self.clock() - start)
             self._compute()
             count, size, steps = count + samples, size + nbytes, steps + 1
             elapsed = self.clock() - start
             if elapsed >= seconds:
-                utilization = 100.0 * steps * self.step_time_s / elapsed if self.step_time_s else 100.0
-                return Window(count / elapsed, size / elapsed / 1e6, min(100.0, utilization))
+                return self._rate(count, size, steps, elapsed)
+
+    def ended_early(self) -> None:
+        """Called when the pass ended before any window (``windows``): a subclass that reads the loader's state
+        after each window reads it now (``memory.Watched``)."""
+
+    def _rate(self, count: int, size: int, steps: int, elapsed: float) -> Window:
+        elapsed = max(elapsed, 1e-9)
+        utilization = 100.0 * steps * self.step_time_s / elapsed if self.step_time_s else 100.0
+        return Window(count / elapsed, size / elapsed / 1e6, min(100.0, utilization))
 
     def _compute(self) -> None:
         if self.step_time_s:
@@ -167,10 +191,15 @@ def windows(puller: BatchPuller, workers: int, budget: Budget, min_windows: int 
     by default), which DLIO and MLPerf Storage also leave out of samples/s; it comes out of the
     duration, not on top of it. The windows, each an eighth of what is left and at least
     ``MIN_WINDOW_S``, are sampled by ``sampling.sample`` within what is left, at least
-    ``min_windows`` of them.
+    ``min_windows`` of them. Where the pass over the data ends first (``BatchPuller.spent``), sampling
+    stops there; where it ends inside the warm-up, the one window is the whole pass, its workers' start
+    included, as the job's first epoch of so few samples would see it.
     """
     began = puller.clock()
-    puller.skip(workers * WARMUP_BATCHES_PER_WORKER)
+    try:
+        puller.skip(workers * WARMUP_BATCHES_PER_WORKER)
+    except Spent as spent:
+        return _whole_pass(puller, began, f"{spent}, inside the warm-up: the rate includes the workers' start")
     left = max(0.0, budget.duration_s - (puller.clock() - began))
     seconds = max(MIN_WINDOW_S, left / 8)
     taken = Taken()
@@ -179,8 +208,19 @@ def windows(puller: BatchPuller, workers: int, budget: Budget, min_windows: int 
         taken.append(puller.window(seconds))
         return taken[-1][0]
 
-    taken.stopped = sample(one, left, warmup=0, min_samples=min_windows, target_spread=0.03,
-                           clock=puller.clock).stopped
+    try:
+        taken.stopped = sample(one, left, warmup=0, min_samples=min_windows, target_spread=0.03,
+                               clock=puller.clock).stopped
+    except Spent as spent:  # at the end of the warm-up: no window after it
+        return _whole_pass(puller, began, f"{spent}, at the end of the warm-up: the rate includes the workers' start")
+    return taken
+
+
+def _whole_pass(puller: BatchPuller, began: float, stopped: str) -> Taken:
+    """One window over every batch ``puller`` delivered since ``began``: a pass too short for warm-up and windows."""
+    puller.ended_early()
+    taken = Taken([puller._rate(puller.samples_total, puller.bytes_total, puller.batches, puller.clock() - began)])
+    taken.stopped = stopped
     return taken
 
 
@@ -193,6 +233,7 @@ class Pools(NamedTuple):
     last: BatchPuller  # the last pool, still running (the AU phase continues on it)
     asked: int = 0  # worker_pools; more than len(rates) when the duration held fewer
     pool_s: float = 0.0  # the longest a pool took: its start, warm-up and windows
+    spent: bool = False  # the pass over the data ended: the pools read every sample once between them
 
     @property
     def rate(self) -> float:
@@ -204,6 +245,9 @@ class Pools(NamedTuple):
 
     @property
     def method(self) -> str:
+        if self.spent and len(self.rates) < self.asked:
+            return (f", mean of {len(self.rates)} fresh worker pools continuing one pass over the data (it ended "
+                    f"before {self.asked})" if len(self.rates) > 1 else ", one pass over the data")
         if len(self.rates) < self.asked:
             return f", mean of {len(self.rates)} of {self.asked} fresh worker pools"
         return f", mean of {len(self.rates)} fresh worker pools" if len(self.rates) > 1 else ""
@@ -211,7 +255,7 @@ class Pools(NamedTuple):
     @property
     def warning(self) -> str:
         """What a reader must know when the duration held fewer pools than ``worker_pools``; "" otherwise."""
-        if len(self.rates) >= self.asked:
+        if len(self.rates) >= self.asked or self.spent:  # a spent pass is no shortfall of the duration
             return ""
         return (f"{len(self.rates)} of {self.asked} worker pools fit in the duration (a pool took up to "
                 f"{self.pool_s:.2f}s to start, warm up and measure): raise duration to measure them all")
@@ -256,4 +300,7 @@ def pooled(start_pool: Callable[[], BatchPuller], take: Callable[[BatchPuller, B
         pool_s = max(pool_s, clock() - pool_began)
         rates.append(sum(w.samples_per_s for w in taken) / len(taken))  # windows of equal length
         mb_rates.append(sum(w.mb_per_s for w in taken) / len(taken))
-    return Pools(tuple(rates), tuple(mb_rates), taken.stopped, puller, pools, pool_s)  # type: ignore[arg-type]
+        if puller.spent:  # the pass is read: a further pool would read it again (``dataset_pass``)
+            break
+    return Pools(tuple(rates), tuple(mb_rates), taken.stopped, puller, pools, pool_s,  # type: ignore[arg-type]
+                 puller is not None and puller.spent)

@@ -137,18 +137,29 @@ class Watched(BatchPuller):
         self.main_pid = main_pid
         self.delivered = 0
         self.readings: list[Reading] = []
+        self.early: Reading | None = None
         self.watching = True
 
     def _next(self) -> tuple[int, int]:
         samples, nbytes = super()._next()
         self.delivered += samples
+        if self.watching and not self.readings and not self.batches & (self.batches - 1):
+            self.early = self._read()  # batches 1, 2, 4, 8...: a pass that ends inside the warm-up is read too
         return samples, nbytes
+
+    def _read(self) -> Reading | None:
+        return read(self.iterator, self.delivered, self.main_pid, shmem_before=self.shmem_before,
+                    shmem_now=cgroup_memory.shmem())
+
+    def ended_early(self) -> None:
+        """The pass ended before any window: its last reading taken on the way stands for the pool."""
+        if self.watching and not self.readings and self.early is not None:
+            self.readings.append(self.early)
 
     def window(self, seconds: float) -> Window:
         taken = super().window(seconds)
-        if self.watching:
-            reading = read(self.iterator, self.delivered, self.main_pid, shmem_before=self.shmem_before,
-                           shmem_now=cgroup_memory.shmem())
+        if self.watching and not self.spent:  # at the pass's end torch is already shutting its workers down
+            reading = self._read()
             if reading is not None:
                 self.readings.append(reading)
         return taken

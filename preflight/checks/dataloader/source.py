@@ -32,6 +32,7 @@ from preflight.checks.dataloader.loop import sizes_or_tensor
 from preflight.host.cpus import auto_workers
 from preflight.host.fsinfo import Filesystem, filesystem_of
 from preflight.io.dataset_walk import MIN_SAMPLES, SKIPPED, DataFile, Walk, filesystems, too_few
+from preflight.io import dataset_pass
 from preflight.io.scratch import choose_parent, room_for, scratch_dir, write_small_files
 from preflight.io.uncached import Bypass, bypass_for
 
@@ -69,6 +70,7 @@ class Loader(NamedTuple):
     replays: user.Replays | None = None  # an IterableDataset read by several workers: its repeated batches
     batch_size: int | None = None  # samples per batch the loader asks for (None: the job's loader batches none)
     prefetch_factor: int | None = None  # batches each worker loads ahead (None without workers)
+    first_pass: dataset_pass.PassSampler | None = None  # files: the one pass every DataLoader of it continues
 
 
 @contextlib.contextmanager
@@ -281,7 +283,7 @@ def loader_for(options: Mapping[str, Any], source: Source, decode: str | None = 
     settings.refuse_unsupported(options)
     init, rng = settings.worker_init(options), settings.generator(options)
     drop_last = bool(options.get("drop_last", False))
-    fs, bypass, tally = None, None, None
+    fs, bypass, tally, first_pass = None, None, None, None
     shuffle, collate, count = source.files is not None and options.get("shuffle", True), None, sizes_or_tensor
     description = source.description
     batch_size = int(options["batch_size"])
@@ -294,6 +296,8 @@ def loader_for(options: Mapping[str, Any], source: Source, decode: str | None = 
         if user.iterable(dataset) and workers > 1:
             replays = user.Replays()
             description += ", a batch that repeats an earlier one counting no sample"
+        if not user.iterable(dataset) and job.sampler is None:  # fresh pools continue one epoch, never restart it
+            first_pass = dataset_pass.PassSampler(len(dataset), bool(options.get("shuffle", True)), _seed(options))
     elif source.files is None:
         dataset = SyntheticImages(synthetic_shape(options))
     else:
@@ -308,6 +312,8 @@ def loader_for(options: Mapping[str, Any], source: Source, decode: str | None = 
         else:
             dataset = FileSamples(files, bypass, decode or options["decode"], float(options["sample_delay"]))
             collate = collate_sizes
+            # One pass over the files for every DataLoader made here: fresh pools continue it, never restart it.
+            first_pass = dataset_pass.PassSampler([f.name for f in files], bool(shuffle), _seed(options))
         description += f" ({bypass})"
     # Under spawn and forkserver each worker is sent these pickled: one that cannot be is the job's failure at its
     # first batch ("Can't pickle local object"), told here before a worker starts, naming the object.
@@ -318,10 +324,12 @@ def loader_for(options: Mapping[str, Any], source: Source, decode: str | None = 
 
     def fresh() -> Counted:
         batching: dict[str, Any] = {"batch_size": batch_size, "shuffle": shuffle, "drop_last": drop_last}
+        if first_pass is not None:
+            batching = {"batch_size": batch_size, "sampler": first_pass, "drop_last": drop_last}
         counting = count
         if job is not None:  # counted as the job's DataLoader counts: one record per DataLoader (user.batching)
             batching, counting = user.batching(job, batch_size, replays, shuffle=bool(options.get("shuffle", True)),
-                                               drop_last=drop_last, generator=rng)
+                                               drop_last=drop_last, generator=rng, first_pass=first_pass)
         dataloader = torch.utils.data.DataLoader(
             dataset, **batching, num_workers=workers, pin_memory=pin,
             prefetch_factor=int(options["prefetch_factor"]) if workers else None, collate_fn=collate, **extra)
@@ -331,7 +339,13 @@ def loader_for(options: Mapping[str, Any], source: Source, decode: str | None = 
               f"prefetch_factor={options['prefetch_factor'] if workers else None}"
               f"{settings.describe(options, workers)}) over {description}")
     return Loader(method, workers, fs, bypass, fresh, tally, replays, batch_size,
-                  int(options["prefetch_factor"]) if workers else None)
+                  int(options["prefetch_factor"]) if workers else None, first_pass)
+
+
+def _seed(options: Mapping[str, Any]) -> int:
+    """The seed of the pass's one permutation: the job's ``seed``, or 0 for ``seed: auto``."""
+    seed = options.get("seed")
+    return seed if isinstance(seed, int) and not isinstance(seed, bool) else 0
 
 
 def _jobs_own(options: Mapping[str, Any], source: Source) -> Loader:

@@ -125,12 +125,13 @@ def iterable(dataset: Any) -> bool:
 
 
 def batching(job: Job, batch_size: int, replays: Replays | None = None, *, shuffle: bool = True,
-             drop_last: bool = False, generator: Any = None) -> tuple[dict[str, Any], Count]:
+             drop_last: bool = False, generator: Any = None, first_pass: Any = None) -> tuple[dict[str, Any], Count]:
     """The DataLoader's batching arguments for ``job`` and how to count the batches of that one DataLoader.
 
     A map-style Dataset is sampled by the job's sampler, else shuffled (``shuffle``, with ``generator``) as a
     training job's loader is, else read in order, through an explicit batch sampler (``RecordedBatches``,
-    with ``drop_last``) whose record counts the batches; call this once per DataLoader, as its
+    with ``drop_last``) whose record counts the batches; ``first_pass`` (a ``dataset_pass.PassSampler``), where
+    given, stands for the shuffle so that every DataLoader continues one pass; call this once per DataLoader, as its
     record serves that DataLoader's batches alone. An IterableDataset's batches go through
     ``replays`` when given (several workers), so a repeated batch counts no sample.
     """
@@ -140,7 +141,7 @@ def batching(job: Job, batch_size: int, replays: Replays | None = None, *, shuff
         arguments: dict[str, Any] = {"batch_size": batch_size, "drop_last": drop_last}
         count = job.count_samples or from_batch(batch_size)
         return arguments, replays.counting(count) if replays is not None else count
-    sampler = job.sampler
+    sampler = job.sampler or first_pass
     if sampler is None:
         sampler = (torch.utils.data.RandomSampler(job.dataset, generator=generator) if shuffle
                    else torch.utils.data.SequentialSampler(job.dataset))

@@ -88,9 +88,14 @@ def _measure(options: Mapping[str, Any], budget: Budget, device: str) -> list[Me
                 del feed  # its workers exit before the model is timed alone (the error's frames held it till here)
                 alone, stopped = interleaved((step,), device, budget)
                 return [_model_rate(alone, device, method, stopped), *_unmeasurable(fed_names, uncounted, device)]
+            first, fs = feed.loader.first_pass, feed.loader.fs
+            reread = first is not None and first.passes > 1  # the loop ran past the first epoch: it says so
             end_to_end = Measurement("samples_per_s", samples=tuple(p[1].samples_per_s for p in pairs),
-                                     unit="samples/s", device=device, stopped=stopped, note=source.note,
-                                     method=f"{feed.loader.method}, {feed.fed}; step: {method}", subject=source.subject)
+                                     unit="samples/s", device=device, stopped=stopped,
+                                     note="; ".join(filter(None, (source.note, first.describe() if reread else ""))),
+                                     method=f"{feed.loader.method}, {feed.fed}; step: {method}",
+                                     subject="reread" if reread and fs is not None and fs.may_cache_below
+                                     else source.subject)
             bound = input_bound(pairs, end_to_end)
             results = [end_to_end, _model_rate(pairs, device, method, stopped), bound]
             if options["worker_sweep"]:

@@ -265,18 +265,22 @@ def test_each_batch_counts_the_indices_its_sampler_drew_across_restarts_and_pool
         batch = next(iterator)
         counted.append((first.count(batch), (batch.shape[1], batch.nbytes)))
     for loader, count in (first, second, first, second):
-        for batch in loader:  # whole epochs, from the persistent workers' restarts
+        for batch in loader:  # the rest of the pass, then further passes (epochs), from the workers' restarts
             counted.append((count(batch), (batch.shape[1], batch.nbytes)))
-    assert [samples for (samples, _), _ in counted] == [4, 4] + [4, 4, 2] * 4
-    assert all(count == truth for count, truth in counted)  # B of each T x B batch, and its bytes
+    # Pools continue one pass over the 10 samples (issue 32), so which batch holds 2 depends on where each began;
+    # what each batch holds is still counted exactly: B of each T x B batch, and its bytes.
+    assert [samples for (samples, _), _ in counted][:2] == [4, 4] and len(counted) > 4
+    assert all(count == truth for count, truth in counted)
 
 
 def test_a_window_counts_the_sampled_utterances_not_the_time_major_rows():
     built = _loader(workers=2)
     counted = built.fresh()
     puller = BatchPuller(counted.dataloader, count=counted.count, clock=Ticks().perf_counter)
-    window = puller.window(7.0)  # one tick per step: 7 steps over three epochs, 4 + 4 + 2 + 4 + 4 + 2 + 4
-    assert window.samples_per_s == pytest.approx(24 / 7)
+    # one tick per step: the epoch's 3 steps, 4 + 4 + 2, then its end, where the pass stops the window (issue 32:
+    # a second epoch would read the same samples again)
+    window = puller.window(7.0)
+    assert window.samples_per_s == pytest.approx(10 / 4) and puller.spent
     assert "samples counted from the batch sampler's indices" in built.method
 
 

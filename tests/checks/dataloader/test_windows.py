@@ -11,6 +11,8 @@ import itertools
 
 import pytest
 
+from preflight.io.dataset_pass import Spent
+
 from preflight.checks.base import Budget
 from preflight.checks.dataloader.loop import (MIN_WINDOW_S, WARMUP_BATCHES_PER_WORKER, BatchPuller, EmptyLoader, Taken,
                                               Window, pooled, windows)
@@ -22,6 +24,9 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
 
 
 class Scripted:
@@ -71,12 +76,33 @@ def test_an_emulated_step_time_counts_as_compute_in_the_utilization(monkeypatch)
     assert window.samples_per_s == pytest.approx(5.0)
 
 
-def test_an_epoch_that_ends_restarts_the_loader_and_an_empty_one_is_an_error():
+def test_an_epoch_that_ends_ends_the_pass_and_an_empty_one_is_an_error():
+    """Issue 32: the loader is never restarted: a second epoch would read the same samples again, from a cache."""
     batches = [(2, 20), (3, 30)]
     puller = BatchPuller(batches)
-    assert [puller._next() for _ in range(5)] == [(2, 20), (3, 30), (2, 20), (3, 30), (2, 20)]
+    assert [puller._next() for _ in range(2)] == [(2, 20), (3, 30)]
+    with pytest.raises(Spent, match="ended after 2 batches"):
+        puller._next()
+    assert puller.spent and puller.epochs_ended == 1
     with pytest.raises(EmptyLoader, match="yields no batch"):
         BatchPuller([])._next()
+
+
+def test_a_window_the_pass_ends_in_holds_the_steps_it_had_and_windows_stop_there():
+    clock = Clock()
+    puller = BatchPuller([(4, 40)] * 10, count=lambda batch: (clock.advance(0.5), batch)[1], clock=clock)
+    taken = windows(puller, 1, Budget(60.0, 120.0), min_windows=2)
+    # 2 warm-up batches, then windows of 60/8 s: the 8 batches left (4 s) end the pass inside the first one
+    assert [round(w.samples_per_s, 6) for w in taken] == [8.0] and puller.spent
+    assert taken.stopped.startswith("the pass over the data ended after 10 batches")
+
+
+def test_a_pass_inside_the_warm_up_is_measured_whole_its_start_included():
+    clock = Clock()
+    puller = BatchPuller([(4, 40)] * 3, count=lambda batch: (clock.advance(0.5), batch)[1], clock=clock)
+    taken = windows(puller, 4, Budget(60.0, 120.0))  # a warm-up of 8 batches; the pass holds 3
+    assert [round(w.samples_per_s, 6) for w in taken] == [8.0]  # 12 samples in 1.5 s
+    assert "inside the warm-up: the rate includes the workers' start" in taken.stopped
 
 
 def test_finish_epoch_reads_to_the_epochs_end_through_count_or_stops_at_the_time():
@@ -85,7 +111,7 @@ def test_finish_epoch_reads_to_the_epochs_end_through_count_or_stops_at_the_time
     puller._next()
     assert puller.epochs_ended == 0
     assert puller.finish_epoch(60.0) is True
-    assert counted == [(0, 1), (0, 2), (0, 3), (0, 4), (0, 1)] and puller.epochs_ended == 1  # restarted: 1 read
+    assert counted == [(0, 1), (0, 2), (0, 3), (0, 4)] and puller.epochs_ended == 1  # never restarted
     clock = Clock()
     endless = BatchPuller(Scripted(clock, warmup=0, step_s=0.5), clock=clock)
     assert endless.finish_epoch(2.0) is False and endless.epochs_ended == 0
