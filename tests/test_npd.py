@@ -58,16 +58,18 @@ class Invocation(NamedTuple):
     seconds: float
 
 
-def npd_invoke(monitor: dict, rule: dict, root: Path) -> Invocation:
-    """Run ``rule`` as NPD's custom plugin monitor does, with the pod's paths under ``root``."""
+def npd_invoke(monitor: dict, rule: dict, root: Path, environ: dict[str, str] | None = None) -> Invocation:
+    """Run ``rule`` as NPD's custom plugin monitor does, with the pod's paths under ``root``; NPD's
+    environment is the container's: this test's, with this Python first on PATH, unless ``environ``."""
     timeout = _seconds(monitor["pluginConfig"]["timeout"])
     if "timeout" in rule and _seconds(rule["timeout"]) < timeout:
         timeout = _seconds(rule["timeout"])
     command = [re.sub(f"^({CONFIG_DIR}|{STATE_DIR})", lambda m: str(root / m.group(1).lstrip("/")), word)
                for word in [rule["path"], *rule.get("args", [])]]
     start = time.monotonic()
+    environ = environ or {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                               env={**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"})
+                               env=environ, cwd=root)
     try:
         stdout, _ = process.communicate(timeout=timeout)
         killed = False
@@ -97,12 +99,13 @@ def _pod_files(root: Path, monitor: dict, gate: str) -> None:
     (root / STATE_DIR.lstrip("/")).mkdir(parents=True)
 
 
-def _run_monitor(tmp_path: Path, gate: str, monitor: dict | None = None) -> dict[str, Invocation]:
+def _run_monitor(tmp_path: Path, gate: str, monitor: dict | None = None,
+                 environ: dict[str, str] | None = None) -> dict[str, Invocation]:
     """One batch of the monitor: every rule in order (concurrency 1), by condition type."""
     monitor = monitor or _monitor()
     assert monitor["pluginConfig"]["concurrency"] == 1  # plugin.go runs the batch's rules one after the other
     _pod_files(tmp_path, monitor, gate)
-    return {rule["condition"]: npd_invoke(monitor, rule, tmp_path) for rule in monitor["rules"]}
+    return {rule["condition"]: npd_invoke(monitor, rule, tmp_path, environ) for rule in monitor["rules"]}
 
 
 def nrc_tainted(rule: dict, conditions: dict[str, str]) -> bool:
@@ -144,6 +147,23 @@ def test_each_outcome_sets_the_condition_npd_would_and_only_a_failed_gate_taints
     limit = monitor["pluginConfig"]["max_output_length"]
     assert all(len(i.message.encode()) <= limit for i in ran.values())  # the plugin's own line, not NPD's cut
     assert nrc_tainted(_rule(), {t: i.condition for t, i in ran.items()}) is tainted
+
+
+def test_preflight_installed_beside_the_images_python_is_run_from_there(tmp_path):
+    """An image whose python3 has no preflight (installed with --venv): PREFLIGHT_PYTHON names the one that has."""
+    if not Path("/usr/bin/python3").exists():
+        pytest.skip("no /usr/bin/python3 to stand for an image's Python without preflight")
+    bare = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    without = subprocess.run(["/usr/bin/python3", "-c", "import preflight"], capture_output=True, env=bare, cwd=tmp_path)
+    assert without.returncode != 0  # the image's python3 cannot run the gate itself
+    environ = {**bare, "PATH": f"/usr/bin{os.pathsep}/bin", "PREFLIGHT_PYTHON": sys.executable}
+    ran = _run_monitor(tmp_path / "named", FAIL, environ=environ)["PreflightFailed"]
+    assert (ran.condition, ran.message) == ("True", "preflight failed 1 of 1 judged: shm.size")
+    # Not named: python3 exits 1 for want of preflight, which is no verdict on the node, never a problem.
+    del environ["PREFLIGHT_PYTHON"]
+    ran = _run_monitor(tmp_path / "unnamed", FAIL, environ=environ)["PreflightFailed"]
+    assert ran.condition == "Unknown" and ran.exit_code == 3, ran
+    assert ran.message.startswith("preflight could not judge this node: exit 1: ") and "No module named" in ran.message
 
 
 def _scaled(monitor: dict, timeout: str) -> dict:

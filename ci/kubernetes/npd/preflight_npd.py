@@ -9,13 +9,14 @@ NPD kills the plugin's process group and reports Unknown with its own message.
 
 Two modes, two rules of one monitor (preflight-monitor.json), run in that order (concurrency 1):
 
-``gate``: run ``python3 -m preflight run -c CONFIG`` (the Python running this file: the training
-    image's) and map its exit status: 0 passed -> 0; 1 the gate failed -> 1, naming the failed ids;
-    2 a config or usage error and 3 an internal error -> 2 and 3, Unknown, never a problem (DESIGN:
-    a configuration error never takes a node out of rotation). preflight gets a deadline below NPD's
-    timeout for this rule, read from the same monitor file: past it, it is sent SIGTERM (it removes
-    its scratch files), then SIGKILL, and the plugin answers 3 with its own message, so NPD's kill
-    never cuts a run short without a word. The outcome is written to STATE/verdict.json.
+``gate``: run ``python3 -m preflight run -c CONFIG`` (the Python running this file, the training
+    image's, or ``$PREFLIGHT_PYTHON`` where preflight was installed beside it) and map its exit
+    status: 0 passed -> 0; 1 the gate failed -> 1, naming the failed ids; 2 a config or usage error
+    and 3 an internal error -> 2 and 3, Unknown, never a problem (DESIGN: a configuration error
+    never takes a node out of rotation). preflight gets a deadline below NPD's timeout for this
+    rule, read from the same monitor file: past it, it is sent SIGTERM (it removes its scratch
+    files), then SIGKILL, and the plugin answers 3 with its own message, so NPD's kill never cuts a
+    run short without a word. The outcome is written to STATE/verdict.json.
 ``inconclusive``: 1 when the last gate run could not judge the node (config error, internal error,
     deadline), else 0; its condition lets the Node Readiness Controller keep such a node schedulable
     (see docs/kubernetes.md).
@@ -86,7 +87,9 @@ def run_gate(config: str, monitor: Monitor, state: Path) -> tuple[int, str]:
     log = state / "last-run.log"
     report.unlink(missing_ok=True)
     environ = {**os.environ, "PREFLIGHT_TERMINATION_LOG": os.devnull, "NO_COLOR": "1"}
-    command = [sys.executable, "-m", "preflight", "run", "-c", config, "--json", str(report)]
+    # The Python that has preflight: this one, or the venv the installer made beside the image's (--venv).
+    python = os.environ.get("PREFLIGHT_PYTHON") or sys.executable
+    command = [python, "-m", "preflight", "run", "-c", config, "--json", str(report)]
     with open(log, "wb") as output:
         process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                    env=environ, start_new_session=True)  # its own group: we kill all of it
