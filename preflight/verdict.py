@@ -81,6 +81,7 @@ class Result:
     attempts: tuple[Attempt, ...] = ()  # with `retries`: the earlier measurements that missed narrowly
     note: str = ""  # where the value came from, when a reader must know ("on scratch data: ...")
     subject: str = ""  # what was measured: a key of measurement.SUBJECTS, "" for a metric not about data
+    stopped: str = ""  # why sampling stopped ("spread 2% <= 3% after 5 samples", "the pass over the data ended ...")
 
     @property
     def id(self) -> str:
@@ -191,7 +192,7 @@ def _judge_one(instance: Instance, metric: Metric, threshold: Threshold, m: Meas
         return Result(instance.name, instance.check, metric.name, "error",
                       f"the baseline has no value for {result_id}: save a baseline on a run that measured it",
                       device=m.device, value=m.value, unit=metric.unit, samples=m.samples, duration_s=duration_s,
-                      method=m.method, where=threshold.where, required=requirement(threshold, metric.unit))
+                      method=m.method, stopped=m.stopped, where=threshold.where, required=requirement(threshold, metric.unit))
     required = requirement(absolute, metric.unit if not metric.is_version else "")
     if threshold.relative:
         shown = " and ".join(f"{fraction:.0%}" for fraction in threshold.relative.values())
@@ -200,7 +201,7 @@ def _judge_one(instance: Instance, metric: Metric, threshold: Threshold, m: Meas
     common: dict[str, Any] = dict(
         instance=instance.name, check=instance.check, metric=metric.name, device=m.device, unit=metric.unit,
         threshold=_bounds(threshold),
-        samples=m.samples, duration_s=duration_s, method=m.method, where=threshold.where, warnings=m.warnings,
+        samples=m.samples, duration_s=duration_s, method=m.method, stopped=m.stopped, where=threshold.where, warnings=m.warnings,
         required=required, runs=m.runs, note=m.note, subject=m.subject,
     )
     if not m.measured and not m.applicable:
@@ -276,7 +277,7 @@ def _info(instance: Instance, metric: Metric, m: Measurement, duration_s: float)
     message = f"measured {text} (no threshold)" + (f"; {m.note}" if m.note else "")
     return Result(instance.name, instance.check, m.metric, "info", message,
                   device=m.device, value=m.value, unit=m.unit, samples=m.samples, duration_s=duration_s,
-                  method=m.method, warnings=m.warnings, runs=m.runs, note=m.note, subject=m.subject)
+                  method=m.method, stopped=m.stopped, warnings=m.warnings, runs=m.runs, note=m.note, subject=m.subject)
 
 
 def _errors(instance: Instance, outcome: Outcome, thresholds: Mapping[str, Threshold]) -> list[Result]:

@@ -8,6 +8,9 @@ The shapes of remote stores behind a local client (s3fs, gcsfuse, mountpoint-s3,
   succeed, as a disk's bad sector or a store's lost object shows;
 - ``hang``: names whose reads never answer, as a hard mount whose server is gone.
 
+``rereads(mount_point)`` lists the files read again after their first fetch: what the daemon served from its
+own cache. A gate that reads like the job's first epoch leaves it empty.
+
 ``mounted(root, **faults)`` runs the daemon in its own process (``python tests/fusefs.py``), waits for the
 mount, yields the mount point, and unmounts it (lazily, aborting the connection so no reader stays stuck).
 ``available()`` says why a test must skip: not root, no /dev/fuse, no libfuse2 or fusepy.
@@ -49,6 +52,7 @@ def mounted(root: str, first_read_ms: float = 0.0, first_read_mb_s: float = 0.0,
     """Mount ``root`` read-only with the faults asked for; yield the mount point."""
     mount_point = tempfile.mkdtemp(prefix="preflight-fuse-")
     command = [sys.executable, os.path.abspath(__file__), root, mount_point, "--first-read-ms", str(first_read_ms),
+               "--rereads", _reread_log(mount_point),
                "--first-read-mb-s", str(first_read_mb_s), "--eio", ",".join(eio), "--hang", ",".join(hang)]
     log = tempfile.TemporaryFile()  # not a pipe: a daemon whose unread pipe filled would stop answering
     daemon = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
@@ -68,6 +72,21 @@ def mounted(root: str, first_read_ms: float = 0.0, first_read_mb_s: float = 0.0,
         log.close()
         with contextlib.suppress(OSError):
             os.rmdir(mount_point)
+        with contextlib.suppress(OSError):
+            os.unlink(_reread_log(mount_point))
+
+
+def _reread_log(mount_point: str) -> str:
+    return mount_point.rstrip("/") + ".rereads"
+
+
+def rereads(mount_point: str) -> list[str]:
+    """The files (relative names) the daemon served from its own cache: read again after their first fetch."""
+    try:
+        with open(_reread_log(mount_point), encoding="utf-8") as handle:
+            return sorted(set(handle.read().split()))
+    except FileNotFoundError:
+        return []
 
 
 def _abort(mount_point: str) -> None:
@@ -78,7 +97,8 @@ def _abort(mount_point: str) -> None:
             handle.write("1")
 
 
-def _serve(root: str, mount_point: str, first_read_s: float, mb_s: float, eio: set[str], hang: set[str]) -> None:
+def _serve(root: str, mount_point: str, first_read_s: float, mb_s: float, eio: set[str], hang: set[str],
+           reread_log: str) -> None:
     import fuse
 
     never = threading.Event()  # set by no one: a hung read waits until the connection is aborted
@@ -114,6 +134,9 @@ def _serve(root: str, mount_point: str, first_read_s: float, mb_s: float, eio: s
             with self.lock:
                 first = name not in self.fetched
                 self.fetched.add(name)
+                if not first and offset == 0:  # a new read of the file from its start: served from this cache
+                    with open(reread_log, "a", encoding="utf-8") as log:
+                        log.write(name + "\n")
             if first and (first_read_s or mb_s):
                 time.sleep(first_read_s + (os.fstat(fh).st_size / (mb_s * 1e6) if mb_s else 0.0))
             return os.pread(fh, size, offset)
@@ -133,7 +156,8 @@ if __name__ == "__main__":
     parser.add_argument("--first-read-mb-s", type=float, default=0.0)
     parser.add_argument("--eio", default="")
     parser.add_argument("--hang", default="")
+    parser.add_argument("--rereads", default=os.devnull)
     given = parser.parse_args()
     names = (lambda text: {n for n in text.split(",") if n})
     _serve(given.root, given.mount_point, given.first_read_ms / 1e3, given.first_read_mb_s, names(given.eio),
-           names(given.hang))
+           names(given.hang), given.rereads)

@@ -63,6 +63,47 @@ def record(name: str) -> None:
         pass  # a full or vanished temp dir must not stop a measurement: the pass then under-counts touches
 
 
+def record_failure(name: str, why: str) -> None:
+    """Note that reading (or decoding) ``name`` failed with ``why`` ("cannot be read: [Errno 5] ..."), as the job's
+    worker would have raised there: the reader counts it and goes on; ``failures`` reads them back, across processes."""
+    line = f"{name}\t{why}".replace("\n", " ").encode("utf-8", "surrogateescape")[:3000] + b"\n"
+    try:
+        fd = os.open(log_path() + ".failed", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass  # as ``record``: the log is never the measurement's failure
+
+
+def failures(names: Sequence[str] | None = None) -> dict[str, str]:
+    """The files whose reads failed in this run and why (the first reason each), of ``names`` when given."""
+    wanted = None if names is None else set(names)
+    found: dict[str, str] = {}
+    try:
+        with open(log_path() + ".failed", "rb") as handle:
+            for line in handle.read().decode("utf-8", "surrogateescape").splitlines():
+                name, _, why = line.partition("\t")
+                if (wanted is None or name in wanted) and name not in found:
+                    found[name] = why
+    except OSError:
+        pass
+    return found
+
+
+def failures_note(failed: dict[str, str], of: int) -> str:
+    """"5 of 1000 files cannot be read: /data/a.jpg, ...", one clause per reason's kind; "" for none."""
+    clauses = []
+    for kind in ("cannot be read", "cannot be decoded"):
+        names = sorted(name for name, why in failed.items() if why.startswith(kind))
+        if names:
+            first = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+            example = failed[names[0]][len(kind):].lstrip(": ")
+            clauses.append(f"{len(names)} of {of} files {kind}: {first} ({example})")
+    return "; ".join(clauses)
+
+
 def opened() -> collections.Counter[str]:
     """How many times each file was opened in this run so far."""
     try:
@@ -119,8 +160,9 @@ def started(temp_dir: str) -> Iterator[str]:
         if _log is not None and _log[0] == os.getpid():
             os.close(_log[1])
         _log = None
-        with contextlib.suppress(OSError):
-            os.unlink(path)
+        for leftover in (path, path + ".failed"):
+            with contextlib.suppress(OSError):
+                os.unlink(leftover)
 
 
 class PassSampler:

@@ -31,16 +31,25 @@ def bypass_for(names: str | Sequence[str], memory_backed: bool) -> Bypass:
 
     Probes one aligned O_DIRECT read of the first file that still exists (EINVAL means the
     filesystem refuses it: tmpfs, some FUSE and overlay setups). Raises OSError for any other
-    failure to open or read, or when every file has vanished.
+    failure to open or read, or when every file has vanished. Among several files the one probed
+    counts as read in the run's pass (``dataset_pass``): a client that fetches whole files holds it now.
     """
     if memory_backed:
         return "none"
     candidates = [names] if isinstance(names, str) else list(names)
+    untouched = dataset_pass.fresh(candidates)  # probe what no reader measured yet: a probe is a read too
+    candidates = untouched + [name for name in candidates if name not in untouched]
     for name in candidates[:-1]:
         try:
-            return _probe(name)
+            found = _probe(name)
         except FileNotFoundError:
             continue  # vanished since it was chosen: try the next
+        except OSError as error:
+            if error.errno != errno.EIO:
+                raise
+            continue  # a bad sector or a lost object: the readers count it; the next file answers for the bypass
+        dataset_pass.record(name)
+        return found
     return _probe(candidates[-1])
 
 

@@ -63,6 +63,7 @@ def to_dict(report: RunReport) -> dict[str, Any]:
                 "attempts": [{"value": a.value, "verdict": a.verdict, "samples": list(a.samples)}
                              for a in r.attempts],
                 "method": r.method,
+                "stopped": r.stopped,
                 "warnings": list(r.warnings),
                 "where": r.where,
                 "duration_s": round(r.duration_s, 3),

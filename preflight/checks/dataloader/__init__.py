@@ -184,6 +184,11 @@ METRICS = (
            "first steps excluded (MLPerf Storage AU; DLIO); MLPerf requires >= 90% (70% CosmoFlow)", about_data=True),
     Metric("throughput_vs_required", "%", True, "throughput as a share of samples_per_gpu x gpus x "
            "(1 + headroom); `{min: 100 %}` means the node can feed its GPUs", about_data=True),
+    Metric("unreadable_samples", "", False, "sample files of the pass whose read failed with an I/O error (EIO: a "
+           "bad sector, an object lost behind a FUSE client) or whose image Pillow could not decode (truncated, "
+           "zero-filled); each one stops the job's DataLoader worker with its exception; the first named in the "
+           "row", hint="remove or re-fetch the files named, or make the job's Dataset skip what it cannot read",
+           about_data=True),
     Metric("memory_peak", "B", False, "host memory the loader held: the largest sum of PSS (shared pages counted "
            "once) of the main process and every worker, read from /proc/PID/smaps_rollup after each window (as "
            "PyTorch's dataloader benchmark script does), plus the files on tmpfs they wrote and left unmapped "

@@ -8,7 +8,9 @@ wheel's ``image`` extra) to RGB pixels, so the decoded figure can be set beside 
 ``delay_s`` is the explicit test hook for a deliberately throttled reader: it sleeps that long
 per sample, as slow storage would. A file that vanished or turned unreadable since the walk is a
 sample of 0 bytes that is not counted (``collate_sizes``), so another process rewriting the
-dataset cannot end the measurement.
+dataset cannot end the measurement. A file whose read fails with an I/O error (EIO), or whose
+image Pillow cannot decode (truncated, zero-filled), is counted the same way and recorded in the
+run's pass (``dataset_pass.record_failure``): the row names it, and the measurement goes on.
 
 The walk (``dataset_walk.Walk``) follows symbolic links as the job's ``open()`` does and is
 bounded: it stops after ``max_files`` matching files, ``Walk.for_files``' limit on entries or
@@ -32,6 +34,7 @@ import statistics
 import time
 from typing import Sequence
 
+from preflight.io import dataset_pass
 from preflight.io.dataset_walk import LOST, DataFile, Walk, describe_files
 from preflight.io.uncached import Bypass, aligned_buffer, read_file
 from preflight.units import format_value
@@ -131,12 +134,20 @@ class FileSamples:
         if self.delay_s:
             time.sleep(self.delay_s)
         kept = bytearray() if self.decode == "image" else None
+        name = self.files[index]
         try:
-            size = read_file(self.files[index], self.bypass, self.buffer, kept)
+            size = read_file(name, self.bypass, self.buffer, kept)
         except LOST:
             return 0, 0
+        except OSError as error:  # EIO: the job's worker raises here; counted and named, the pass goes on
+            dataset_pass.record_failure(name, f"cannot be read: {error.strerror or error}")
+            return 0, 0
         if kept is not None:
-            decode_image(kept)
+            try:
+                decode_image(kept)
+            except (OSError, ValueError, SyntaxError) as error:  # truncated, zero-filled: Pillow's refusals
+                dataset_pass.record_failure(name, f"cannot be decoded: {type(error).__name__}: {error}")
+                return 0, 0
         return 1, size
 
 

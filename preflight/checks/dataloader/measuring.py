@@ -17,6 +17,7 @@ from preflight.checks.dataloader.required import Required, visible_gpus
 from preflight.checks.dataloader.source import Loader, Source, loader_for, opened
 from preflight.checks.dataloader.user import Uncountable
 from preflight.host import pids
+from preflight.io import dataset_pass
 from preflight.measurement import Measurement, unmeasurable
 from preflight.units import format_value
 
@@ -133,6 +134,11 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits:
     fs = built.fs
     if fs is not None and fs.caveat():
         results = [_on_caveat(m, fs.caveat(), fs.memory_backed, options["path"]) for m in results]
+    if files is not None and not tar:  # per-sample failures: counted where the sample was read, the first named
+        failed = dataset_pass.failures([f.name for f in files])
+        results.append(Measurement("unreadable_samples", float(len(failed)), "", method=method + ", each sample of "
+                                   "the pass read (and decoded) by the workers; a failure counted, not raised"))
+        note = "; ".join(part for part in (note, dataset_pass.failures_note(failed, len(files))) if part)
     results += watch.measurements(_epoch(source, tar), workers, built.prefetch_factor, method)
     results.append(tasks.headroom(limits, watch.tasks(), options, workers, method, tensor_worker))
     results.append(sweep.used(options, workers, method))

@@ -304,7 +304,8 @@ def loader_for(options: Mapping[str, Any], source: Source, decode: str | None = 
         files = source.files
         # Where open() lands (a link's target), by its directory: that stays when a file vanishes.
         fs = filesystem_of(os.path.dirname(os.path.realpath(files[0].name)))
-        bypass = bypass_for([f.name for f in files[:100]], fs.memory_backed)
+        probed = dataset_pass.fresh([f.name for f in files[:1000]])[:100] or [f.name for f in files[:100]]
+        bypass = bypass_for(probed, fs.memory_backed)  # a probe reads one block: of a file no reader measured yet
         if options.get("format") == "tar":  # an IterableDataset: each worker streams its own shards, in order
             dataset = shards.ShardSamples(files, bypass, decode or options["decode"], float(options["sample_delay"]))
             tally = shards.ShardTally()

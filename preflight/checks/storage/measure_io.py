@@ -92,7 +92,7 @@ class IO:
         random_parts = chosen.parts
         if chosen.whole_files:
             random_parts = dataset_pass.share(chosen.parts, len(chosen.parts), _segment_name) or chosen.parts
-        results = [seq, *self.rand_read(random_parts, bypass, where, fs)]
+        results = [seq, *self.rand_read(random_parts, bypass, where, fs, once=chosen.whole_files)]
         return [self._about(_noted(m, chosen.note), chosen.subject) for m in results]
 
     def _read_set(self, found: Found) -> ReadSet | str:
@@ -147,11 +147,12 @@ class IO:
         files = len({name for name, _, _ in parts})
         warm = dataset_pass.warm_note(files, files) if not remaining else ""
         remaining = remaining or list(parts)
+        share = len({name for name, _, _ in remaining})
 
         def window() -> float:
             nonlocal remaining
             if not remaining:
-                raise dataset_pass.Spent(f"each of the {files} files read once")
+                raise dataset_pass.Spent(f"each of its {share} files read once")
             readers = processes * threads  # files read whole are dealt out whole; large files split in spans
             runs = ([remaining[i::readers] for i in range(readers)] if whole_files
                     else reads.spans(remaining, readers, block))
@@ -171,10 +172,13 @@ class IO:
         # O_DIRECT on a local block filesystem is honoured by the kernel: this host's page cache
         # cannot serve it, and a cache probe would only add noise (a loaded CPU slows it, never the
         # device). Where the bypass can fail silently (fadvise, FUSE, network, overlay), it is probed.
-        trusted = bypass == "O_DIRECT" and fs.kind == "block"
+        # Small files read whole are read once each (``dataset_pass``): no cache of this run holds them, and the
+        # probe's own rereads would be what a FUSE client's cache serves.
+        trusted = bypass == "O_DIRECT" and fs.kind == "block" or whole_files
         return self._honest(m, bypass, fs, None if trusted else guard.page_cache_rate(runs, block, processes))
 
-    def rand_read(self, parts: list[Segment], bypass: Bypass, where: str, fs: Filesystem) -> list[Measurement]:
+    def rand_read(self, parts: list[Segment], bypass: Bypass, where: str, fs: Filesystem,
+                  once: bool = False) -> list[Measurement]:
         """IOPS per window and pooled latency percentiles of one continuous run.
 
         Unlike the other metrics, not one forked run per window: a tail percentile must not
@@ -189,7 +193,9 @@ class IO:
         processes, threads = self._split(depth)
         parts = _within_descriptors(parts, min(MAX_RANDOM_FILES, _open_files_limit() // 4))
         run = ContinuousRun(self.window, self.part_s - self.window)
-        tally = run_loops(reads.random_loop(parts, bypass, block, seed=0), processes, threads, run.seconds)
+        loops = reads.random_loop(parts, bypass, block, seed=0, once_of=processes * threads if once else 0)
+        tally = run_loops(loops, processes, threads, run.seconds)
+        self.failed.update(tally.failed)
         intervals = run.intervals(tally)
         latencies = [i.latencies for i in intervals if i.latencies]
         if not latencies:
@@ -226,7 +232,8 @@ class IO:
             note = f"on {source} {self._scratch_place()}: {too_little}"
             source += f" in {self.scratch}"
             fs, measured_on = self.scratch_fs, self._scratch_subject()
-        bypass = bypass_for([f.name for f in files[:100]], fs.memory_backed)
+        probed = dataset_pass.fresh(files[:1000], _name)[:100] or files[:100]  # a probe reads: not a file read before
+        bypass = bypass_for([f.name for f in probed], fs.memory_backed)
         processes, threads = self._split(int(self.options["file_readers"]))
         rates: list[float] = []
         lost: list[int] = []
@@ -235,11 +242,12 @@ class IO:
         remaining = dataset_pass.fresh(files, _name) if too_little else dataset_pass.share(files, len(found.files), _name)
         warm = dataset_pass.warm_note(len(files), len(files)) if not remaining else ""
         remaining = remaining or list(files)
+        share = len(remaining)
 
         def window() -> float:
             nonlocal remaining
             if not remaining:
-                raise dataset_pass.Spent(f"each of the {len(files)} files read once")
+                raise dataset_pass.Spent(f"each of its {share} files read once")
             tally = run_loops(small_files.file_loop(remaining, processes * threads, bypass), processes, threads,
                               self.window)
             remaining = dataset_pass.unread_since(remaining, before, _name)

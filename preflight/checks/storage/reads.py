@@ -144,8 +144,14 @@ class SharedFiles:
             return None
 
 
-def random_loop(parts: Sequence[Segment], bypass: Bypass, block: int, seed: int) -> Callable[[int], Callable[[float], Tally]]:
-    """A loop factory: each loop reads uniformly random ``block``-aligned blocks of all segments."""
+def random_loop(parts: Sequence[Segment], bypass: Bypass, block: int, seed: int,
+                once_of: int = 0) -> Callable[[int], Callable[[float], Tally]]:
+    """A loop factory: each loop reads uniformly random ``block``-aligned blocks of all segments.
+
+    With ``once_of`` (the number of loops, for small files read whole), loop i reads one random block of each of
+    its own files (every ``once_of``-th from i) in random order, then ends: a file read a second time would be
+    served by whatever cache its first read filled (``dataset_pass``), a FUSE client's below the page cache.
+    """
     names = sorted({name for name, _, _ in parts})
     shared = SharedFiles(names, bypass)
 
@@ -160,28 +166,40 @@ def random_loop(parts: Sequence[Segment], bypass: Bypass, block: int, seed: int)
         buffers = [aligned_buffer(block)]
         rng = random.Random(seed * 1_000_003 + index)
         read_from: set[int] = set()  # this loop's files read so far, each recorded in the run's pass once
+        failed: set[str] = set()  # files whose reads failed with an I/O error
 
         def loop(deadline: float) -> Tally:
             latencies, completions = array("d"), array("d")
             start = now = time.perf_counter()
             nbytes = 0
+            mine = list(range(index % once_of, len(usable), once_of)) if once_of else []
             try:
-                while now < deadline and usable:
-                    pick = rng.randrange(ends[-1])
-                    which = bisect.bisect_right(ends, pick)
-                    fd, low, _ = usable[which]
-                    offset = low + (pick - (ends[which - 1] if which else 0)) * block
+                while now < deadline and usable and (mine or not once_of):
+                    if once_of:  # a file of its own not read yet, and one random block of it
+                        which = mine.pop(rng.randrange(len(mine)))
+                        fd, low, high = usable[which]
+                        offset = low + rng.randrange((high - low) // block) * block
+                    else:
+                        pick = rng.randrange(ends[-1])
+                        which = bisect.bisect_right(ends, pick)
+                        fd, low, _ = usable[which]
+                        offset = low + (pick - (ends[which - 1] if which else 0)) * block
                     if which not in read_from:
                         read_from.add(which)
                         dataset_pass.record(names_of[which])
                     before = time.perf_counter()
-                    nbytes += os.preadv(fd, buffers, offset)
+                    try:
+                        nbytes += os.preadv(fd, buffers, offset)
+                    except OSError:  # EIO: named for unreadable_files; the other files' blocks still read
+                        failed.add(names_of[which])
+                        now = time.perf_counter()
+                        continue
                     now = time.perf_counter()
                     latencies.append(now - before)
                     completions.append(now)
                     if bypass == "fadvise":  # so that a later pick of this block is read from the device
                         drop_cached(fd, offset, block)
-                return Tally(len(latencies), nbytes, latencies, now - start, completions, start, lost)
+                return Tally(len(latencies), nbytes, latencies, now - start, completions, start, lost, tuple(failed))
             finally:
                 shared.release()
 
