@@ -37,10 +37,14 @@ file matches at all is unmeasurable (a wrong path or glob must fail, not pass on
 Whatever a row shows, its note (or the reason it has no figure) says what the walk skipped
 under ``path`` and why ("skipped under PATH: 1 unreadable directory"), the scratch set's too.
 
-Method: ``worker_pools`` fresh worker pools are measured in turn, each in an equal share of
-the duration that pays for its start and warm-up too; in each, warm-up batches are discarded,
+Method: the run reads the data as the job's first epoch does (``io.dataset_pass``, docs/checks.md "How a
+run reads the data"): one pass, each sample once. ``worker_pools`` fresh worker pools are measured in
+turn, continuing that pass (one permutation and its cursor, not a new shuffle each), each in an equal
+share of the duration that pays for its start and warm-up too; in each, warm-up batches are discarded,
 then samples/s over repeated time windows (as MLPerf Storage/DLIO report samples/s after the
-first steps). The figure is the pools' mean and ``samples`` holds each pool's rate: a pool's
+first steps). The loader is never restarted: the pass's end stops the windows; an IterableDataset or
+tar shards are one stream read by one pool. A file that fails to read (EIO) or decode is counted in
+``unreadable_samples`` and named, and the pass goes on. The figure is the pools' mean and ``samples`` holds each pool's rate: a pool's
 rate can depend on where its workers started, as a job's does each epoch; where pools cost
 more than their share, fewer are measured, as the method and a warning say. With
 ``step_time``, a second phase emulates the GPU (``loop``) and reports accelerator
