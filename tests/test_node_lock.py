@@ -9,10 +9,13 @@ never wait for another preflight run on the machine, nor make one wait.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Iterator
@@ -273,3 +276,68 @@ def test_runs_in_a_tests_mount_namespace_take_the_nodes_lock_only_on_a_private_d
     done = run_in("echo ${PREFLIGHT_LOCK-unset}")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == expected
+
+
+def test_a_stale_record_is_not_named_the_line_and_the_note_name_the_live_holder(tmp_path: Path) -> None:
+    """Issue 35: a run takes the lock, then writes its record; a run waiting meanwhile read the record of the
+    run before, gone, and its stderr line named that pid while the report's note named the live one."""
+    lock = tmp_path / "lock"
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    hold = os.open(lock, os.O_RDWR | os.O_CREAT)
+    os.pwrite(hold, json.dumps({"pid": gone.pid, "host": socket.gethostname(), "since": "2026-12-02T19:00:00Z",
+                                "what": "the run before"}).encode() + b"\n", 0)
+    fcntl.flock(hold, fcntl.LOCK_EX)  # the next run holds the lock and has not written its record yet
+    said: list[str] = []
+    told = threading.Event()
+
+    def holder() -> None:
+        time.sleep(0.5)  # a few of the waiter's tries see only the stale record
+        record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": "2026-12-02T19:00:05Z",
+                             "what": "the live run"}).encode() + b"\n"
+        os.pwrite(hold, record, 0)
+        os.ftruncate(hold, len(record))
+        told.wait(60)
+        os.close(hold)  # releases the flock
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    waiter = node_lock.NodeLock.open(node_lock.Settings(str(lock), 60.0))
+    try:
+        wait = waiter.acquire("the test", say=lambda line: (said.append(line), told.set()))
+    finally:
+        waiter.close()
+        told.set()
+        thread.join()
+    assert len(said) == 1 and f"for pid {os.getpid()} on {socket.gethostname()} (the live run, " in said[0], said
+    assert str(gone.pid) not in said[0]
+    assert wait.note.startswith(f"{node_lock.WAITED} ") and f"for pid {os.getpid()} on " in wait.note
+
+
+def test_the_console_says_the_wait_once_naming_the_pid_stderr_named(tmp_path: Path) -> None:
+    """Issue 35: the lock-wait note was repeated under every group of rows. Two check instances, one run that
+    waits for this test's hold: the table says it once, above its rows, with the pid of the stderr line."""
+    lock = tmp_path / "lock"
+    config = write_config(tmp_path, """
+        version: 1
+        checks:
+          shm: {size: {min: 1 MiB}}
+          shm_again: {check: shm, size: {min: 1 MiB}}
+        """)
+    holder = node_lock.NodeLock.open(node_lock.Settings(str(lock), 1.0))
+    holder.acquire("the test's own hold")
+    run = subprocess.Popen([sys.executable, "-m", "preflight", "run", "-c", str(config)],
+                           env=environment(lock), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    before = []
+    try:
+        while (line := run.stderr.readline()) and "waiting up to" not in line:
+            before.append(line)
+    finally:
+        holder.close()
+    out, err = run.communicate(timeout=120)
+    waiting = line
+    assert run.returncode == 0, "".join(before) + waiting + err
+    assert f"for pid {os.getpid()} on " in waiting
+    notes = [line for line in out.splitlines() if node_lock.WAITED in line]
+    assert len(notes) == 1 and f"for pid {os.getpid()} on " in notes[0], out
+    assert out.splitlines().index(notes[0]) < min(n for n, line in enumerate(out.splitlines()) if line.startswith("shm"))

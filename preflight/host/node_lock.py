@@ -4,8 +4,8 @@ Two runs that measure one node together (a DaemonSet sweep overlapping an init c
 Slurm HealthCheckProgram firing during a prolog) each get about half of the disk, and both fail
 with no word of the other. So ``runner.run`` holds this lock, an exclusive ``flock(2)`` on one
 file, from its first measurement to its last; a second run waits for it and says so under each
-of its results, and one that cannot get it within the bound reports every metric unmeasurable
-with the reason, never a halved figure.
+of its results (the console table says it once), and one that cannot get it within the bound
+reports every metric unmeasurable with the reason, never a halved figure.
 
 Settings come from the environment, not the thresholds file: the lock belongs to the node, and
 the prolog, the health check and a sweep read different thresholds files but must share it.
@@ -44,6 +44,8 @@ DEFAULT_WAIT_S = 600.0
 DEFAULT_PLACES = ("/dev/shm", "/run/lock")  # then tempfile.gettempdir()
 FILE_NAME = "preflight.lock"
 POLL_S = 0.2  # between tries while another run holds the lock
+RECORD_GRACE_S = 2.0  # how long a run that just took the lock may take to write its record before it is unnamed
+WAITED = "measured alone, after waiting"  # starts the note of a run that waited (``Wait.note``)
 # Starts the reason of every metric a run could not measure for want of the lock: the Slurm health check
 # reads it to leave the node as it is (another run measuring is no fault of the node).
 BUSY = "another preflight run held the node's measuring lock"
@@ -64,10 +66,11 @@ class Wait(NamedTuple):
 
     @property
     def note(self) -> str:
-        """What the report says under each result of a run that waited; "" when it did not wait."""
+        """What the report says of a run that waited (the console says it once, above its table); "" when it did not
+        wait. ``holder`` is every run it waited for, as the stderr lines named them."""
         if not self.holder:
             return ""
-        return (f"measured alone, after waiting {format_value(round(self.waited_s, 1), 's')} for {self.holder} to finish "
+        return (f"{WAITED} {format_value(round(self.waited_s, 1), 's')} for {self.holder} to finish "
                 f"measuring this node")
 
 
@@ -145,24 +148,28 @@ class NodeLock:
                 say(f"preflight: {self.unplaced}")
             return Wait(0.0, "")
         start = time.monotonic()
-        holder = ""  # read again on each try: the run that holds it may change while this one waits
+        said: list[str] = []  # each holder named on stderr, in order: the note names the same ones
         while True:
             try:
                 fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
                 pass
-            if not holder:
-                say(f"preflight: waiting up to {format_value(self.wait_s, 's')} ({WAIT_VARIABLE}) for "
-                    f"{self._holder(detailed=True)} to finish measuring this node (lock {self.path})")
-            holder = self._holder()
-            if time.monotonic() - start >= self.wait_s:
+            waited = time.monotonic() - start
+            detailed = self._holder(detailed=True, known_by=start + RECORD_GRACE_S)
+            holder = detailed.split(" (", 1)[0]
+            if holder and holder not in said:
+                said.append(holder)
+                say(f"preflight: waiting up to {format_value(self.wait_s, 's')} ({WAIT_VARIABLE}) for {detailed} "
+                    f"to finish measuring this node (lock {self.path})" if len(said) == 1 else
+                    f"preflight: {detailed} took the node's measuring lock first; still waiting")
+            if waited >= self.wait_s:
                 raise Busy(f"{BUSY} ({self.path}) for all of {WAIT_VARIABLE}={format_value(self.wait_s, 's')}: "
                            f"{self._holder(detailed=True)} was still measuring; run again when it is done, or "
                            f"raise {WAIT_VARIABLE}")
             time.sleep(POLL_S)
         self._record(what)
-        return Wait(time.monotonic() - start, holder)
+        return Wait(time.monotonic() - start, ", then ".join(said))
 
     def close(self) -> None:
         """Release the lock (closing the file releases the flock)."""
@@ -181,15 +188,35 @@ class NodeLock:
         except OSError:
             pass
 
-    def _holder(self, detailed: bool = False) -> str:
+    def _holder(self, detailed: bool = False, known_by: float = 0.0) -> str:
         """The holder as its record names it: ``pid 812 on node-3``, and ``detailed``, with what it runs and since
-        when: ``pid 812 on node-3 (`preflight run -c x.yaml`, since 2026-12-01T19:02:11Z)``."""
+        when: ``pid 812 on node-3 (`preflight run -c x.yaml`, since 2026-12-01T19:02:11Z)``.
+
+        A run writes its record just after it takes the lock, so for a moment the file still names the run
+        before it, gone: a record naming a process of this host that is not running is that stale one. Until
+        ``known_by`` (a ``time.monotonic()``) it is "" (not known yet: the caller asks again), after it "another
+        preflight run"; the stderr line and the report's note then name the same, live holder (issue 35).
+        """
         try:
             record = json.loads(os.pread(self.fd, 4096, 0).split(b"\n")[0] or b"{}")  # type: ignore[arg-type]
-            who = f"pid {int(record['pid'])} on {record['host']}"
+            pid, host = int(record["pid"]), str(record["host"])
+            if host == socket.gethostname() and not _running(pid):
+                raise LookupError(pid)
+            who = f"pid {pid} on {host}"
             return f"{who} ({record['what']}, since {record['since']})" if detailed else who
-        except (OSError, ValueError, KeyError, TypeError):
-            return "another preflight run"
+        except (OSError, ValueError, KeyError, TypeError, LookupError):
+            return "" if time.monotonic() < known_by else "another preflight run"
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists here (signal 0 checks without sending; EPERM: it exists, another user's)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 def _default_places() -> list[str]:

@@ -9,6 +9,7 @@ a hanging indent. Colour only on a terminal and never when ``NO_COLOR`` is set (
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -17,6 +18,7 @@ import textwrap
 from itertools import zip_longest
 from typing import Callable, NamedTuple, TextIO
 
+from preflight.host import node_lock
 from preflight.measurement import DATASET_SUBJECTS, SUBJECTS
 from preflight.report import RunReport, shown_value, tally
 from preflight.units import UNITS
@@ -62,7 +64,8 @@ def render(report: RunReport, colour: bool = False, width: int | None = None) ->
     if "node_rank" in report.facts:  # a fleet run: which node and ranks this table is
         where += f" (node {report.facts['node_rank']}, ranks {report.facts.get('ranks', '?')})"
     lines = wrap(f"preflight on {where} · {report.config_path}", width, "", "  ")
-    results = list(report.results)
+    waited, results = run_note(list(report.results))
+    lines += wrap(waited, width, "  ", "  ") if waited else []
     # A check's duration is the whole check's: said on its first row, not repeated on every metric of it.
     cells = [_Cells.of(result, first=index == 0 or results[index - 1].instance != result.instance)
              for index, result in enumerate(results)]
@@ -197,6 +200,16 @@ def _row(cells: _Cells, columns: _Columns, width: int, paint: Paint) -> list[str
     indent = " " * (columns.label + 1 + _VERDICT + 1)
     lines += [(indent + value).rstrip() for value in values[1:]]
     return lines
+
+
+def run_note(results: list[Result]) -> tuple[str, list[Result]]:
+    """The note every result of the run starts with, when the run waited for the node's measuring lock
+    (``node_lock.Wait.note``), and the results without it: the table says it once, above its rows, not under
+    each group of them (issue 35). ("", results) when the run did not wait."""
+    first = results[0].note.split("; ", 1)[0] if results else ""
+    if not first.startswith(node_lock.WAITED) or any(not r.note.startswith(first) for r in results):
+        return "", results
+    return first, [dataclasses.replace(r, note=r.note[len(first):].removeprefix("; ")) for r in results]
 
 
 def table_note(result: Result) -> str:

@@ -19,7 +19,7 @@ from html import escape
 from typing import Iterable, Mapping, Sequence
 
 from preflight.report import RunReport, is_flag, tally, write_atomic
-from preflight.report.console import grouped_fixes
+from preflight.report.console import grouped_fixes, run_note
 from preflight.report.heatmap import fleet_body
 from preflight.report.page import MISSES, badge, banner, measured_text, page
 from preflight.report.svg import Axis, bar, numbers_of, scale_note, strip
@@ -42,8 +42,9 @@ def render(reports: Sequence[RunReport], world_size: int | None = None) -> str:
     report = reports[0]
     where = report.host
     head = banner(bool(report.exit_code), where, report, tally(report.counts()), report.duration_s)
-    body = _facts(report.facts) + _fixes(report.results) + "".join(
-        _check_block(instance, results) for instance, results in by_instance(report.results))
+    waited, results = run_note(list(report.results))  # said once, not under every check's rows (issue 35)
+    body = _facts(report.facts) + (f'<p class="note">{escape(waited)}</p>' if waited else "") + _fixes(results) + \
+        "".join(_check_block(instance, rows) for instance, rows in by_instance(results))
     return page(f"preflight {'FAILED' if report.exit_code else 'PASSED'} on {where}", head, body)
 
 
