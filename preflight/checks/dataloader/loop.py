@@ -262,7 +262,8 @@ class Pools(NamedTuple):
 
 
 def pooled(start_pool: Callable[[], BatchPuller], take: Callable[[BatchPuller, Budget, int], Taken],
-           budget: Budget, pools: int, clock: Callable[[], float] = time.perf_counter) -> Pools:
+           budget: Budget, pools: int, clock: Callable[[], float] = time.perf_counter,
+           handed_out: Callable[[], bool] = lambda: False) -> Pools:
     """Measure up to ``pools`` fresh worker pools in turn, within ``budget.duration_s`` in all.
 
     Algorithm::
@@ -273,6 +274,7 @@ def pooled(start_pool: Callable[[], BatchPuller], take: Callable[[BatchPuller, B
                  past 1.25 x duration                          (the rest would not fit: ``warning``)
             start the pool (DataLoader, workers)               its start comes out of its slot
             take(pool, what is left of the slot)               warm-up, then windows (``windows``)
+            stop if the pass ended, or its sampler handed out its last index (``handed_out``)
 
     A pool's rate can depend on state fixed when its workers start (which CPUs they land on,
     beside the main process or not): a one-worker loader on this project's 2-CPU machine ran at
@@ -283,6 +285,11 @@ def pooled(start_pool: Callable[[], BatchPuller], take: Callable[[BatchPuller, B
     pools differ shows the spread. Starting and warming pools costs time that the duration pays
     for, so the check's wall time follows its configuration (issue 26): where pools cost more
     than their slot, fewer are measured, and the method and a warning on the row say so.
+
+    A pool closed at its slot's end leaves the indices its workers were sent and had not delivered (its
+    prefetch) taken from the pass; where they were the pass's last, a next pool's sampler would begin a
+    second pass, a reread (``PassSampler._again``): so no pool starts once ``handed_out()`` says the pass's
+    sampler has handed out every index, and the last pool, still running, delivers the rest.
     """
     slot, began = budget.duration_s / pools, clock()
     rates, mb_rates = [], []
@@ -300,7 +307,7 @@ def pooled(start_pool: Callable[[], BatchPuller], take: Callable[[BatchPuller, B
         pool_s = max(pool_s, clock() - pool_began)
         rates.append(sum(w.samples_per_s for w in taken) / len(taken))  # windows of equal length
         mb_rates.append(sum(w.mb_per_s for w in taken) / len(taken))
-        if puller.spent:  # the pass is read: a further pool would read it again (``dataset_pass``)
+        if puller.spent or handed_out():  # the pass is read or handed out: a further pool would read it again
             break
-    return Pools(tuple(rates), tuple(mb_rates), taken.stopped, puller, pools, pool_s,  # type: ignore[arg-type]
-                 puller is not None and puller.spent)
+    spent = puller is not None and (puller.spent or handed_out())
+    return Pools(tuple(rates), tuple(mb_rates), taken.stopped, puller, pools, pool_s, spent)  # type: ignore[arg-type]

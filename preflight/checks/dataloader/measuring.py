@@ -75,7 +75,7 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits:
     phase = phase_budget(options, budget)
     if decode == "image":
         raw_built = loader_for(options, source, decode="none")
-        raw = pooled(lambda: _puller(raw_built), take, phase, pools)
+        raw = pooled(lambda: _puller(raw_built), take, phase, pools, handed_out=_handed_out(raw_built))
         results.append(Measurement("raw_throughput", raw.rate, "samples/s", samples=raw.rates,
                                    method=method + raw.method + ", raw bytes, not decoded", stopped=raw.stopped,
                                    warnings=(raw.warning,) if raw.warning else ()))
@@ -89,7 +89,7 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits:
         finally:
             ended.append(pulling.epochs_ended)
 
-    taken = pooled(lambda: _puller(built, watch), take_counting_epochs, phase, pools)
+    taken = pooled(lambda: _puller(built, watch), take_counting_epochs, phase, pools, handed_out=_handed_out(built))
     if tar:  # every pool streams the shards in one order: one epoch ended is every shard tallied
         read_all = any(ended) or (not any(taken.rates) and taken.last.finish_epoch(phase.duration_s))
         problems = built.tally.note(len(files), read_all)  # type: ignore[union-attr,arg-type]
@@ -189,6 +189,12 @@ def _puller(built: Loader, watch: memory.Watch | None = None) -> BatchPuller:
     if watch is not None:
         return watch.puller(counted.dataloader, counted.count)
     return BatchPuller(counted.dataloader, count=counted.count)
+
+
+def _handed_out(built: Loader) -> Callable[[], bool]:
+    """Whether ``built``'s one pass has handed out every index (``PassSampler.spent``): a fresh pool would read again."""
+    first = built.first_pass
+    return lambda: first is not None and first.spent
 
 
 def _epoch(source: Source, tar: bool) -> int | None:

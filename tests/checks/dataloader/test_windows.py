@@ -264,3 +264,23 @@ def test_pools_that_cost_more_than_their_share_are_left_out_and_the_method_and_a
     assert pools.method == ", mean of 5 of 8 fresh worker pools"
     assert pools.warning == ("5 of 8 worker pools fit in the duration (a pool took up to 0.70s to start, warm up and "
                              "measure): raise duration to measure them all")
+
+
+def test_no_pool_starts_once_the_pass_has_handed_out_its_last_index():
+    """Issue 32, the founding table at 88 MB/s: a pool closed at its slot's end had been sent the pass's last indices
+    (its prefetch), and the next fresh pool's sampler began a second pass: '2 passes over the 3000 samples', 3,400-3,600
+    files' worth read through the throttle. Once the sampler has handed out every index, the last pool delivers the rest."""
+    started, handed = [], []
+
+    def start_pool():
+        started.append(BatchPuller([]))
+        return started[-1]
+
+    def take(puller, share, min_windows):
+        handed.append(len(started) == 2)  # the second pool's windows take the pass's last indices
+        return Taken([Window(100.0, 10.0, 100.0)])
+
+    pools = pooled(start_pool, take, Budget(4.0, 60.0), 8, clock=Clock(), handed_out=lambda: handed[-1])
+    assert len(started) == 2 and pools.last is started[-1] and pools.spent
+    assert pools.method == ", mean of 2 fresh worker pools continuing one pass over the data (it ended before 8)"
+    assert pools.warning == ""  # a pass handed out is no shortfall of the duration
