@@ -2,8 +2,12 @@
 
 The shapes of remote stores behind a local client (s3fs, gcsfuse, mountpoint-s3, Alluxio, JuiceFS):
 - ``first_read_ms`` / ``first_read_mb_s``: the first read of each file costs that latency plus its size at
-  that bandwidth (the remote fetch); every later read is served from the daemon's own cache, below the
-  kernel's page cache, where neither O_DIRECT nor fadvise DONTNEED can reach;
+  that bandwidth (the remote fetch, of the whole file, as s3fs's use_cache and gcsfuse's file cache fetch it: a
+  read of the same file arriving meanwhile waits for it); every later read is served from the daemon's own cache,
+  below the kernel's page cache, where neither O_DIRECT nor fadvise DONTNEED can reach; with ``fetch_chunk``
+  (bytes) a file is fetched in chunks of that size instead, each at its first read (gcsfuse's and mountpoint-s3's
+  ranged reads, an EBS volume restored from a snapshot loading its blocks lazily): a stream that reads each byte
+  once pays for every chunk, a second read of a chunk is served from the cache;
 - ``eio``: file names (relative to the root) whose reads fail with EIO, while ``access()`` and ``stat()``
   succeed, as a disk's bad sector or a store's lost object shows;
 - ``hang``: names whose reads never answer, as a hard mount whose server is gone.
@@ -48,12 +52,13 @@ def available() -> str:
 
 @contextlib.contextmanager
 def mounted(root: str, first_read_ms: float = 0.0, first_read_mb_s: float = 0.0, eio: Sequence[str] = (),
-            hang: Sequence[str] = ()) -> Iterator[str]:
+            hang: Sequence[str] = (), fetch_chunk: int = 0) -> Iterator[str]:
     """Mount ``root`` read-only with the faults asked for; yield the mount point."""
     mount_point = tempfile.mkdtemp(prefix="preflight-fuse-")
     command = [sys.executable, os.path.abspath(__file__), root, mount_point, "--first-read-ms", str(first_read_ms),
                "--rereads", _reread_log(mount_point),
-               "--first-read-mb-s", str(first_read_mb_s), "--eio", ",".join(eio), "--hang", ",".join(hang)]
+               "--first-read-mb-s", str(first_read_mb_s), "--eio", ",".join(eio), "--hang", ",".join(hang),
+               "--fetch-chunk", str(fetch_chunk)]
     log = tempfile.TemporaryFile()  # not a pipe: a daemon whose unread pipe filled would stop answering
     daemon = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
     try:
@@ -98,14 +103,15 @@ def _abort(mount_point: str) -> None:
 
 
 def _serve(root: str, mount_point: str, first_read_s: float, mb_s: float, eio: set[str], hang: set[str],
-           reread_log: str) -> None:
+           reread_log: str, chunk: int = 0) -> None:
     import fuse
 
     never = threading.Event()  # set by no one: a hung read waits until the connection is aborted
 
     class Faulty(fuse.Operations):
         def __init__(self) -> None:
-            self.fetched: set[str] = set()  # the daemon's own cache, below the kernel's page cache
+            self.fetched: set[str] = set()  # files read at least once
+            self.cached: dict[object, threading.Event] = {}  # the daemon's own cache: a file, or (file, chunk)
             self.lock = threading.Lock()
 
         def _real(self, path: str) -> str:
@@ -134,11 +140,22 @@ def _serve(root: str, mount_point: str, first_read_s: float, mb_s: float, eio: s
             with self.lock:
                 first = name not in self.fetched
                 self.fetched.add(name)
+                keys = ([(name, c) for c in range(offset // chunk, (offset + max(size, 1) - 1) // chunk + 1)]
+                        if chunk else [name])
+                mine = [key for key in keys if key not in self.cached]  # what this read fetches from the store
+                for key in mine:
+                    self.cached[key] = threading.Event()
+                waits = [self.cached[key] for key in keys]
                 if not first and offset == 0:  # a new read of the file from its start: served from this cache
                     with open(reread_log, "a", encoding="utf-8") as log:
                         log.write(name + "\n")
-            if first and (first_read_s or mb_s):
-                time.sleep(first_read_s + (os.fstat(fh).st_size / (mb_s * 1e6) if mb_s else 0.0))
+            if mine and (first_read_s or mb_s):
+                fetched = len(mine) * chunk if chunk else os.fstat(fh).st_size
+                time.sleep(first_read_s + (fetched / (mb_s * 1e6) if mb_s else 0.0))
+            for key in mine:
+                self.cached[key].set()
+            for done in waits:  # a read during a fetch of its bytes waits for it, as it would for the remote store
+                done.wait()
             return os.pread(fh, size, offset)
 
         def release(self, path: str, fh: int) -> int:
@@ -157,7 +174,8 @@ if __name__ == "__main__":
     parser.add_argument("--eio", default="")
     parser.add_argument("--hang", default="")
     parser.add_argument("--rereads", default=os.devnull)
+    parser.add_argument("--fetch-chunk", type=int, default=0)
     given = parser.parse_args()
     names = (lambda text: {n for n in text.split(",") if n})
     _serve(given.root, given.mount_point, given.first_read_ms / 1e3, given.first_read_mb_s, names(given.eio),
-           names(given.hang), given.rereads)
+           names(given.hang), given.rereads, given.fetch_chunk)

@@ -77,6 +77,7 @@ class IO:
         self.window = min(1.0, max(MIN_WINDOW_S, self.part_s / 6))
         self.cache_note = ""  # set when seq_read proves the cache was not bypassed
         self.failed: set[str] = set()  # dataset files whose reads failed with an I/O error (EIO), by any part
+        self.unstreamed: list[Segment] = []  # large files' bytes seq_read did not reach, where it streams once
 
     def reads(self, found: Found) -> list[Measurement]:
         """``seq_read``, then ``rand_read`` with its latency percentiles, over the same bytes."""
@@ -89,10 +90,15 @@ class IO:
         seq = self.seq_read(chosen.parts, bypass, where, chosen.whole_files, fs)
         # Small files read whole: random reads take their own share of files not read yet, so small_files and
         # the DataLoader still find first touches (``dataset_pass.share``); large files are read at random offsets.
-        random_parts = chosen.parts
+        random_parts, reread = chosen.parts, ""
         if chosen.whole_files:
             random_parts = dataset_pass.share(chosen.parts, len(chosen.parts), _segment_name) or chosen.parts
-        results = [seq, *self.rand_read(random_parts, bypass, where, fs, once=chosen.whole_files)]
+        elif fs.may_cache_below:  # the bytes seq_read's one stream did not reach; none left: a reread, said so
+            random_parts = self.unstreamed or chosen.parts
+            files = len({name for name, _, _ in chosen.parts})
+            reread = "" if self.unstreamed else dataset_pass.warm_note(files, files)
+        randoms = [_noted(m, reread) for m in self.rand_read(random_parts, bypass, where, fs, once=chosen.whole_files)]
+        results = [seq, *randoms]
         return [self._about(_noted(m, chosen.note), chosen.subject) for m in results]
 
     def _read_set(self, found: Found) -> ReadSet | str:
@@ -142,24 +148,35 @@ class IO:
         lost: list[int] = []
         before = dataset_pass.opened()
         # Small files read whole: one pass, windows continuing it, leaving the rest of a small dataset to small_files
-        # and the DataLoader. Large files are streamed from each span's start in every window, as fio does.
-        remaining = dataset_pass.share(parts, len(parts), _segment_name) if whole_files else list(parts)
+        # and the DataLoader. Large files are streamed from each span's start in every window, as fio does, except
+        # where a cache can sit below the page cache (a FUSE client's own: s3fs use_cache, gcsfuse's file cache):
+        # there a span read again is served by that cache, so each window continues the stream where the last
+        # stopped, and its end is the end of the pass (kahing/goofys#581, s3fs-fuse/s3fs-fuse#829).
+        streamed_once = not whole_files and fs.may_cache_below
+        remaining = (dataset_pass.share(parts, len(parts), _segment_name) if whole_files
+                     else dataset_pass.fresh(parts, _segment_name) if streamed_once else list(parts))
         files = len({name for name, _, _ in parts})
         warm = dataset_pass.warm_note(files, files) if not remaining else ""
         remaining = remaining or list(parts)
         share = len({name for name, _, _ in remaining})
+        self.unstreamed = list(remaining) if streamed_once and not warm else []
 
         def window() -> float:
             nonlocal remaining
-            if not remaining:
-                raise dataset_pass.Spent(f"each of its {share} files read once")
+            if not remaining or streamed_once and sum(high - low for _, low, high in remaining) < block:
+                raise dataset_pass.Spent(f"each of its {share} files read once" if whole_files
+                                         else f"each byte of its {share} files streamed once")
             readers = processes * threads  # files read whole are dealt out whole; large files split in spans
             runs = ([remaining[i::readers] for i in range(readers)] if whole_files
                     else reads.spans(remaining, readers, block))
-            loops = reads.sequential_loop(runs, bypass, block, once=whole_files)
+            left: list[list[Segment]] | None = [[] for _ in runs] if streamed_once else None
+            loops = reads.sequential_loop(runs, bypass, block, once=whole_files or streamed_once, left=left)
             tally = run_loops(loops, processes, threads, self.window)
             if whole_files:
                 remaining = dataset_pass.unread_since(remaining, before, _segment_name)
+            elif left is not None:
+                remaining = [segment for run in left for segment in run]
+                self.unstreamed = remaining
             lost.append(tally.lost)
             self.failed.update(tally.failed)
             return tally.nbytes / tally.elapsed_s / 1e6
@@ -174,7 +191,7 @@ class IO:
         # device). Where the bypass can fail silently (fadvise, FUSE, network, overlay), it is probed.
         # Small files read whole are read once each (``dataset_pass``): no cache of this run holds them, and the
         # probe's own rereads would be what a FUSE client's cache serves.
-        trusted = bypass == "O_DIRECT" and fs.kind == "block" or whole_files
+        trusted = bypass == "O_DIRECT" and fs.kind == "block" or whole_files or streamed_once
         return self._honest(m, bypass, fs, None if trusted else guard.page_cache_rate(runs, block, processes))
 
     def rand_read(self, parts: list[Segment], bypass: Bypass, where: str, fs: Filesystem,

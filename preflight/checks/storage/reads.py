@@ -59,12 +59,14 @@ def _locate(parts: Sequence[Segment], start: int, end: int) -> list[Segment]:
     return found
 
 
-def sequential_loop(runs: list[list[Segment]], bypass: Bypass, block: int,
-                    once: bool = False) -> Callable[[int], Callable[[float], Tally]]:
+def sequential_loop(runs: list[list[Segment]], bypass: Bypass, block: int, once: bool = False,
+                    left: list[list[Segment]] | None = None) -> Callable[[int], Callable[[float], Tally]]:
     """A loop factory for ``io.parallel.run_loops``: reader i reads ``runs[i]`` over and over until the deadline;
     with ``once``, one time only (small files read whole: a second read of a file is served by whatever cache
     holds it, ``dataset_pass``, and ``measure_io`` gives each window the files no earlier read touched).
 
+    With ``left`` (loops run as threads of this process), reader i puts there the part of ``runs[i]`` it did not
+    read before the deadline, so that the next window continues the stream instead of starting it again.
     A segment whose read fails with an I/O error (EIO) is named in ``Tally.failed`` and dropped.
     """
 
@@ -92,6 +94,9 @@ def sequential_loop(runs: list[list[Segment]], bypass: Bypass, block: int,
                             nbytes += os.preadv(fd, [buffer], offset)
                             ops += 1
                             if time.perf_counter() >= deadline:
+                                if left is not None:  # the rest of this reader's run, for the next window
+                                    rest = [(name, offset + block, high)] if offset + block < high else []
+                                    left[index] = rest + run[run.index(item) + 1:]
                                 return Tally(ops, nbytes, array("d"), time.perf_counter() - start, lost=lost,
                                              failed=tuple(failed))
                     except OSError:  # EIO and its kin: counted and named, the other segments still read
@@ -101,6 +106,8 @@ def sequential_loop(runs: list[list[Segment]], bypass: Bypass, block: int,
                         os.close(fd)
                 if once:
                     break
+            if left is not None:
+                left[index] = []
             return Tally(ops, nbytes, array("d"), time.perf_counter() - start, lost=lost, failed=tuple(failed))
 
         return loop
