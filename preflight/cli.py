@@ -38,7 +38,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "list":
             from preflight.commands import list_checks
 
-            sys.stdout.write(list_checks.render_markdown() if args.markdown else list_checks.render())
+            sys.stdout.write(list_checks.render_markdown(args.checks) if args.markdown else
+                             list_checks.render(checks=args.checks))
             return 0
         if args.command == "validate":
             from preflight.commands import validate
@@ -52,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "explain":
             from preflight.commands import explain
 
-            sys.stdout.write(explain.render(args.name))
+            sys.stdout.write(explain.render(args.name, loaded=explain.read_config(args.config, args.overrides)))
             return 0
         if args.command == "diff":
             from preflight.commands import diff
@@ -160,6 +161,8 @@ def _parser() -> argparse.ArgumentParser:
 
     run.add_arguments(add("run", "run the checks and gate on their thresholds"))
     listing = add("list", "list every check with its parameters and metrics")
+    listing.add_argument("checks", metavar="CHECK", nargs="*",
+                         help="only these checks (`preflight list dataloader`); by default every one")
     listing.add_argument("--markdown", action="store_true",
                          help="as Markdown tables (the reference in docs/configuration.md)")
     validate = add("validate", "check a thresholds file without measuring anything")
@@ -173,7 +176,12 @@ def _parser() -> argparse.ArgumentParser:
     explain = add("explain", "what a check or one of its metrics measures, and how")
     explain.add_argument("name", metavar="CHECK[.METRIC]",
                          help="a check (`storage`) or a metric (`storage.seq_read`), as `preflight list` and the "
-                              "report name them")
+                              "report name them; an instance of the thresholds file (`wds.throughput`) too")
+    explain.add_argument("-c", "--config", metavar="FILE",
+                         help="the thresholds file the run read, whose instances and thresholds are shown "
+                              "(default: ./thresholds.yaml, else the bundled default, as `run`)")
+    explain.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
+                         help="an override the run was given (repeatable)")
     diff = add("diff", "compare two runs' JSON reports metric by metric, each change against its noise")
     diff.add_argument("old", metavar="OLD.json", help="the earlier run's (or one node's) JSON report")
     diff.add_argument("new", metavar="NEW.json", help="the later run's (or another node's) JSON report")

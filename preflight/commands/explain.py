@@ -14,35 +14,100 @@ from pathlib import Path
 from preflight.checks import CHECKS
 from preflight.checks.base import Check, Metric, duration_help
 from preflight.commands.list_checks import Columns, metric_lines, option_lines, unit_name
-from preflight.config import _suggest
+from preflight import config
+from preflight.config import Config, Instance, Threshold, _suggest
 from preflight.errors import UsageError
 from preflight.report.console import terminal_width, wrap
 from preflight.units import UNITS, example
 
 
-def render(name: str, width: int | None = None) -> str:
+def render(name: str, width: int | None = None, loaded: Config | None = None) -> str:
     """The explanation of a check (``storage``) or of one of its metrics (``storage.seq_read``, also
     ``cuda.temperature[cuda:0]`` as a report names it), every line within ``width``.
 
+    With ``loaded`` (the thresholds file the run read), an instance's name is accepted as the report prints it
+    (``wds.throughput_vs_required`` for ``wds: {check: dataloader}``), and the thresholds shown are the file's
+    own lines, not an example (issue 35).
+
     Raises:
-        UsageError: not a registered check, or not a metric of it; the message suggests the closest.
+        UsageError: not a registered check or an instance of ``loaded``, or not a metric of it; the message
+            suggests the closest.
     """
     width = width or terminal_width()
-    check_name, _, metric_name = re.sub(r"\[[^\]]*\]$", "", name).partition(".")
-    if check_name not in CHECKS:
-        raise UsageError(f"unknown check `{check_name}`{_suggest(check_name, CHECKS)} (`preflight list` shows "
-                         f"them all)")
+    head, _, metric_name = re.sub(r"\[[^\]]*\]$", "", name).partition(".")
+    instances = {i.name: i for i in loaded.instances} if loaded else {}
+    if head in instances:
+        check_name, chosen = instances[head].check, [instances[head]]
+    elif head in CHECKS:
+        check_name, chosen = head, [i for i in instances.values() if i.check == head]
+    else:
+        known = {**dict.fromkeys(CHECKS), **instances}
+        read = f", nor an instance of {loaded.path}" if loaded else ""
+        raise UsageError(f"unknown check `{head}`{read}{_suggest(head, known)} (`preflight list` shows the checks; "
+                         f"`preflight explain {name} -c FILE` reads the instances of the file the run read)")
     check = CHECKS[check_name]
     if not metric_name:
-        return _check(check_name, check, width)
+        return _check(check_name, check, width, _thresholds(loaded, chosen, check.METRICS))
     metrics = {metric.name: metric for metric in check.METRICS}
     if metric_name not in metrics:
-        raise UsageError(f"`{check_name}` has no metric `{metric_name}`{_suggest(metric_name, metrics)} "
-                         f"(`preflight explain {check_name}` lists them)")
-    return _metric(check_name, check, metrics[metric_name], width)
+        raise UsageError(f"`{head}` has no metric `{metric_name}`{_suggest(metric_name, metrics)} "
+                         f"(`preflight explain {head}` lists them)")
+    return _metric(check_name, check, metrics[metric_name], width,
+                   _thresholds(loaded, chosen, [metrics[metric_name]]))
 
 
-def _check(name: str, check: Check, width: int) -> str:
+def read_config(explicit: str | None, overrides: list[str] | tuple[str, ...] = ()) -> Config | None:
+    """The thresholds file ``run`` would read (``-c FILE``, else ./thresholds.yaml, else the bundled gate), for
+    its instance names and its own thresholds; None when the file ``run`` would find by itself cannot be read
+    (explaining a check needs no file).
+
+    Raises:
+        UsageError: ``explicit`` (``-c FILE``) is not a valid thresholds file: the config error, one line.
+    """
+    path = config.resolve_path(explicit)
+    try:
+        return config.load(path, overrides)
+    except UsageError:
+        if explicit or overrides:
+            raise
+        return None
+
+
+def _thresholds(loaded: Config | None, chosen: list[Instance], metrics: list[Metric]) -> list[str]:
+    """The "in thresholds.yaml" lines: each chosen instance's own threshold lines, as the file has them, or an
+    example when no file was read or none of its instances of the check judges these metrics."""
+    wanted = {metric.name for metric in metrics}
+    lines: list[str] = []
+    for instance in chosen:
+        own = [t for t in instance.thresholds if t.metric in wanted]
+        if own:
+            lines.append(f"  {instance.name}:" + (f"  # check: {instance.check}" if instance.name != instance.check
+                                                   else ""))
+            lines += [f"    {_line(threshold)}" for threshold in own]
+    if lines:
+        return [f"in {loaded.path}:" if loaded else "", *lines]
+    example = [_threshold(metric) for metric in metrics if not metric.is_text][:3] or [_threshold(metrics[0])]
+    where = ", whose instances set none of these; for example" if chosen else \
+        f" ({loaded.path} has no instance of this check); for example" if loaded else ""
+    return [f"in thresholds.yaml{where}:", "  checks:", "    " + (chosen[0].name if chosen else "{check}") + ":",
+            *example]
+
+
+def _line(threshold: Threshold) -> str:
+    """``throughput_vs_required: {min: 100 %}``: the threshold's line in its file (``--set`` shows as set)."""
+    path, line, _ = threshold.where.rsplit(":", 2)
+    try:
+        text = Path(path).read_text().splitlines()[int(line) - 1].strip()
+    except (OSError, ValueError, IndexError):
+        text = ""
+    if text.startswith(f"{threshold.metric}:"):
+        return f"{text}  (line {line})" if "#" not in text else f"{text.split(' #', 1)[0].rstrip()}  (line {line})"
+    bounds = {k: v for k, v in (("min", threshold.min), ("max", threshold.max), ("match", threshold.match))
+              if v is not None}
+    return f"{threshold.metric}: {bounds}  (set by {threshold.where})"
+
+
+def _check(name: str, check: Check, width: int, thresholds: list[str]) -> str:
     columns = Columns.of([check])
     lines = wrap(f"{name}: {check.HELP}", width, "", "  ") + [""] + _docstring(check, width) + [""]
     lines += wrap(f"duration (the check's measuring time): {duration_help(check)}", width, "", "  ") + [""]
@@ -56,13 +121,12 @@ def _check(name: str, check: Check, width: int) -> str:
     if hints:
         lines += ["", "fixes suggested on a miss:"]
         lines += [line for metric, hint in hints for line in wrap(f"{metric}: {_fields(hint)}", width, "  ", "    ")]
-    lines += ["", "in thresholds.yaml:", "  checks:", f"    {name}:"]
-    lines += [_threshold(metric) for metric in check.METRICS if not metric.is_text][:3]
+    lines += ["", *_named(thresholds, name)]
     lines += ["", f"`preflight explain {name}.METRIC` explains one metric."]
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _metric(name: str, check: Check, metric: Metric, width: int) -> str:
+def _metric(name: str, check: Check, metric: Metric, width: int, thresholds: list[str]) -> str:
     """What one metric measures, its unit and direction, the check's method and source, and its fix."""
     label = f"{name}.{metric.name}"
     lines = wrap(f"{label}: {metric.help}", width, "", "  ") + [""]
@@ -78,9 +142,13 @@ def _metric(name: str, check: Check, metric: Metric, width: int) -> str:
         facts.append(("fix on a miss", _fields(metric.hint)))
     for key, text in facts:
         lines += wrap(text, width, f"  {key + ':':<15}", " " * 17)
-    lines += ["", "in thresholds.yaml:", "  checks:", f"    {name}:"]
-    lines += [_threshold(metric), "", f"`preflight explain {name}` explains the whole check."]
+    lines += ["", *_named(thresholds, name), "", f"`preflight explain {name}` explains the whole check."]
     return "\n".join(lines) + "\n"
+
+
+def _named(thresholds: list[str], check: str) -> list[str]:
+    """The threshold lines with the example's placeholder instance named after the check."""
+    return [line.replace("{check}:", f"{check}:") for line in thresholds]
 
 
 def _direction(metric: Metric) -> str:

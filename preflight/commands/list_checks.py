@@ -6,23 +6,30 @@ in docs/configuration.md is ``preflight list --markdown``, and a test keeps the 
 
 from __future__ import annotations
 
-from typing import Iterable, NamedTuple
+from typing import Iterable, NamedTuple, Sequence
 
 from preflight.checks import CHECKS
 from preflight.checks.base import Check, Metric, Option, duration_help
+from preflight.config import _suggest
+from preflight.errors import UsageError
 from preflight.report.console import terminal_width, wrap
 from preflight.units import Dimension, example
 
 _DIRECTION = {True: "higher is better", False: "lower is better", None: "text"}
 
 
-def render(width: int | None = None) -> str:
-    """Every check: its help, then each option (name, kind, default) and metric (name, unit, direction) on an
-    aligned line with its help wrapped beneath, every line within ``width`` (by default the terminal's, else 80)."""
+def render(width: int | None = None, checks: Sequence[str] = ()) -> str:
+    """Every check (or those ``checks`` names): its help, then each option (name, kind, default) and metric (name,
+    unit, direction) on an aligned line with its help wrapped beneath, every line within ``width`` (by default the
+    terminal's, else 80).
+
+    Raises:
+        UsageError: a name in ``checks`` is no check; the message suggests the closest.
+    """
     width = width or terminal_width()
     columns = Columns.of(CHECKS.values())
     lines: list[str] = []
-    for name, check in CHECKS.items():
+    for name, check in chosen(checks).items():
         lines += wrap(f"{name}: {check.HELP}", width, "", "  ")
         lines += wrap(f"duration: {duration_help(check)}", width, "  ", "    ")
         if check.OPTIONS:
@@ -66,10 +73,23 @@ def metric_lines(metric: Metric, columns: Columns, width: int, indent: str) -> l
     return wrap(head, width, "", indent + "  ") + wrap(metric.help, width, indent + "    ", indent + "    ")
 
 
-def render_markdown() -> str:
+def chosen(names: Sequence[str]) -> dict[str, Check]:
+    """The checks ``names`` names, in the registry's order; all of them when it is empty.
+
+    Raises:
+        UsageError: a name is no check: ``list dataloder: no such check: did you mean `dataloader`?``.
+    """
+    for name in names:
+        if name not in CHECKS:
+            raise UsageError(f"list {name}: no such check{_suggest(name, CHECKS)} (`preflight list` shows them all; "
+                             f"an instance of your file is listed under its check)")
+    return {name: check for name, check in CHECKS.items() if not names or name in names}
+
+
+def render_markdown(checks: Sequence[str] = ()) -> str:
     """The check reference of docs/configuration.md: one section per check, a table of parameters and of metrics."""
     lines: list[str] = []
-    for name, check in CHECKS.items():
+    for name, check in chosen(checks).items():
         lines += [f"#### `{name}`", "", check.HELP[0].upper() + check.HELP[1:] + ".", "",
                   f"`duration`: {_escape(duration_help(check))}.", ""]
         if check.OPTIONS:

@@ -4,9 +4,11 @@ import re
 
 import pytest
 
+from preflight import config
 from preflight.checks import CHECKS
 from preflight.commands import explain
 from preflight.errors import UsageError
+from tests.helpers import run_cli
 
 # reStructuredText that must not reach a terminal: ``literals``, :roles:`x`, `links <url>`_, a `::` paragraph end.
 _MARKUP = re.compile(r"``|:[a-z]+:`|`_|\S::$", re.MULTILINE)
@@ -101,3 +103,60 @@ def test_a_check_says_what_its_duration_buys():
     text = " ".join(explain.render("storage", width=80).split())
     assert "duration (the check's measuring time): split equally between the timed parts that run" in text
     assert "duration (the check's measuring time): not used" in " ".join(explain.render("shm", width=80).split())
+
+
+INSTANCE = """\
+version: 1
+checks:
+  wds:
+    check: dataloader
+    path: {data}
+    samples_per_gpu: 100 samples/s
+    throughput_vs_required: {{min: 100 %}}   # the node feeds its GPUs
+    throughput: {{min: 500 samples/s}}
+"""
+
+
+def test_an_instance_id_the_report_prints_is_explained_with_the_users_own_threshold(tmp_path):
+    """Issue 35: `preflight explain wds.throughput_vs_required`, an id from the report, gave "unknown check `wds`",
+    and "in thresholds.yaml:" showed an example, not the user's file."""
+    file = tmp_path / "gate.yaml"
+    file.write_text(INSTANCE.format(data=tmp_path))
+    completed = run_cli("explain", "wds.throughput_vs_required", "-c", str(file))
+    assert completed.returncode == 0, completed.stderr
+    text = completed.stdout
+    assert text.startswith("dataloader.throughput_vs_required: ")
+    assert f"in {file}:\n  wds:  # check: dataloader\n    throughput_vs_required: {{min: 100 %}}  (line 7)\n" in text
+    assert "{min: 1.5" not in text and "throughput: {min: 500" not in text  # the user's line, only this metric's
+    whole = run_cli("explain", "wds", "-c", str(file)).stdout
+    assert "    throughput_vs_required: {min: 100 %}  (line 7)\n    throughput: {min: 500 samples/s}  (line 8)\n" \
+        in whole
+    # the file `run` reads by default: ./thresholds.yaml in the working directory
+    (tmp_path / "thresholds.yaml").write_text(INSTANCE.format(data=tmp_path))
+    assert "throughput_vs_required: {min: 100 %}  (line 7)" in run_cli(
+        "explain", "wds.throughput_vs_required[cpu]", cwd=tmp_path).stdout
+
+
+def test_a_metric_the_users_file_does_not_judge_shows_an_example_and_says_so(tmp_path):
+    file = tmp_path / "gate.yaml"
+    file.write_text(INSTANCE.format(data=tmp_path))
+    text = explain.render("wds.memory_headroom", width=80, loaded=config.load(str(file)))
+    assert "in thresholds.yaml, whose instances set none of these; for example:\n  checks:\n    wds:\n" \
+           "      memory_headroom: {min: " in text
+    storage = explain.render("storage.seq_read", width=80, loaded=config.load(str(file)))
+    assert f"({file} has no instance of this check); for example:" in storage
+
+
+def test_an_id_neither_a_check_nor_an_instance_is_one_line_and_exit_2(tmp_path):
+    file = tmp_path / "gate.yaml"
+    file.write_text(INSTANCE.format(data=tmp_path))
+    completed = run_cli("explain", "wdss.throughput", "-c", str(file))
+    assert completed.returncode == 2
+    assert completed.stderr.strip() == (
+        f"preflight: error: unknown check `wdss`, nor an instance of {file}: did you mean `wds`? (`preflight list` "
+        f"shows the checks; `preflight explain wdss.throughput -c FILE` reads the instances of the file the run "
+        f"read)")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("version: 1\nchecks: {wds: {check: dataloadr}}\n")
+    completed = run_cli("explain", "wds", "-c", str(broken))
+    assert completed.returncode == 2 and completed.stderr.startswith(f"preflight: error: {broken}:2:")

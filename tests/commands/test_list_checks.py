@@ -6,6 +6,7 @@ import pytest
 
 from preflight.checks import CHECKS
 from preflight.commands import list_checks
+from tests.helpers import run_cli
 
 _HEAD = re.compile(r"^    (\S+)( +)(\S+)")  # an option or metric line: name, the gap, kind or unit
 
@@ -56,3 +57,18 @@ def test_each_check_says_what_its_duration_buys_right_beneath_its_help():
             f"its warm-up: seq_read, rand_read (and its percentiles), small_files, and seq_write and fsync_p99 only "
             f"when judged") in text
     assert "in each, worker_pools fresh pools share it, each pool's start and warm-up included" in text
+
+
+def test_list_filters_by_check_and_refuses_an_unknown_one_in_one_line():
+    """Issue 35: `preflight list dataloader` was refused while the full list is hundreds of lines."""
+    completed = run_cli("list", "dataloader", "shm")
+    assert completed.returncode == 0, completed.stderr
+    heads = [line.split(":", 1)[0] for line in completed.stdout.splitlines() if line and not line.startswith(" ")]
+    assert heads == ["shm", "dataloader"]  # the registry's order
+    assert completed.stdout == list_checks.render(checks=["dataloader", "shm"])
+    assert run_cli("list", "shm", "--markdown").stdout.startswith("#### `shm`\n")
+    assert "#### `storage`" not in run_cli("list", "shm", "--markdown").stdout
+    refused = run_cli("list", "dataloder")
+    assert refused.returncode == 2 and refused.stderr.strip() == (
+        "preflight: error: list dataloder: no such check: did you mean `dataloader`? (`preflight list` shows them "
+        "all; an instance of your file is listed under its check)")
