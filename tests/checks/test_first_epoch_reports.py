@@ -61,3 +61,51 @@ checks:
     randoms = results["storage.rand_read"]
     assert randoms["subject"] == "reread" and "warm: " in randoms["message"], randoms
     assert code == 1, output
+
+
+def _png_header(width: int, height: int) -> bytes:
+    """A PNG whose header declares ``width`` x ``height`` RGB pixels (no pixel data follows)."""
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b""))
+
+
+def test_an_image_pillow_refuses_as_a_decompression_bomb_is_counted_not_a_crash(tmp_path):
+    """junyanz/pytorch-CycleGAN-and-pix2pix#1592, deepfates/memery#10: "Caught DecompressionBombError in DataLoader
+    worker process 1": an image whose header declares more than 2 x Image.MAX_IMAGE_PIXELS (a satellite tile, a
+    scan) stops the job at its first batch holding it. Pillow raises DecompressionBombError, an Exception that is
+    no OSError, so the gate's decoder let it through: the check was an error with preflight's own traceback, no
+    file named. Here 150 JPEGs and 3 PNGs declaring 20000 x 20000 pixels, decode: image."""
+    from PIL import Image
+
+    root = tmp_path / "tiles"
+    root.mkdir()
+    for i in range(150):
+        buffer = io.BytesIO()
+        Image.frombytes("RGB", (320, 320), os.urandom(320 * 320 * 3)).save(buffer, "JPEG")  # ~60 kB: 9 MB
+        (root / f"{i:04d}.jpg").write_bytes(buffer.getvalue())
+    bombs = {str(root / f"huge-{i}.png") for i in range(3)}
+    for name in bombs:
+        Path(name).write_bytes(_png_header(20000, 20000))
+    code, results, output = _run(tmp_path, f"""
+version: 1
+defaults: {{timeout: 120s, retries: 0}}
+checks:
+  dataloader:
+    path: {root}
+    duration: 30s
+    decode: image
+    num_workers: 2
+    batch_size: 8
+    throughput: {{min: 1 samples/s}}
+    unreadable_samples: {{max: 0}}
+""")
+    row, loader = results["dataloader.unreadable_samples"], results["dataloader.throughput"]
+    assert "the pass over the data ended" in loader["stopped"], loader
+    assert row["verdict"] == "fail" and row["value"] == 3, row["message"]
+    assert "3 of 153 files cannot be decoded: " in row["message"] and "DecompressionBombError" in row["message"]
+    named = row["message"].split("cannot be decoded: ")[1].split(" (")[0].split(", ")
+    assert set(named) == bombs
+    assert loader["verdict"] == "pass" and "Traceback" not in output and code == 1, output

@@ -145,7 +145,11 @@ class FileSamples:
         if kept is not None:
             try:
                 decode_image(kept)
-            except (OSError, ValueError, SyntaxError) as error:  # truncated, zero-filled: Pillow's refusals
+            except ImportError:
+                raise  # no Pillow: the check's error, said once, not a fault of each sample
+            except Exception as error:  # noqa: BLE001  whatever Pillow refuses a sample with, the job's worker raises
+                # there: OSError (truncated, zero-filled), ValueError, SyntaxError, and DecompressionBombError, an
+                # Exception only (junyanz/pytorch-CycleGAN-and-pix2pix#1592); struct.error from an older Pillow
                 dataset_pass.record_failure(name, f"cannot be decoded: {type(error).__name__}: {error}")
                 return 0, 0
         return 1, size
@@ -157,6 +161,7 @@ def decode_image(data: bytes | bytearray) -> int:
     Raises:
         ImportError: Pillow is not installed.
         OSError: the bytes are not an image Pillow can read.
+        PIL.Image.DecompressionBombError: the header declares more than twice ``Image.MAX_IMAGE_PIXELS``.
     """
     from PIL import Image
 
