@@ -271,3 +271,51 @@ def test_the_node_sweep_shares_the_nodes_measuring_lock_through_a_host_directory
     assert "hostPath" in volume and not mount.get("readOnly")  # every preflight pod on the node opens one file
     text = (REPO / "ci/kubernetes/node-sweep-job.yaml").read_text()
     assert "ReadOnlyMany" in text and "pod-security.kubernetes.io/enforce=privileged" in text
+
+
+def test_docs_ci_names_every_input_and_output_of_the_action():
+    """Issue 35: docs/ci.md's list of the action's inputs left out `html` (and its outputs `html`)."""
+    action = yaml.safe_load((REPO / "action.yml").read_text())
+    prose = " ".join((REPO / "docs" / "ci.md").read_text().split())
+    listed = re.search(r"\(inputs: ([^;]*); outputs: ([^)]*)\)", prose)
+    assert listed, "docs/ci.md no longer lists the action's inputs and outputs"
+    inputs, outputs = (set(re.findall(r"`([\w-]+)`", part)) for part in listed.groups())
+    assert inputs == set(action["inputs"]) and outputs == set(action["outputs"])
+
+
+def _example_overrides() -> dict[str, list[str]]:
+    """The `--set` arguments each CI example gives preflight run, by where it gives them."""
+    workflow = yaml.safe_load((REPO / "ci/github/preflight.yml").read_text())
+    step = next(s for s in workflow["jobs"]["preflight"]["steps"] if s.get("id") == "preflight")
+    header = [line for line in (REPO / "ci/gitlab/preflight.gitlab-ci.yml").read_text().splitlines()
+              if line.startswith("#") and "PREFLIGHT_ARGS" in line]
+    gitlab = re.search(r'PREFLIGHT_ARGS: "([^"]*)"', header[0]).group(1)
+    docs = re.findall(r"^\s+args: (.*)$", (REPO / "docs/ci.md").read_text(), re.MULTILINE)
+    found = {"ci/github/preflight.yml": step["with"]["args"], "GitLab template header": gitlab,
+             **{f"docs/ci.md args #{n}": args for n, args in enumerate(docs, 1)}}
+    return {where: [w for w in shlex.split(args) if w != "--set"] for where, args in found.items()}
+
+
+@pytest.mark.parametrize("where", list(_example_overrides()))
+def test_every_ci_example_names_the_dataset_of_every_dataset_row_of_the_bundled_gate(where):
+    """Issue 35: ci/github/preflight.yml and the GitLab header set only storage.path, so the bundled gate's
+    dataloader rows failed "no dataset named". Each example's `--set`s, on the bundled gate without DATA_DIR,
+    leave no check instance without its dataset."""
+    overrides = _example_overrides()[where]
+    loaded = config.load(str(config.bundled_path()), overrides, environ={})
+    unnamed = [i.name for i in loaded.instances if "path" in i.options and i.options["path"] == ""]
+    assert not unnamed, f"{where} ({overrides}) names no dataset for {unnamed}"
+
+
+def test_docs_slurm_shows_every_gate_it_installs_and_each_loads(tmp_path):
+    """Issue 35: docs/slurm.md installed a healthcheck.yaml it never showed. Each file its install lines put in
+    /etc/preflight/ is shown as a `# /etc/preflight/NAME` block, and that block is a valid thresholds file."""
+    text = (REPO / "docs" / "slurm.md").read_text()
+    installed = re.search(r"^install -m 644 (.+?) /etc/preflight/", text, re.MULTILINE).group(1).split()
+    blocks = {m.group(1): m.group(2) for m in re.finditer(r"```yaml\n# /etc/preflight/([\w.-]+)[^\n]*\n(.*?)```",
+                                                            text, re.DOTALL)}
+    assert set(installed) <= set(blocks), f"installed but never shown: {set(installed) - set(blocks)}"
+    for name in installed:
+        (tmp_path / name).write_text(blocks[name])
+        loaded = config.load(str(tmp_path / name), environ={})
+        assert loaded.instances, name

@@ -119,3 +119,33 @@ def test_the_install_page_covers_the_three_ways_in_and_keeping_torch():
     page = (REPO / "docs" / "install.md").read_text()
     _covers_the_three_ways_in(page)
     assert "--no-deps" in page and re.search(r"never\s+installs one", page)  # torch stays as it is, as a rule
+
+
+def test_python_m_build_makes_the_wheel_without_a_deprecation_warning(tmp_path: Path):
+    """Issue 35: `python -m build` warned that `project.license` as a TOML table is deprecated (setuptools stops
+    building such a project in 2027). The license is an SPDX expression (PEP 639) and the wheel's metadata says
+    so; built from this checkout's tracked files with this Python's setuptools, offline, as tests/test_install.py
+    builds it."""
+    import shutil
+    import subprocess
+    import sys
+    import zipfile
+
+    pytest.importorskip("build")
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=False)
+    if listed.returncode != 0:
+        pytest.skip(f"git cannot list this checkout's files: {listed.stderr.decode().strip()}")
+    source = tmp_path / "source"
+    for name in filter(None, listed.stdout.decode().split("\0")):
+        if (REPO / name).is_file() and not name.startswith(("tests/", "docs/")):
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, source / name, follow_symlinks=False)
+    built = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp_path)],
+                           cwd=source, capture_output=True, text=True, timeout=300, check=False)
+    output = built.stdout + built.stderr
+    assert built.returncode == 0, output
+    assert "Deprecat" not in output and "deprecated" not in output, output
+    (wheel,) = tmp_path.glob("*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        metadata = archive.read(next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+    assert "License-Expression: MIT" in metadata.splitlines()
