@@ -10,6 +10,8 @@ The shapes of remote stores behind a local client (s3fs, gcsfuse, mountpoint-s3,
   once pays for every chunk, a second read of a chunk is served from the cache;
 - ``eio``: file names (relative to the root) whose reads fail with EIO, while ``access()`` and ``stat()``
   succeed, as a disk's bad sector or a store's lost object shows;
+  with ``eio_after`` (bytes), only their reads at that offset or beyond fail: the file opens and its first bytes
+  (a header, an .npy's magic) read, as a bad sector or a lost chunk part way through it shows;
 - ``hang``: names whose reads never answer, as a hard mount whose server is gone.
 
 ``rereads(mount_point)`` lists the files read again after their first fetch: what the daemon served from its
@@ -52,13 +54,13 @@ def available() -> str:
 
 @contextlib.contextmanager
 def mounted(root: str, first_read_ms: float = 0.0, first_read_mb_s: float = 0.0, eio: Sequence[str] = (),
-            hang: Sequence[str] = (), fetch_chunk: int = 0) -> Iterator[str]:
+            hang: Sequence[str] = (), fetch_chunk: int = 0, eio_after: int = 0) -> Iterator[str]:
     """Mount ``root`` read-only with the faults asked for; yield the mount point."""
     mount_point = tempfile.mkdtemp(prefix="preflight-fuse-")
     command = [sys.executable, os.path.abspath(__file__), root, mount_point, "--first-read-ms", str(first_read_ms),
                "--rereads", _reread_log(mount_point),
                "--first-read-mb-s", str(first_read_mb_s), "--eio", ",".join(eio), "--hang", ",".join(hang),
-               "--fetch-chunk", str(fetch_chunk)]
+               "--fetch-chunk", str(fetch_chunk), "--eio-after", str(eio_after)]
     log = tempfile.TemporaryFile()  # not a pipe: a daemon whose unread pipe filled would stop answering
     daemon = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
     try:
@@ -103,7 +105,7 @@ def _abort(mount_point: str) -> None:
 
 
 def _serve(root: str, mount_point: str, first_read_s: float, mb_s: float, eio: set[str], hang: set[str],
-           reread_log: str, chunk: int = 0) -> None:
+           reread_log: str, chunk: int = 0, eio_after: int = 0) -> None:
     import fuse
 
     never = threading.Event()  # set by no one: a hung read waits until the connection is aborted
@@ -135,7 +137,7 @@ def _serve(root: str, mount_point: str, first_read_s: float, mb_s: float, eio: s
             name = path.lstrip("/")
             if name in hang:
                 never.wait()
-            if name in eio:
+            if name in eio and offset >= eio_after:
                 raise fuse.FuseOSError(errno.EIO)
             with self.lock:
                 first = name not in self.fetched
@@ -175,7 +177,9 @@ if __name__ == "__main__":
     parser.add_argument("--hang", default="")
     parser.add_argument("--rereads", default=os.devnull)
     parser.add_argument("--fetch-chunk", type=int, default=0)
+    parser.add_argument("--eio-after", type=int, default=0)
     given = parser.parse_args()
     names = (lambda text: {n for n in text.split(",") if n})
     _serve(given.root, given.mount_point, given.first_read_ms / 1e3, given.first_read_mb_s, names(given.eio),
-           names(given.hang), given.rereads, given.fetch_chunk)
+           names(given.hang), given.rereads, given.fetch_chunk,
+           given.eio_after)

@@ -100,16 +100,21 @@ def read_file(name: str, bypass: Bypass, buffer: mmap.mmap, keep: bytearray | No
     1 MiB buffer, never a 1.2 GB buffer (issue 21, case 6: a worker sized its buffer to the largest
     file and was OOM-killed under a 1 GiB limit). ``keep``, when given, receives the bytes read
     (a decoder needs the whole file, as the job's own would).
+
+    Raises:
+        OSError: a read failed, also after a short read part way through the file (EIO after 128 KiB).
     """
     fd = open_uncached(name, bypass)
     try:
-        total = 0
+        size, total = os.fstat(fd).st_size, 0
         while True:
             got = os.preadv(fd, [buffer], total)
             if keep is not None:
                 keep += buffer[:got]
             total += got
-            if got < len(buffer):
+            # A short read before the file's end is not its end: read(2) returns the bytes it got before an
+            # error, and the next read raises it (EIO part way through a file: dansuh17/segan-pytorch#19).
+            if got == 0 or got < len(buffer) and total >= size:
                 return total
     finally:
         os.close(fd)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import random
 import struct
 import zlib
 from pathlib import Path
@@ -109,3 +110,60 @@ checks:
     named = row["message"].split("cannot be decoded: ")[1].split(" (")[0].split(", ")
     assert set(named) == bombs
     assert loader["verdict"] == "pass" and "Traceback" not in output and code == 1, output
+
+
+@FUSE
+@pytest.mark.parametrize("check", ["dataloader", "storage"])
+def test_files_whose_reads_fail_part_way_are_counted_not_taken_for_short_files(tmp_path, check):
+    """dansuh17/segan-pytorch#19 (np.load of an .npy: "OSError: [Errno 5] Input/output error" in a DataLoader
+    worker), whwu95/Text4Vis#6 (EIO on frames part way through an epoch): a file opens and its first bytes read,
+    then a read further in fails. read(2) returns the bytes it got before the error, so a short read is not the
+    file's end: the job's next read raises EIO. The gate took the short read for the end, counted the file as
+    read, and unreadable_files / unreadable_samples said 0. Here 120 arrays of 150 kB (18 MB), each of the
+    broken ones failing from 128 KiB on: all 5 behind the DataLoader; half of them behind storage's parts,
+    which each read a share."""
+    import numpy
+
+    root = tmp_path / "arrays"
+    root.mkdir()
+    for i in range(120):
+        numpy.save(root / f"{i:04d}.npy", numpy.frombuffer(os.urandom(150_000), dtype=numpy.float32))
+    names = sorted(p.name for p in root.iterdir())
+    broken = names[7::24][:5] if check == "dataloader" else random.Random(0).sample(names, 60)
+    gates = ("throughput: {min: 1 samples/s}\n    unreadable_samples: {max: 0}" if check == "dataloader" else
+             "unreadable_files: {max: 0}\n    seq_read: {min: 1 MB/s}")
+    with fusefs.mounted(str(root), eio=broken, eio_after=128 << 10) as mount:
+        code, results, output = _run(tmp_path, f"""
+version: 1
+defaults: {{timeout: 120s, retries: 0}}
+checks:
+  {check}:
+    path: {mount}
+    duration: 20s
+    num_workers: 2
+    batch_size: 8
+    {gates}
+""" if check == "dataloader" else f"""
+version: 1
+defaults: {{timeout: 120s, retries: 0}}
+checks:
+  {check}:
+    path: {mount}
+    duration: 2s
+    {gates}
+""")
+        broken_paths = {os.path.join(mount, name) for name in broken}
+    assert code == 1, output
+    if check == "dataloader":
+        row = results["dataloader.unreadable_samples"]
+        assert "the pass over the data ended" in results["dataloader.throughput"]["stopped"]
+        assert row["verdict"] == "fail" and row["value"] == 5, row["message"]
+        assert "5 of 120 files cannot be read: " in row["message"] and "Input/output error" in row["message"]
+        named = row["message"].split("cannot be read: ")[1].split(" (")[0].replace(", ...", "").split(", ")
+    else:
+        row = results["storage.unreadable_files"]
+        assert row["verdict"] == "fail" and row["value"] >= 5, row["message"]  # a share of them was read: 2 before
+        named = row["message"].split("(I/O error): ")[1].split("; ")[0].replace(", ...", "").split(", ")
+        assert results["storage.seq_read"]["verdict"] == "pass", results["storage.seq_read"]["message"]
+    assert named and set(named) <= broken_paths, named
+    assert "Traceback" not in output

@@ -18,8 +18,10 @@ A file that vanished or turned unreadable since the walk is skipped and counted 
 from __future__ import annotations
 
 import bisect
+import errno
 import itertools
 import math
+import mmap
 import os
 import random
 import threading
@@ -91,7 +93,10 @@ def sequential_loop(runs: list[list[Segment]], bypass: Bypass, block: int, once:
                         if bypass == "fadvise":
                             drop_cached(fd, low, high - low)
                         for offset in range(low, high, block):
-                            nbytes += os.preadv(fd, [buffer], offset)
+                            got = os.preadv(fd, [buffer], offset)
+                            if 0 < got < min(block, high - offset):  # short before the segment's end: read on,
+                                got += _read_on(fd, buffer, offset + got)  # to meet the error it stopped at
+                            nbytes += got
                             ops += 1
                             if time.perf_counter() >= deadline:
                                 if left is not None:  # the rest of this reader's run, for the next window
@@ -113,6 +118,18 @@ def sequential_loop(runs: list[list[Segment]], bypass: Bypass, block: int, once:
         return loop
 
     return make
+
+
+def _read_on(fd: int, buffer: mmap.mmap, offset: int) -> int:
+    """Read on after a short read: read(2) returns the bytes it got before an error (EIO part way through a
+    file, dansuh17/segan-pytorch#19), and this read raises it. Any other refusal (EINVAL: an unaligned offset
+    under O_DIRECT, at a file that shrank since the walk) reads nothing more."""
+    try:
+        return os.preadv(fd, [buffer], offset)
+    except OSError as error:
+        if error.errno == errno.EIO:
+            raise
+        return 0
 
 
 class SharedFiles:
