@@ -397,10 +397,11 @@ def locate_job_code(instance: Instance) -> None:
         if top in sys.modules or importlib.util.find_spec(top) or \
                 importlib.machinery.PathFinder.find_spec(top, search):
             continue
+        hint = usercode.missing_part(top, search)  # a name close to one on python_path: the name is the typo
         raise ConfigError(instance.option_where.get(option.name, instance.where),
-                          f"`{instance.name}.{option.name}`: cannot import {spec}: no module named '{top}' on "
-                          f"python_path, in this Python's packages or in the working directory: add the directory "
-                          f"that holds `{top}` to python_path")
+                          f"`{instance.name}.{option.name}`: cannot import {spec}: " + (hint if hint.startswith(
+                              "no module") else f"no module named '{top}' on python_path, in this Python's packages "
+                              f"or in the working directory: {hint}"))
 
 
 def _refuse_without_factory(name: str, option: Option, options: Mapping[str, Any],

@@ -79,8 +79,8 @@ def load(spec: str, option: str) -> Callable[..., Any]:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as error:
         if error.name and (module_name == error.name or module_name.startswith(error.name + ".")):
-            raise UserCodeError(option, f"cannot import {spec} ({_one_line(error)}): add the directory that "
-                                f"holds `{error.name.split('.')[0]}` to python_path") from None
+            raise UserCodeError(option, f"cannot import {spec} ({_one_line(error)}): {missing_part(error.name)}") \
+                from None
         raise UserCodeError(option, f"cannot import {spec}: {module_name} failed to import ({_one_line(error)}"
                             f"{blame_frames(error)}): install what it needs in this image") from None
     except Exception as error:  # noqa: BLE001  whatever the user's module raises while importing
@@ -95,6 +95,39 @@ def load(spec: str, option: str) -> Callable[..., Any]:
     if not callable(target):
         raise UserCodeError(option, f"{spec} is a {type(target).__name__}, not callable: name a function or class")
     return target
+
+
+def missing_part(name: str, search: Sequence[str] | None = None) -> str:
+    """Which part of the dotted module ``name`` failed to import, and the fix: a module missing from a package
+    that imported is a misspelt name, not a missing directory (issue 35), and so is a top-level name close to
+    one on the path; only a top-level name like none there asks for its directory on python_path.
+
+    ``search``: the directories a close top-level name is looked for in: by default the job's own, those of
+    ``sys.path`` outside this Python's installation (python_path, the working directory), so that a name is
+    never "corrected" to an unrelated installed package.
+    """
+    import difflib
+    import pkgutil
+
+    parent, _, leaf = name.rpartition(".")
+    if parent and parent in sys.modules:
+        package = sys.modules[parent]
+        if not hasattr(package, "__path__"):
+            return f"`{parent}` is a module, not a package: it holds no module `{leaf}`; fix the name before the colon"
+        where = list(package.__path__)
+        close = difflib.get_close_matches(leaf, sorted(m.name for m in pkgutil.iter_modules(where)), 1)
+        return (f"`{parent}` imported (from {where[0] if where else '?'}) but holds no module `{leaf}`"
+                f"{f': did you mean `{parent}.{close[0]}`?' if close else ''} Fix the module's name before the colon")
+    top = name.split(".")[0]
+    installed = tuple(os.path.join(os.path.realpath(p), "") for p in {sys.prefix, sys.base_prefix, sys.exec_prefix})
+    folders = [d for d in (sys.path if search is None else search) if d and os.path.isdir(d)
+               and (search is not None or not os.path.join(os.path.realpath(d), "").startswith(installed))]
+    found = {m.name: getattr(m.module_finder, "path", "") for m in pkgutil.iter_modules(folders)}
+    close = difflib.get_close_matches(top, sorted(found), 1)
+    if close:
+        return (f"no module named `{top}`: did you mean `{close[0]}` (in {found[close[0]]})? Fix the package's name "
+                f"before the colon")
+    return f"add the directory that holds `{top}` to python_path"
 
 
 def call(spec: str, option: str, args: Mapping[str, Any], expected: type, wanted: str) -> Any:

@@ -286,3 +286,28 @@ def test_a_slow_jobs_dataset_is_told_to_profile_its_own_code_not_to_move_the_vol
     assert code == 1 and throughput["verdict"] == "fail" and throughput["subject"] == "job_dataset"
     assert throughput["hint"].startswith("the job's Dataset delivers ")
     assert "profile one worker" in throughput["hint"] and "faster volume" not in throughput["hint"]
+
+
+@pytest.mark.parametrize("spec, told", [
+    # the package imported from python_path; its module's name is the typo (issue 35)
+    ("jobpkg.dta:make", "`jobpkg` imported (from {src}/jobpkg) but holds no module `dta`: did you mean "
+                        "`jobpkg.data`? Fix the module's name before the colon"),
+    # the package's own name is the typo: its folder is on python_path
+    ("jobpkgg.data:make", "no module named `jobpkgg`: did you mean `jobpkg` (in {src})? Fix the package's name "
+                          "before the colon"),
+])
+def test_an_import_error_names_the_part_that_failed_not_python_path(tmp_path, spec, told):
+    """Issue 35: "add the directory that holds `myjob` to python_path" when `myjob` was on it and the module name
+    was the typo. Told at validate and at run, with the part that failed and the fix."""
+    path = _job(tmp_path, f"""
+        dataset: "{spec}"
+        python_path: [src]
+    """)
+    told = told.format(src=tmp_path / "src")
+    completed = run_cli("validate", str(path), cwd=tmp_path.parent)
+    assert completed.returncode == 2 and "python_path" not in completed.stderr.split("working directory", 1)[-1]
+    assert completed.stderr.startswith(f"preflight: error: {path}:5:14: ") and completed.stderr.endswith(
+        f"{told}\n"), completed.stderr
+    code, report = _run(path)
+    [result] = report["results"]
+    assert code == 1 and result["verdict"] == "error" and told in result["message"], result["message"]
