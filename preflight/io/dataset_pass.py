@@ -29,7 +29,7 @@ import tempfile
 from typing import Callable, Iterator, Sequence, TypeVar
 
 ENV = "PREFLIGHT_DATASET_PASS"
-SHARE, MIN_SHARE = 0.2, 50  # of a dataset's files, what one storage part may read (``share``)
+SHARE, MIN_SHARE = 0.1, 25  # of a dataset's files, what one storage part may read (``share``)
 WARM = "warm: "  # how a row read twice begins to say so (``warm_note``)
 
 Named = TypeVar("Named")
@@ -126,6 +126,12 @@ def share(items: Sequence[Named], of: int, name: Callable[[Named], str] = str) -
     return fresh(items, name)[:max(MIN_SHARE, int(of * SHARE))]
 
 
+def touched_count(names: Sequence[str]) -> int:
+    """How many of ``names`` were read in this run so far."""
+    touched = opened()
+    return sum(1 for name in names if name in touched)
+
+
 def unread_since(items: Sequence[Named], before: collections.Counter[str],
                  name: Callable[[Named], str] = str) -> list[Named]:  # type: ignore[assignment]
     """Those of ``items`` not opened again since ``before`` (an ``opened()`` taken earlier), in their order."""
@@ -177,11 +183,14 @@ class PassSampler:
     them again and ``warm`` says so. ``shuffle=False`` keeps the walk's order, as the job's would.
     """
 
-    def __init__(self, names: Sequence[str] | int, shuffle: bool = True, seed: int = 0) -> None:
+    def __init__(self, names: Sequence[str] | int, shuffle: bool = True, seed: int = 0,
+                 before: int | None = None) -> None:
         # names: the files, one per index; or how many samples a job's Dataset holds, whose files are not known
         self.names = list(names) if not isinstance(names, int) else None
         self.size = names if isinstance(names, int) else len(self.names)  # type: ignore[arg-type]
         self.shuffle, self.seed = shuffle, seed
+        # how many of the files checks before this one read: given by a caller that read one itself meanwhile
+        self.before = touched_count(self.names or ()) if before is None else before
         self.order: list[int] | None = None
         self.cursor = 0
         self.warm = False  # every sample of the current pass was read before in this run
@@ -233,7 +242,7 @@ class PassSampler:
     @property
     def read_before(self) -> int:
         """How many of its files checks before this one read (0 before its first DataLoader starts)."""
-        return 0 if self.order is None or self.warm else self.size - len(self.order)
+        return 0 if self.order is None or self.warm else self.before
 
     def describe(self) -> str:
         """How the pass went, for a row's note: how many files it read of how many, and whether warm."""

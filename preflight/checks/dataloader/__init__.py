@@ -178,8 +178,12 @@ OPTIONS = (
 METRICS = (
     Metric("throughput", "samples/s", True, "samples delivered per second after warm-up (mean of the worker "
            "pools' rates); "
-           "decoded when decode: image", hint="the loader delivers {measured}: raise num_workers if CPUs are "
-           "idle, else use a faster volume or pack files into shards (WebDataset, LMDB)", about_data=True),
+           "decoded when decode: image", hint="the row's fix follows what the run measured: "
+           "decode-bound (decode: image, raw_throughput 1.5x throughput or more): add workers or decode on the GPU "
+           "(NVIDIA DALI); storage-bound (raw reads slow too, or files read undecoded): raise num_workers if CPUs "
+           "are idle, else a faster volume, a local NVMe cache or shards (WebDataset, LMDB); tar shards already: "
+           "at least as many shards as workers, a faster volume or a local cache; the job's Dataset (dataset:): "
+           "profile its __getitem__, whose decode and transforms set the pace", about_data=True),
     Metric("bandwidth", "MB/s", True, "bytes delivered per second, 1 MB = 10^6 B: of the sample files read, or "
            "with dataset: of the batches' tensors (nbytes) delivered to the training loop", about_data=True),
     Metric("raw_throughput", "samples/s", True, "samples/s reading the same files without decoding "

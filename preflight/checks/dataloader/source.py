@@ -294,7 +294,7 @@ def loader_for(options: Mapping[str, Any], source: Source, decode: str | None = 
         collate = job.collate
         description += f", {user.counted_by(job, options['count_samples'])}"
         if user.iterable(dataset) and workers > 1:
-            replays = user.Replays()
+            replays = user.Replays(workers)
             description += ", a batch that repeats an earlier one counting no sample"
         if not user.iterable(dataset) and job.sampler is None:  # fresh pools continue one epoch, never restart it
             first_pass = dataset_pass.PassSampler(len(dataset), bool(options.get("shuffle", True)), _seed(options))
@@ -304,6 +304,7 @@ def loader_for(options: Mapping[str, Any], source: Source, decode: str | None = 
         files = source.files
         # Where open() lands (a link's target), by its directory: that stays when a file vanishes.
         fs = filesystem_of(os.path.dirname(os.path.realpath(files[0].name)))
+        read_before = dataset_pass.touched_count([f.name for f in files])  # by checks before this one, not the probe
         probed = dataset_pass.fresh([f.name for f in files[:1000]])[:100] or [f.name for f in files[:100]]
         bypass = bypass_for(probed, fs.memory_backed)  # a probe reads one block: of a file no reader measured yet
         if options.get("format") == "tar":  # an IterableDataset: each worker streams its own shards, in order
@@ -314,7 +315,7 @@ def loader_for(options: Mapping[str, Any], source: Source, decode: str | None = 
             dataset = FileSamples(files, bypass, decode or options["decode"], float(options["sample_delay"]))
             collate = collate_sizes
             # One pass over the files for every DataLoader made here: fresh pools continue it, never restart it.
-            first_pass = dataset_pass.PassSampler([f.name for f in files], bool(shuffle), _seed(options))
+            first_pass = dataset_pass.PassSampler([f.name for f in files], bool(shuffle), _seed(options), read_before)
         description += f" ({bypass})"
     # Under spawn and forkserver each worker is sent these pickled: one that cannot be is the job's failure at its
     # first batch ("Can't pickle local object"), told here before a worker starts, naming the object.
@@ -357,7 +358,7 @@ def _jobs_own(options: Mapping[str, Any], source: Source) -> Loader:
     loader = job.loader  # type: ignore[union-attr]
     job_loader.refuse_unpicklable(options, loader)
     workers = loader.num_workers
-    replays = user.Replays() if user.iterable(loader.dataset) and workers > 1 else None
+    replays = user.Replays(workers) if user.iterable(loader.dataset) and workers > 1 else None
     count = job_loader.counting(loader, job, replays)  # type: ignore[arg-type]
     method = source.description + f", {user.counted_by(job, options.get('count_samples') or '')}"  # type: ignore[arg-type]
     if replays is not None:

@@ -160,26 +160,43 @@ class Replays:
     the last ``REMEMBERED`` batches are kept, so memory stays bounded. One record serves every
     DataLoader of a measurement: a fresh pool that replays the stream from its start is not new data
     either, as the job's next epoch is not.
+
+    A stream that shards correctly and then starts over (webdataset's ``.repeat()`` or ``resampled=True``
+    without ``with_epoch``: webdataset/webdataset#269) repeats only after every one of the ``workers`` delivered
+    distinct batches; one that does not shard repeats at once (the second worker's first batch is the first's).
+    The first is the end of the stream's first pass, the job's first epoch: the count raises
+    ``dataset_pass.Spent`` there, and the sharding fix is not named.
     """
 
     REMEMBERED = 65536
 
-    def __init__(self) -> None:
+    def __init__(self, workers: int = 2) -> None:
         self.seen: collections.OrderedDict[bytes, None] = collections.OrderedDict()
         self.batches = self.repeated = 0
+        self.workers = workers
+        self.started_over = 0  # the distinct batches before the stream started over; 0 while it has not
 
     def counting(self, count: Count) -> Count:
         """``count``, except that a batch seen before counts 0 samples (its bytes still count: they were moved)."""
 
         def counted(batch: Any) -> tuple[int, int]:
             samples, nbytes = count(batch)
-            return (0 if self._repeats(batch) else samples), nbytes
+            if not self._repeats(batch):
+                return samples, nbytes
+            if self.repeated == 1 and self.batches - 1 >= self.workers:  # every worker's first batch was new
+                self.started_over = self.batches - 1
+            if self.started_over:
+                from preflight.io.dataset_pass import Spent
+
+                raise Spent(f"the stream started over after {self.started_over} batches (a repeated or resampled "
+                            f"IterableDataset): its first pass is the job's first epoch")
+            return 0, nbytes
 
         return counted
 
     def note(self, workers: int) -> str:
         """The row's note when any batch repeated: how many, and the fix; "" when none did."""
-        if not self.repeated:
+        if not self.repeated or self.started_over:
             return ""
         return (f"{self.repeated} of {self.batches} batches repeated an earlier batch exactly and counted no sample: "
                 f"an IterableDataset read by {workers} workers yields its whole stream in each unless it shards it "

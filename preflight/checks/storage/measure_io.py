@@ -214,6 +214,10 @@ class IO:
         tally = run_loops(loops, processes, threads, run.seconds)
         self.failed.update(tally.failed)
         intervals = run.intervals(tally)
+        stopped = f"time-based: {len(intervals)} windows in {run}"
+        if once and not any(i.latencies for i in intervals) and tally.ops:  # one block of each file, all read
+            intervals = [Interval(tally.ops / max(tally.elapsed_s, 1e-9), tally.latencies)]  # inside the ramp
+            stopped = f"one random block of each of its {len(parts)} files read once, in {tally.elapsed_s:.2f} s"
         latencies = [i.latencies for i in intervals if i.latencies]
         if not latencies:
             reason = f"no read completed in {run}: the volume is stalled"
@@ -222,7 +226,6 @@ class IO:
             return [unmeasurable(name, reason, unit) for name, unit in READ_METRICS[1:]]
         method = (f"{processes} processes x {threads} threads = {processes * threads} in flight, "
                   f"{format_value(to_unit(block, 'KiB'), 'KiB')} random reads, {where}")
-        stopped = f"time-based: {len(intervals)} windows in {run}"
         note = _lost_note(tally.lost)
         return [self._honest(dataclasses.replace(m, note=note), bypass, fs) for m in (
             Measurement("rand_read", samples=tuple(i.ops_per_s for i in intervals), unit="IOPS", method=method,
