@@ -160,3 +160,14 @@ def test_an_id_neither_a_check_nor_an_instance_is_one_line_and_exit_2(tmp_path):
     broken.write_text("version: 1\nchecks: {wds: {check: dataloadr}}\n")
     completed = run_cli("explain", "wds", "-c", str(broken))
     assert completed.returncode == 2 and completed.stderr.startswith(f"preflight: error: {broken}:2:")
+
+
+def test_the_throughput_fix_follows_the_evidence_not_the_metrics_name():
+    """Issue 35: `explain dataloader.throughput` advised a faster volume or shards, wrong for a decode-bound loader
+    and for one already reading shards: it says which fix goes with which evidence of the run."""
+    flat = " ".join(explain.render("dataloader.throughput", width=80).split())
+    fix = flat.split("fix on a miss: ", 1)[1]
+    assert "decode-bound (decode: image, raw_throughput 1.5x throughput or more): add workers or decode on the " \
+           "GPU" in fix
+    assert "tar shards already: at least as many shards as workers" in fix
+    assert fix.index("decode-bound") < fix.index("faster volume")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 
@@ -12,7 +13,7 @@ from preflight.checks.dataloader.files import list_files
 from preflight.io.dataset_walk import WALK_FACTOR
 from preflight.config import Instance, Threshold
 from preflight.verdict import Outcome, judge
-from tests.helpers import run_check
+from tests.helpers import run_check, run_cli
 
 WORKERS = 2
 
@@ -134,3 +135,44 @@ def test_a_loader_over_tmpfs_is_cache_bound():
         os.rmdir(directory)
     assert measured["throughput"].cache_bound and measured["bandwidth"].cache_bound
     assert "tmpfs is RAM" in measured["throughput"].reason
+
+
+def _slow_to_decode_pngs(folder):
+    """100 PNGs of 2048x2048 (153 kB each): decoding one takes ~65 ms, reading it far less (decode-bound)."""
+    from PIL import Image
+
+    image = Image.new("RGB", (2048, 2048))
+    image.paste(Image.frombytes("RGB", (2048, 16), os.urandom(2048 * 16 * 3)), (0, 0))
+    image.save(folder / "000.png", compress_level=1)
+    encoded = (folder / "000.png").read_bytes()
+    for index in range(1, 100):
+        (folder / f"{index:03d}.png").write_bytes(encoded)
+    os.sync()
+
+
+def test_a_missed_required_rate_gives_the_fix_the_runs_evidence_shows_not_a_pointer_to_nothing(tmp_path):
+    """Issue 35: throughput_vs_required's fix said "see the throughput fix" when throughput was not judged and no
+    such fix was printed (console and HTML), and a decode-bound loader (raw 5,654 vs decoded 1,049 samples/s)
+    was never called decode-bound. Throughput unjudged, the required rate out of reach: the row's own fix says
+    decode-bound, with both rates of this run."""
+    data = tmp_path / "data"
+    data.mkdir()
+    _slow_to_decode_pngs(data)
+    config = tmp_path / "gate.yaml"
+    config.write_text(f"version: 1\ndefaults: {{duration: 1s, timeout: 120s}}\nchecks:\n  dataloader:\n"
+                      f"    path: {data}\n    decode: image\n    num_workers: 1\n    batch_size: 4\n"
+                      f"    samples_per_gpu: 100000 samples/s\n    gpus: 1\n"
+                      f"    throughput_vs_required: {{min: 100 %}}\n")
+    completed = run_cli("run", "-c", str(config), "--json", str(tmp_path / "run.json"), "--html",
+                        str(tmp_path / "run.html"))
+    assert completed.returncode == 1, completed.stderr
+    results = {r["id"]: r for r in json.loads((tmp_path / "run.json").read_text())["results"]}
+    raw, decoded = results["dataloader.raw_throughput"]["value"], results["dataloader.throughput"]["value"]
+    assert raw > 1.5 * decoded, (raw, decoded)
+    assert results["dataloader.throughput"]["verdict"] == "info"  # not judged: no fix of its own is printed
+    hint = results["dataloader.throughput_vs_required"]["hint"]
+    assert "see the throughput fix" not in hint and "decode-bound" in hint, hint
+    fixes = completed.stdout.split("what to fix:", 1)[1]
+    assert "decode-bound" in fixes and "see the throughput fix" not in fixes
+    page = (tmp_path / "run.html").read_text()
+    assert "decode-bound" in page and "see the throughput fix" not in page
