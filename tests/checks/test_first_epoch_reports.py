@@ -167,3 +167,60 @@ checks:
         assert results["storage.seq_read"]["verdict"] == "pass", results["storage.seq_read"]["message"]
     assert named and set(named) <= broken_paths, named
     assert "Traceback" not in output
+
+
+REPEATED = '''
+import torch
+
+
+class Shards(torch.utils.data.IterableDataset):
+    """WebDataset-style: each DataLoader worker streams its own shards (get_worker_info), then .repeat()s them."""
+
+    def __init__(self, shards=16, per_shard=40, split=True):
+        self.shards, self.per_shard, self.split = shards, per_shard, split
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        mine = range(self.shards)
+        if self.split and info is not None:
+            mine = mine[info.id::info.num_workers]
+        while True:  # resampled=True, or .repeat() without with_epoch: the stream never ends
+            for shard in mine:
+                for i in range(self.per_shard):
+                    yield torch.full((32,), float(shard * 1000 + i))
+
+
+def shards(**kwargs):
+    return Shards(**kwargs)
+'''
+
+
+@pytest.mark.parametrize("split", [True, False])
+def test_a_stream_that_starts_over_ends_its_first_pass_and_is_not_blamed_on_sharding(tmp_path, split):
+    """webdataset/webdataset#269 (each worker "will endlessly repeat its share of the shards unless we set
+    with_epoch"), webdataset/webdataset#75 (resampled=True and with_epoch for large-scale training): a stream split
+    by get_worker_info() and repeated has no end. The gate read it for its whole duration: "3512 of 3592 batches
+    repeated an earlier batch exactly ... unless it shards it with get_worker_info()", blaming sharding the
+    Dataset does, and judging a rate of which 98% were re-reads that counted nothing. Its first pass is the job's
+    first epoch: it ends where the stream starts over, and a Dataset that does not shard is still told."""
+    job_package(tmp_path / "src", "myjob", {"data": REPEATED})
+    code, results, output = _run(tmp_path, f"""
+version: 1
+defaults: {{timeout: 120s, retries: 0}}
+checks:
+  dataloader:
+    dataset: "myjob.data:shards"
+    dataset_args: {{split: {str(split).lower()}}}
+    python_path: [src]
+    duration: 5s
+    num_workers: 2
+    batch_size: 8
+    throughput: {{min: 1 samples/s}}
+""")
+    row = results["dataloader.throughput"]
+    if split:
+        assert "the stream started over after 80 batches" in row["stopped"], row["stopped"]
+        assert "get_worker_info()" not in row["message"], row["message"]
+        assert row["verdict"] == "pass" and code == 0, output
+    else:
+        assert "repeated an earlier batch" in row["message"] and "get_worker_info()" in row["message"], row

@@ -123,7 +123,11 @@ class BatchPuller:
             self.epochs_ended += 1
             self.spent = True
             raise Spent(f"the pass over the data ended after {self.batches} batches") from None
-        samples, nbytes = self.count(batch)
+        try:
+            samples, nbytes = self.count(batch)
+        except Spent:  # the count saw the stream start over (``user.Replays``): the pass ended there
+            self.spent = True
+            raise
         self.batches, self.samples_total, self.bytes_total = self.batches + 1, self.samples_total + samples, \
             self.bytes_total + nbytes
         return samples, nbytes
