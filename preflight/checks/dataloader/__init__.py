@@ -252,8 +252,14 @@ def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
 def phases(options: Mapping[str, Any]) -> int:
     """The measuring phases that share ``duration``: raw reads (``decode: image``), the loader, the emulated
     GPU (``step_time``) and the worker sweep (``worker_sweep``)."""
-    return (1 + (options.get("decode") == "image") + (float(options.get("step_time") or 0) > 0)
-            + bool(options.get("worker_sweep")))
+    return len(phase_names(options))
+
+
+def phase_names(options: Mapping[str, Any]) -> list[str]:
+    """The phases ``phases`` counts, as a reader knows them (named in the advice to raise ``duration``)."""
+    return [name for name, on in (("raw reads", options.get("decode") == "image"), ("the loader", True),
+                                  ("step_time", float(options.get("step_time") or 0) > 0),
+                                  ("worker_sweep", bool(options.get("worker_sweep")))) if on]
 
 
 def timing(options: Mapping[str, Any], budget: Budget) -> Timing:

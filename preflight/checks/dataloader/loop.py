@@ -14,8 +14,9 @@ kernel killed it for memory, and ``explaining_worker_oom`` makes the error say s
 from __future__ import annotations
 
 import functools
+import math
 import time
-from typing import Any, Callable, Iterator, Mapping, NamedTuple, TypeVar
+from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence, TypeVar
 
 from preflight.checks.base import Budget
 from preflight.host.cgroup_memory import OomWatch
@@ -256,13 +257,22 @@ class Pools(NamedTuple):
             return f", mean of {len(self.rates)} of {self.asked} fresh worker pools"
         return f", mean of {len(self.rates)} fresh worker pools" if len(self.rates) > 1 else ""
 
-    @property
-    def warning(self) -> str:
-        """What a reader must know when the duration held fewer pools than ``worker_pools``; "" otherwise."""
+    def shortfall(self, phases: Sequence[str] = ("the loader",)) -> str:
+        """What a reader must know when the duration held fewer pools than ``worker_pools``, with a fix that works;
+        "" otherwise. ``phases``: the parts ``duration`` is split between (``dataloader.phase_names``), of which
+        these pools had one.
+
+        A pool cost ``pool_s`` at least (its start, warm-up and two windows, whatever its slot), so all of them
+        fit once each phase holds ``asked x pool_s``: the duration named is that, times the phases. "Raise
+        duration" alone did not work with ``worker_sweep``: the loader's pools get half of it (issue 35).
+        """
         if len(self.rates) >= self.asked or self.spent:  # a spent pass is no shortfall of the duration
             return ""
+        needed = math.ceil(self.asked * self.pool_s * len(phases))
+        split = f" (split between {', '.join(phases)})" if len(phases) > 1 else ""
         return (f"{len(self.rates)} of {self.asked} worker pools fit in the duration (a pool took up to "
-                f"{self.pool_s:.2f}s to start, warm up and measure): raise duration to measure them all")
+                f"{self.pool_s:.2f}s to start, warm up and measure): raise duration to {needed}s{split} to measure "
+                f"them all, or set worker_pools: {len(self.rates)}")
 
 
 def pooled(start_pool: Callable[[], BatchPuller], take: Callable[[BatchPuller, Budget, int], Taken],
@@ -288,7 +298,7 @@ def pooled(start_pool: Callable[[], BatchPuller], take: Callable[[BatchPuller, B
     the square root of the pool count. Each pool's rate is kept in ``samples``, so a node where
     pools differ shows the spread. Starting and warming pools costs time that the duration pays
     for, so the check's wall time follows its configuration (issue 26): where pools cost more
-    than their slot, fewer are measured, and the method and a warning on the row say so.
+    than their slot, fewer are measured, and the method and a warning on the row say so (``shortfall``).
 
     A pool closed at its slot's end leaves the indices its workers were sent and had not delivered (its
     prefetch) taken from the pass; where they were the pass's last, a next pool's sampler would begin a

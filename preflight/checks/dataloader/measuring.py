@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from preflight.checks import subject
 from preflight.checks.base import Budget, Metric
-from preflight.checks.dataloader import memory, phases, sweep, tasks
+from preflight.checks.dataloader import memory, phase_names, phases, sweep, tasks
 from preflight.checks.dataloader.loop import BatchPuller, EmptyLoader, Taken, Window, explaining_worker_oom, pooled, windows
 from preflight.checks.dataloader.required import Required, visible_gpus
 from preflight.checks.dataloader.source import Loader, Source, loader_for, opened
@@ -82,7 +82,8 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits:
         raw = pooled(lambda: _puller(raw_built), take, phase, pools, handed_out=_handed_out(raw_built))
         results.append(Measurement("raw_throughput", raw.rate, "samples/s", samples=raw.rates,
                                    method=method + raw.method + ", raw bytes, not decoded", stopped=raw.stopped,
-                                   warnings=(raw.warning,) if raw.warning else ()))
+                                   warnings=(raw.shortfall(phase_names(options)),)
+                                   if raw.shortfall(phase_names(options)) else ()))
         raw_rate = raw.rate
     watch = memory.Watch()
     ended: list[int] = []  # each pool's epochs read to their end
@@ -154,8 +155,9 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits:
     results.append(tasks.headroom(limits, watch.tasks(), options, workers, method, tensor_worker))
     results.append(sweep.used(options, workers, method))
     results = [dataclasses.replace(m, note=note) if note and m.measured else m for m in results]
-    if taken.warning:  # fewer pools than worker_pools: the loader's figures are a rougher draw than asked for
-        results = [dataclasses.replace(m, warnings=(*m.warnings, taken.warning))
+    shortfall = taken.shortfall(phase_names(options))
+    if shortfall:  # fewer pools than worker_pools: the loader's figures are a rougher draw than asked for
+        results = [dataclasses.replace(m, warnings=(*m.warnings, shortfall))
                    if m.measured and m.metric in ("throughput", "bandwidth", "throughput_vs_required") else m
                    for m in results]
     if options["worker_sweep"]:  # after the source's note: this row's own note is the curve

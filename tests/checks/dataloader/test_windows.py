@@ -138,7 +138,7 @@ def test_pools_report_the_mean_of_their_rates_not_the_median():
     assert pools.rates == (100.0, 100.0, 400.0) and pools.mb_rates == (10.0, 10.0, 40.0)
     assert pools.stopped == "stopped at 400.0" and pools.last is started[-1] and len(started) == 3
     assert shares == [(Budget(1.0, 60.0), 2)] * 3  # an equal share each (starting took no time), at least 2 windows
-    assert pools.method == ", mean of 3 fresh worker pools" and pools.warning == ""
+    assert pools.method == ", mean of 3 fresh worker pools" and pools.shortfall() == ""
 
 
 def test_a_pools_rate_is_the_mean_of_its_windows_and_one_pool_takes_five():
@@ -243,7 +243,7 @@ def test_a_pools_start_comes_out_of_its_share_of_the_duration():
 
     pools = pooled(start_pool, take, Budget(3.0, 60.0), 8, clock=clock)
     assert shares == [0.25] * 8  # 3 s / 8 pools = 0.375 s each, less its 0.125 s start
-    assert clock.now == 3.0 and len(pools.rates) == 8 and pools.warning == ""
+    assert clock.now == 3.0 and len(pools.rates) == 8 and pools.shortfall() == ""
 
 
 def test_pools_that_cost_more_than_their_share_are_left_out_and_the_method_and_a_warning_say_so():
@@ -262,8 +262,35 @@ def test_pools_that_cost_more_than_their_share_are_left_out_and_the_method_and_a
     # a pool takes 0.7 s; another after the fifth (3.5 s) would end at 4.2 s, past 1.25 x 3 s
     assert len(pools.rates) == 5 and pools.asked == 8 and clock.now == pytest.approx(3.5)
     assert pools.method == ", mean of 5 of 8 fresh worker pools"
-    assert pools.warning == ("5 of 8 worker pools fit in the duration (a pool took up to 0.70s to start, warm up and "
-                             "measure): raise duration to measure them all")
+    assert pools.shortfall() == ("5 of 8 worker pools fit in the duration (a pool took up to 0.70s to start, warm up "
+                                 "and measure): raise duration to 6s to measure them all, or set worker_pools: 5")
+
+
+def test_the_duration_a_shortfall_names_holds_every_pool_with_the_phases_that_share_it():
+    """Issue 35: "6 of 8 worker pools fit in the duration: raise duration" persisted after raising duration with
+    worker_sweep, which takes half of it. The advice names a duration that works, counting the phases; measured
+    again with that duration's share, every pool fits (a fake clock: the same costs, only the duration changed)."""
+    clock = Clock()
+
+    def start_pool():  # a pool's start: 0.5 s whatever its share
+        clock.now += 0.5
+        return BatchPuller([], clock=clock)
+
+    def take(puller, share, min_windows):  # its windows: what is left of its share, at least their floor
+        clock.now += max(share.duration_s, min_windows * MIN_WINDOW_S)
+        return Taken([Window(10.0, 1.0, 100.0)] * min_windows)
+
+    phases = ["the loader", "worker_sweep"]
+    short = pooled(start_pool, take, Budget(6.0 / 2, 60.0), 8, clock=clock)  # duration 6 s, half of it the loader's
+    advice = short.shortfall(phases)
+    assert advice == ("5 of 8 worker pools fit in the duration (a pool took up to 0.70s to start, warm up and "
+                      "measure): raise duration to 12s (split between the loader, worker_sweep) to measure them "
+                      "all, or set worker_pools: 5")
+    duration = float(advice.split("raise duration to ", 1)[1].split("s ", 1)[0])
+    followed = pooled(start_pool, take, Budget(duration / len(phases), 60.0), 8, clock=clock)
+    assert len(followed.rates) == 8 and followed.shortfall(phases) == ""
+    fewer = pooled(start_pool, take, Budget(6.0 / 2, 60.0), 5, clock=clock)  # or the pools that fit
+    assert len(fewer.rates) == 5 and fewer.shortfall(phases) == ""
 
 
 def test_no_pool_starts_once_the_pass_has_handed_out_its_last_index():
@@ -283,4 +310,4 @@ def test_no_pool_starts_once_the_pass_has_handed_out_its_last_index():
     pools = pooled(start_pool, take, Budget(4.0, 60.0), 8, clock=Clock(), handed_out=lambda: handed[-1])
     assert len(started) == 2 and pools.last is started[-1] and pools.spent
     assert pools.method == ", mean of 2 fresh worker pools continuing one pass over the data (it ended before 8)"
-    assert pools.warning == ""  # a pass handed out is no shortfall of the duration
+    assert pools.shortfall() == ""  # a pass handed out is no shortfall of the duration

@@ -89,3 +89,19 @@ def test_pools_that_do_not_fit_the_duration_are_left_out_and_the_figures_say_so(
     warning = f"{pools} of 8 worker pools fit in the duration (a pool took up to "
     assert any(w.startswith(warning) for w in throughput.warnings), throughput.warnings
     assert any(w.startswith(warning) for w in measured["bandwidth"].warnings)
+
+
+def test_with_worker_sweep_the_shortfall_names_a_duration_that_counts_the_sweeps_half(tmp_path):
+    """Issue 35: "raise duration" persisted with worker_sweep, which takes half of the duration: the row's warning
+    names the phases and a duration for all of them, in a real run (the pools' costs are the loader's own)."""
+    for index in range(150):
+        (tmp_path / f"{index:03d}.jpg").write_bytes(os.urandom(10_000))
+    measured = run_check("dataloader", 2.0, path=str(tmp_path), num_workers=1, batch_size=8, sample_delay="20ms",
+                         worker_sweep=True)
+    throughput = measured["throughput"]
+    pools = len(throughput.samples)
+    [warning] = [w for w in throughput.warnings if "worker pools fit in the duration" in w]
+    needed = float(warning.split("raise duration to ", 1)[1].split("s ", 1)[0])
+    pool_s = float(warning.split("a pool took up to ", 1)[1].split("s ", 1)[0])
+    assert needed >= 8 * pool_s * 2 - 1 and needed > 2.0, warning  # 8 pools of the loader's half, rounded up
+    assert "(split between the loader, worker_sweep)" in warning and warning.endswith(f"or set worker_pools: {pools}")
