@@ -78,7 +78,8 @@ def test_an_image_pillow_refuses_as_a_decompression_bomb_is_counted_not_a_crash(
     worker process 1": an image whose header declares more than 2 x Image.MAX_IMAGE_PIXELS (a satellite tile, a
     scan) stops the job at its first batch holding it. Pillow raises DecompressionBombError, an Exception that is
     no OSError, so the gate's decoder let it through: the check was an error with preflight's own traceback, no
-    file named. Here 150 JPEGs and 3 PNGs declaring 20000 x 20000 pixels, decode: image."""
+    file named. Here 150 JPEGs and 6 PNGs declaring 20000 x 20000 pixels, decode: image (with a raw phase beside
+    the decoded one, each reads its own half of the files: the decoded half holds some of them)."""
     from PIL import Image
 
     root = tmp_path / "tiles"
@@ -87,7 +88,7 @@ def test_an_image_pillow_refuses_as_a_decompression_bomb_is_counted_not_a_crash(
         buffer = io.BytesIO()
         Image.frombytes("RGB", (320, 320), os.urandom(320 * 320 * 3)).save(buffer, "JPEG")  # ~60 kB: 9 MB
         (root / f"{i:04d}.jpg").write_bytes(buffer.getvalue())
-    bombs = {str(root / f"huge-{i}.png") for i in range(3)}
+    bombs = {str(root / f"huge-{i}.png") for i in range(6)}
     for name in bombs:
         Path(name).write_bytes(_png_header(20000, 20000))
     code, results, output = _run(tmp_path, f"""
@@ -105,10 +106,10 @@ checks:
 """)
     row, loader = results["dataloader.unreadable_samples"], results["dataloader.throughput"]
     assert "the pass over the data ended" in loader["stopped"], loader
-    assert row["verdict"] == "fail" and row["value"] == 3, row["message"]
-    assert "3 of 153 files cannot be decoded: " in row["message"] and "DecompressionBombError" in row["message"]
-    named = row["message"].split("cannot be decoded: ")[1].split(" (")[0].split(", ")
-    assert set(named) == bombs
+    assert row["verdict"] == "fail" and 1 <= row["value"] <= 6, row["message"]
+    assert " of 156 files cannot be decoded: " in row["message"] and "DecompressionBombError" in row["message"]
+    named = row["message"].split("cannot be decoded: ")[1].split(" (")[0].replace(", ...", "").split(", ")
+    assert named and set(named) <= bombs, named
     assert loader["verdict"] == "pass" and "Traceback" not in output and code == 1, output
 
 
