@@ -225,3 +225,52 @@ checks:
         assert row["verdict"] == "pass" and code == 0, output
     else:
         assert "repeated an earlier batch" in row["message"] and "get_worker_info()" in row["message"], row
+
+
+def test_a_truncated_image_inside_a_webdataset_shard_is_counted_and_the_rest_measured(tmp_path):
+    """webdataset/webdataset#206 ("OSError: image file is truncated (4 bytes not processed)" from a WebDataset
+    pipeline), webdataset/webdataset#291 (how to skip a sample whose image fails to decode): one bad image member
+    in a shard stops the job's loader at it unless a handler skips it. With format: tar and decode: image the
+    gate let Pillow's error out of its worker: the check was an error with preflight's own traceback. Here 20
+    shards of 30 samples (a ~20 kB JPEG and a label each: 12 MB), 4 of whose images are cut off halfway."""
+    import tarfile
+
+    from PIL import Image
+
+    root = tmp_path / "shards"
+    root.mkdir()
+    truncated = set()
+    for s in range(20):
+        with tarfile.open(root / f"shard-{s:06d}.tar", "w") as tar:
+            for i in range(30):
+                buffer = io.BytesIO()
+                Image.frombytes("RGB", (160, 160), os.urandom(160 * 160 * 3)).save(buffer, "JPEG")  # ~20 kB
+                image = buffer.getvalue()
+                if s % 5 == 1 and i == 7:  # 4 shards, one image each, cut off as an interrupted write leaves it
+                    image = image[: len(image) // 2]
+                    truncated.add(f"shard-{s:06d}.tar: sample {s:06d}{i:04d}")
+                for extension, data in (("jpg", image), ("cls", str(i % 10).encode())):
+                    info = tarfile.TarInfo(f"{s:06d}{i:04d}.{extension}")
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+    code, results, output = _run(tmp_path, f"""
+version: 1
+defaults: {{timeout: 120s, retries: 0}}
+checks:
+  dataloader:
+    path: {root}
+    include: "*.tar"
+    format: tar
+    decode: image
+    duration: 30s
+    num_workers: 2
+    batch_size: 8
+    throughput: {{min: 1 samples/s}}
+""")
+    row = results["dataloader.throughput"]
+    assert row["verdict"] == "pass" and "Traceback" not in output, row["message"]
+    assert "the pass over the data ended" in row["stopped"], row["stopped"]
+    assert "4 samples whose image cannot be decoded, not counted (first: " in row["message"], row["message"]
+    first = row["message"].split("cannot be decoded, not counted (first: ")[1]
+    assert any(first.startswith(name) for name in truncated) and "image file is truncated" in first, first
+    assert code == 0, output

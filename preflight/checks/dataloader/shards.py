@@ -59,6 +59,9 @@ class ShardError(Exception):
     """A shard that cannot be read to its end: its name and what tar would say about it."""
 
 
+UNDECODABLE = "its image cannot be decoded"  # in a problem item's text: Pillow refused the sample's image
+
+
 class ShardItem(NamedTuple):
     """What the dataset yields per run of a key's members: a sample counted, more of one, or a problem."""
 
@@ -239,8 +242,11 @@ class ShardSamples(torch.utils.data.IterableDataset):
     sample (the throttled-reader test hook, as ``FileSamples``). Bytes are the members' payload
     (``ShardItem.bytes``); the device also reads each member's 512-byte header and padding.
 
-    Raises (from iteration, in the worker): ImportError when Pillow is missing and OSError when an
-    image member is not an image Pillow reads (``decode_image``), as the job's decoder would.
+    An image member Pillow refuses (truncated, zero-filled: ``decode_image``) is a problem item for its key,
+    ``(0, bytes, key, "SHARD: sample KEY: its image cannot be decoded (...)")``: the job's decoder raises there
+    (webdataset/webdataset#206), the gate counts it and reads on.
+
+    Raises (from iteration, in the worker): ImportError when Pillow is missing.
     """
 
     def __init__(self, shards: Sequence[DataFile], bypass: Bypass, decode: str = "none",
@@ -290,8 +296,14 @@ class ShardSamples(torch.utils.data.IterableDataset):
         if image is None:
             waiting[sample.key] = None
             return ShardItem(0, size, key, "")
-        decode_image(image)
         waiting.pop(sample.key, None)
+        try:
+            decode_image(image)
+        except ImportError:
+            raise
+        except Exception as error:  # noqa: BLE001  whatever Pillow refuses a sample with (files.FileSamples)
+            return ShardItem(0, size, key, f"{shard}: sample {sample.key}: its image cannot be decoded "
+                             f"({type(error).__name__}: {error})")
         return ShardItem(1, size, key, "")
 
 
@@ -339,9 +351,13 @@ class ShardTally:
         if self.damaged:
             parts.append(f"{of(len(self.damaged))} damaged, read up to the damage "
                          f"(first: {next(iter(self.damaged))})")
-        if self.incomplete:
-            parts.append(f"{len(self.incomplete)} samples without an image member not counted "
-                         f"(first: {next(iter(self.incomplete))})")
+        undecodable = [problem for problem in self.incomplete if UNDECODABLE in problem]
+        incomplete = [problem for problem in self.incomplete if UNDECODABLE not in problem]
+        if undecodable:
+            parts.append(f"{len(undecodable)} samples whose image cannot be decoded, not counted "
+                         f"(first: {undecodable[0]})")
+        if incomplete:
+            parts.append(f"{len(incomplete)} samples without an image member not counted (first: {incomplete[0]})")
         if self.ungrouped:
             parts.append(f"{of(len(self.ungrouped))} ungrouped, each key counted once as one sample "
                          f"(first: {next(iter(self.ungrouped))}): webdataset yields each run of a key's members as a "
