@@ -203,7 +203,8 @@ def test_a_stream_that_starts_over_ends_its_first_pass_and_is_not_blamed_on_shar
     by get_worker_info() and repeated has no end. The gate read it for its whole duration: "3512 of 3592 batches
     repeated an earlier batch exactly ... unless it shards it with get_worker_info()", blaming sharding the
     Dataset does, and judging a rate of which 98% were re-reads that counted nothing. Its first pass is the job's
-    first epoch: it ends where the stream starts over, and a Dataset that does not shard is still told."""
+    first epoch: it ends where the stream starts over, and a Dataset that does not shard is still told, as
+    huggingface/datasets#3423 and vahidk/tfrecord#78 report it ("the data is repeated num_workers times")."""
     job_package(tmp_path / "src", "myjob", {"data": REPEATED})
     code, results, output = _run(tmp_path, f"""
 version: 1
