@@ -1,6 +1,7 @@
 """The founding table behind a read throttle: the DataLoader check against bandwidth / mean file size.
 
-Usage: python3 bench/founding_table.py [--rates 88,286] [--runs 2] [--duration 4s] [--worker-pools N] [--dir DIR]
+Usage: python3 bench/founding_table.py [--rates 88,286] [--runs 2] [--duration 4s] [--worker-pools N]
+                                      [--per-class 100] [--dir DIR]
        (as root: it makes a loop device, mounts it, makes a blkio cgroup and drops the page cache)
 
 The figures this project started from (issue 32, DESIGN.md's field notes): the same ImageNet job read
@@ -48,7 +49,7 @@ from tests.datasets import imagenet  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOLERANCE = 0.10  # the target: within 10% of bandwidth / mean file size
 CLASSES, PER_CLASS = 30, 100  # 3,000 files of 110-113 kB (tests.datasets.imagenet)
-IMAGE_BYTES = 640 << 20  # the ext4 image: the 335 MB folder, ext4's metadata, room to spare
+IMAGE_MARGIN = 1.6  # the ext4 image over the folder's bytes: ext4's metadata, room to spare
 V1 = Path("/sys/fs/cgroup/blkio")
 V2 = Path("/sys/fs/cgroup")
 
@@ -116,12 +117,12 @@ class Volume(NamedTuple):
 
 
 @contextlib.contextmanager
-def loop_volume(where: str) -> Iterator[Volume]:
-    """A fresh ext4 filesystem in an image file in ``where``, on a loop device with direct I/O where the kernel
+def loop_volume(where: str, nbytes: int) -> Iterator[Volume]:
+    """A fresh ext4 filesystem of ``nbytes`` in an image file in ``where``, on a loop device with direct I/O where the kernel
     allows it, mounted in ``where``; unmounted, detached and deleted however the block ends."""
     image, mountpoint = os.path.join(where, "volume.img"), Path(where) / "mnt"
     with open(image, "wb") as handle:
-        handle.truncate(IMAGE_BYTES)
+        handle.truncate(nbytes)
     run_quietly("mkfs.ext4", "-q", "-F", image)
     loop = run_quietly("losetup", "--find", "--show", "--direct-io=on", image)
     mounted = False
@@ -264,6 +265,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=2, help="runs per rate and load")
     parser.add_argument("--duration", default="4s", help="the check's duration")
     parser.add_argument("--worker-pools", type=int, help="the check's worker_pools (default: its default, 8)")
+    parser.add_argument("--per-class", type=int, default=PER_CLASS,
+                        help=f"files in each of the {CLASSES} class folders (default {PER_CLASS}: 3,000 files)")
     parser.add_argument("--dir", default=tempfile.gettempdir(), help="where the image file lives (default: /tmp)")
     args = parser.parse_args()
     if os.geteuid() != 0:
@@ -277,8 +280,8 @@ def main() -> int:
     rates = [int(float(r) * 1e6) for r in args.rates.split(",")]
     rows = []
     load_before = os.getloadavg()
-    with scratch_root(args.dir) as work, loop_volume(work) as volume:
-        data = imagenet(volume.mountpoint / "train", CLASSES, PER_CLASS)
+    with scratch_root(args.dir) as work, loop_volume(work, int(CLASSES * args.per_class * 113_000 * IMAGE_MARGIN) + (64 << 20)) as volume:
+        data = imagenet(volume.mountpoint / "train", CLASSES, args.per_class)
         sizes = [f.stat().st_size for f in data.rglob("*.JPEG")]
         size = mean(sizes)
         thresholds = config(work, data, args.duration, args.worker_pools)
