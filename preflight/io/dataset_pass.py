@@ -92,15 +92,20 @@ def failures(names: Sequence[str] | None = None) -> dict[str, str]:
     return found
 
 
-def failures_note(failed: dict[str, str], of: int) -> str:
-    """"5 of 1000 files cannot be read: /data/a.jpg, ...", one clause per reason's kind; "" for none."""
+def failures_note(failed: dict[str, str], of: int, decoded_of: int | None = None) -> str:
+    """"5 of 1000 files cannot be read: /data/a.jpg, ...", one clause per reason's kind; "" for none.
+
+    ``decoded_of``: how many files were decoded, where fewer than ``of`` were (the raw phase of ``decode: image``
+    reads its half undecoded): the decode clause counts among those, and says so."""
     clauses = []
     for kind in ("cannot be read", "cannot be decoded"):
         names = sorted(name for name, why in failed.items() if why.startswith(kind))
         if names:
             first = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
             example = failed[names[0]][len(kind):].lstrip(": ")
-            clauses.append(f"{len(names)} of {of} files {kind}: {first} ({example})")
+            among = (f"of the {decoded_of} files decoded (the raw-read half is not)"
+                     if kind == "cannot be decoded" and decoded_of is not None and decoded_of < of else f"of {of} files")
+            clauses.append(f"{len(names)} {among} {kind}: {first} ({example})")
     return "; ".join(clauses)
 
 

@@ -150,7 +150,8 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits:
         failed = dataset_pass.failures([f.name for f in files])
         results.append(Measurement("unreadable_samples", float(len(failed)), "", method=method + ", each sample of "
                                    "the pass read (and decoded) by the workers; a failure counted, not raised"))
-        note = "; ".join(part for part in (note, dataset_pass.failures_note(failed, len(files))) if part)
+        said = dataset_pass.failures_note(failed, len(files), len(files[1::2]) if halves else None)
+        note = "; ".join(part for part in (note, said) if part)
     results += watch.measurements(_epoch(source, tar), workers, built.prefetch_factor, method)
     results.append(tasks.headroom(limits, watch.tasks(), options, workers, method, tensor_worker))
     results.append(sweep.used(options, workers, method))
