@@ -123,7 +123,9 @@ def test_case_10_a_worker_oom_killed_under_the_cgroup_limit_is_named_and_fewer_w
     data.mkdir()
     Image.new("RGB", (5000, 5000)).save(data / "image-000.png", compress_level=9)
     encoded = (data / "image-000.png").read_bytes()
-    for index in range(1, 128):  # 128 files of 73 kB: a dataset (dataset_walk.too_few), not a scratch set
+    # 256 files of 73 kB: a dataset (dataset_walk.too_few), not a scratch set; with decode: image the raw phase reads
+    # one half and the decoded loader the other (issue 32: each file once), so 128 are decoded, as before
+    for index in range(1, 256):
         (data / f"image-{index:03d}.png").write_bytes(encoded)
     config = write_config(tmp_path, f"""
         version: 1
