@@ -65,13 +65,17 @@ def sample(
         for _ in range(warmup):
             warm = [measure_once()]
     except Spent as spent:
-        return Samples(tuple(warm), f"{spent} in the warm-up" if warm else str(spent))
+        if not warm:
+            raise  # nothing measured at all: the caller says what the pass held
+        return Samples(tuple(warm), f"{spent} in the warm-up")
     while True:
         before = clock()
         try:
             values.append(measure_once())
         except Spent as spent:
             values = values or warm
+            if not values:
+                raise  # the pass ended before the first sample: the caller measures what it held
             return Samples(tuple(values), f"{spent} after {len(values)} samples")
         took = clock() - before
         n = len(values)

@@ -105,6 +105,16 @@ def test_a_pass_inside_the_warm_up_is_measured_whole_its_start_included():
     assert "inside the warm-up: the rate includes the workers' start" in taken.stopped
 
 
+def test_a_pass_that_ends_exactly_with_the_warm_up_is_measured_whole_not_an_empty_window_list():
+    """The pass's end met by the first window after the warm-up: no window at all must not be a division by zero
+    (seen once under load in CI, where the storage check's share left the loader exactly its warm-up)."""
+    clock = Clock()
+    puller = BatchPuller([(4, 40)] * 2, count=lambda batch: (clock.advance(0.5), batch)[1], clock=clock)
+    taken = windows(puller, 1, Budget(60.0, 120.0))  # a warm-up of 2 batches; the pass holds exactly 2
+    assert [round(w.samples_per_s, 6) for w in taken] == [8.0]  # 8 samples in 1 s
+    assert "at the end of the warm-up: the rate includes the workers' start" in taken.stopped
+
+
 def test_finish_epoch_reads_to_the_epochs_end_through_count_or_stops_at_the_time():
     counted = []
     puller = BatchPuller([(0, 1), (0, 2), (0, 3), (0, 4)], count=lambda batch: counted.append(batch) or batch)
