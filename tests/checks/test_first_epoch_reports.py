@@ -9,7 +9,6 @@ never how much a time window held.
 from __future__ import annotations
 
 import io
-import json
 import os
 import random
 import struct
@@ -19,18 +18,10 @@ from pathlib import Path
 import pytest
 
 from tests import fusefs
-from tests.helpers import job_package, run_cli, write_config
+from tests.checks.test_first_epoch import _run  # one way to run the gate and read its report
+from tests.helpers import job_package
 
 FUSE = pytest.mark.skipif(bool(fusefs.available()), reason=fusefs.available() or "FUSE can be mounted")
-
-
-def _run(tmp_path: Path, config: str) -> tuple[int, dict, str]:
-    report = tmp_path / "report.json"
-    run = run_cli("run", "-c", str(write_config(tmp_path, config)), "--json", str(report), cwd=tmp_path,
-                  timeout=240)
-    output = run.stdout + run.stderr
-    assert report.exists(), output
-    return run.returncode, {r["id"]: r for r in json.loads(report.read_text())["results"]}, output
 
 
 @FUSE
