@@ -23,6 +23,7 @@ from preflight.checks.storage import measure_io
 from preflight.checks.storage.data import Found, survey
 from preflight.checks.storage.facts import facts, os_error_reason
 from preflight.host.fsinfo import Filesystem, filesystem_of
+from preflight.io import dataset_pass
 from preflight.io.dataset_walk import UNREADABLE, DataFile, describe_files
 from preflight.io.scratch import choose_parent, ran_out, scratch_dir
 from preflight.measurement import Measurement, unmeasurable
@@ -157,9 +158,14 @@ def _failed_reads(results: list[Measurement], failed: set[str], found: Found) ->
 def _isolated(measure_group: Callable[[], list[Measurement]], metrics: Sequence[tuple[str, str]],
               path: str, instance: str, scratch: str | None) -> list[Measurement]:
     """Run one group of metrics; an OSError makes just that group unmeasurable, with its reason and fix (naming
-    ``instance``'s options, and on ENOSPC whether inodes or bytes ran out in ``scratch``)."""
+    ``instance``'s options, and on ENOSPC whether inodes or bytes ran out in ``scratch``), and so does a pass
+    with nothing left for the group to read once (``dataset_pass.Spent`` before its first sample)."""
     try:
         return measure_group()
+    except dataset_pass.Spent as spent:
+        reason = (f"nothing left to read for the first time under {path} ({spent}): the checks before it read the "
+                  f"whole dataset; point {instance}.path at more of it or run {instance} alone (--only)")
+        return [unmeasurable(name, reason, unit) for name, unit in metrics]
     except OSError as error:
         reason = os_error_reason(error, path, instance, scratch or "")
         return [unmeasurable(name, reason, unit) for name, unit in metrics]
