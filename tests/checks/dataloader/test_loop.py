@@ -140,7 +140,9 @@ def test_case_10_a_worker_oom_killed_under_the_cgroup_limit_is_named_and_fewer_w
             throughput: {{min: 0.1 samples/s}}
         """)
     counter = "memory.events" if cgroup.unified() else "memory.oom_control"
-    with memory_limited_cgroup(1288490188) as (directory, prefix):  # 1.2 GiB
+    # 1 GiB: two of the four workers decoding at once, beside the main process, exceed it, however a busy machine
+    # staggers their starts (at 1.2 GiB it took three or four at once, and a loaded CI run once had none)
+    with memory_limited_cgroup(1 << 30) as (directory, prefix):
         runs = {workers: run_cli("run", "-c", str(config), "--set", f"dataloader.num_workers={workers}", "--format",
                                  "json", prefix=prefix, cwd=tmp_path)
                 for workers in (4, 1)}
@@ -151,7 +153,7 @@ def test_case_10_a_worker_oom_killed_under_the_cgroup_limit_is_named_and_fewer_w
     assert crowded["verdict"] == "error"
     named = re.fullmatch(
         r"dataloader check did not finish: WorkerOomKilled: DataLoader worker \(pid.*: the kernel OOM-killed a "
-        rf"DataLoader worker under the cgroup memory limit of 1\.2 GiB \(oom_kill in {counter} rose from 0 to "
+        rf"DataLoader worker under the cgroup memory limit of 1 GiB \(oom_kill in {counter} rose from 0 to "
         r"(\d+)\): raise the container's or pod's memory limit, or lower num_workers \(4\), prefetch_factor "
         r"\(2\) or batch_size \(2\)", crowded["message"])
     assert named and 1 <= int(named[1]) <= kills, crowded["message"]  # more workers may die after the first
