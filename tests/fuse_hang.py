@@ -24,7 +24,6 @@ import argparse
 import contextlib
 import errno
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -32,22 +31,10 @@ import threading
 import time
 from typing import Iterator, Sequence
 
+if __name__ != "__main__":  # the daemon runs this file as a script, where ``tests`` is no package on its path
+    from tests.fusefs import available  # noqa: F401  one answer to "can FUSE mount here?", for its tests
+
 OPS = ("getattr", "readdir", "open", "read")  # the default; "statfs" (the whole mount's, as df asks) only when named
-
-
-def available() -> str:
-    """Why a FUSE filesystem cannot be mounted here ("" when it can)."""
-    if os.geteuid() != 0:
-        return "mounting FUSE needs root"
-    if not os.path.exists("/dev/fuse"):
-        return "no /dev/fuse"
-    if shutil.which("fusermount") is None:
-        return "no fusermount: apt-get install fuse"
-    try:
-        import fuse  # noqa: F401  fusepy loads libfuse.so.2 when imported
-    except (ImportError, OSError, EnvironmentError) as error:
-        return f"fusepy cannot load libfuse2 ({error}): pip install fusepy; apt-get install libfuse2"
-    return ""
 
 
 @contextlib.contextmanager
