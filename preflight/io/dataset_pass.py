@@ -133,8 +133,7 @@ def share(items: Sequence[Named], of: int, name: Callable[[Named], str] = str) -
 
 def touched_count(names: Sequence[str]) -> int:
     """How many of ``names`` were read in this run so far."""
-    touched = opened()
-    return sum(1 for name in names if name in touched)
+    return len(names) - len(fresh(names))
 
 
 def unread_since(items: Sequence[Named], before: collections.Counter[str],
@@ -203,8 +202,6 @@ class PassSampler:
 
     def _start(self) -> list[int]:
         if self.order is None:
-            import random
-
             if self.names is None:
                 order = list(range(self.size))
             else:
@@ -212,9 +209,7 @@ class PassSampler:
                 order = [i for i, name in enumerate(self.names) if name not in touched]
                 self.warm = not order
                 order = order or list(range(self.size))
-            if self.shuffle:
-                random.Random(self.seed).shuffle(order)
-            self.order = order
+            self.order = self._permuted(order, self.seed)
         return self.order
 
     def __iter__(self) -> Iterator[int]:
@@ -227,14 +222,18 @@ class PassSampler:
 
     def _again(self) -> list[int]:
         """Start another pass over every sample (a training loop's next epoch): ``warm`` from now on."""
-        import random
-
         self.passes += 1
         self.warm, self.cursor = True, 0
-        self.order = list(range(self.size))
-        if self.shuffle:
-            random.Random(self.seed + self.passes).shuffle(self.order)
+        self.order = self._permuted(list(range(self.size)), self.seed + self.passes)
         return self.order
+
+    def _permuted(self, order: list[int], seed: int) -> list[int]:
+        """``order`` shuffled with ``seed`` where the job shuffles, else as it is."""
+        if self.shuffle:
+            import random
+
+            random.Random(seed).shuffle(order)
+        return order
 
     def __len__(self) -> int:
         return len(self._start()) - self.cursor
