@@ -31,8 +31,9 @@ def bypass_for(names: str | Sequence[str], memory_backed: bool) -> Bypass:
 
     Probes one aligned O_DIRECT read of the first file that still exists (EINVAL means the
     filesystem refuses it: tmpfs, some FUSE and overlay setups). Raises OSError for any other
-    failure to open or read, or when every file has vanished. Among several files the one probed
-    counts as read in the run's pass (``dataset_pass``): a client that fetches whole files holds it now.
+    failure to open or read, or when every file has vanished. Among several files it probes one not read
+    yet in this run, and that one then counts as read in the run's pass (``dataset_pass``): a client that
+    fetches whole files holds it now, so no reader measures it.
     """
     if memory_backed:
         return "none"

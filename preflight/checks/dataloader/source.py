@@ -305,8 +305,7 @@ def loader_for(options: Mapping[str, Any], source: Source, decode: str | None = 
         # Where open() lands (a link's target), by its directory: that stays when a file vanishes.
         fs = filesystem_of(os.path.dirname(os.path.realpath(files[0].name)))
         read_before = dataset_pass.touched_count([f.name for f in files])  # by checks before this one, not the probe
-        probed = dataset_pass.fresh([f.name for f in files[:1000]])[:100] or [f.name for f in files[:100]]
-        bypass = bypass_for(probed, fs.memory_backed)  # a probe reads one block: of a file no reader measured yet
+        bypass = bypass_for([f.name for f in files[:1000]], fs.memory_backed)  # it probes a file not read before
         if options.get("format") == "tar":  # an IterableDataset: each worker streams its own shards, in order
             dataset = shards.ShardSamples(files, bypass, decode or options["decode"], float(options["sample_delay"]))
             tally = shards.ShardTally()

