@@ -86,20 +86,28 @@ def filesystem_of(path: str, mountinfo: str = MOUNTINFO) -> Filesystem:
     """
     real = os.path.realpath(path)
     stat = os.statvfs(real)
-    best = ("/", "unknown", "unknown", "")
+    mount_point, fstype, source, options, _ = mount_entry(real, mountinfo)
+    return Filesystem(mount_point, fstype, source, options, size_bytes=stat.f_blocks * stat.f_frsize, free_bytes=stat.f_bavail * stat.f_frsize,
+                      total_inodes=stat.f_files, free_inodes=stat.f_favail)
+
+
+def mount_entry(path: str, mountinfo: str = MOUNTINFO) -> tuple[str, str, str, str, str]:
+    """(mount point, fstype, source, options, major:minor) of the mount whose point is the longest prefix of
+    ``path``, read by name from mountinfo (proc(5)): ``path`` itself is never touched, so a mount that does not
+    answer cannot hold the caller; ("/", "unknown", "unknown", "", "") where mountinfo cannot be read."""
+    best = ("/", "unknown", "unknown", "", "")
     try:
         with open(mountinfo, "rb") as lines:
             for line in lines:
                 fields = line.split()
                 separator = fields.index(b"-")
                 mount_point = _unescape(fields[4])
-                if _contains(mount_point, real) and len(mount_point) >= len(best[0]):
-                    options = os.fsdecode(fields[5])
-                    best = (mount_point, os.fsdecode(fields[separator + 1]), _unescape(fields[separator + 2]), options)
+                if _contains(mount_point, path) and len(mount_point) >= len(best[0]):
+                    best = (mount_point, os.fsdecode(fields[separator + 1]), _unescape(fields[separator + 2]),
+                            os.fsdecode(fields[5]), os.fsdecode(fields[2]))
     except (OSError, ValueError, IndexError):
         pass
-    return Filesystem(*best, size_bytes=stat.f_blocks * stat.f_frsize, free_bytes=stat.f_bavail * stat.f_frsize,
-                      total_inodes=stat.f_files, free_inodes=stat.f_favail)
+    return best
 
 
 def _contains(mount_point: str, path: str) -> bool:

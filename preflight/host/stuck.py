@@ -32,7 +32,7 @@ import os
 import platform
 from typing import NamedTuple
 
-from preflight.host.fsinfo import MOUNTINFO, _contains, _unescape
+from preflight.host.fsinfo import MOUNTINFO, _contains, mount_entry
 
 PROC = "/proc"
 AT_FDCWD = -100
@@ -155,19 +155,8 @@ def blocked(pids: list[int], states: str = "D", ignore: tuple[str, ...] = (), pr
 
 def mount_of(path: str, mountinfo: str = MOUNTINFO) -> Mount:
     """The mount whose mount point is the longest prefix of ``path``, read by name: ``path`` is never touched."""
-    best = Mount("/", "unknown", "unknown")
-    try:
-        with open(mountinfo, "rb") as lines:
-            for line in lines:
-                fields = line.split()
-                separator = fields.index(b"-")
-                point = _unescape(fields[4])
-                if _contains(point, path) and len(point) >= len(best.mount_point):
-                    best = Mount(point, os.fsdecode(fields[separator + 1]), _unescape(fields[separator + 2]),
-                                 os.fsdecode(fields[2]))
-    except (OSError, ValueError, IndexError):
-        pass
-    return best
+    mount_point, fstype, source, _, device = mount_entry(path, mountinfo)
+    return Mount(mount_point, fstype, source, device)
 
 
 def contains(mount_point: str, path: str) -> bool:
