@@ -51,6 +51,10 @@ more than their share, fewer are measured, as the method and a warning say. With
 utilization as MLPerf Storage defines it; it, and the raw reads of ``decode: image``, take
 an equal share of the duration. With ``samples_per_gpu``, the throughput is also
 reported as a share of the required rate (``required``), with the arithmetic shown.
+Before any worker starts, one batch of the job's is loaded in the main process and its shared-memory bytes
+projected to the batches the job holds in flight, against /dev/shm's free space (``shared_memory``): where they
+would not fit, no pool is started (its workers would die with a bus error, as the job's would) and the row says
+the ``--shm-size`` or ``sizeLimit`` to set and the batch_size that would fit.
 """
 
 from __future__ import annotations
@@ -219,6 +223,18 @@ METRICS = (
            "or worker fails it with \"pids limit N reached (FILE)\"",
            hint="the loader's tasks leave {measured} of the pids limit: raise pids.max (Docker --pids-limit, "
            "Kubernetes podPidsLimit) or lower num_workers"),
+    Metric("shm_needed", "B", False, "shared memory (/dev/shm) the job's loader holds at its peak: one batch loaded "
+           "in the main process before any worker starts (its tensors' storage bytes, as torch's workers send them "
+           "through shared memory) x the batches in flight, prefetch_factor x num_workers (torch's "
+           "_MultiProcessingDataLoaderIter) + 1 the training loop holds without pin_memory; the job's num_workers "
+           "and prefetch_factor, whatever the run's pools use; not with the files under path (their batches are "
+           "counts, not data)"),
+    Metric("shm_headroom", "%", True, "share of /dev/shm's free space (statvfs f_bavail) left at shm_needed; "
+           "`{min: 0 %}` means the job's batches in flight fit; below, its workers die with a bus error or \"unable "
+           "to write to file </torch_...>\" (pytorch/pytorch#5040, #2244), and preflight starts no worker pool",
+           hint="the job's batches in flight leave {measured} of /dev/shm's free space: raise the container's "
+           "/dev/shm (docker run --shm-size, a Kubernetes emptyDir with medium: Memory and a sizeLimit) or lower "
+           "batch_size, num_workers or prefetch_factor"),
     Metric("workers", "", None, "worker processes the loader ran with: num_workers, or for auto 70 % of the CPUs "
            "the cgroup allows (cpu.max / cfs_quota, and the affinity mask)"),
     Metric("recommended_num_workers", "", None, "with worker_sweep: the fewest workers whose samples/s is within "

@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from preflight.checks import subject
 from preflight.checks.base import Budget, Metric
-from preflight.checks.dataloader import memory, phase_names, phases, sweep, tasks
+from preflight.checks.dataloader import memory, phase_names, phases, shared_memory, sweep, tasks
 from preflight.checks.dataloader.loop import BatchPuller, EmptyLoader, Taken, Window, explaining_worker_oom, pooled, windows
 from preflight.checks.dataloader.required import Required, visible_gpus
 from preflight.checks.dataloader.source import Loader, Source, loader_for, opened
@@ -38,6 +38,9 @@ def measure(options: Mapping[str, Any], budget: Budget, metrics: Sequence[Metric
                     results = _measure(options, budget, source, limits)
                 except (_NoSample, Uncountable) as error:
                     results = [unmeasurable(m.name, str(error), m.unit) for m in metrics]
+                except _ShmShort as short:  # no pool started: the shm rows, and why the others have no figure
+                    results = short.rows + [unmeasurable(m.name, str(short), m.unit) for m in metrics
+                                            if m.name not in shared_memory.ROWS]
     except Exception as error:  # noqa: BLE001  only a refused thread or process is answered here
         why = tasks.refused(limits, error, options)
         if why is None:
@@ -50,12 +53,27 @@ class _NoSample(Exception):
     """No sample could be read from any shard: the reason, for every metric."""
 
 
+class _ShmShort(Exception):
+    """The job's batches in flight would not fit /dev/shm (``shared_memory.Need.short``): the two rows, and the reason
+    the other metrics carry."""
+
+    def __init__(self, reason: str, rows: list[Measurement]) -> None:
+        super().__init__(reason)
+        self.rows = rows
+
+
 def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits: pids.Limits) -> list[Measurement]:
     """The loader over ``source``; every measured row carrying its note."""
     # With decode: image the raw reads and the decoded loader each read half the files, once: a decoded pass over
     # files the raw phase just read would be a second touch (``dataset_pass``), not the job's first epoch.
     halves = source.files is not None and options["decode"] == "image" and options["format"] != "tar"
     built = loader_for(options, source._replace(files=source.files[1::2]) if halves else source)  # type: ignore[index]
+    # One batch loaded in this process, before any worker: a projection past /dev/shm's free space starts no pool,
+    # whose workers would die with a bus error as the job's would (issue 36).
+    shm = shared_memory.need(options, source, built)
+    shm_rows = shm.rows(built.method) if isinstance(shm, shared_memory.Need) else shm
+    if isinstance(shm, shared_memory.Need) and shm.short:
+        raise _ShmShort(shm.why_not_started(), [dataclasses.replace(m, subject=source.subject) for m in shm_rows])
     tensor_worker = tasks.probe(built.workers)  # a worker's tasks, measured before any pool holds the limit's tasks
     method, workers, pools = built.method, built.workers, int(options["worker_pools"])
     files = source.files
@@ -154,6 +172,7 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits:
         note = "; ".join(part for part in (note, said) if part)
     results += watch.measurements(_epoch(source, tar), workers, built.prefetch_factor, method)
     results.append(tasks.headroom(limits, watch.tasks(), options, workers, method, tensor_worker))
+    results += shm_rows
     results.append(sweep.used(options, workers, method))
     results = [dataclasses.replace(m, note=note) if note and m.measured else m for m in results]
     shortfall = taken.shortfall(phase_names(options))
@@ -165,7 +184,8 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits:
         puller.close()  # the throughput's last pool exits before the sweep's pools start (memory, pids)
         del puller, taken
         try:
-            results.append(sweep.measure(options, source, phase, workers, method, watch.fits))
+            results.append(sweep.measure(options, source, phase, workers, method, watch.fits,
+                                         shm.fits if isinstance(shm, shared_memory.Need) else lambda n: True))
         except Exception as error:  # noqa: BLE001  a count past the pids limit costs the sweep, not the rows above
             why = tasks.refused(limits, error, options)
             if why is None:

@@ -118,9 +118,19 @@ def recommended(curve: Curve, workers: int, method: str,
 
 
 def measure(options: Mapping[str, Any], source: Source, budget: Budget, workers: int, method: str,
-            fits: Callable[[int], bool | None] = lambda n: None) -> Measurement:
-    """Sweep the worker counts for ``options`` over ``source`` and recommend one that ``fits`` (the module's method)."""
-    curve = sweep(loader_rate(options, source), counts(workers, available_cpus()), budget)
+            fits: Callable[[int], bool | None] = lambda n: None,
+            shm_fits: Callable[[int], bool] = lambda n: True) -> Measurement:
+    """Sweep the worker counts for ``options`` over ``source`` and recommend one that ``fits`` (the module's method).
+
+    A count whose batches in flight would not fit /dev/shm (``shm_fits``, ``shared_memory.Need.fits``) is not
+    started: its workers would die with a bus error; the method names the counts left out."""
+    every = counts(workers, available_cpus())
+    swept = [n for n in every if shm_fits(n)] or every[:1]
+    curve = sweep(loader_rate(options, source), swept, budget)
+    left_out = [n for n in every if n not in swept]
+    if left_out:
+        method += (f"; not swept at {', '.join(map(str, left_out))} workers: their batches in flight would not fit "
+                   f"/dev/shm (shm_headroom)")
     return recommended(curve, workers, method, fits)
 
 

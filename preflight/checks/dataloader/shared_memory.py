@@ -1,0 +1,248 @@
+"""The /dev/shm the job's DataLoader needs for its batches in flight, read against what the mount has free.
+
+A DataLoader worker hands each batch to the main process through shared memory: torch's collate
+allocates the batch's tensors there in the worker (``default_collate``: ``_new_shared`` when
+``get_worker_info()`` is set) and ``torch.multiprocessing``'s reductions send any other tensor's
+storage the same way; glibc's ``shm_open`` puts the segments in ``/dev/shm``. A tmpfs too small for
+them kills the job: a worker that touches a page past the mount's end gets SIGBUS ("DataLoader worker
+(pid N) is killed by signal: Bus error"), one that grows a segment gets ENOSPC ("unable to write to
+file </torch_...>"), pytorch/pytorch#5040, #2244. Docker's and Kubernetes' default /dev/shm is 64 MiB.
+
+Method::
+
+    batch    = one batch of the job's loader (its Dataset, sampler, collate_fn), loaded in the main process
+               (num_workers 0) before any worker starts, so the measuring cannot die of what it measures
+    bytes    = sum over the batch's distinct tensor storages of nbytes, each rounded up to a 4 KiB page
+               (tmpfs holds whole pages), scaled to batch_size where the batch came short
+    in flight = prefetch_factor x num_workers          torch/utils/data/dataloader.py,
+                                                        _MultiProcessingDataLoaderIter._reset / _try_put_index
+                + 1 without pin_memory                  the batch the training loop holds still maps its segment;
+                                                        with pin_memory the pin thread copies each batch to pinned
+                                                        memory and its segment is freed
+    needed   = bytes x in flight                        (measured here: 9 batches with 4 workers x 2, no pinning)
+    headroom = (free - needed) / free                   free: statvfs f_bavail of /dev/shm
+
+The job's ``num_workers`` and ``prefetch_factor`` (or its own DataLoader's) are those projected, whatever
+the run's pools use. Preflight's own loader is not started where the projection does not fit: its workers
+would die as the job's would (``Need.short``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, NamedTuple
+
+from preflight.host.fsinfo import filesystem_of
+from preflight.measurement import Measurement, not_applicable, unmeasurable
+from preflight.units import format_value
+
+SHM_DIR = "/dev/shm"  # glibc's shm_open directory (sysdeps/unix/sysv/linux/shm-directory.h), where torch's segments go
+PAGE = 4096  # tmpfs allocates whole pages
+ROWS = ("shm_needed", "shm_headroom")
+
+
+def batch_bytes(batch: Any) -> int:
+    """Bytes ``batch`` puts in shared memory when a worker sends it: its tensors' distinct storages, page-rounded.
+
+    Walks tuples, lists, dicts and dataclass-like objects (their ``__dict__``); a tensor that is a view of a
+    larger storage sends the whole storage. Other leaves (numpy arrays, strings, numbers) travel pickled
+    through the worker's pipe and count 0.
+    """
+    import torch
+
+    seen: dict[int, int] = {}
+    stack = [batch]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            try:
+                storage = item.untyped_storage()
+                key, nbytes = storage.data_ptr() or id(storage), storage.nbytes()
+            except (RuntimeError, NotImplementedError):  # sparse or nested layouts: their elements' bytes
+                key, nbytes = id(item), item.element_size() * item.nelement()
+            seen[key] = -(-nbytes // PAGE) * PAGE
+        elif isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif hasattr(item, "__dict__") and not isinstance(item, type):
+            stack.extend(vars(item).values())
+    return sum(seen.values())
+
+
+def in_flight(workers: int, prefetch: int | None, pinned: bool) -> int:
+    """Batches held in /dev/shm at once: ``prefetch x workers`` sent ahead (torch's ``_MultiProcessingDataLoaderIter``
+    keeps that many indices outstanding), + 1 the training loop holds unless pinning copied it out; 0 without workers."""
+    if workers <= 0:
+        return 0
+    return int(prefetch or 2) * workers + (0 if pinned else 1)
+
+
+def shm_size(nbytes: int) -> tuple[str, str]:
+    """The size to set for ``nbytes``, rounded up: (``docker run --shm-size``, Kubernetes ``sizeLimit``).
+
+    A power of two MiB below 1 GiB (128m, 256m, 512m), whole GiB above (1g, 2g, 9g)."""
+    mib = max(64, nbytes / (1 << 20))
+    if mib <= 512:
+        up = 1 << math.ceil(math.log2(mib - 1e-9))
+        return f"{up}m", f"{up}Mi"
+    gib = math.ceil(mib / 1024 - 1e-9)
+    return f"{gib}g", f"{gib}Gi"
+
+
+class Need(NamedTuple):
+    """One batch's shared-memory bytes, the batches the job's loader holds at once, and the mount's free space."""
+
+    batch: int  # bytes of one full batch in shared memory
+    batch_size: int  # samples per batch (the job's)
+    workers: int
+    prefetch: int | None
+    pinned: bool  # pin_memory on a node with CUDA: the loop's batch is pinned, not in /dev/shm
+    free: int  # bytes free on /dev/shm (statvfs f_bavail)
+    size: int  # bytes of the mount
+    where: str  # the mount, for the method ("/dev/shm (tmpfs)")
+
+    @property
+    def batches(self) -> int:
+        return in_flight(self.workers, self.prefetch, self.pinned)
+
+    @property
+    def needed(self) -> int:
+        return self.batch * self.batches
+
+    @property
+    def short(self) -> bool:
+        """The job's loader would run out of /dev/shm: its workers die with a bus error or ENOSPC."""
+        return self.needed > self.free
+
+    def fits(self, workers: int) -> bool:
+        """Whether ``workers`` workers' batches in flight fit what /dev/shm has free (the worker sweep's counts)."""
+        return self.batch * in_flight(workers, self.prefetch, self.pinned) <= self.free
+
+    def arithmetic(self) -> str:
+        """``9 batches of 36.75 MiB (64 samples): num_workers 4 x prefetch_factor 2 + 1 the training loop holds``"""
+        loop = "" if self.pinned else " + 1 the training loop holds"
+        return (f"{self.batches} batches of {_size(self.batch)} ({self.batch_size} samples): num_workers "
+                f"{self.workers} x prefetch_factor {self.prefetch}{loop}")
+
+    def largest_batch(self) -> int:
+        """The largest batch_size whose batches in flight fit what is free; 0 when not even one sample's do."""
+        per_sample = self.batch / max(1, self.batch_size)
+        return int(self.free // (per_sample * max(1, self.batches))) if per_sample else self.batch_size
+
+    def fix(self) -> str:
+        """The size to set (what others hold on the mount stays held), and the batch size that would fit instead."""
+        docker, kubernetes = shm_size(self.needed + max(0, self.size - self.free))
+        fits = self.largest_batch()
+        smaller = (f"; or lower batch_size to {fits}" if fits else "") + (" (or num_workers, prefetch_factor)"
+                                                                            if self.workers > 1 else "")
+        return (f"start the container with --shm-size={docker}, or in Kubernetes mount an emptyDir with medium: "
+                f"Memory and sizeLimit: {kubernetes} at {SHM_DIR} (it counts against the pod's memory limit)"
+                f"{smaller}")
+
+    def why_not_started(self) -> str:
+        """The reason the loader's other rows carry when its pools were not started (``short``)."""
+        return (f"not measured: the loader's batches in flight need {_size(self.needed)} of {SHM_DIR}, which has "
+                f"{_size(self.free)} free; its workers would die with a bus error, as the job's would, so no worker "
+                f"was started (shm_headroom says the size to set)")
+
+    def rows(self, method: str) -> list[Measurement]:
+        """``shm_needed`` (B) and ``shm_headroom`` (%), with the arithmetic and, where it does not fit, the fix."""
+        how = (f"one batch loaded in the main process before any worker started: {_size(self.batch)} of tensor "
+               f"storages (as torch's workers put them in shared memory), x {self.arithmetic()} "
+               f"(torch's _MultiProcessingDataLoaderIter keeps prefetch_factor x num_workers batches outstanding); "
+               f"statvfs of {self.where}; {method}")
+        free = f"{_size(self.free)} free of {_size(self.size)} on {SHM_DIR}"
+        hint = ""
+        if self.short:
+            hint = (f"batch_size {self.batch_size} needs {_size(self.needed)} of {SHM_DIR} in flight "
+                    f"({self.arithmetic()}) and {_size(self.free)} is free: the job's workers die with a bus error "
+                    f"(or \"unable to write to file </torch_...>\"): {self.fix()}")
+        headroom = 100.0 * (self.free - self.needed) / self.free if self.free else (100.0 if not self.needed
+                                                                                      else -100.0)
+        return [Measurement("shm_needed", float(self.needed), "B", method=how, note=free, hint=hint),
+                Measurement("shm_headroom", headroom, "%", method=how,
+                            reason=f"{_size(self.needed)} needed, {free}", hint=hint)]
+
+
+def need(options: Mapping[str, Any], source: Any, built: Any) -> Need | list[Measurement]:
+    """The ``Need`` of the loader ``built`` over ``source``, or the two rows saying why there is none.
+
+    Loads one batch in this process (``first_batch``) where the loader has workers. Raises what the job's code
+    raises while loading it (``source.opened`` re-words it)."""
+    if source.files is not None:  # preflight's file loader: batches of (count, bytes), not the samples' data
+        why = ("the files loader's batches hold sample counts, not the samples' data, so they say nothing of the "
+               "job's: name the job's Dataset (dataset:) or DataLoader (loader:), or synthetic: true, to measure "
+               "the /dev/shm its batches need")
+        return [not_applicable(name, why, unit) for name, unit in zip(ROWS, ("B", "%"))]
+    try:
+        fs = filesystem_of(SHM_DIR)
+    except OSError as error:
+        why = (f"{SHM_DIR}: {error.strerror}: the job's workers cannot create their shared memory there: mount a "
+               f"tmpfs at {SHM_DIR}")
+        return [unmeasurable(name, why, unit) for name, unit in zip(ROWS, ("B", "%"))]
+    batch_size = int(built.batch_size or 1)
+    workers, prefetch = built.workers, built.prefetch_factor
+    nbytes = 0
+    if workers:
+        batch, samples = first_batch(built)
+        nbytes = batch_bytes(batch)
+        if samples and samples < batch_size:  # a dataset shorter than one batch: scaled to a full one
+            nbytes = int(nbytes * batch_size / samples)
+    return Need(nbytes, batch_size, workers, prefetch, pinned(options, source), fs.free_bytes, fs.size_bytes,
+                fs.describe())
+
+
+def pinned(options: Mapping[str, Any], source: Any) -> bool:
+    """Whether the job's loader pins its batches here: ``pin_memory`` (its own DataLoader's) and a CUDA device."""
+    import torch
+
+    loader = source.job.loader if source.job is not None else None
+    wanted = loader.pin_memory if loader is not None else options.get("pin_memory", True)
+    return bool(wanted) and torch.cuda.is_available()
+
+
+def first_batch(built: Any) -> tuple[Any, int | None]:
+    """(one batch, the samples its batch sampler gave it or None) from ``built``'s loader, in this process.
+
+    The loader object is made (``Loader.fresh``) but never iterated, so no worker starts; a DataLoader over its
+    Dataset, batch sampler and collate_fn with ``num_workers=0`` loads the batch. The batch sampler is the
+    pass's where the run has one (``dataset_pass``): the batch's samples are taken from it, not read twice.
+    """
+    import torch.utils.data
+
+    loader = built.fresh().dataloader
+    sizes: list[int] = []
+    if loader.batch_sampler is not None and not isinstance(loader.dataset, torch.utils.data.IterableDataset):
+        probe = torch.utils.data.DataLoader(loader.dataset, batch_sampler=_Recording(loader.batch_sampler, sizes),
+                                            collate_fn=loader.collate_fn, num_workers=0)
+    else:
+        probe = torch.utils.data.DataLoader(loader.dataset, batch_size=loader.batch_size, drop_last=loader.drop_last,
+                                            collate_fn=loader.collate_fn, num_workers=0)
+    iterator = iter(probe)
+    try:
+        batch = next(iterator)
+    except StopIteration:
+        return None, 0
+    finally:
+        del iterator
+    return batch, (sizes[0] if sizes else None)
+
+
+class _Recording:
+    """A batch sampler that records each index list's length as the DataLoader draws it."""
+
+    def __init__(self, batches: Any, sizes: list[int]) -> None:
+        self.batches, self.sizes = batches, sizes
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self) -> Any:
+        for indices in self.batches:
+            self.sizes.append(len(indices))
+            yield indices
+
+
+def _size(nbytes: float) -> str:
+    return format_value(float(nbytes), "B")
