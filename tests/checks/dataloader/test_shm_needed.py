@@ -1,0 +1,199 @@
+"""``dataloader.shm_needed`` / ``shm_headroom``: the /dev/shm the job's batches in flight need, against what is free.
+
+The real case (issue 36): a 64 MiB tmpfs on /dev/shm (Docker's and Kubernetes' default) in a private mount
+namespace, a job whose samples are 3x224x224 float32 at batch 64 with 4 workers: the plain torch loop dies
+(bus error, ENOSPC, "unable to write to file </torch_...>"), and preflight fails the row first, with the size
+to set, and does not crash itself. With 1 GiB the same job passes.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from preflight.checks.dataloader import shared_memory
+from tests.helpers import in_mount_namespace, job_package, run_check, write_config
+
+SAMPLE = 3 * 224 * 224 * 4  # bytes of one 3x224x224 float32 sample: 602,112
+BATCH = 64 * SAMPLE  # 38,535,168 bytes = 38.5 MB = 36.75 MiB
+LABELS = 4096  # the batch's 64 int64 labels: one page of their own segment
+IN_FLIGHT = 4 * 2 + 1  # 4 workers x prefetch_factor 2, + 1 the training loop holds (no pinning without CUDA)
+
+JOB = '''
+import torch
+from torch.utils.data import Dataset
+
+
+class Images(Dataset):
+    """ImageNet-sized float32 samples and an int label, as a vision job's transforms return them."""
+
+    def __init__(self, size=2048):
+        self.size = size
+
+    def __len__(self):
+        return self.size
+
+    def __getitem__(self, index):
+        return torch.zeros(3, 224, 224), index % 1000
+
+
+def images(size=2048):
+    return Images(size)
+'''
+
+# The job's own loop, as it trains: its DataLoader with the same settings, each batch held while the next comes.
+PLAIN_LOOP = '''
+import sys
+sys.path.insert(0, sys.argv[1])
+import torch
+from shmjob.data import images
+
+loader = torch.utils.data.DataLoader(images(), batch_size=64, num_workers=4, prefetch_factor=2, shuffle=True)
+for step, (x, y) in enumerate(loader):
+    x.sum()
+print("epoch done", step + 1, "batches")
+'''
+
+
+@pytest.fixture()
+def job(tmp_path: Path) -> Path:
+    """The job's package under ``tmp_path/src``, its plain loop and a config for its loader; returns the config."""
+    src = job_package(tmp_path / "src", "shmjob", {"data": JOB})
+    (tmp_path / "loop.py").write_text(PLAIN_LOOP)
+    return write_config(tmp_path, f"""
+        version: 1
+        checks:
+          dataloader:
+            dataset: "shmjob.data:images"
+            python_path: [{src}]
+            batch_size: 64
+            num_workers: 4
+            prefetch_factor: 2
+            pin_memory: false
+            duration: 2s
+            worker_pools: 1
+            shm_headroom: {{min: 0 %}}
+        """)
+
+
+def _in_shm(size: str, job: Path) -> tuple[object, object]:
+    """(the plain loop's process, preflight's), both run on a fresh tmpfs of ``size`` at /dev/shm."""
+    root = job.parent
+    loop = in_mount_namespace(f"mount -t tmpfs -o size={size} tmpfs /dev/shm && "
+                              f"{sys.executable} {root / 'loop.py'} {root / 'src'}", timeout=300)
+    gate = in_mount_namespace(f"mount -t tmpfs -o size={size} tmpfs /dev/shm && "
+                              f"NO_COLOR=1 {sys.executable} -m preflight run -c {job} --json {root / 'r.json'}",
+                              timeout=300)
+    return loop, gate
+
+
+def test_a_64_mib_shm_kills_the_plain_loop_and_preflight_fails_the_row_first_with_the_size_to_set(job):
+    loop, gate = _in_shm("64m", job)
+    died = loop.stderr + loop.stdout  # type: ignore[attr-defined]
+    assert loop.returncode != 0 and "epoch done" not in died, died  # type: ignore[attr-defined]
+    assert any(sign in died for sign in ("Bus error", "No space left on device", "unable to write to file")), died
+
+    assert gate.returncode == 1, gate.stderr  # type: ignore[attr-defined]
+    assert "Traceback" not in gate.stderr + gate.stdout  # type: ignore[attr-defined]
+    results = {r["id"]: r for r in json.loads((job.parent / "r.json").read_text())["results"]}
+    needed, headroom = results["dataloader.shm_needed"], results["dataloader.shm_headroom"]
+    assert needed["value"] == IN_FLIGHT * (BATCH + LABELS)  # 9 x 38.5 MB = 346.9 MB = 330.8 MiB
+    assert needed["message"] == "measured 330.8 MiB (no threshold); 64 MiB free of 64 MiB on /dev/shm"
+    assert headroom["verdict"] == "fail"
+    assert headroom["value"] == pytest.approx(100 * (64 * 2**20 - IN_FLIGHT * (BATCH + LABELS)) / (64 * 2**20))
+    assert headroom["message"] == ("measured -416.9%, required >= 0% (330.8 MiB needed, 64 MiB free of 64 MiB on "
+                                   "/dev/shm)")
+    # The batch size that causes it, the arithmetic, the size to set, and the batch size that fits (64 MiB over
+    # 9 batches of 602 kB samples: 12).
+    assert headroom["hint"] == (
+        "batch_size 64 needs 330.8 MiB of /dev/shm in flight (9 batches of 36.75 MiB (64 samples): num_workers 4 x "
+        "prefetch_factor 2 + 1 the training loop holds) and 64 MiB is free: the job's workers die with a bus error "
+        "(or \"unable to write to file </torch_...>\"): start the container with --shm-size=512m, or in Kubernetes "
+        "mount an emptyDir with medium: Memory and sizeLimit: 512Mi at /dev/shm (it counts against the pod's memory "
+        "limit); or lower batch_size to 12 (or num_workers, prefetch_factor)")
+    assert "one batch loaded in the main process before any worker started" in headroom["method"]
+    # No worker pool was started: the loader's other rows say why they have no figure.
+    assert "throughput" not in results  # no threshold on it here: its unmeasured row is not judged
+    completed = json.loads((job.parent / "r.json").read_text())
+    assert completed["exit_code"] == 1
+
+
+def test_a_big_enough_shm_passes_the_same_job_and_its_loop_ends(job):
+    loop, gate = _in_shm("1g", job)
+    assert loop.returncode == 0 and "epoch done 32 batches" in loop.stdout, loop.stderr  # type: ignore[attr-defined]
+    assert gate.returncode == 0, gate.stdout + gate.stderr  # type: ignore[attr-defined]
+    results = {r["id"]: r for r in json.loads((job.parent / "r.json").read_text())["results"]}
+    assert results["dataloader.shm_needed"]["value"] == IN_FLIGHT * (BATCH + LABELS)
+    assert results["dataloader.shm_headroom"]["verdict"] == "pass"
+    assert results["dataloader.shm_headroom"]["value"] == pytest.approx(
+        100 * (2**30 - IN_FLIGHT * (BATCH + LABELS)) / 2**30, abs=0.5)
+    assert results["dataloader.throughput"]["value"] > 0  # the pools ran: the loader's figures are measured
+
+
+def test_the_other_rows_say_why_no_pool_started_and_their_gate_fails_closed(job, tmp_path):
+    gated = job.read_text().replace("shm_headroom: {min: 0 %}", "throughput: {min: 1 samples/s}")
+    job.write_text(gated)
+    _, gate = _in_shm("64m", job)
+    assert gate.returncode == 1 and "Traceback" not in gate.stderr  # type: ignore[attr-defined]
+    results = {r["id"]: r for r in json.loads((tmp_path / "r.json").read_text())["results"]}
+    throughput = results["dataloader.throughput"]
+    assert throughput["verdict"] == "fail"
+    assert throughput["message"].startswith(
+        "could not measure: not measured: the loader's batches in flight need 330.8 MiB of /dev/shm, which has "
+        "64 MiB free; its workers would die with a bus error, as the job's would, so no worker was started")
+
+
+# --- the figures, without root --------------------------------------------------------------------------------
+
+
+def test_one_batch_is_its_tensors_storages_and_a_view_sends_its_whole_storage():
+    images = torch.zeros(64, 3, 224, 224)
+    assert shared_memory.batch_bytes(images) == BATCH  # 38,535,168: a whole number of pages
+    assert shared_memory.batch_bytes((images, torch.arange(64))) == BATCH + LABELS
+    assert shared_memory.batch_bytes({"x": images, "same": images[:8], "text": ["a"] * 64}) == BATCH
+    assert shared_memory.batch_bytes({"crop": images[:, :, :112]}) == BATCH  # a view: its storage goes whole
+    import numpy
+
+    assert shared_memory.batch_bytes([numpy.zeros(1000)]) == 0  # pickled through the pipe, not /dev/shm
+
+
+def test_in_flight_is_prefetch_factor_times_workers_and_the_loops_batch_unless_pinned():
+    assert shared_memory.in_flight(4, 2, pinned=False) == 9
+    assert shared_memory.in_flight(4, 2, pinned=True) == 8
+    assert shared_memory.in_flight(8, 4, pinned=True) == 32
+    assert shared_memory.in_flight(0, None, pinned=False) == 0  # the main process loads: nothing in /dev/shm
+
+
+@pytest.mark.parametrize(("nbytes", "docker", "kubernetes"), [
+    (10 << 20, "64m", "64Mi"), (331 << 20, "512m", "512Mi"), (512 << 20, "512m", "512Mi"),
+    ((512 << 20) + 1, "1g", "1Gi"), (int(8.2 * 2**30), "9g", "9Gi")])
+def test_the_size_to_set_is_rounded_up_to_a_power_of_two_mib_or_whole_gib(nbytes, docker, kubernetes):
+    assert shared_memory.shm_size(nbytes) == (docker, kubernetes)
+
+
+def test_the_job_dataset_on_this_nodes_shm_is_measured_and_the_files_loader_is_skipped(tmp_path):
+    src = job_package(tmp_path / "src", "shmjob", {"data": JOB})
+    got = run_check("dataloader", 1.0, dataset="shmjob.data:images", python_path=[str(src)], num_workers=2,
+                    prefetch_factor=3, batch_size=16, worker_pools=1)
+    pinned = torch.cuda.is_available()
+    assert got["shm_needed"].value == (2 * 3 + (0 if pinned else 1)) * (16 * SAMPLE + 4096)
+    assert got["shm_headroom"].measured and got["throughput"].measured
+    files = tmp_path / "files"
+    files.mkdir()
+    for index in range(300):
+        (files / f"{index}.bin").write_bytes(b"x" * 1000)
+    plain = run_check("dataloader", 1.0, path=str(files), num_workers=1, worker_pools=1)
+    assert not plain["shm_needed"].applicable and "dataset:" in plain["shm_needed"].reason
+
+
+def test_a_short_shm_names_what_others_hold_in_the_size_to_set():
+    need = shared_memory.Need(BATCH, 64, 4, 2, False, free=8 << 20, size=64 << 20, where="/dev/shm (tmpfs)")
+    assert need.short and need.largest_batch() == 1  # 8 MiB over 9 batches: one 602 kB sample each
+    # 56 MiB held by others stays held: 331 + 56 MiB is set, rounded up to 512m
+    assert "--shm-size=512m" in need.fix()
+    assert not need.fits(4) and need.fits(0)
+
