@@ -129,14 +129,20 @@ def timeline_for(device: str) -> Callable[[], Any]:
 class Window(NamedTuple):
     samples_per_s: float
     step_ms: tuple[float, ...]  # each step's time, in order
+    # host ms the steps spent waiting for their input (a fed step's ``waited_ms``: the loader's next batch and its
+    # copy to the device); None for a step that waits for none (the model alone)
+    wait_ms: float | None = None
 
 
 def window(step: Callable[[], int], timeline: Any, seconds: float) -> Window:
     """Run ``step`` back to back for at least ``seconds`` of host time (whole steps, at least one).
 
     samples/s = samples stepped / the sum of the step times, so it agrees with the step times
-    by construction; the timeline is read (synchronised) once, at the end.
+    by construction; the timeline is read (synchronised) once, at the end. A step that counts the
+    host time it waits for its input (``waited_ms``, a running total: ``pipeline.Feed``) gives the
+    window's share of it in ``wait_ms``.
     """
+    waited = getattr(step, "waited_ms", None)
     start = time.perf_counter()
     samples = 0
     timeline.mark()
@@ -146,4 +152,5 @@ def window(step: Callable[[], int], timeline: Any, seconds: float) -> Window:
         if time.perf_counter() - start >= seconds:
             break
     steps = tuple(timeline.intervals_ms())
-    return Window(samples / (sum(steps) / 1e3), steps)
+    wait = None if waited is None else getattr(step, "waited_ms") - waited
+    return Window(samples / (sum(steps) / 1e3), steps, wait)

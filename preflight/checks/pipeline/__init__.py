@@ -6,10 +6,12 @@ synthetic batch already on the device (``model_samples_per_s``: the ``model`` ch
 and the same step fed by the job's DataLoader (``samples_per_s``): each step takes the next
 batch, moves it to the device (``non_blocking`` from pinned memory) and trains on it. The two
 are timed in interleaved windows (model alone, fed, model alone, ...), so a shared node's
-changing load falls on both alike. ``input_bound`` = 1 - end-to-end / model alone, per pair of
-windows, median of pairs, is the share of step time the device spent waiting for data: what
-MLPerf Storage's DLIO emulates with a sleep (accelerator utilization, AU), measured here with
-the real model, so AU = 100 % - input_bound.
+changing load falls on both alike. ``input_bound``, per pair of windows, median of pairs, is the
+share of step time the device spent waiting for data: on a GPU 1 - end-to-end / model alone; on
+the CPU, whose cores the workers share with the step (a fed step is slower than alone without
+waiting), the fed steps' measured host time in the loader's next batch over their time
+(``measuring.shares``). It is what MLPerf Storage's DLIO emulates with a sleep (accelerator
+utilization, AU), measured here with the real model, so AU = 100 % - input_bound.
 
 Options: a pipeline names the loader it measures with the ``dataloader`` check's options and the
 model with the ``model`` check's, read from those checks' own tables (no option is declared
@@ -74,8 +76,9 @@ METRICS = (
     Metric("model_samples_per_s", "samples/s", True, "the same training step alone on synthetic input already on "
            "the device, measured in the same run (the model check's method: NVIDIA Deep Learning Examples "
            "benchmark_training)", per_device=True),
-    Metric("input_bound", "%", False, "1 - samples_per_s / model_samples_per_s: share of step time the device "
-           "waited for data; the measured counterpart of MLPerf Storage's emulated AU (AU = 100% - input_bound, "
+    Metric("input_bound", "%", False, "share of step time the device waited for data: on a GPU 1 - samples_per_s / "
+           "model_samples_per_s, on the CPU (whose cores the workers share) the fed steps' host time waiting for "
+           "the next batch over their time; the measured counterpart of MLPerf Storage's emulated AU (AU = 100% - input_bound, "
            "DLIO); 0 when the loader keeps up", per_device=True,
            hint="the device waits for data: raise num_workers if CPUs are idle, keep pin_memory on, use a faster "
                 "volume or shards (WebDataset, LMDB); the dataloader check over the same path shows the loader alone", about_data=True),

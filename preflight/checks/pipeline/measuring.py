@@ -7,6 +7,7 @@ The loader comes from ``dataloader.source``, the step and its timing from the mo
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any, Callable, Mapping, Sequence
 
 from preflight.checks import usercode
@@ -96,7 +97,7 @@ def _measure(options: Mapping[str, Any], budget: Budget, device: str) -> list[Me
                                      method=f"{feed.loader.method}, {feed.fed}; step: {method}",
                                      subject="reread" if reread and fs is not None and fs.may_cache_below
                                      else source.subject)
-            bound = input_bound(pairs, end_to_end)
+            bound = input_bound(pairs, end_to_end, device)
             results = [end_to_end, _model_rate(pairs, device, method, stopped), bound]
             if options["worker_sweep"]:
                 del feed  # its workers exit before the sweep's pools start
@@ -111,25 +112,39 @@ def _model_rate(windows: Sequence[tuple[Window, ...]], device: str, method: str,
                        device=device, method=method, stopped=stopped)
 
 
-def shares(pairs: Sequence[tuple[Window, Window]]) -> tuple[float, ...]:
-    """``100 x (1 - fed / alone)`` samples/s per pair of interleaved windows (model alone, then fed), in %.
+def shares(pairs: Sequence[tuple[Window, Window]], device: str) -> tuple[float, ...]:
+    """The share of each fed window's time the device waited for data, per pair of interleaved windows (model
+    alone, then fed), in %.
 
-    Never negative: a pipeline cannot outrun its model, so a pair where it seems to is noise, 0.
+    On a GPU, ``100 x (1 - fed / alone)`` samples/s: the loader's workers run on the CPUs, so the step's device
+    time fed is its time alone, and what a fed step takes beyond it the device spent idle (a host wait that the
+    device's queued work covers is not counted). On the CPU the device is the cores the workers use too: a fed
+    step runs slower than alone because they take CPU, not because it waits, and ``1 - fed / alone`` counted that
+    as waiting (54 % where the training loop's own wait was 8 %, bench/pipeline_vs_loop.py). There every op is
+    synchronous, so the share is what the fed steps measured: the host time in the loader's next batch and its
+    copy over the window's (``Window.wait_ms``), as pytorch/examples' ImageNet loop reports ``data_time`` of
+    ``batch_time``. Never negative: a pipeline cannot outrun its model, so a GPU pair where it seems to is noise, 0.
     """
+    if not device.startswith("cuda"):
+        return tuple(min(100.0, 100 * (fed.wait_ms or 0.0) / sum(fed.step_ms)) for _, fed in pairs)
     return tuple(max(0.0, 100 * (1 - fed.samples_per_s / alone.samples_per_s)) for alone, fed in pairs)
 
 
-def input_bound(pairs: Sequence[tuple[Window, Window]], end_to_end: Measurement) -> Measurement:
-    """``shares`` of the pairs of interleaved windows (model alone, then fed), in %; the median is the value."""
+def input_bound(pairs: Sequence[tuple[Window, Window]], end_to_end: Measurement, device: str) -> Measurement:
+    """``shares`` of the pairs of interleaved windows (model alone, then fed) on ``device``, in %; the median is the
+    value."""
     fed = float(end_to_end.value)  # type: ignore[arg-type]
     model = sorted(p[0].samples_per_s for p in pairs)[len(pairs) // 2]
-    method = (f"1 - end-to-end / model-alone samples/s, per pair of interleaved windows, median of {len(pairs)} "
+    rule = ("1 - end-to-end / model-alone samples/s" if device.startswith("cuda") else
+            "the fed steps' host time waiting for the next batch (and its copy) / the fed window's time (the CPU: "
+            "the workers share its cores with the step)")
+    method = (f"{rule}, per pair of interleaved windows, median of {len(pairs)} "
               f"pairs (medians: {format_value(fed, 'samples/s')} / {format_value(model, 'samples/s')})")
     hint = (f"the device waits for data: the loader delivers {format_value(fed, 'samples/s')}, the model alone "
             f"trains {format_value(model, 'samples/s')}: raise num_workers if CPUs are idle, keep pin_memory on, use "
             f"a faster volume or shards (WebDataset, LMDB); the dataloader check over the same data shows the loader "
             f"alone")
-    return Measurement("input_bound", samples=shares(pairs), unit="%", device=end_to_end.device, method=method,
+    return Measurement("input_bound", samples=shares(pairs, device), unit="%", device=end_to_end.device, method=method,
                        stopped=end_to_end.stopped, hint=hint, note=end_to_end.note, subject=end_to_end.subject)
 
 
@@ -142,7 +157,7 @@ def _fed_shares(options: Mapping[str, Any], source: Source, step: TrainingStep,
         loader = loader_for({**options, "num_workers": workers}, source)
         feed = Feed(loader, step, options["input_shape"], loader.workers * (loader.prefetch_factor or 0))
         pairs, _ = interleaved((step, feed), device, share)
-        return tuple(100 - bound for bound in shares(pairs))  # its workers exit as feed goes out of scope
+        return tuple(100 - bound for bound in shares(pairs, device))  # its workers exit as feed goes out of scope
 
     return at
 
@@ -163,15 +178,20 @@ class Feed:
         self.dataloader, self.count = loader.fresh()
         self.iterator = iter(self.dataloader)
         self.fed = "no batch yet"
+        self.waited_ms = 0.0  # host time spent in the loader's next batch and its copy to the device, all calls
 
     def __call__(self) -> int:
+        start = time.perf_counter()
         batch = self._next()
         samples, _ = self.count(batch)
         inputs = first_tensor(batch)
         if inputs is not None and tuple(inputs.shape[1:]) == self.shape:
             self.fed = f"each batch's {'x'.join(map(str, self.shape))} tensor fed to the model"
-            self.step(self.step.as_input(inputs))
+            moved = self.step.as_input(inputs)
+            self.waited_ms += 1e3 * (time.perf_counter() - start)
+            self.step(moved)
         else:
+            self.waited_ms += 1e3 * (time.perf_counter() - start)
             shape = "none" if inputs is None else "x".join(map(str, inputs.shape[1:]))
             self.fed = (f"batches hold no {'x'.join(map(str, self.shape))} tensor (per-sample shape {shape}): the "
                         f"step trains on its on-device batch after each batch arrives")

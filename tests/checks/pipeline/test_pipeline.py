@@ -64,19 +64,73 @@ def test_synthetic_samples_that_keep_up_leave_the_step_compute_bound(src):
     assert bound.stats.n == alone.stats.n == fed.stats.n >= 5  # one input_bound per pair of interleaved windows
 
 
-def _pair(alone: float, fed: float) -> tuple[Window, Window]:
-    return Window(alone, (1.0,)), Window(fed, (1.0,))
+def _pair(alone: float, fed: float, wait_ms: float | None = None) -> tuple[Window, Window]:
+    return Window(alone, (1.0,)), Window(fed, (1.0,), wait_ms)
 
 
-def test_input_bound_is_the_median_share_of_step_time_lost_per_pair_of_windows():
+def test_input_bound_on_a_gpu_is_the_median_share_of_step_time_lost_per_pair_of_windows():
     pairs = [_pair(100, 25), _pair(200, 40), _pair(50, 20), _pair(100, 110), _pair(80, 40)]
     fed = Measurement("samples_per_s", samples=tuple(p[1].samples_per_s for p in pairs), unit="samples/s",
                       device="cuda:0")
-    bound = input_bound(pairs, fed)
+    bound = input_bound(pairs, fed, "cuda:0")
     # per pair: 75, 80, 60, 0 (faster than the model alone is noise, never negative), 50
     assert sorted(bound.samples) == [0.0, 50.0, 60.0, 75.0, 80.0]
     assert bound.value == 60.0 and bound.unit == "%" and bound.device == "cuda:0"
-    assert "median of 5 pairs (medians: 40 samples/s / 100 samples/s)" in bound.method
+    assert "1 - end-to-end / model-alone samples/s, per pair of interleaved windows, median of 5 pairs (medians: " \
+           "40 samples/s / 100 samples/s)" in bound.method
+
+
+def test_input_bound_on_the_cpu_is_the_fed_windows_measured_wait_not_what_the_workers_cpu_use_slowed():
+    # each fed window: two steps of 40 + 60 ms, of which wait_ms was spent waiting for the batch; the fed step runs
+    # at half the model's rate alone (the workers take the CPU's cores), which the GPU rule would count as 50 %
+    pairs = [
+        (Window(200.0, (40.0,)), Window(100.0, (40.0, 60.0), wait)) for wait in (8.0, 12.0, 10.0, 30.0, 0.0)]
+    fed = Measurement("samples_per_s", samples=(100.0,) * 5, unit="samples/s", device="cpu")
+    bound = input_bound(pairs, fed, "cpu")
+    assert sorted(bound.samples) == [0.0, 8.0, 10.0, 12.0, 30.0]  # wait / (40 + 60) ms, in %
+    assert bound.value == 10.0 and bound.device == "cpu"
+    assert bound.method.startswith("the fed steps' host time waiting for the next batch (and its copy) / the fed "
+                                   "window's time (the CPU: the workers share its cores with the step), per pair")
+    assert input_bound(pairs, fed, "cuda:0").value == 50.0  # the same windows judged by the GPU's rule
+
+
+def test_a_window_counts_what_its_step_says_it_waited_and_the_feed_counts_only_its_wait_for_the_batch(monkeypatch):
+    from types import SimpleNamespace
+
+    from preflight.checks.dataloader.source import Counted, Loader
+    from preflight.checks.model.step import HostTimeline, window
+    from preflight.checks.pipeline import measuring
+
+    now = [0.0]  # a fake host clock: the loader's next batch takes 7 ms of it, the training step 30 ms
+
+    def batches():
+        while True:
+            now[0] += 0.007
+            yield [1, 2, 3]
+
+    class Step:
+        def __call__(self, inputs=None) -> int:
+            now[0] += 0.030
+            return 3
+
+    monkeypatch.setattr(measuring, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    loader = Loader("m", 0, None, None, lambda: Counted(batches(), lambda batch: (len(batch), 0)))
+    feed = measuring.Feed(loader, Step(), (3, 8, 8))  # type: ignore[arg-type]
+    for _ in range(4):
+        assert feed() == 3
+    assert feed.waited_ms == pytest.approx(4 * 7.0)  # the steps' 120 ms are not waiting
+    assert "the step trains on its on-device batch after each batch arrives" in feed.fed
+
+    class Counting:  # a step that reports a running total of its waits: 2.5 ms a call
+        waited_ms = 100.0
+
+        def __call__(self) -> int:
+            self.waited_ms += 2.5
+            return 1
+
+    counted = window(Counting(), HostTimeline(), 0.0)  # one call: a window is at least one step
+    assert counted.wait_ms == 2.5 and len(counted.step_ms) == 1
+    assert window(lambda: 1, HostTimeline(), 0.0).wait_ms is None  # the model alone waits for nothing
 
 
 def test_a_loader_with_nothing_to_read_still_measures_the_model(tmp_path):
