@@ -41,6 +41,11 @@ def measure(options: Mapping[str, Any], budget: Budget, metrics: Sequence[Metric
                 except _ShmShort as short:  # no pool started: the shm rows, and why the others have no figure
                     results = short.rows + [unmeasurable(m.name, str(short), m.unit) for m in metrics
                                             if m.name not in shared_memory.ROWS]
+                except RuntimeError as error:  # here, before ``opened`` blames the job's Dataset for torch's ENOSPC
+                    why = shared_memory.died_of(error)
+                    if why is None:
+                        raise
+                    results = [unmeasurable(m.name, why, m.unit) for m in metrics]
     except Exception as error:  # noqa: BLE001  only a refused thread or process is answered here
         why = tasks.refused(limits, error, options)
         if why is None:
@@ -170,7 +175,8 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits:
                                    "the pass read (and decoded) by the workers; a failure counted, not raised"))
         said = dataset_pass.failures_note(failed, len(files), len(files[1::2]) if halves else None)
         note = "; ".join(part for part in (note, said) if part)
-    results += watch.measurements(_epoch(source, tar), workers, built.prefetch_factor, method)
+    results += watch.measurements(_epoch(source, tar), workers, built.prefetch_factor, method,
+                                  source.job.footprint if source.job is not None else None)
     results.append(tasks.headroom(limits, watch.tasks(), options, workers, method, tensor_worker))
     results += shm_rows
     results.append(sweep.used(options, workers, method))

@@ -193,6 +193,33 @@ def need(options: Mapping[str, Any], source: Any, built: Any) -> Need | list[Mea
                 fs.describe())
 
 
+# What torch says when a worker runs out of /dev/shm: the SIGBUS of a page touched past the mount's end (its SIGCHLD
+# handler's "killed by signal: Bus error ... out of shared memory"), or the worker's own ENOSPC re-raised in the main
+# process ("unable to allocate shared memory(shm) for file </torch_...>", "unable to write to file </torch_...>").
+SIGNS = ("Bus error", "out of shared memory", "unable to allocate shared memory", "unable to write to file </torch_",
+         "unable to open shared memory")
+
+
+def died_of(error: BaseException) -> str | None:
+    """The reason, with the fix, when ``error`` is a DataLoader worker's death for want of /dev/shm; else None.
+
+    The projection fits but a worker died anyway where a later batch was larger than the first (samples of varying
+    size) or another process filled the mount meanwhile: the rows then say so rather than a traceback."""
+    text = str(error)
+    if not any(sign in text for sign in SIGNS):
+        return None
+    said = next((line.strip() for line in reversed(text.splitlines()) if line.strip()), text)
+    try:
+        fs = filesystem_of(SHM_DIR)
+        now = f"; {_size(fs.free_bytes)} free of {_size(fs.size_bytes)} there now"
+    except OSError:
+        now = ""
+    return (f"a DataLoader worker died for want of {SHM_DIR} ({said[:200]}){now}: a batch larger than the first "
+            f"(samples of varying size), or another process filling the mount, needs more than shm_needed "
+            f"projected: raise /dev/shm (docker run --shm-size, a Kubernetes emptyDir with medium: Memory and a "
+            f"sizeLimit) or lower batch_size, num_workers or prefetch_factor")
+
+
 def pinned(options: Mapping[str, Any], source: Any) -> bool:
     """Whether the job's loader pins its batches here: ``pin_memory`` (its own DataLoader's) and a CUDA device."""
     import torch

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -43,11 +44,31 @@ class Images(Dataset):
 
 def images(size=2048):
     return Images(size)
+
+
+class Growing(Dataset):
+    """Samples of varying size: the first batch's are a few bytes, every later one's 3x224x224 float32."""
+
+    def __len__(self):
+        return 2048
+
+    def __getitem__(self, index):
+        return torch.zeros(1) if index < 64 else torch.zeros(3, 224, 224)
+
+
+def growing():
+    return Growing()
+
+
+def loader():
+    """The job's own DataLoader, as its training script builds it."""
+    return torch.utils.data.DataLoader(Images(), batch_size=64, num_workers=4, prefetch_factor=2, shuffle=True)
 '''
 
 # The job's own loop, as it trains: its DataLoader with the same settings, each batch held while the next comes.
 PLAIN_LOOP = '''
 import sys
+import textwrap
 sys.path.insert(0, sys.argv[1])
 import torch
 from shmjob.data import images
@@ -145,6 +166,54 @@ def test_the_other_rows_say_why_no_pool_started_and_their_gate_fails_closed(job,
     assert throughput["message"].startswith(
         "could not measure: not measured: the loader's batches in flight need 330.8 MiB of /dev/shm, which has "
         "64 MiB free; its workers would die with a bus error, as the job's would, so no worker was started")
+
+
+@pytest.mark.parametrize("how", ['loader: "shmjob.data:loader"',  # the job's DataLoader: 4 workers x 2, batch 64
+                                 "{synthetic: true, batch_size: 64, num_workers: 4, prefetch_factor: 2, pin_memory: false}"])
+def test_the_jobs_own_dataloader_and_synthetic_samples_are_projected_the_same_way(tmp_path, how):
+    src = job_package(tmp_path / "src", "shmjob", {"data": JOB})
+    settings = how if how.startswith("loader") else "\n".join(
+        f"{pair.split(': ')[0]}: {pair.split(': ')[1]}" for pair in how.strip("{}").split(", "))
+    body = f"{settings}\npython_path: [{src}]\n" if how.startswith("loader") else f"{settings}\n"
+    body += "duration: 2s\nworker_pools: 1\nshm_headroom: {min: 0 %}\n"
+    config = write_config(tmp_path, "version: 1\nchecks:\n  dataloader:\n" + textwrap.indent(body, "    "))
+    gate = in_mount_namespace(f"mount -t tmpfs -o size=64m tmpfs /dev/shm && NO_COLOR=1 {sys.executable} -m "
+                              f"preflight run -c {config} --json {tmp_path / 'r.json'}", timeout=300)
+    assert gate.returncode == 1 and "Traceback" not in gate.stderr, gate.stdout + gate.stderr
+    results = {r["id"]: r for r in json.loads((tmp_path / "r.json").read_text())["results"]}
+    labels = LABELS if how.startswith("loader") else 0  # synthetic samples carry no label
+    assert results["dataloader.shm_needed"]["value"] == IN_FLIGHT * (BATCH + labels)
+    assert results["dataloader.shm_headroom"]["verdict"] == "fail"
+    assert "--shm-size=512m" in results["dataloader.shm_headroom"]["hint"]
+
+
+def test_a_later_batch_larger_than_the_first_kills_a_worker_and_the_rows_say_so_not_a_traceback(tmp_path):
+    # The first batch is 64 one-float samples, the rest 3x224x224: the projection fits, the run does not. The
+    # workers' ENOSPC reaches the main process as the job's Dataset's exception would; the rows name /dev/shm.
+    src = job_package(tmp_path / "src", "shmjob", {"data": JOB})
+    config = write_config(tmp_path, f"""
+        version: 1
+        checks:
+          dataloader:
+            dataset: "shmjob.data:growing"
+            python_path: [{src}]
+            shuffle: false
+            num_workers: 4
+            pin_memory: false
+            duration: 2s
+            worker_pools: 1
+            shm_headroom: {{min: 0 %}}
+            throughput: {{min: 1 samples/s}}
+        """)
+    gate = in_mount_namespace(f"mount -t tmpfs -o size=64m tmpfs /dev/shm && NO_COLOR=1 {sys.executable} -m "
+                              f"preflight run -c {config} --json {tmp_path / 'r.json'}", timeout=300)
+    assert gate.returncode == 1 and "Traceback" not in gate.stderr, gate.stdout + gate.stderr
+    results = {r["id"]: r for r in json.loads((tmp_path / "r.json").read_text())["results"]}
+    for row in ("dataloader.throughput", "dataloader.shm_headroom"):
+        assert results[row]["verdict"] == "fail"
+        assert results[row]["message"].startswith("could not measure: a DataLoader worker died for want of /dev/shm (")
+        assert "No space left on device" in results[row]["message"] or "Bus error" in results[row]["message"]
+        assert "needs more than shm_needed projected: raise /dev/shm (docker run --shm-size" in results[row]["message"]
 
 
 # --- the figures, without root --------------------------------------------------------------------------------
