@@ -9,10 +9,12 @@ files), or 10%. Facts (free space, counts, flags) are printed, not judged. Each 
 runner (a worker process per run, as ``preflight run`` does) over a generated dataset of
 ImageNet-sized files (~110 kB each, the mean JPEG size of ImageNet-1k's training set).
 
-    python3 bench/noise.py [--runs 10] [--files 512] [--data DIR] [--set KEY=VALUE ...]
+    python3 bench/noise.py [--runs 10] [--files 512] [--data DIR] [--set KEY=VALUE ...] [--busy N]
 
 The machine's load average is printed before and after: on a shared machine, quote it
-with the numbers.
+with the numbers. ``--busy N`` keeps N ``yes > /dev/null`` processes spinning through every run
+(started and killed by pid, as ``founding_table.busy``): the run-to-run CVs of a busy node, which
+``preflight diff`` takes its floors from (``preflight.report.noise.RUN_TO_RUN``).
 
 With fio installed, each run is followed by fio jobs of the same shape over the same files
 (``FIO_JOBS``), and fio's own CV is printed beside ours: the disk's run-to-run drift sets a
@@ -34,10 +36,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import scratch_root  # noqa: E402
+from bench.founding_table import busy  # noqa: E402
 from preflight import config, runner  # noqa: E402
 from preflight.checks import CHECKS  # noqa: E402
 from preflight.host.cpus import auto_workers  # noqa: E402
-from preflight.report.noise import cv, floor  # noqa: E402  the same CV and floors `preflight diff` judges by
+from preflight.report.noise import cv, target  # noqa: E402  the CV `preflight diff` judges by; issue 14's targets
 
 FILE_BYTES = 110_000
 # As each timed part of the bundled storage check: its 3 s duration shared by 3 parts, a 0.25 s warm-up window first.
@@ -104,7 +107,7 @@ def fio_run(data: str, scratch: str) -> dict[str, float]:
 
 def limit(metric: str, fio_cv: float | None) -> float:
     """The largest CV that meets the target for ``metric``, given fio's CV for the same shape (None: no fio job)."""
-    return floor(metric) if fio_cv is None else max(floor(metric), 1.25 * fio_cv)
+    return target(metric) if fio_cv is None else max(target(metric), 1.25 * fio_cv)
 
 
 def is_performance(metric: str) -> bool:
@@ -120,15 +123,17 @@ def main() -> int:
     parser.add_argument("--data", help="an existing dataset directory instead of a generated one")
     parser.add_argument("--set", action="append", default=[], dest="overrides", help="as `preflight run --set`")
     parser.add_argument("--no-fio", action="store_true", help="skip the fio reference runs")
+    parser.add_argument("--busy", type=int, default=0, help="`yes > /dev/null` processes spinning through every run")
     args = parser.parse_args()
     with_fio = not args.no_fio and shutil.which("fio") is not None
-    with scratch_root() as generated:
+    with scratch_root() as generated, busy(args.busy):
         data = args.data or generated
         if not args.data:
             make_dataset(Path(generated), args.files)
         loaded = config.load(str(config.bundled_path()), args.overrides, environ={"DATA_DIR": data})
         loaded = loaded.select(["storage", "dataloader"])
-        print(f"load average before: {os.getloadavg()}; {os.cpu_count()} CPUs; dataset {data}")
+        print(f"load average before: {os.getloadavg()}; {os.cpu_count()} CPUs; {args.busy} x `yes > /dev/null`; "
+              f"dataset {data}")
         values: dict[str, list[float]] = {}
         methods: dict[str, str] = {}
         reference: dict[str, list[float]] = {}  # fio's figures, run by run

@@ -7,11 +7,13 @@ each of its nodes. Two single-node reports pair by id whatever their hosts: the 
 time, or two nodes side by side.
 
 A change is *beyond noise* when the new value differs from the old by more than the metric's
-band (``noise.band``: the larger of the gate's run-to-run floor and twice the larger CV of the
-two runs' samples), the way ``bench/noise.py`` judges stability. Only performance metrics (a
-measured rate or latency, ``Metric.is_performance``) are judged; a fact (a count, a size, a
-version) is shown and never judged. A judged metric *regressed* when it moved the wrong way
-beyond noise and by more than ``fail_on`` (a fraction).
+band (``noise.band``: three standard deviations of the difference between two runs, from the
+metric's run-to-run floor measured on a busy node, each run's repeats and both runs' samples). Judged are the
+performance metrics (a measured rate or latency, ``Metric.is_performance``) and any numeric
+metric the user gated (a threshold in either run, such as ``throughput_vs_required``), in the
+direction its threshold or the metric says is better; a fact (no threshold and no rate: a count,
+a size, a version) is shown and never judged. A judged metric *regressed* when it moved the
+wrong way beyond noise and by more than ``fail_on`` (a fraction).
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ class Entry(NamedTuple):
     unit: str
     verdict: str
     samples: tuple[float, ...]
+    threshold: Mapping[str, Any] | None  # {"min": 200.0}; None where the run gated nothing on it
+    runs: tuple[float, ...] = ()  # with `repeats`: each run's figure
 
 
 class Report(NamedTuple):
@@ -124,7 +128,8 @@ def _entries(results: Sequence[Mapping[str, Any]], node: str | None) -> list[Ent
             device = f"{node}/{device}" if device else node
         base = f"{r['instance']}.{r['metric']}" if r["metric"] else r["instance"]
         entries.append(Entry(f"{base}[{device}]" if device else base, r["check"], r["metric"], r.get("value"),
-                             r.get("unit", ""), r["verdict"], tuple(float(s) for s in r.get("samples") or ())))
+                             r.get("unit", ""), r["verdict"], tuple(float(s) for s in r.get("samples") or ()),
+                             r.get("threshold") or None, tuple(float(v) for v in r.get("runs") or ())))
     return entries
 
 
@@ -162,8 +167,24 @@ def change(old: Entry, new: Entry) -> Change:
     ratio = float(new.value) / float(old.value) if numbers and old.value else None  # type: ignore[arg-type]
     if numbers and not old.value and not new.value:
         ratio = 1.0
-    metric = next((m for m in getattr(CHECKS.get(new.check), "METRICS", ()) if m.name == new.metric), None)
-    if metric is None or not metric.is_performance or ratio is None:
+    direction = judged_direction(new.check, new.metric, old.threshold or new.threshold)
+    if direction is None or ratio is None:
         return Change(new.id, old, new, ratio, None, None)
-    width = noise.band(f"{new.check}.{new.metric}", old.samples, new.samples)
-    return Change(new.id, old, new, ratio, width, metric.higher_is_better)
+    width = noise.band(f"{new.check}.{new.metric}", old.samples, new.samples, (old.runs, new.runs))
+    return Change(new.id, old, new, ratio, width, direction)
+
+
+def judged_direction(check: str, name: str, threshold: Mapping[str, Any] | None) -> bool | None:
+    """Whether a change of ``check.name`` is judged, and which way is better: True (higher), False (lower), None
+    (a fact, not judged). A performance metric is judged in its own direction; a metric the user gated
+    (``threshold``) in its own direction where it has one, else in the threshold's (``min``: higher is better)."""
+    metric = next((m for m in getattr(CHECKS.get(check), "METRICS", ()) if m.name == name), None)
+    if metric is not None and metric.is_performance:
+        return metric.higher_is_better
+    if not threshold or (metric is not None and (metric.is_version or metric.is_text)):
+        return None
+    if metric is not None and metric.higher_is_better is not None:
+        return metric.higher_is_better
+    if ("min" in threshold) != ("max" in threshold):
+        return "min" in threshold
+    return None
