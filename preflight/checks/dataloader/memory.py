@@ -32,6 +32,7 @@ The limit is the tighter of the cgroup's (``memory.max`` / ``memory.limit_in_byt
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 from pathlib import Path
@@ -180,12 +181,16 @@ class Watch:
         self.pools.append(self.last.readings)
         return self.last
 
-    def measurements(self, epoch: int | None, workers: int, prefetch: Any, method: str) -> list[Measurement]:
-        """The rows of the pools watched so far; later windows (the utilization phase) are not read."""
+    def measurements(self, epoch: int | None, workers: int, prefetch: Any, method: str,
+                     footprint: int | None = None) -> list[Measurement]:
+        """The rows of the pools watched so far; later windows (the utilization phase) are not read.
+
+        ``footprint``: bytes building the dataset took in this process (``user.Job.footprint``), the most a
+        worker can copy of it; None: the main process's anonymous memory bounds the copies."""
         if self.last is not None:
             self.last.watching = False
             self.last = None  # the pool is not kept alive here
-        self.projection = project(self.pools, epoch)
+        self.projection = project(self.pools, epoch, footprint)
         self.limit = limit(self.projection.peak) if self.projection is not None else None
         return measurements(self.projection, workers, prefetch, method, self.limit)
 
@@ -224,6 +229,7 @@ class Projection(NamedTuple):
     workers: int = 0  # workers read at the peak's reading
     tmpfs: int = 0  # bytes: files on tmpfs in the peak (``Reading.tmpfs``)
     tmpfs_growth: float = 0.0  # bytes of them per sample delivered (median over the intervals, >= 0)
+    cow: Saturation | None = None  # the copy-on-write growth fitted on the windows; None: a straight line
 
     @property
     def left(self) -> int:
@@ -237,7 +243,11 @@ class Projection(NamedTuple):
 
     @property
     def added(self) -> int:
-        """Bytes the rest of the epoch adds to the peak."""
+        """Bytes the rest of the epoch adds to the peak: the workers' copies still to come (``Saturation``), or
+        without workers or an epoch the growth per sample over the samples left, at most ``copyable``."""
+        if self.cow is not None and self.epoch:
+            grown = self.cow.copied(self.epoch, self.epoch) - self.cow.copied(self.delivered, self.epoch)
+            return int(max(0.0, grown)) + self.tmpfs_added
         return int(min(self.growth * self.left, self.copyable)) + self.tmpfs_added
 
     @property
@@ -254,8 +264,91 @@ class Projection(NamedTuple):
         return int(fixed + (self.projected - fixed) * workers / self.workers)
 
 
-def project(pools: Sequence[Sequence[Reading]], epoch: int | None) -> Projection | None:
-    """The ``Projection`` of each pool's readings (in order); None when no pool has a reading."""
+class Saturation(NamedTuple):
+    """Copy-on-write growth that saturates: what ``workers`` forked workers copy of the main process's pages.
+
+    A worker writes the reference count of every Python object it reads, so it copies each page that
+    holds a record it read (pytorch/pytorch#13246); it copies a page once, and no more than the main
+    process's pages. A worker that has read a fraction ``x`` of the records, in a shuffled order, has
+    copied a page holding ``k`` records unless it missed all ``k``: ``per_worker x (1 - (1 - x)^k)``.
+    PSS (Documentation/filesystems/proc.rst: a page shared by n processes counts 1/n in each) sums to
+    the physical memory, so the loader's anonymous PSS grows by one page per page copied, whoever copies it.
+    """
+
+    per_worker: float  # bytes: what one worker copies once it has read every record (the touched pages)
+    k: float  # records per page copied (effective: pages of different kinds hold different counts)
+    workers: int  # workers sharing an epoch's records, each reading 1/workers of them
+    fitted: bool  # True: the windows showed the growth slowing; False: not seen, per_worker is the bound
+    bound: float  # bytes: the most a worker could copy (``bound_of``)
+    bound_of: str = "the main process's anonymous memory"  # what ``bound`` is, for the message
+
+    def copied(self, samples: float, epoch: int) -> float:
+        """Bytes the workers have copied after ``samples`` of an ``epoch`` of records, shared out among them."""
+        x = min(1.0, samples / (self.workers * epoch))
+        return self.workers * self.per_worker * -math.expm1(self.k * math.log1p(-x)) if x < 1 else \
+            self.workers * self.per_worker
+
+
+# The records per page tried by the fit: 1 (a record's pages its own) to 10,000 (tiny records packed densely).
+_KS = tuple(10 ** (i / 16) for i in range(65))
+# Readings are whole pages and a main process's batches come and go: within this many bytes per reading a fit
+# is not told apart from another, and the larger projection of the two is kept.
+_NOISE = 2**20
+
+
+def fit(pools: Sequence[Sequence[Reading]], epoch: int, workers: int, bound: float) -> Saturation | None:
+    """The ``Saturation`` that best fits the workers' copies against the samples each pool delivered.
+
+    Method: a page a worker copies is its own, so the sum of the workers' ``Private_Dirty`` grows by each
+    page copied (and by what they allocate, a constant per pool once they run). Each pool's workers start
+    from the main process's pages, so every pool is one draw of the same curve:
+    ``dirty = offset(pool) + workers per_worker (1 - (1 - s / (workers epoch))^k)``. For each
+    ``k`` on a log grid (``_KS``), ``per_worker`` and the pools' offsets are a linear least-squares fit,
+    ``per_worker`` held to [0, ``bound``]. Windows that read too few records for the copies to slow
+    (``k x`` small) fit a straight line as well as a curve: among the fits within ``_NOISE`` of the best,
+    the one projecting the most is kept, which is ``bound`` where the windows show no slowing, and
+    ``fitted`` says whether the slowing was seen (the bound's fit is worse than the best by more than the noise).
+    None: fewer than two readings, no workers or no epoch.
+    """
+    import numpy as np  # a runtime dependency already; here so that importing this module stays cheap
+
+    rows = [p for p in pools if len(p) >= 2]
+    if not rows or workers < 1 or not epoch or bound <= 0:
+        return None
+    samples = np.array([r.delivered for p in rows for r in p], dtype=float)
+    anon = np.array([sum(w.private_dirty for w in r.workers) for p in rows for r in p], dtype=float)
+    which = np.array([i for i, p in enumerate(rows) for _ in p])
+    offsets = np.eye(len(rows))[which]
+    x = np.minimum(samples / (workers * epoch), 1.0)
+
+    def solve(k: float, fixed: float | None = None) -> tuple[float, float]:
+        curve = workers * -np.expm1(k * np.log1p(-np.minimum(x, 1 - 1e-12)))
+        if fixed is None:
+            coef, *_ = np.linalg.lstsq(np.column_stack([offsets, curve]), anon, rcond=None)
+            per = float(min(max(coef[-1], 0.0), bound))
+        else:
+            per = fixed
+        rest, *_ = np.linalg.lstsq(offsets, anon - per * curve, rcond=None)
+        return per, float(np.sum((anon - offsets @ rest - per * curve) ** 2))
+
+    fits = [(k, *solve(k)) for k in _KS]
+    best = min(sse for _, _, sse in fits)
+    tolerance = best + len(anon) * _NOISE ** 2
+    close = [Saturation(per, k, workers, False, bound) for k, per, sse in fits if sse <= tolerance]
+    chosen = max(close, key=lambda s: s.copied(epoch, epoch) - s.copied(float(samples.max()), epoch))
+    # Seen saturating: holding a worker's copies at the bound fits no k within the noise, and the readings are
+    # more than the unknowns (a pool of two readings fits every k exactly).
+    at_bound = min(solve(k, bound)[1] for k in _KS)
+    return chosen._replace(fitted=len(anon) > len(rows) + 1 and at_bound > tolerance)
+
+
+def project(pools: Sequence[Sequence[Reading]], epoch: int | None, footprint: int | None = None) -> Projection | None:
+    """The ``Projection`` of each pool's readings (in order); None when no pool has a reading.
+
+    With workers and an epoch the growth to come is the fitted ``Saturation`` (``fit``), each worker at
+    most copying the dataset's ``footprint`` (bytes building it took in the main process; at least what a
+    worker was seen to copy) or, unknown, the main process's anonymous memory at its pool's first reading;
+    else the median growth per sample over the samples left, at most ``copyable``."""
     pools = [p for p in pools if p]
     if not pools:
         return None
@@ -273,9 +366,22 @@ def project(pools: Sequence[Sequence[Reading]], epoch: int | None) -> Projection
         worker_growth += sum(w.pss_anon for w in last.workers) - sum(w.pss_anon for w in first.workers)
     peaks = tuple(max(r.held for r in readings) for readings in pools)
     at_peak = max((r for readings in pools for r in readings), key=lambda r: r.held)
-    return Projection(max(peaks), peaks, statistics.median(slopes) if slopes else 0.0, at_peak.delivered,
+    growth = statistics.median(slopes) if slopes else 0.0
+    cow = None
+    if at_peak.workers and epoch and growth > 0:
+        bound = min(p[0].main.anonymous for p in pools)
+        of = "the main process's anonymous memory"
+        if footprint is not None:
+            seen = max((w.private_dirty - w0.private_dirty for p in pools for w0, w in zip(p[0].workers, p[-1].workers)),
+                       default=0)
+            if max(footprint, seen) < bound:
+                bound, of = max(footprint, seen), "what building the dataset took in the main process"
+        cow = fit(pools, epoch, len(at_peak.workers), bound)
+        cow = cow._replace(bound_of=of) if cow is not None else None
+    return Projection(max(peaks), peaks, growth, at_peak.delivered,
                       epoch, at_peak.copyable, worker_growth > max(0, main_growth), at_peak.main.pss,
-                      len(at_peak.workers), at_peak.tmpfs, statistics.median(tmpfs_slopes) if tmpfs_slopes else 0.0)
+                      len(at_peak.workers), at_peak.tmpfs, statistics.median(tmpfs_slopes) if tmpfs_slopes else 0.0,
+                      cow)
 
 
 class Limit(NamedTuple):
@@ -307,6 +413,23 @@ def limit(holding: int) -> Limit | None:
     return Limit(host, f"the host's available memory and what the loader holds; {above}")
 
 
+def _copies(projection: Projection) -> str:
+    """What the message says of the workers' copies to come: the fitted saturation, or the bound and why."""
+    size, cow = cgroup_memory.readable, projection.cow
+    if cow is None:
+        if projection.epoch and projection.growth * projection.epoch > projection.copyable:
+            return (f", at most {size(projection.copyable)} more as every worker copies all the main process's "
+                    f"anonymous memory")
+        return ""
+    to_come = size(projection.added - projection.tmpfs_added)
+    if cow.fitted:
+        return (f"; copy-on-write fitted on the windows: each worker copies {size(int(cow.per_worker))} once it "
+                f"has read a record on each page ({cow.k:.0f} records a page), {to_come} more by the epoch's end")
+    return (f"; the workers' growth not seen slowing in these windows: each copies at most "
+            f"{size(int(cow.per_worker))} of {size(int(cow.bound))}, {cow.bound_of}, {to_come} more by the "
+            f"epoch's end")
+
+
 def measurements(projection: Projection | None, workers: int, prefetch: Any, method: str,
                  the_limit: Limit | None = None) -> list[Measurement]:
     """``memory_peak`` and ``memory_headroom`` from ``projection``; ``the_limit`` defaults to ``limit(peak)``."""
@@ -328,11 +451,15 @@ def measurements(projection: Projection | None, workers: int, prefetch: Any, met
         over = (f"{size(projection.projected)} projected over one epoch of {projection.epoch:,} samples at "
                 f"num_workers {workers}, prefetch_factor {prefetch} ({size(projection.peak)} measured after "
                 f"{projection.delivered:,} samples, +{format_value(projection.growth, 'B')} per sample"
-                + (f", at most {size(projection.copyable)} more as every worker copies all the main process's "
-                   f"anonymous memory" if projection.growth * projection.epoch > projection.copyable else "")
+                + _copies(projection)
                 + (f"; {size(projection.tmpfs)} of it files on tmpfs, +{format_value(projection.tmpfs_growth, 'B')} "
                    f"per sample" if on_tmpfs else "") + ")")
     headroom = 100.0 * (the_limit.bytes - projection.projected) / the_limit.bytes
+    if headroom < 0 and projection.cow is not None and not projection.cow.fitted and projection.added > 0:
+        hint_more = ("; these windows read too few samples to see the copies slow, so the projection is an upper "
+                     "bound: a longer duration reads more and tightens it")
+    else:
+        hint_more = ""
     reason = f"{over}, against {size(the_limit.bytes)} ({the_limit.what})"
     hint = ""
     if projection.tmpfs_added >= max(BLAMED_GROWTH * projection.peak, projection.added / 2):
@@ -345,7 +472,7 @@ def measurements(projection: Projection | None, workers: int, prefetch: Any, met
                 f"counts dirty every page touched, so memory grows with workers and samples read, not batch size; "
                 f"pytorch/pytorch#13246): hold the Dataset's records in numpy arrays or Arrow instead of Python "
                 f"lists of dicts or strings, lower num_workers ({workers}), and keep persistent_workers off, "
-                f"so each epoch's fresh workers drop the copies")
+                f"so each epoch's fresh workers drop the copies" + hint_more)
     elif headroom < 0:
         hint = (f"the loader alone is projected past the {size(the_limit.bytes)} it may use: lower num_workers "
                 f"({workers}), prefetch_factor ({prefetch}) or batch_size, or raise the pod's memory limit")

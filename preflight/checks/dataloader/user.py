@@ -25,6 +25,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import operator
+import os
 from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 
 from preflight.checks import usercode
@@ -41,6 +42,8 @@ class Job(NamedTuple):
     count_samples: Count | None  # the job's count of a batch's samples (``theirs``); None: ours (``batching``)
     sampler: Any = None  # the job's sampler (``sampler``: its factory called with the dataset); None: shuffle's
     loader: Any = None  # the job's own DataLoader (``loader``), measured as it is; None: one built from the options
+    footprint: int | None = None  # bytes of anonymous memory building the dataset took here: what a worker could
+    # copy of it (``memory.Saturation.bound``); None: not read (no smaps_rollup)
 
 
 class Uncountable(Exception):
@@ -56,9 +59,14 @@ def build(options: Mapping[str, Any]) -> Job:
     """
     import torch.utils.data
 
+    from preflight.checks.dataloader import memory
+
     spec = options["dataset"]
+    before = memory.rollup(os.getpid())
     dataset = usercode.call(spec, "dataset", options["dataset_args"], torch.utils.data.Dataset,
                             "a torch.utils.data.Dataset or IterableDataset")
+    after = memory.rollup(os.getpid())
+    footprint = max(0, after.anonymous - before.anonymous) if before is not None and after is not None else None
     if not isinstance(dataset, torch.utils.data.IterableDataset) and not hasattr(dataset, "__len__"):
         raise UserCodeError("dataset", f"{spec}(**dataset_args) returned a map-style {type(dataset).__name__} without "
                             f"__len__, which a DataLoader's sampler needs: define __len__, or subclass IterableDataset")
@@ -66,7 +74,7 @@ def build(options: Mapping[str, Any]) -> Job:
     counting = options["count_samples"]
     sampler = _sampler(options, dataset) if options.get("sampler") else None
     return Job(dataset, collate, theirs(usercode.load(counting, "count_samples"), counting) if counting else None,
-               sampler)
+               sampler, footprint=footprint)
 
 
 def _sampler(options: Mapping[str, Any], dataset: Any) -> Any:
