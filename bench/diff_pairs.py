@@ -1,6 +1,6 @@
 """`preflight diff --fail-on 10%` on back-to-back runs of one node under load: unchanged pairs pass, a halved volume fails.
 
-Usage: python3 bench/diff_pairs.py [--pairs 10] [--rate 80] [--busy 2] [--per-class 100] [--keep DIR] [--dir DIR]
+Usage: python3 bench/diff_pairs.py [--pairs 10] [--rate 30] [--busy 2] [--per-class 100] [--keep DIR] [--dir DIR]
        (as root: it makes a loop device, mounts it, makes two blkio cgroups and drops the page cache)
 
 Issue 35 case 2: two back-to-back runs of an unchanged node at load 5-6 gave ``storage.small_files worse
@@ -107,7 +107,7 @@ def diff(old: str, new: str) -> tuple[int, list[str], str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=10, help="rounds (one unchanged and one halved pair each)")
-    parser.add_argument("--rate", type=float, default=80, help="the read throttle in MB/s (halved: half of it)")
+    parser.add_argument("--rate", type=float, default=30, help="the read throttle in MB/s (halved: half of it)")
     parser.add_argument("--busy", type=int, default=2, help="`yes > /dev/null` processes for the whole bench")
     parser.add_argument("--per-class", type=int, default=100, help=f"files in each of the {CLASSES} class folders")
     parser.add_argument("--keep", help="a directory to copy every run's JSON report into (round-N-{A,B,H}.json)")

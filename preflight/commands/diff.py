@@ -1,8 +1,13 @@
-"""``preflight diff OLD.json NEW.json``: every metric of two runs side by side, each change judged against its noise.
+"""``preflight diff OLD.json NEW.json``: every metric of two runs side by side, each change judged against the noise
+between runs.
 
 Prints a table (metric, old, new, ratio, what the change is) and a closing count. Exit 1 when
 ``--fail-on N%`` is given and a judged metric regressed beyond its noise by more than N%, as
-``pytest-benchmark compare --fail`` does; else 0. A file that is missing or not a preflight
+``pytest-benchmark compare --fail`` does; else 0. The noise is that of two runs, not of one:
+three standard deviations of their difference, from the metric's run-to-run CV measured on a
+busy node (``report.noise.RUN_TO_RUN``, each with its source), each run's repeats and both runs'
+samples (``report.noise.band`` has the formula). Judged are rates, latencies and any metric the
+user gated; a fact (no threshold and no rate) is shown, never judged. A file that is missing or not a preflight
 report is one ``preflight: error:`` line and exit 2 (raised as UsageError to the CLI's boundary).
 """
 

@@ -80,18 +80,23 @@ def band(metric_id: str, old_samples: Sequence[float], new_samples: Sequence[flo
          runs: Sequence[Sequence[float]] = ()) -> float:
     """The relative change (0.31 for 31%) within which two runs' values of ``metric_id`` differ by chance.
 
-    Method, a difference of two runs' figures against the spread between runs: each run's figure
-    varies from run to run by a CV ``f``, the larger of the metric's floor (``floor``: measured on a
-    busy node) and the CV of each run's own repeats (``runs``: a report of ``repeats: N`` holds its N
-    figures, a direct measure of this node's spread between runs); and its own samples leave it
-    uncertain by ``standard_error`` (CV / sqrt(n), 0 for one sample). The difference of two
-    independent runs then has the relative standard deviation
+    Method, a difference of two runs' figures against the spread between runs. Each run's figure
+    varies from one run to the next by a CV, the largest of:
 
-        sigma = sqrt(2 f^2 + se_old^2 + se_new^2)
+    - the metric's floor (``floor``): the run-to-run CV measured for it on a busy node, which holds
+      the run's own sampling error too;
+    - the CV of the run's own repeats (``runs``: a report of ``repeats: N`` holds its N figures, a
+      direct measure of this node's spread between runs);
+    - its samples' standard error (``standard_error``: CV / sqrt(n)), where they are that uncertain.
+
+    The difference of two independent runs then has the relative standard deviation
+
+        sigma = sqrt(v_old^2 + v_new^2),  v = max(floor, CV of repeats, standard error)
 
     and a change beyond ``SIGMAS`` (3) sigma is one that chance gives an unchanged node about once in
     740 comparisons in the worse direction (normal spread). The one-run spread alone (the samples' CV)
     misses the drift between runs on a busy node: issue 35's -19% of ``small_files`` with ±5%.
     """
-    f = max([floor(metric_id).cv] + [cv(figures) for figures in runs])
-    return SIGMAS * math.sqrt(2 * f * f + standard_error(old_samples) ** 2 + standard_error(new_samples) ** 2)
+    between = max([floor(metric_id).cv] + [cv(figures) for figures in runs])
+    old, new = (max(between, standard_error(samples)) for samples in (old_samples, new_samples))
+    return SIGMAS * math.sqrt(old * old + new * new)
