@@ -44,14 +44,16 @@ share of the duration that pays for its start and warm-up too; in each, warm-up 
 then samples/s over repeated time windows (as MLPerf Storage/DLIO report samples/s after the
 first steps). The loader is never restarted: the pass's end stops the windows; an IterableDataset or
 tar shards are one stream read by one pool. A file that fails to read (EIO) or decode is counted in
-``unreadable_samples`` and named, and the pass goes on. The figure is the pools' mean and ``samples`` holds each pool's rate: a pool's
+``unreadable_samples`` and named, and the pass goes on. The figure is the pools' samples over their windows' time
+(``loop.time_weighted``; a window ends on a whole round of the workers' batches) and ``samples`` holds each pool's
+rate; a later pool the pass ends in before its second window holds the pass's tail and is not counted. A pool's
 rate can depend on where its workers started, as a job's does each epoch; where pools cost
 more than their share, fewer are measured, as the method and a warning say. With
 ``step_time``, a second phase emulates the GPU (``loop``) and reports accelerator
 utilization as MLPerf Storage defines it; it, and the raw reads of ``decode: image``, take
 an equal share of the duration. With ``samples_per_gpu``, the throughput is also
 reported as a share of the required rate (``required``), with the arithmetic shown.
-Before any worker starts, one batch of the job's is loaded in the main process and its shared-memory bytes
+Before any worker starts, one batch of the job's is loaded as num_workers 0 loads it and its shared-memory bytes
 projected to the batches the job holds in flight, against /dev/shm's free space (``shared_memory``): where they
 would not fit, no pool is started (its workers would die with a bus error, as the job's would) and the row says
 the ``--shm-size`` or ``sizeLimit`` to set and the batch_size that would fit.
@@ -160,8 +162,8 @@ OPTIONS = (
            "5 % of the best samples/s", ignored_with=IN_THE_LOADER),
     Option("worker_pools", "int", 8, "fresh worker pools measured in turn, each in an equal share of duration that "
            "pays for its start and warm-up too (pools that do not fit are left out, as the method and a warning "
-           "say); the figures are their mean (a pool's rate can hang on where its workers started, as an epoch's "
-           "does)", minimum=1),
+           "say); the figures are their samples over their measured time (a pool's rate can hang on where its "
+           "workers started, as an epoch's does)", minimum=1),
     Option("max_files", "int", 10000, "files under path to read, taken in turn from every folder (the walk "
            "stops there, and after 4x as many entries, and the figures say so), so walk time and memory stay "
            "bounded", minimum=1,
@@ -224,7 +226,7 @@ METRICS = (
            hint="the loader's tasks leave {measured} of the pids limit: raise pids.max (Docker --pids-limit, "
            "Kubernetes podPidsLimit) or lower num_workers"),
     Metric("shm_needed", "B", False, "shared memory (/dev/shm) the job's loader holds at its peak: one batch loaded "
-           "in the main process before any worker starts (its tensors' storage bytes, as torch's workers send them "
+           "as num_workers 0 loads it (in a child process) before any worker starts (its tensors' storage bytes, as torch's workers send them "
            "through shared memory) x the batches in flight, prefetch_factor x num_workers (torch's "
            "_MultiProcessingDataLoaderIter) + 1 the training loop holds without pin_memory; the job's num_workers "
            "and prefetch_factor, whatever the run's pools use; not with the files under path (their batches are "

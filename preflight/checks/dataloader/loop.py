@@ -37,6 +37,20 @@ class Window(NamedTuple):
     samples_per_s: float
     mb_per_s: float
     utilization_pct: float  # emulated compute time / wall time, 100 when step_time is 0
+    seconds: float = 0.0  # the window's wall time: a pool's and a run's rate weigh windows by it (``time_weighted``)
+
+
+def time_weighted(rates: Sequence[float], seconds: Sequence[float]) -> float:
+    """The mean of ``rates`` weighted by the ``seconds`` each was measured over: total samples / total time, the
+    rate a loop reading through all of them sees. The plain mean where no time is known (every weight 0).
+
+    A plain mean of window rates runs high where windows hold few whole steps of unequal length (the mean of
+    count / time over varying times exceeds count / mean time), and gives a pool's few batches at the pass's end
+    the weight of a whole pool's."""
+    total = sum(seconds)
+    if total <= 0:
+        return sum(rates) / len(rates)
+    return sum(rate * s for rate, s in zip(rates, seconds)) / total
 
 
 class EmptyLoader(ValueError):
@@ -105,6 +119,7 @@ class BatchPuller:
         self.epochs_ended = 0  # epochs read to their end: every sample (every shard) reached ``count``
         self.batches = self.samples_total = self.bytes_total = 0  # delivered so far, warm-up included
         self.spent = False  # the pass ended: every sample this loader will deliver was delivered
+        self.round_steps = 1  # a window's steps are a multiple of this: the workers' round (``window``)
 
     def close(self) -> None:
         """End this loader's workers now and wait for them, as torch does when an epoch ends.
@@ -154,8 +169,14 @@ class BatchPuller:
         return self.spent
 
     def window(self, seconds: float) -> Window:
-        """Steps until at least ``seconds`` of wall time, whole steps only; where the pass ends first, the steps
-        it held (``Spent`` when it held none)."""
+        """Steps until at least ``seconds`` of wall time, in whole rounds of ``round_steps`` steps; where the pass
+        ends first, the steps it held (``Spent`` when it held none).
+
+        torch's DataLoader hands batch i to worker i mod num_workers and yields them in that order, so workers
+        reading at one pace deliver their batches in bunches, one from each. A window that began after a bunch's
+        last batch and ended at the next bunch's first would miss num_workers - 1 batches of its time: ending on
+        a whole round puts both ends at the same place in the bunch (a 2-worker pool behind an 88 MB/s throttle
+        read 0.82x its rate over 4-batch windows that ended anywhere; issue 32 case 5)."""
         start = self.clock()
         count = size = steps = 0
         while True:
@@ -168,7 +189,7 @@ class BatchPuller:
             self._compute()
             count, size, steps = count + samples, size + nbytes, steps + 1
             elapsed = self.clock() - start
-            if elapsed >= seconds:
+            if elapsed >= seconds and steps % self.round_steps == 0:
                 return self._rate(count, size, steps, elapsed)
 
     def ended_early(self) -> None:
@@ -178,7 +199,7 @@ class BatchPuller:
     def _rate(self, count: int, size: int, steps: int, elapsed: float) -> Window:
         elapsed = max(elapsed, 1e-9)
         utilization = 100.0 * steps * self.step_time_s / elapsed if self.step_time_s else 100.0
-        return Window(count / elapsed, size / elapsed / 1e6, min(100.0, utilization))
+        return Window(count / elapsed, size / elapsed / 1e6, min(100.0, utilization), elapsed)
 
     def _compute(self) -> None:
         if self.step_time_s:
@@ -187,6 +208,7 @@ class BatchPuller:
 
 class Taken(list):  # the Windows, and why sampling stopped
     stopped = ""
+    whole_pass = False  # the pass ended inside the warm-up: one window over all of it, the workers' start included
 
 
 def windows(puller: BatchPuller, workers: int, budget: Budget, min_windows: int = 5) -> Taken:
@@ -201,6 +223,7 @@ def windows(puller: BatchPuller, workers: int, budget: Budget, min_windows: int 
     included, as the job's first epoch of so few samples would see it.
     """
     began = puller.clock()
+    puller.round_steps = max(1, workers)  # the warm-up is whole rounds too: every window starts at a round's end
     try:
         puller.skip(workers * WARMUP_BATCHES_PER_WORKER)
     except Spent as spent:
@@ -225,7 +248,7 @@ def _whole_pass(puller: BatchPuller, began: float, stopped: str) -> Taken:
     """One window over every batch ``puller`` delivered since ``began``: a pass too short for warm-up and windows."""
     puller.ended_early()
     taken = Taken([puller._rate(puller.samples_total, puller.bytes_total, puller.batches, puller.clock() - began)])
-    taken.stopped = stopped
+    taken.stopped, taken.whole_pass = stopped, True
     return taken
 
 
@@ -239,20 +262,26 @@ class Pools(NamedTuple):
     asked: int = 0  # worker_pools; more than len(rates) when the duration held fewer
     pool_s: float = 0.0  # the longest a pool took: its start, warm-up and windows
     spent: bool = False  # the pass over the data ended: the pools read every sample once between them
+    seconds: tuple[float, ...] = ()  # each pool's measured time, its windows' (``time_weighted``)
+    tail: int = 0  # samples of the pass's end that a fresh pool read inside its warm-up: not in the rate (``pooled``)
 
     @property
     def rate(self) -> float:
-        return sum(self.rates) / len(self.rates)
+        """samples/s over every pool's windows: their samples / their time (``time_weighted``)."""
+        return time_weighted(self.rates, self.seconds)
 
     @property
     def mb_rate(self) -> float:
-        return sum(self.mb_rates) / len(self.mb_rates)
+        """MB/s over every pool's windows, weighed as ``rate``."""
+        return time_weighted(self.mb_rates, self.seconds)
 
     @property
     def method(self) -> str:
+        tail = (f"; the pass's last {self.tail} samples, read by a fresh pool before its second window, not counted"
+                if self.tail else "")
         if self.spent and len(self.rates) < self.asked:
             return (f", mean of {len(self.rates)} fresh worker pools continuing one pass over the data (it ended "
-                    f"before {self.asked})" if len(self.rates) > 1 else ", one pass over the data")
+                    f"before {self.asked}){tail}" if len(self.rates) > 1 else f", one pass over the data{tail}")
         if len(self.rates) < self.asked:
             return f", mean of {len(self.rates)} of {self.asked} fresh worker pools"
         return f", mean of {len(self.rates)} fresh worker pools" if len(self.rates) > 1 else ""
@@ -288,12 +317,14 @@ def pooled(start_pool: Callable[[], BatchPuller], take: Callable[[BatchPuller, B
                  past 1.25 x duration                          (the rest would not fit: ``warning``)
             start the pool (DataLoader, workers)               its start comes out of its slot
             take(pool, what is left of the slot)               warm-up, then windows (``windows``)
+            stop, not counting the pool, if it is not the first and the pass ended before its second window
             stop if the pass ended, or its sampler handed out its last index (``handed_out``)
+        rate = every counted pool's samples / their windows' time            (``time_weighted``)
 
     A pool's rate can depend on state fixed when its workers start (which CPUs they land on,
     beside the main process or not): a one-worker loader on this project's 2-CPU machine ran at
     about 9,500 or 6,500 samples/s for a whole run. One pool is one draw of that state; the
-    mean of several is what a job sees whose DataLoader restarts its workers every epoch
+    rate over several is what a job sees whose DataLoader restarts its workers every epoch
     (torch's default, ``persistent_workers=False``), and its run-to-run variation shrinks with
     the square root of the pool count. Each pool's rate is kept in ``samples``, so a node where
     pools differ shows the spread. Starting and warming pools costs time that the duration pays
@@ -303,11 +334,15 @@ def pooled(start_pool: Callable[[], BatchPuller], take: Callable[[BatchPuller, B
     A pool closed at its slot's end leaves the indices its workers were sent and had not delivered (its
     prefetch) taken from the pass; where they were the pass's last, a next pool's sampler would begin a
     second pass, a reread (``PassSampler._again``): so no pool starts once ``handed_out()`` says the pass's
-    sampler has handed out every index, and the last pool, still running, delivers the rest.
+    sampler has handed out every index, and the last pool, still running, delivers the rest. Where the
+    pass ends before a later pool's second window, that pool holds the pass's tail: inside its warm-up,
+    a few batches and a worker start the job's one epoch does not pay again; in its first window, batches
+    its workers had read ahead during the warm-up, delivered at once (one such pool read 12,485 samples/s
+    beside pools at 790 behind an 88 MB/s throttle). It is left out of the rate, and the method says so.
     """
     slot, began = budget.duration_s / pools, clock()
-    rates, mb_rates = [], []
-    puller, taken, pool_s = None, Taken(), 0.0
+    rates, mb_rates, seconds, tail, stopped = [], [], [], 0, ""
+    puller, pool_s = None, 0.0
     for index in range(pools):
         if index and clock() - began + pool_s > OVERRUN * budget.duration_s:
             break
@@ -319,9 +354,17 @@ def pooled(start_pool: Callable[[], BatchPuller], take: Callable[[BatchPuller, B
         left = max(0.0, slot - (clock() - pool_began))
         taken = take(puller, budget._replace(duration_s=left), max(2, -(-5 // pools)))
         pool_s = max(pool_s, clock() - pool_began)
-        rates.append(sum(w.samples_per_s for w in taken) / len(taken))  # windows of equal length
-        mb_rates.append(sum(w.mb_per_s for w in taken) / len(taken))
+        if index and (taken.whole_pass or puller.spent and len(taken) == 1):  # the pass's tail (``_tail``)
+            tail = puller.samples_total
+            stopped = f"the pass over the data ended, {tail} samples into a fresh pool"
+            break
+        stopped = taken.stopped
+        window_s = [w.seconds for w in taken]
+        rates.append(time_weighted([w.samples_per_s for w in taken], window_s))
+        mb_rates.append(time_weighted([w.mb_per_s for w in taken], window_s))
+        seconds.append(sum(window_s))
         if puller.spent or handed_out():  # the pass is read or handed out: a further pool would read it again
             break
     spent = puller is not None and (puller.spent or handed_out())
-    return Pools(tuple(rates), tuple(mb_rates), taken.stopped, puller, pools, pool_s, spent)  # type: ignore[arg-type]
+    return Pools(tuple(rates), tuple(mb_rates), stopped, puller, pools, pool_s, spent,  # type: ignore[arg-type]
+                 tuple(seconds), tail)

@@ -53,16 +53,44 @@ def test_warm_up_batches_never_land_in_a_window():
     # 10 samples and 1 MB per 1/64 s: exactly 640 samples/s and 64 MB/s in every window
     assert all(w.samples_per_s == 640.0 and w.mb_per_s == 64.0 for w in taken)
     assert all(w.utilization_pct == 100.0 for w in taken)  # no emulated step: AU is not measured
-    # the 6 warm-up steps (6/64 s) come out of the duration: an eighth of the 2.5 s left is 0.3125 s, 20 steps
-    assert loader.served == 6 + 20 * len(taken)
+    # the 6 warm-up steps (6/64 s) come out of the duration: an eighth of the 2.5 s left is 0.3125 s, 20 steps,
+    # and a window ends on a whole round of the 3 workers' batches: 21 steps
+    assert loader.served == 6 + 21 * len(taken)
 
 
 def test_a_window_ends_on_the_step_that_crosses_its_length_and_reports_utilization():
     clock = Clock()
     loader = Scripted(clock, warmup=0, samples=4, nbytes=400, step_s=0.25)
     window = BatchPuller(loader, clock=clock).window(1.0)
-    assert window == Window(4 * 4 / 1.0, 4 * 400 / 1.0 / 1e6, 100.0)
+    assert window == Window(4 * 4 / 1.0, 4 * 400 / 1.0 / 1e6, 100.0, seconds=1.0)
     assert loader.served == 4
+
+
+class Bunched(Scripted):
+    """``workers`` workers reading at one pace: each round, their batches arrive together, every ``step_s`` x workers."""
+
+    def __init__(self, clock: Clock, workers: int, samples: int, step_s: float):
+        super().__init__(clock, warmup=0, samples=samples, step_s=step_s)
+        self.workers = workers
+
+    def __iter__(self):
+        for index in itertools.count():
+            if index % self.workers == 0:  # the round's first batch waits for all of them; the rest are ready
+                self.clock.now += self.step_s * self.workers
+            self.served += 1
+            yield self.samples, self.nbytes
+
+
+def test_windows_end_on_a_whole_round_of_the_workers_so_bunched_batches_are_not_cut_off():
+    """Issue 32 case 5: 2 workers behind an 88 MB/s throttle deliver their batches in pairs. Windows of 0.1 s began
+    after a pair and ended at the next pair's first batch, missing one batch of their time: 0.82x the throttle's
+    rate in every pool. Ending each window on a whole round of the workers' batches makes the rate exact."""
+    clock = Clock()
+    loader = Bunched(clock, workers=2, samples=64, step_s=0.08125)  # a batch of 64 per worker every 0.1625 s
+    taken = windows(BatchPuller(loader, clock=clock), 2, Budget(1.0, 60.0), min_windows=3)
+    assert len(taken) >= 3
+    assert all(w.samples_per_s == pytest.approx(64 / 0.08125) for w in taken)  # 787.7 samples/s, every window
+    assert all(w.seconds == pytest.approx(2 * 0.08125 * round(w.seconds / (2 * 0.08125))) for w in taken)
 
 
 def test_an_emulated_step_time_counts_as_compute_in_the_utilization(monkeypatch):
@@ -149,6 +177,47 @@ def test_pools_report_the_mean_of_their_rates_not_the_median():
     assert pools.stopped == "stopped at 400.0" and pools.last is started[-1] and len(started) == 3
     assert shares == [(Budget(1.0, 60.0), 2)] * 3  # an equal share each (starting took no time), at least 2 windows
     assert pools.method == ", mean of 3 fresh worker pools" and pools.shortfall() == ""
+
+
+def test_pools_and_windows_are_weighed_by_their_time_as_total_samples_over_total_time():
+    """A mean of window rates runs high where windows differ in length (1 s at 100 and 3 s at 300 samples/s is 1,000
+    samples in 4 s: 250, not 200), and a short pool weighs as much as a long one."""
+    times = iter([(1.0, 3.0), (4.0,)])
+
+    def take(puller, share, min_windows):
+        spans = next(times)
+        return Taken([Window(100.0 * s, 10.0 * s, 100.0, s) for s in spans])
+
+    pools = pooled(lambda: BatchPuller([]), take, Budget(3.0, 60.0), 2, clock=Clock())
+    assert pools.rates == (250.0,  400.0) and pools.seconds == (4.0, 4.0)
+    assert pools.rate == 325.0 and pools.mb_rate == 32.5  # (1,000 + 1,600 samples) / 8 s
+
+
+@pytest.mark.parametrize("inside_warm_up", [True, False])
+def test_a_later_pool_that_the_pass_ends_before_its_second_window_is_the_pass_s_tail_and_is_not_counted(inside_warm_up):
+    """Issue 32 case 5, behind an 88 MB/s throttle: the pass's last batch read by a fresh pool inside its warm-up (its
+    workers' start included) came in at 1,627 samples/s, and in its first window (batches read ahead in the warm-up,
+    delivered at once) at 12,485, beside pools at 500-800: the job's epoch starts its workers once."""
+    started = []
+
+    def start_pool():
+        started.append(BatchPuller([]))
+        started[-1].samples_total = 64 * len(started)
+        return started[-1]
+
+    def take(puller, share, min_windows):
+        if len(started) < 3:
+            return Taken([Window(800.0, 80.0, 100.0, 0.5)])
+        puller.spent = True
+        tail = Taken([Window(1627.0, 162.7, 100.0, 0.1)])
+        tail.whole_pass, tail.stopped = inside_warm_up, "the pass over the data ended after 5 batches"
+        return tail
+
+    pools = pooled(start_pool, take, Budget(4.0, 60.0), 8, clock=Clock())
+    assert len(started) == 3 and pools.rates == (800.0, 800.0) and pools.rate == 800.0
+    assert pools.tail == 192 and pools.stopped == "the pass over the data ended, 192 samples into a fresh pool"
+    assert pools.method == (", mean of 2 fresh worker pools continuing one pass over the data (it ended before 8); the "
+                            "pass's last 192 samples, read by a fresh pool before its second window, not counted")
 
 
 def test_a_pools_rate_is_the_mean_of_its_windows_and_one_pool_takes_five():
