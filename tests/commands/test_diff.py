@@ -49,6 +49,7 @@ def test_band_is_three_sigma_of_two_runs_from_the_floor_and_both_runs_samples():
     wide = [500.0, 1500.0, 1000.0, 800.0, 1200.0]
     assert noise.cv(wide) == pytest.approx(0.3808, abs=1e-4)  # sample stdev (n - 1) 380.8 over mean 1000
     assert noise.standard_error(wide) == pytest.approx(0.3808 / math.sqrt(5), abs=1e-4)
+    assert noise.standard_error([224.0, 339.0]) == 0  # two pools: too few to say how unsure their mean is
     assert noise.standard_error(STEADY) < floor.cv < noise.standard_error(wide)  # each run: the larger of the two
     assert noise.band("storage.seq_read", STEADY, wide) == pytest.approx(
         3 * math.sqrt(floor.cv ** 2 + noise.standard_error(wide) ** 2))
