@@ -1,4 +1,4 @@
-"""`preflight diff --fail-on 10%` on back-to-back runs of one node under load: unchanged pairs pass, a halved volume fails.
+"""`preflight diff --fail-on 10%` on back-to-back runs of a loaded node: unchanged pairs pass, a halved volume fails.
 
 Usage: python3 bench/diff_pairs.py [--pairs 10] [--rate 30] [--busy 2] [--per-class 100] [--keep DIR] [--dir DIR]
        (as root: it makes a loop device, mounts it, makes two blkio cgroups and drops the page cache)

@@ -1,4 +1,4 @@
-"""``preflight diff``: two runs' JSON reports, every metric in both, each change judged against the noise between runs."""
+"""``preflight diff``: two runs' JSON reports, every metric in both, each change against the noise between runs."""
 
 from __future__ import annotations
 
