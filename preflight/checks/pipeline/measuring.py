@@ -199,12 +199,19 @@ class Feed:
         return samples
 
     def settle(self) -> None:
-        """Step, untimed, through the batches the workers prefetched while the model ran alone.
+        """Take, untimed, the batches the workers prefetched while the model ran alone, then step ``prefetched``
+        times untimed on new ones.
 
-        A job's loader never pauses, so its queue is empty in steady state; after an alone window it is full,
-        and a fed window started then would count up to ``prefetched`` batches it never waited for (a throttled
-        one-worker loader measured 93 samples/s where it can make 50).
+        A job's loader never pauses, so a slow one's queue is empty in steady state; after an alone window it is
+        full, and a fed window started then would count up to ``prefetched`` batches it never waited for (a
+        throttled one-worker loader measured 93 samples/s where it can make 50). Those batches are taken without
+        training on them: stepping on them gave the workers the steps' time to make the next ones, which the
+        window then found ready (2 workers at 2 ms a sample: 850 samples/s where a training loop gets 725,
+        bench/pipeline_vs_loop.py). The untimed steps after them are the loop's: a fast loader's workers refill
+        its queue there, as they do beside a job's steps, and a slow one's queue is empty when the window starts.
         """
+        for _ in range(self.prefetched):
+            self._next()
         for _ in range(self.prefetched):
             self()
 

@@ -94,6 +94,33 @@ def test_input_bound_on_the_cpu_is_the_fed_windows_measured_wait_not_what_the_wo
     assert input_bound(pairs, fed, "cuda:0").value == 50.0  # the same windows judged by the GPU's rule
 
 
+def test_settling_takes_the_prefetched_batches_without_training_on_them_then_steps_on_new_ones():
+    from preflight.checks.dataloader.source import Counted, Loader
+    from preflight.checks.pipeline import measuring
+
+    handed: list[int] = []  # the batches the loader gave, by number
+    stepped: list[int] = []  # which batch was the latest handed out at each training step
+
+    def batches():
+        number = 0
+        while True:
+            number += 1
+            handed.append(number)
+            yield [number]
+
+    def step(inputs=None) -> int:
+        stepped.append(handed[-1])
+        return 1
+
+    loader = Loader("m", 2, None, None, lambda: Counted(batches(), lambda batch: (len(batch), 0)))
+    feed = measuring.Feed(loader, step, (3, 8, 8), prefetched=4)  # type: ignore[arg-type]  # 2 workers x 2
+    feed.settle()
+    # the 4 batches made while the model ran alone (1-4) are taken untrained: stepping on them would give the
+    # workers that time to make the window's first batches ahead; then 4 untimed steps, each on a new batch
+    assert handed == list(range(1, 9)) and stepped == [5, 6, 7, 8]
+    assert feed() == 1 and stepped[-1] == 9  # the window's first step trains on the next batch
+
+
 def test_a_window_counts_what_its_step_says_it_waited_and_the_feed_counts_only_its_wait_for_the_batch(monkeypatch):
     from types import SimpleNamespace
 
