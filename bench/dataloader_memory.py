@@ -1,6 +1,6 @@
 """The dataloader check's memory figures against /proc read by hand, and its epoch projection against a real epoch.
 
-Usage: python3 bench/dataloader_memory.py [--records 300000] [--workers 2] [--windows 4] [--numpy]
+Usage: python3 bench/dataloader_memory.py [--records 300000] [--workers 2] [--windows 4] [--window-s 0.3] [--numpy]
 
 Builds the classic case, a map-style Dataset holding a Python list of small dicts (or, with
 ``--numpy``, the same records in numpy arrays), and pulls it through a DataLoader (shuffled, batch
@@ -75,9 +75,12 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=300_000)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--windows", type=int, default=4)
+    parser.add_argument("--window-s", type=float, default=0.3, help="seconds per window")
     parser.add_argument("--numpy", action="store_true", help="the records in numpy arrays, not a list of dicts")
     args = parser.parse_args()
+    before = memory.rollup(os.getpid())
     dataset = (Arrays if args.numpy else Records)(args.records)
+    footprint = memory.rollup(os.getpid()).anonymous - before.anonymous  # as the check reads it (user.build)
     loader = torch.utils.data.DataLoader(dataset, batch_size=64, shuffle=True, num_workers=args.workers)
     watch = memory.Watch()
     puller = watch.puller(loader, lambda batch: (len(batch[0]), 0))
@@ -85,7 +88,7 @@ def main() -> int:
     worst = 0.0
     print(f"{'samples':>9} {'check PSS':>10} {'smaps PSS':>10} {'diff':>6} {'ps RSS':>9}")
     for _ in range(args.windows):
-        puller.window(0.3)
+        puller.window(args.window_s)
         reading = puller.readings[-1]
         pids = [os.getpid()] + [p.pid for p in puller.iterator._workers]
         by_hand = sum(smaps_pss(pid) for pid in pids)
@@ -93,7 +96,7 @@ def main() -> int:
         worst = max(worst, abs(diff))
         print(f"{reading.delivered:>9,} {reading.pss / MiB:>8.1f}Mi {by_hand / MiB:>8.1f}Mi {diff:>+6.1%} "
               f"{ps_rss(pids) / MiB:>7.1f}Mi")
-    projection = memory.project(watch.pools, len(dataset))
+    projection = memory.project(watch.pools, len(dataset), footprint)
     puller.watching = False
     real, at = 0, 0
     while puller.delivered < len(dataset):  # the rest of the epoch, its PSS read every 64 batches
@@ -107,7 +110,8 @@ def main() -> int:
     cow = projection.cow
     how = ("no growth to fit" if cow is None else
            f"fitted: {cow.per_worker / MiB:.0f} MiB per worker at saturation, {cow.k:.0f} records per page"
-           if cow.fitted else f"not seen saturating: bound of {cow.per_worker / MiB:.0f} MiB per worker")
+           if cow.fitted else f"not seen slowing: up to {cow.per_worker / MiB:.0f} MiB per worker, of a bound of "
+           f"{cow.bound / MiB:.0f} MiB ({cow.bound_of})")
     print(f"projected {projection.projected / MiB:.0f} MiB over the epoch of {len(dataset):,} samples "
           f"({projection.peak / MiB:.0f} MiB after {projection.delivered:,}, +{projection.growth:.0f} B per sample; "
           f"{how}); real epoch's peak {real / MiB:.0f} MiB after {at:,} samples")

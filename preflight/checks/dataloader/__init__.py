@@ -210,9 +210,10 @@ METRICS = (
     Metric("memory_headroom", "%", True, "share of the memory the job may use (the tighter of the cgroup's "
            "memory.max / memory.limit_in_bytes / v1 hierarchical_memory_limit, v2 memory.high where lower, and "
            "MemAvailable) left free by the "
-           "loader's memory projected to one epoch of len(dataset) samples: the peak plus its anonymous growth per "
-           "sample delivered, at most every worker copying the main process's memory (copy-on-write, "
-           "pytorch/pytorch#13246), plus its tmpfs files per sample; < 0 means an OOM kill",
+           "loader's memory projected to one epoch of len(dataset) samples: the peak plus the workers' copy-on-write "
+           "copies to come (pytorch/pytorch#13246), fitted on the windows as they slow (each worker copies a page "
+           "once), at most every worker copying what building the dataset took, plus its tmpfs files per sample; "
+           "< 0 means an OOM kill",
            hint="the loader's memory, projected to one epoch, leaves {measured} of the limit: lower num_workers or "
            "prefetch_factor, or raise the pod's memory limit", about_data=True),
     Metric("pids_available", "", True, "tasks (processes and threads) the job's loader may hold, read before it "
@@ -226,9 +227,9 @@ METRICS = (
            hint="the loader's tasks leave {measured} of the pids limit: raise pids.max (Docker --pids-limit, "
            "Kubernetes podPidsLimit) or lower num_workers"),
     Metric("shm_needed", "B", False, "shared memory (/dev/shm) the job's loader holds at its peak: one batch loaded "
-           "as num_workers 0 loads it (in a child process) before any worker starts (its tensors' storage bytes, as torch's workers send them "
-           "through shared memory) x the batches in flight, prefetch_factor x num_workers (torch's "
-           "_MultiProcessingDataLoaderIter) + 1 the training loop holds without pin_memory; the job's num_workers "
+           "as num_workers 0 loads it (in a child process) before any worker starts (its tensors' storage bytes, as "
+           "torch's workers send them through shared memory) x the batches in flight, prefetch_factor x num_workers "
+           "(torch's _MultiProcessingDataLoaderIter) + 1 the training loop holds without pin_memory; the job's num_workers "
            "and prefetch_factor, whatever the run's pools use; not with the files under path (their batches are "
            "counts, not data)"),
     Metric("shm_headroom", "%", True, "share of /dev/shm's free space (statvfs f_bavail) left at shm_needed; "
