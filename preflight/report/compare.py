@@ -1,4 +1,4 @@
-"""Report layer: two runs' JSON reports side by side, metric by metric, each change judged against its own noise.
+"""Report layer: two runs' JSON reports side by side, metric by metric, each change judged against their noise.
 
 Reads what ``json_report`` writes (schema 1): one node's report or a fleet's. A fleet's
 results are named by node as ``report.merge.on_node`` names them (``storage.seq_read[node1]``),
@@ -8,7 +8,7 @@ time, or two nodes side by side.
 
 A change is *beyond noise* when the new value differs from the old by more than the metric's
 band (``noise.band``: three standard deviations of the difference between two runs, from the
-metric's run-to-run floor measured on a busy node, each run's repeats and both runs' samples). Judged are the
+metric's measured run-to-run floor, each run's repeats and both runs' samples). Judged are the
 performance metrics (a measured rate or latency, ``Metric.is_performance``) and any numeric
 metric the user gated (a threshold in either run, such as ``throughput_vs_required``), in the
 direction its threshold or the metric says is better; a fact (no threshold and no rate: a count,
