@@ -27,6 +27,7 @@ metric's run-to-run CV over the full-rate runs next to the floor ``preflight dif
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -35,7 +36,6 @@ import sys
 import tempfile
 import textwrap
 import time
-import json
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
