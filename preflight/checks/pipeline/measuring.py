@@ -118,7 +118,8 @@ def shares(pairs: Sequence[tuple[Window, Window]], device: str) -> tuple[float, 
 
     On a GPU, ``100 x (1 - fed / alone)`` samples/s: the loader's workers run on the CPUs, so the step's device
     time fed is its time alone, and what a fed step takes beyond it the device spent idle (a host wait that the
-    device's queued work covers is not counted). On the CPU the device is the cores the workers use too: a fed
+    device's queued work covers is not counted: a host clock there said 60 % waiting where the GPU waited 10 %,
+    lightly-ai/lightly-train#749). On the CPU the device is the cores the workers use too: a fed
     step runs slower than alone because they take CPU, not because it waits, and ``1 - fed / alone`` counted that
     as waiting (54 % where the training loop's own wait was 8 %, bench/pipeline_vs_loop.py). There every op is
     synchronous, so the share is what the fed steps measured: the host time in the loader's next batch and its
