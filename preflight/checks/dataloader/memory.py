@@ -37,12 +37,12 @@ The limit is the tighter of the cgroup's (``memory.max`` / ``memory.limit_in_byt
 
 from __future__ import annotations
 
-import math
 import os
 import statistics
 from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
+from preflight.checks.dataloader.cow import Saturation, fit
 from preflight.checks.dataloader.loop import BatchPuller, Window
 from preflight.host import cgroup_memory, hostmem
 from preflight.host import pids as pids_limit
@@ -269,84 +269,6 @@ class Projection(NamedTuple):
         return int(fixed + (self.projected - fixed) * workers / self.workers)
 
 
-class Saturation(NamedTuple):
-    """Copy-on-write growth that saturates: what ``workers`` forked workers copy of the main process's pages.
-
-    A worker writes the reference count of every Python object it reads, so it copies each page that
-    holds a record it read (pytorch/pytorch#13246); it copies a page once, and no more than the main
-    process's pages. A worker that has read a fraction ``x`` of the records, in a shuffled order, has
-    copied a page holding ``k`` records unless it missed all ``k``: ``per_worker x (1 - (1 - x)^k)``.
-    PSS (Documentation/filesystems/proc.rst: a page shared by n processes counts 1/n in each) sums to
-    the physical memory, so the loader's anonymous PSS grows by one page per page copied, whoever copies it.
-    """
-
-    per_worker: float  # bytes: what one worker copies once it has read every record (the touched pages)
-    k: float  # records per page copied (effective: pages of different kinds hold different counts)
-    workers: int  # workers sharing an epoch's records, each reading 1/workers of them
-    fitted: bool  # True: the windows showed the growth slowing; False: not seen, per_worker is the bound
-    bound: float  # bytes: the most a worker could copy (``bound_of``)
-    bound_of: str = "the main process's anonymous memory"  # what ``bound`` is, for the message
-
-    def copied(self, samples: float, epoch: int) -> float:
-        """Bytes the workers have copied after ``samples`` of an ``epoch`` of records, shared out among them."""
-        x = min(1.0, samples / (self.workers * epoch))
-        return self.workers * self.per_worker * -math.expm1(self.k * math.log1p(-x)) if x < 1 else \
-            self.workers * self.per_worker
-
-
-# The records per page tried by the fit: 1 (a record's pages its own) to 10,000 (tiny records packed densely).
-_KS = tuple(10 ** (i / 16) for i in range(65))
-# Readings are whole pages and a main process's batches come and go: within this many bytes per reading a fit
-# is not told apart from another, and the larger projection of the two is kept.
-_NOISE = 2**20
-
-
-def fit(pools: Sequence[Sequence[Reading]], epoch: int, workers: int, bound: float) -> Saturation | None:
-    """The ``Saturation`` that best fits the workers' copies against the samples each pool delivered.
-
-    Method: a page a worker copies is its own, so the sum of the workers' ``Private_Dirty`` grows by each
-    page copied (and by what they allocate, a constant per pool once they run). Each pool's workers start
-    from the main process's pages, so every pool is one draw of the same curve:
-    ``dirty = offset(pool) + workers per_worker (1 - (1 - s / (workers epoch))^k)``. For each
-    ``k`` on a log grid (``_KS``), ``per_worker`` and the pools' offsets are a linear least-squares fit,
-    ``per_worker`` held to [0, ``bound``]. Windows that read too few records for the copies to slow
-    (``k x`` small) fit a straight line as well as a curve: among the fits within ``_NOISE`` of the best,
-    the one projecting the most is kept, which is ``bound`` where the windows show no slowing, and
-    ``fitted`` says whether the slowing was seen (the bound's fit is worse than the best by more than the noise).
-    None: fewer than two readings, no workers or no epoch.
-    """
-    import numpy as np  # a runtime dependency already; here so that importing this module stays cheap
-
-    rows = [p for p in pools if len(p) >= 2]
-    if not rows or workers < 1 or not epoch or bound <= 0:
-        return None
-    samples = np.array([r.delivered for p in rows for r in p], dtype=float)
-    anon = np.array([sum(w.private_dirty for w in r.workers) for p in rows for r in p], dtype=float)
-    which = np.array([i for i, p in enumerate(rows) for _ in p])
-    offsets = np.eye(len(rows))[which]
-    x = np.minimum(samples / (workers * epoch), 1.0)
-
-    def solve(k: float, fixed: float | None = None) -> tuple[float, float]:
-        curve = workers * -np.expm1(k * np.log1p(-np.minimum(x, 1 - 1e-12)))
-        if fixed is None:
-            coef, *_ = np.linalg.lstsq(np.column_stack([offsets, curve]), anon, rcond=None)
-            per = float(min(max(coef[-1], 0.0), bound))
-        else:
-            per = fixed
-        rest, *_ = np.linalg.lstsq(offsets, anon - per * curve, rcond=None)
-        return per, float(np.sum((anon - offsets @ rest - per * curve) ** 2))
-
-    fits = [(k, *solve(k)) for k in _KS]
-    best = min(sse for _, _, sse in fits)
-    tolerance = best + len(anon) * _NOISE ** 2
-    close = [Saturation(per, k, workers, False, bound) for k, per, sse in fits if sse <= tolerance]
-    chosen = max(close, key=lambda s: s.copied(epoch, epoch) - s.copied(float(samples.max()), epoch))
-    # Seen saturating: holding a worker's copies at the bound fits no k within the noise, the readings are more than
-    # the unknowns (a pool of two readings fits every k exactly), and the copies kept are clearly under the bound.
-    at_bound = min(solve(k, bound)[1] for k in _KS)
-    return chosen._replace(fitted=len(anon) > len(rows) + 1 and at_bound > tolerance and chosen.per_worker < 0.9 * bound)
-
-
 def project(pools: Sequence[Sequence[Reading]], epoch: int | None, footprint: int | None = None) -> Projection | None:
     """The ``Projection`` of each pool's readings (in order); None when no pool has a reading.
 
@@ -476,7 +398,8 @@ def measurements(projection: Projection | None, workers: int, prefetch: Any, met
         hint = (f"each worker copies the Dataset's pages as it reads them (copy-on-write: Python objects' reference "
                 f"counts dirty every page touched, so memory grows with workers and samples read, not batch size; "
                 f"pytorch/pytorch#13246): hold the Dataset's records in numpy arrays or Arrow instead of Python "
-                f"lists of dicts or strings, lower num_workers ({workers}), and keep persistent_workers off, "
+                f"lists of dicts or strings (or pickled into one numpy buffer with their offsets, as detectron2's "
+                f"NumpySerializedList does), lower num_workers ({workers}), and keep persistent_workers off, "
                 f"so each epoch's fresh workers drop the copies" + hint_more)
     elif headroom < 0:
         hint = (f"the loader alone is projected past the {size(the_limit.bytes)} it may use: lower num_workers "
