@@ -179,9 +179,11 @@ class Watch:
         self.last: Watched | None = None
         self.projection: Projection | None = None
         self.limit: Limit | None = None
+        self.persistent = False  # the loader keeps its workers from one epoch to the next (persistent_workers)
 
     def puller(self, loader: Any, count: Any) -> Watched:
         """A ``Watched`` puller over ``loader`` (a fresh pool), its readings recorded here."""
+        self.persistent = bool(getattr(loader, "persistent_workers", False))
         self.last = Watched(loader, count=count, main_pid=os.getpid())
         self.pools.append(self.last.readings)
         return self.last
@@ -195,7 +197,7 @@ class Watch:
         if self.last is not None:
             self.last.watching = False
             self.last = None  # the pool is not kept alive here
-        self.projection = project(self.pools, epoch, footprint)
+        self.projection = project(self.pools, epoch, footprint, self.persistent)
         self.limit = limit(self.projection.peak) if self.projection is not None else None
         return measurements(self.projection, workers, prefetch, method, self.limit)
 
@@ -235,6 +237,7 @@ class Projection(NamedTuple):
     tmpfs: int = 0  # bytes: files on tmpfs in the peak (``Reading.tmpfs``)
     tmpfs_growth: float = 0.0  # bytes of them per sample delivered (median over the intervals, >= 0)
     cow: Saturation | None = None  # the copy-on-write growth fitted on the windows; None: a straight line
+    persistent: bool = False  # the workers live on from epoch to epoch (persistent_workers): their copies add up
 
     @property
     def left(self) -> int:
@@ -251,7 +254,10 @@ class Projection(NamedTuple):
         """Bytes the rest of the epoch adds to the peak: the workers' copies still to come (``Saturation``), or
         without workers or an epoch the growth per sample over the samples left, at most ``copyable``."""
         if self.cow is not None and self.epoch:
-            grown = self.cow.copied(self.epoch, self.epoch) - self.cow.copied(self.delivered, self.epoch)
+            # Persistent workers read another share of the records each epoch and keep what they copied: in the
+            # end each holds every page (pytorch/pytorch#62066: RAM stepping up at later epochs).
+            end = self.epoch * (self.cow.workers if self.persistent else 1)
+            grown = self.cow.copied(end, self.epoch) - self.cow.copied(self.delivered, self.epoch)
             return int(max(0.0, grown)) + self.tmpfs_added
         return int(min(self.growth * self.left, self.copyable)) + self.tmpfs_added
 
@@ -269,13 +275,15 @@ class Projection(NamedTuple):
         return int(fixed + (self.projected - fixed) * workers / self.workers)
 
 
-def project(pools: Sequence[Sequence[Reading]], epoch: int | None, footprint: int | None = None) -> Projection | None:
+def project(pools: Sequence[Sequence[Reading]], epoch: int | None, footprint: int | None = None,
+            persistent: bool = False) -> Projection | None:
     """The ``Projection`` of each pool's readings (in order); None when no pool has a reading.
 
     With workers and an epoch the growth to come is the fitted ``Saturation`` (``fit``), each worker at
     most copying the dataset's ``footprint`` (bytes building it took in the main process; at least what a
     worker was seen to copy) or, unknown, the main process's anonymous memory at its pool's first reading;
-    else the median growth per sample over the samples left, at most ``copyable``."""
+    else the median growth per sample over the samples left, at most ``copyable``. ``persistent``: the workers
+    live on from epoch to epoch, so the copies are projected to every worker's holding every page it can copy."""
     pools = [p for p in pools if p]
     if not pools:
         return None
@@ -308,7 +316,7 @@ def project(pools: Sequence[Sequence[Reading]], epoch: int | None, footprint: in
     return Projection(max(peaks), peaks, growth, at_peak.delivered,
                       epoch, at_peak.copyable, worker_growth > max(0, main_growth), at_peak.main.pss,
                       len(at_peak.workers), at_peak.tmpfs, statistics.median(tmpfs_slopes) if tmpfs_slopes else 0.0,
-                      cow)
+                      cow, persistent)
 
 
 class Limit(NamedTuple):
@@ -349,12 +357,13 @@ def _copies(projection: Projection) -> str:
                     f"anonymous memory")
         return ""
     to_come = size(projection.added - projection.tmpfs_added)
+    by = ("once each has read every record (persistent_workers keeps the copies from one epoch to the next)"
+          if projection.persistent else "by the epoch's end")
     if cow.fitted:
         return (f"; copy-on-write fitted on the windows: each worker copies {size(int(cow.per_worker))} once it "
-                f"has read a record on each page ({cow.k:.0f} records a page), {to_come} more by the epoch's end")
+                f"has read a record on each page ({cow.k:.0f} records a page), {to_come} more {by}")
     return (f"; the workers' growth not seen slowing in these windows: each copies at most "
-            f"{size(int(cow.per_worker))} of {size(int(cow.bound))}, {cow.bound_of}, {to_come} more by the "
-            f"epoch's end")
+            f"{size(int(cow.per_worker))} of {size(int(cow.bound))}, {cow.bound_of}, {to_come} more {by}")
 
 
 def measurements(projection: Projection | None, workers: int, prefetch: Any, method: str,
@@ -375,7 +384,8 @@ def measurements(projection: Projection | None, workers: int, prefetch: Any, met
     if projection.epoch is None:
         over = "no epoch to project (synthetic samples or no __len__): the measured peak"
     else:
-        over = (f"{size(projection.projected)} projected over one epoch of {projection.epoch:,} samples at "
+        over = (f"{size(projection.projected)} projected over "
+                f"{'the epochs' if projection.persistent else 'one epoch'} of {projection.epoch:,} samples at "
                 f"num_workers {workers}, prefetch_factor {prefetch} ({size(projection.peak)} measured after "
                 f"{projection.delivered:,} samples, +{format_value(projection.growth, 'B')} per sample"
                 + _copies(projection)

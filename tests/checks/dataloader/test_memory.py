@@ -296,3 +296,20 @@ def test_a_memory_high_below_the_limit_is_what_the_loader_may_use_without_being_
     assert memory.limit(0) == Limit(2 << 30, "the cgroup memory limit")
     monkeypatch.setattr(memory.cgroup_memory, "memory_limit", lambda: None)
     assert memory.limit(0).bytes == 3 << 30
+
+
+def test_persistent_workers_keep_their_copies_so_each_is_projected_to_hold_every_page():
+    # pytorch/pytorch#62066: with persistent_workers the RAM steps up at later epochs. A fresh pool per epoch drops its
+    # copies (each worker reads half the records: all but 0.5^40 of its pages); persistent workers read the other
+    # half next epoch and end with every page, whatever k is: with few records a page the two differ most.
+    epoch = 1_000_000
+    pools = [saturating(150, 3, epoch, range(50_000, 650_000, 100_000))]
+    fresh, persistent = project(pools, epoch), project(pools, epoch, persistent=True)
+    assert fresh.cow.fitted and persistent.cow == fresh.cow
+    assert fresh.projected == pytest.approx((500 + 2 * (20 + 150 * (1 - 0.5 ** 3))) * MiB, rel=0.03)
+    assert persistent.projected == pytest.approx((500 + 2 * (20 + 150)) * MiB, rel=0.03)
+    _, headroom = memory.measurements(persistent, 2, 2, "m", Limit(800 * MiB, "the cgroup memory limit"))
+    assert " MiB projected over the epochs of 1,000,000 samples at num_workers 2" in headroom.reason
+    assert "more once each has read every record (persistent_workers keeps the copies from one epoch to the next)" \
+           in headroom.reason, headroom.reason
+    assert "keep persistent_workers off" in headroom.hint
