@@ -229,9 +229,9 @@ METRICS = (
     Metric("shm_needed", "B", False, "shared memory (/dev/shm) the job's loader holds at its peak: one batch loaded "
            "as num_workers 0 loads it (in a child process) before any worker starts (its tensors' storage bytes, as "
            "torch's workers send them through shared memory) x the batches in flight, prefetch_factor x num_workers "
-           "(torch's _MultiProcessingDataLoaderIter) + 1 the training loop holds without pin_memory; the job's num_workers "
-           "and prefetch_factor, whatever the run's pools use; not with the files under path (their batches are "
-           "counts, not data)"),
+           "(torch's _MultiProcessingDataLoaderIter) + 1 the training loop holds without pin_memory; the job's "
+           "num_workers and prefetch_factor, whatever the run's pools use; not with the files under path (their "
+           "batches are counts, not data)"),
     Metric("shm_headroom", "%", True, "share of /dev/shm's free space (statvfs f_bavail) left at shm_needed; "
            "`{min: 0 %}` means the job's batches in flight fit; below, its workers die with a bus error or \"unable "
            "to write to file </torch_...>\" (pytorch/pytorch#5040, #2244), and preflight starts no worker pool",

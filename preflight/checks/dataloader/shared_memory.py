@@ -10,8 +10,9 @@ file </torch_...>"), pytorch/pytorch#5040, #2244. Docker's and Kubernetes' defau
 
 Method::
 
-    batch    = one batch of the job's loader (its Dataset, sampler, collate_fn), loaded in the main process
-               (num_workers 0) before any worker starts, so the measuring cannot die of what it measures
+    batch    = one batch of the job's loader (its Dataset, sampler, collate_fn), loaded as num_workers 0 loads it,
+               before any worker starts, so the measuring cannot die of what it measures (in a child process
+               started as the job's workers are: the Dataset in the main process stays as the workers find it)
     bytes    = sum over the batch's distinct tensor storages of nbytes, each rounded up to a 4 KiB page
                (tmpfs holds whole pages), scaled to batch_size where the batch came short
     in flight = prefetch_factor x num_workers          torch/utils/data/dataloader.py,
@@ -72,7 +73,8 @@ def batch_bytes(batch: Any) -> int:
 
 def in_flight(workers: int, prefetch: int | None, pinned: bool) -> int:
     """Batches held in /dev/shm at once: ``prefetch x workers`` sent ahead (torch's ``_MultiProcessingDataLoaderIter``
-    keeps that many indices outstanding), + 1 the training loop holds unless pinning copied it out; 0 without workers."""
+    keeps that many indices outstanding), + 1 the training loop holds unless pinning copied it out; 0 without
+    workers."""
     if workers <= 0:
         return 0
     return int(prefetch or 2) * workers + (0 if pinned else 1)
@@ -131,14 +133,23 @@ class Need(NamedTuple):
         return int(self.free // (per_sample * max(1, self.batches))) if per_sample else self.batch_size
 
     def fix(self) -> str:
-        """The size to set (what others hold on the mount stays held), and the batch size that would fit instead."""
+        """The size to set (what others hold on the mount stays held), and the settings that would fit instead: the
+        largest batch_size, the most workers (0: the main process loads, nothing passes through /dev/shm) and the
+        largest prefetch_factor at the job's workers, where one fits."""
         docker, kubernetes = shm_size(self.needed + max(0, self.size - self.free))
-        fits = self.largest_batch()
-        smaller = (f"; or lower batch_size to {fits}" if fits else "") + (" (or num_workers, prefetch_factor)"
-                                                                            if self.workers > 1 else "")
+        instead = []
+        if self.largest_batch():
+            instead.append(f"batch_size to {self.largest_batch()}")
+        most = max(n for n in range(self.workers) if self.fits(n))  # 0 always fits: nothing in flight
+        instead.append(f"num_workers to {most}" + (" (the main process loads: nothing passes through /dev/shm, "
+                                                   "nothing loads in parallel)" if not most else ""))
+        spare = self.free // self.batch - (0 if self.pinned else 1) if self.batch else 0
+        prefetch = min(int(self.prefetch or 2) - 1, spare // max(1, self.workers))
+        if prefetch >= 1:
+            instead.append(f"prefetch_factor to {prefetch}")
         return (f"start the container with --shm-size={docker}, or in Kubernetes mount an emptyDir with medium: "
-                f"Memory and sizeLimit: {kubernetes} at {SHM_DIR} (it counts against the pod's memory limit)"
-                f"{smaller}")
+                f"Memory and sizeLimit: {kubernetes} at {SHM_DIR} (it counts against the pod's memory limit); or "
+                f"lower {', '.join(instead[:-1]) + ' or ' + instead[-1] if len(instead) > 1 else instead[0]}")
 
     def why_not_started(self) -> str:
         """The reason the loader's other rows carry when its pools were not started (``short``)."""
@@ -148,8 +159,9 @@ class Need(NamedTuple):
 
     def rows(self, method: str) -> list[Measurement]:
         """``shm_needed`` (B) and ``shm_headroom`` (%), with the arithmetic and, where it does not fit, the fix."""
-        how = (f"one batch loaded in the main process before any worker started: {_size(self.batch)} of tensor "
-               f"storages (as torch's workers put them in shared memory), x {self.arithmetic()} "
+        how = (f"one batch loaded as num_workers 0 loads it (in a child process) before any worker started: "
+               f"{_size(self.batch)} of tensor storages (as torch's workers put them in shared memory), x "
+               f"{self.arithmetic()} "
                f"(torch's _MultiProcessingDataLoaderIter keeps prefetch_factor x num_workers batches outstanding); "
                f"statvfs of {self.where}; {method}")
         free = f"{_size(self.free)} free of {_size(self.size)} on {SHM_DIR}"
@@ -185,8 +197,7 @@ def need(options: Mapping[str, Any], source: Any, built: Any) -> Need | list[Mea
     workers, prefetch = built.workers, built.prefetch_factor
     nbytes = 0
     if workers:
-        batch, samples = first_batch(built)
-        nbytes = batch_bytes(batch)
+        nbytes, samples = first_batch(built)
         if samples and samples < batch_size:  # a dataset shorter than one batch: scaled to a full one
             nbytes = int(nbytes * batch_size / samples)
     return Need(nbytes, batch_size, workers, prefetch, pinned(options, source), fs.free_bytes, fs.size_bytes,
@@ -229,46 +240,76 @@ def pinned(options: Mapping[str, Any], source: Any) -> bool:
     return bool(wanted) and torch.cuda.is_available()
 
 
-def first_batch(built: Any) -> tuple[Any, int | None]:
-    """(one batch, the samples its batch sampler gave it or None) from ``built``'s loader, in this process.
+def first_batch(built: Any) -> tuple[int, int | None]:
+    """(bytes in shared memory, samples) of one batch of ``built``'s loader, loaded as ``num_workers=0`` loads it.
 
-    The loader object is made (``Loader.fresh``) but never iterated, so no worker starts; a DataLoader over its
-    Dataset, batch sampler and collate_fn with ``num_workers=0`` loads the batch. The batch sampler is the
-    pass's where the run has one (``dataset_pass``): the batch's samples are taken from it, not read twice.
+    The loader object is made (``Loader.fresh``) but never iterated, so no worker starts. Its batch sampler's first
+    index list is drawn here, so a run's pass (``dataset_pass``) moves past those samples and no later pool reads
+    them again; the samples are fetched and collated in a child process started as the job's workers are (its
+    ``multiprocessing_context``), as torch's ``_MapDatasetFetcher`` / ``_IterableDatasetFetcher`` do. In the child,
+    not here: a Dataset that opens a handle or draws a seed on its first ``__getitem__`` (h5py's lazy open) would
+    otherwise hand that state to every worker forked after it, as the job's main process never does. What the
+    job's code raises there is re-raised here with its traceback (torch's ``ExceptionWrapper``).
+
+    Raises:
+        RuntimeError: the child died before it answered (its exit code named), or what the job's code raised.
     """
+    import torch.multiprocessing
     import torch.utils.data
 
     loader = built.fresh().dataloader
-    sizes: list[int] = []
-    if loader.batch_sampler is not None and not isinstance(loader.dataset, torch.utils.data.IterableDataset):
-        probe = torch.utils.data.DataLoader(loader.dataset, batch_sampler=_Recording(loader.batch_sampler, sizes),
-                                            collate_fn=loader.collate_fn, num_workers=0)
-    else:
-        probe = torch.utils.data.DataLoader(loader.dataset, batch_size=loader.batch_size, drop_last=loader.drop_last,
-                                            collate_fn=loader.collate_fn, num_workers=0)
-    iterator = iter(probe)
+    batched = loader.batch_sampler is not None  # torch's _auto_collation
+    indices = None
+    if not isinstance(loader.dataset, torch.utils.data.IterableDataset):
+        drawn = next(iter(loader.batch_sampler if batched else loader.sampler), None)
+        if drawn is None:
+            return 0, 0
+        indices = list(drawn) if batched else [drawn]
+    context = loader.multiprocessing_context or torch.multiprocessing
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(target=_load, args=(loader.dataset, loader.collate_fn, indices, batched,
+                                                loader.batch_size, send), daemon=True)
+    child.start()
+    send.close()
     try:
-        batch = next(iterator)
-    except StopIteration:
-        return None, 0
+        answer = receive.recv()
+    except EOFError:
+        child.join()
+        raise RuntimeError(f"the process loading one batch to measure its shared memory died (exit code "
+                           f"{child.exitcode})") from None
     finally:
-        del iterator
-    return batch, (sizes[0] if sizes else None)
+        receive.close()
+    child.join()
+    if answer[0] == "raised":
+        answer[1].reraise()
+    return answer[1], answer[2]
 
 
-class _Recording:
-    """A batch sampler that records each index list's length as the DataLoader draws it."""
+def _load(dataset: Any, collate: Any, indices: list[Any] | None, batched: bool, batch_size: int | None,
+          answer: Any) -> None:
+    """In the child: fetch and collate one batch as torch's fetchers do, and send (bytes, samples) or the exception.
 
-    def __init__(self, batches: Any, sizes: list[int]) -> None:
-        self.batches, self.sizes = batches, sizes
+    One intra-op thread, as torch's ``_worker_loop`` sets in each worker: a child forked after the parent ran
+    a parallel op inherits an OpenMP pool whose threads it does not have, and its first parallel op waits on them
+    for ever (a 3x224x224 ``torch.zeros`` hung here)."""
+    import itertools
 
-    def __len__(self) -> int:
-        return len(self.batches)
+    import torch
+    from torch.utils.data._utils import ExceptionWrapper
 
-    def __iter__(self) -> Any:
-        for indices in self.batches:
-            self.sizes.append(len(indices))
-            yield indices
+    torch.set_num_threads(1)
+    try:
+        if indices is not None:
+            data = [dataset[i] for i in indices] if batched else dataset[indices[0]]
+        else:
+            stream = iter(dataset)
+            data = list(itertools.islice(stream, batch_size)) if batched else next(stream)
+        samples = len(data) if batched else None
+        answer.send(("measured", batch_bytes(collate(data)) if data is not None else 0, samples))
+    except BaseException:  # noqa: BLE001  the job's exception, sent back whole
+        answer.send(("raised", ExceptionWrapper(where="in the process loading one batch (num_workers 0)")))
+    finally:
+        answer.close()
 
 
 def _size(nbytes: float) -> str:

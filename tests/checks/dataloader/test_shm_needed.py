@@ -2,13 +2,17 @@
 
 The real case (issue 36): a 64 MiB tmpfs on /dev/shm (Docker's and Kubernetes' default) in a private mount
 namespace, a job whose samples are 3x224x224 float32 at batch 64 with 4 workers: the plain torch loop dies
-(bus error, ENOSPC, "unable to write to file </torch_...>"), and preflight fails the row first, with the size
-to set, and does not crash itself. With 1 GiB the same job passes.
+(ENOSPC, "unable to allocate shared memory(shm) for file </torch_...>", a bus error on older torch) or hangs
+(a worker's queue feeder thread fails to move a tensor there and the batch never comes: the loop waits for its
+DataLoader timeout), and preflight fails the row first, with the size to set, and does not crash itself. With
+1 GiB the same job passes. Public reports built as shapes below: MIC-DKFZ/nnUNet#294 (the tensors moved there at
+pickling, not by collate), idiap/ESLAM#20 (a mount others fill), bytedance/Protenix#2 (one worker still dies).
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -23,31 +27,40 @@ SAMPLE = 3 * 224 * 224 * 4  # bytes of one 3x224x224 float32 sample: 602,112
 BATCH = 64 * SAMPLE  # 38,535,168 bytes = 38.5 MB = 36.75 MiB
 LABELS = 4096  # the batch's 64 int64 labels: one page of their own segment
 IN_FLIGHT = 4 * 2 + 1  # 4 workers x prefetch_factor 2, + 1 the training loop holds (no pinning without CUDA)
+# What the plain loop says when /dev/shm runs out: torch 2.x's ENOSPC (from the worker's collate or, printed, from
+# its queue feeder thread), the older "unable to write to file", or the SIGBUS of a page past the mount's end.
+DIED = ("No space left on device", "unable to write to file", "Bus error")
 
-JOB = '''
+JOB = """
+import numpy
 import torch
 from torch.utils.data import Dataset
 
 
 class Images(Dataset):
-    """ImageNet-sized float32 samples and an int label, as a vision job's transforms return them."""
+    \"\"\"ImageNet-sized float32 samples and an int label, as a vision job's transforms return them.\"\"\"
 
-    def __init__(self, size=2048):
-        self.size = size
+    def __init__(self, size=2048, shape=(3, 224, 224)):
+        self.size, self.shape = size, shape
 
     def __len__(self):
         return self.size
 
     def __getitem__(self, index):
-        return torch.zeros(3, 224, 224), index % 1000
+        return torch.zeros(*self.shape), index % 1000
 
 
 def images(size=2048):
     return Images(size)
 
 
+def large():
+    \"\"\"3x512x512 float32 samples (3 MiB each), as a structure-prediction job's features (bytedance/Protenix#2).\"\"\"
+    return Images(256, (3, 512, 512))
+
+
 class Growing(Dataset):
-    """Samples of varying size: the first batch's are a few bytes, every later one's 3x224x224 float32."""
+    \"\"\"Samples of varying size: the first batch's are a few bytes, every later one's 3x224x224 float32.\"\"\"
 
     def __len__(self):
         return 2048
@@ -60,67 +73,102 @@ def growing():
     return Growing()
 
 
-def loader():
-    """The job's own DataLoader, as its training script builds it."""
-    return torch.utils.data.DataLoader(Images(), batch_size=64, num_workers=4, prefetch_factor=2, shuffle=True)
-'''
+class Cases(Dataset):
+    \"\"\"numpy samples, collated by the job's own function into tensors made with from_numpy (MIC-DKFZ/nnUNet#294).\"\"\"
 
-# The job's own loop, as it trains: its DataLoader with the same settings, each batch held while the next comes.
-PLAIN_LOOP = '''
+    def __len__(self):
+        return 2048
+
+    def __getitem__(self, index):
+        return numpy.zeros((3, 224, 224), numpy.float32)
+
+
+def cases():
+    return Cases()
+
+
+def stack(samples):
+    \"\"\"The job's collate_fn: a dict of a from_numpy tensor and the keys; torch moves the tensor to /dev/shm only
+    when the worker's queue pickles it (reduce_storage), in a feeder thread whose failure never reaches the loop.\"\"\"
+    return {"data": torch.from_numpy(numpy.stack(samples)), "keys": [str(i) for i in range(len(samples))]}
+
+
+def loader():
+    \"\"\"The job's own DataLoader, as its training script builds it.\"\"\"
+    return torch.utils.data.DataLoader(Images(), batch_size=64, num_workers=4, prefetch_factor=2, shuffle=True)
+"""
+
+# The job's own loop, as it trains: its DataLoader with the same settings, each batch held while the next comes. Its
+# timeout bounds the wait for a batch a worker could not send (the feeder thread's ENOSPC), which else is for ever.
+PLAIN_LOOP = """
 import sys
-import textwrap
 sys.path.insert(0, sys.argv[1])
 import torch
-from shmjob.data import images
+from shmjob import data
 
-loader = torch.utils.data.DataLoader(images(), batch_size=64, num_workers=4, prefetch_factor=2, shuffle=True)
-for step, (x, y) in enumerate(loader):
-    x.sum()
+factory, batch, workers, collate = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5:]
+loader = torch.utils.data.DataLoader(getattr(data, factory)(), batch_size=batch, num_workers=workers,
+                                     prefetch_factor=2, shuffle=True, timeout=30,
+                                     collate_fn=getattr(data, collate[0]) if collate else None)
+for step, batch in enumerate(loader):
+    pass
 print("epoch done", step + 1, "batches")
-'''
+"""
+
+
+def _config(tmp_path: Path, body: str) -> Path:
+    """A config of one dataloader instance over the job's package (written under ``tmp_path/src``) with ``body``."""
+    src = tmp_path / "src"
+    if not src.exists():
+        job_package(src, "shmjob", {"data": JOB})
+        (tmp_path / "loop.py").write_text(PLAIN_LOOP)
+    lines = f"python_path: [{src}]\nduration: 2s\nworker_pools: 1\npin_memory: false\n{textwrap.dedent(body)}"
+    return write_config(tmp_path, "version: 1\nchecks:\n  dataloader:\n" + textwrap.indent(lines, "    "))
 
 
 @pytest.fixture()
 def job(tmp_path: Path) -> Path:
-    """The job's package under ``tmp_path/src``, its plain loop and a config for its loader; returns the config."""
-    src = job_package(tmp_path / "src", "shmjob", {"data": JOB})
-    (tmp_path / "loop.py").write_text(PLAIN_LOOP)
-    return write_config(tmp_path, f"""
-        version: 1
-        checks:
-          dataloader:
-            dataset: "shmjob.data:images"
-            python_path: [{src}]
-            batch_size: 64
-            num_workers: 4
-            prefetch_factor: 2
-            pin_memory: false
-            duration: 2s
-            worker_pools: 1
-            shm_headroom: {{min: 0 %}}
+    """The config of the issue's job: 3x224x224 float32 samples, batch 64, 4 workers x prefetch_factor 2."""
+    return _config(tmp_path, """
+        dataset: "shmjob.data:images"
+        batch_size: 64
+        num_workers: 4
+        prefetch_factor: 2
+        shm_headroom: {min: 0 %}
         """)
 
 
-def _in_shm(size: str, job: Path) -> tuple[object, object]:
-    """(the plain loop's process, preflight's), both run on a fresh tmpfs of ``size`` at /dev/shm."""
-    root = job.parent
-    loop = in_mount_namespace(f"mount -t tmpfs -o size={size} tmpfs /dev/shm && "
-                              f"{sys.executable} {root / 'loop.py'} {root / 'src'}", timeout=300)
-    gate = in_mount_namespace(f"mount -t tmpfs -o size={size} tmpfs /dev/shm && "
-                              f"NO_COLOR=1 {sys.executable} -m preflight run -c {job} --json {root / 'r.json'}",
-                              timeout=300)
-    return loop, gate
+def _shm(size: str, before: str = "") -> str:
+    """Shell that mounts a fresh tmpfs of ``size`` at /dev/shm, then runs ``before`` (leftovers written there)."""
+    return f"mount -t tmpfs -o size={size} tmpfs /dev/shm && {before + ' && ' if before else ''}"
+
+
+def _loop(config: Path, size: str, *args: str, before: str = "") -> subprocess.CompletedProcess[str]:
+    """The plain loop (``PLAIN_LOOP``: factory, batch size, workers[, collate]) on a /dev/shm of ``size``."""
+    root = config.parent
+    return in_mount_namespace(_shm(size, before) + f"{sys.executable} {root / 'loop.py'} {root / 'src'} "
+                              + " ".join(args), timeout=300)
+
+
+def _gate(config: Path, size: str, before: str = "") -> tuple[subprocess.CompletedProcess[str], dict]:
+    """preflight's run of ``config`` on a /dev/shm of ``size``, and its results by id."""
+    report = config.parent / "r.json"
+    gate = in_mount_namespace(_shm(size, before) + f"NO_COLOR=1 {sys.executable} -m preflight run -c {config} "
+                              f"--json {report}", timeout=300)
+    assert "Traceback" not in gate.stderr + gate.stdout, gate.stderr
+    return gate, {r["id"]: r for r in json.loads(report.read_text())["results"]}
+
+
+def _died(loop: subprocess.CompletedProcess[str]) -> None:
+    said = loop.stderr + loop.stdout
+    assert loop.returncode != 0 and "epoch done" not in said, said
+    assert any(sign in said for sign in DIED), said[-2000:]
 
 
 def test_a_64_mib_shm_kills_the_plain_loop_and_preflight_fails_the_row_first_with_the_size_to_set(job):
-    loop, gate = _in_shm("64m", job)
-    died = loop.stderr + loop.stdout  # type: ignore[attr-defined]
-    assert loop.returncode != 0 and "epoch done" not in died, died  # type: ignore[attr-defined]
-    assert any(sign in died for sign in ("Bus error", "No space left on device", "unable to write to file")), died
-
-    assert gate.returncode == 1, gate.stderr  # type: ignore[attr-defined]
-    assert "Traceback" not in gate.stderr + gate.stdout  # type: ignore[attr-defined]
-    results = {r["id"]: r for r in json.loads((job.parent / "r.json").read_text())["results"]}
+    _died(_loop(job, "64m", "images", "64", "4"))
+    gate, results = _gate(job, "64m")
+    assert gate.returncode == 1, gate.stderr
     needed, headroom = results["dataloader.shm_needed"], results["dataloader.shm_headroom"]
     assert needed["value"] == IN_FLIGHT * (BATCH + LABELS)  # 9 x 38.5 MB = 346.9 MB = 330.8 MiB
     assert needed["message"] == "measured 330.8 MiB (no threshold); 64 MiB free of 64 MiB on /dev/shm"
@@ -128,26 +176,25 @@ def test_a_64_mib_shm_kills_the_plain_loop_and_preflight_fails_the_row_first_wit
     assert headroom["value"] == pytest.approx(100 * (64 * 2**20 - IN_FLIGHT * (BATCH + LABELS)) / (64 * 2**20))
     assert headroom["message"] == ("measured -416.9%, required >= 0% (330.8 MiB needed, 64 MiB free of 64 MiB on "
                                    "/dev/shm)")
-    # The batch size that causes it, the arithmetic, the size to set, and the batch size that fits (64 MiB over
-    # 9 batches of 602 kB samples: 12).
+    # The batch size that causes it, the arithmetic, the size to set, and what fits instead (64 MiB over 9 batches
+    # of 602 kB samples: 12; one worker's 3 batches of 36.75 MiB would not fit either).
     assert headroom["hint"] == (
         "batch_size 64 needs 330.8 MiB of /dev/shm in flight (9 batches of 36.75 MiB (64 samples): num_workers 4 x "
         "prefetch_factor 2 + 1 the training loop holds) and 64 MiB is free: the job's workers die with a bus error "
         "(or \"unable to write to file </torch_...>\"): start the container with --shm-size=512m, or in Kubernetes "
         "mount an emptyDir with medium: Memory and sizeLimit: 512Mi at /dev/shm (it counts against the pod's memory "
-        "limit); or lower batch_size to 12 (or num_workers, prefetch_factor)")
-    assert "one batch loaded in the main process before any worker started" in headroom["method"]
-    # No worker pool was started: the loader's other rows say why they have no figure.
-    assert "throughput" not in results  # no threshold on it here: its unmeasured row is not judged
-    completed = json.loads((job.parent / "r.json").read_text())
-    assert completed["exit_code"] == 1
+        "limit); or lower batch_size to 12 or num_workers to 0 (the main process loads: nothing passes through "
+        "/dev/shm, nothing loads in parallel)")
+    assert "one batch loaded as num_workers 0 loads it (in a child process) before any worker" in headroom["method"]
+    assert "dataloader.throughput" not in results  # no threshold on it here: its unmeasured row is not judged
+    assert json.loads((job.parent / "r.json").read_text())["exit_code"] == 1
 
 
 def test_a_big_enough_shm_passes_the_same_job_and_its_loop_ends(job):
-    loop, gate = _in_shm("1g", job)
-    assert loop.returncode == 0 and "epoch done 32 batches" in loop.stdout, loop.stderr  # type: ignore[attr-defined]
-    assert gate.returncode == 0, gate.stdout + gate.stderr  # type: ignore[attr-defined]
-    results = {r["id"]: r for r in json.loads((job.parent / "r.json").read_text())["results"]}
+    loop = _loop(job, "1g", "images", "64", "4")
+    assert loop.returncode == 0 and "epoch done 32 batches" in loop.stdout, loop.stderr
+    gate, results = _gate(job, "1g")
+    assert gate.returncode == 0, gate.stdout + gate.stderr
     assert results["dataloader.shm_needed"]["value"] == IN_FLIGHT * (BATCH + LABELS)
     assert results["dataloader.shm_headroom"]["verdict"] == "pass"
     assert results["dataloader.shm_headroom"]["value"] == pytest.approx(
@@ -155,12 +202,10 @@ def test_a_big_enough_shm_passes_the_same_job_and_its_loop_ends(job):
     assert results["dataloader.throughput"]["value"] > 0  # the pools ran: the loader's figures are measured
 
 
-def test_the_other_rows_say_why_no_pool_started_and_their_gate_fails_closed(job, tmp_path):
-    gated = job.read_text().replace("shm_headroom: {min: 0 %}", "throughput: {min: 1 samples/s}")
-    job.write_text(gated)
-    _, gate = _in_shm("64m", job)
-    assert gate.returncode == 1 and "Traceback" not in gate.stderr  # type: ignore[attr-defined]
-    results = {r["id"]: r for r in json.loads((tmp_path / "r.json").read_text())["results"]}
+def test_the_other_rows_say_why_no_pool_started_and_their_gate_fails_closed(job):
+    job.write_text(job.read_text().replace("shm_headroom: {min: 0 %}", "throughput: {min: 1 samples/s}"))
+    gate, results = _gate(job, "64m")
+    assert gate.returncode == 1
     throughput = results["dataloader.throughput"]
     assert throughput["verdict"] == "fail"
     assert throughput["message"].startswith(
@@ -168,8 +213,75 @@ def test_the_other_rows_say_why_no_pool_started_and_their_gate_fails_closed(job,
         "64 MiB free; its workers would die with a bus error, as the job's would, so no worker was started")
 
 
+# --- public reports of the same kind, built as shapes -----------------------------------------------------------
+
+
+def test_a_collate_of_from_numpy_tensors_hangs_the_plain_loop_and_is_projected_the_same(tmp_path):
+    """MIC-DKFZ/nnUNet#294, ostris/ai-toolkit#515: "unable to write to file </torch_...>" raised in reduce_storage,
+    in the worker's queue feeder thread: the tensor goes to /dev/shm when pickled, and the loop waits for ever."""
+    config = _config(tmp_path, """
+        dataset: "shmjob.data:cases"
+        collate_fn: "shmjob.data:stack"
+        batch_size: 64
+        num_workers: 4
+        prefetch_factor: 2
+        shm_headroom: {min: 0 %}
+        """)
+    loop = _loop(config, "64m", "cases", "64", "4", "stack")
+    _died(loop)
+    assert "DataLoader timed out after 30 seconds" in loop.stderr  # no batch came: the feeder's error never did
+    gate, results = _gate(config, "64m")
+    assert gate.returncode == 1
+    assert results["dataloader.shm_needed"]["value"] == IN_FLIGHT * BATCH  # the keys are strings: pickled, 0 bytes
+    assert results["dataloader.shm_headroom"]["verdict"] == "fail"
+
+
+def test_a_mount_others_fill_is_short_by_what_they_hold_and_the_size_to_set_keeps_it(tmp_path):
+    """idiap/ESLAM#20: "No space left on device (28)" where other work on the host holds /dev/shm: a 512 MiB mount
+    with 320 MiB left there by a job that died fits the issue's 331 MiB job no more than 64 MiB would."""
+    config = _config(tmp_path, """
+        dataset: "shmjob.data:images"
+        batch_size: 64
+        num_workers: 4
+        prefetch_factor: 2
+        shm_headroom: {min: 0 %}
+        """)
+    leftover = "dd if=/dev/zero of=/dev/shm/torch_4242_1_0 bs=1M count=320 status=none"
+    _died(_loop(config, "512m", "images", "64", "4", before=leftover))
+    gate, results = _gate(config, "512m", before=leftover)
+    assert gate.returncode == 1
+    headroom = results["dataloader.shm_headroom"]
+    assert headroom["verdict"] == "fail"
+    assert headroom["message"].endswith("(330.8 MiB needed, 192 MiB free of 512 MiB on /dev/shm)")
+    assert "--shm-size=1g" in headroom["hint"] and "sizeLimit: 1Gi" in headroom["hint"]  # 331 + 320 MiB held
+    assert "lower batch_size to 37, num_workers to 2 or prefetch_factor to 1" in headroom["hint"]
+
+
+def test_one_worker_still_dies_with_large_samples_and_the_fix_says_num_workers_0_or_the_batch_that_fits(tmp_path):
+    """bytedance/Protenix#2: "I tried --data.num_dl_worker 1, it didn't resolve the issue": one worker still holds
+    prefetch_factor batches and the loop one; 16 samples of 3x512x512 float32 (48 MiB a batch) x 3 > 64 MiB."""
+    config = _config(tmp_path, """
+        dataset: "shmjob.data:large"
+        batch_size: 16
+        num_workers: 1
+        prefetch_factor: 2
+        shm_headroom: {min: 0 %}
+        """)
+    _died(_loop(config, "64m", "large", "16", "1"))
+    gate, results = _gate(config, "64m")
+    assert gate.returncode == 1
+    per_batch = 16 * 3 * 512 * 512 * 4 + 4096  # 50,331,648 B of samples and a page of labels
+    assert results["dataloader.shm_needed"]["value"] == 3 * per_batch
+    hint = results["dataloader.shm_headroom"]["hint"]
+    assert "(3 batches of 48.01 MiB (16 samples): num_workers 1 x prefetch_factor 2 + 1 the training loop holds)" in hint
+    assert "--shm-size=256m" in hint  # 144 MiB, rounded up to a power of two
+    assert hint.endswith("or lower batch_size to 7 or num_workers to 0 (the main process loads: nothing passes "
+                         "through /dev/shm, nothing loads in parallel)")
+
+
 @pytest.mark.parametrize("how", ['loader: "shmjob.data:loader"',  # the job's DataLoader: 4 workers x 2, batch 64
-                                 "{synthetic: true, batch_size: 64, num_workers: 4, prefetch_factor: 2, pin_memory: false}"])
+                                 "{synthetic: true, batch_size: 64, num_workers: 4, prefetch_factor: 2, "
+                                 "pin_memory: false}"])
 def test_the_jobs_own_dataloader_and_synthetic_samples_are_projected_the_same_way(tmp_path, how):
     src = job_package(tmp_path / "src", "shmjob", {"data": JOB})
     settings = how if how.startswith("loader") else "\n".join(
