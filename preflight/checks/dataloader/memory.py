@@ -27,7 +27,7 @@ grows by one page for every page a worker copies. Windows that read too few reco
 slow (``k x`` well under 1) fit a straight line as well as the curve: the projection is then the bound,
 every worker copying the whole dataset, and the row says so. ``bench/dataloader_memory.py`` found the
 fitted projection within 8 % of a real epoch's peak at 300,000 and a million dicts and for numpy arrays,
-and the bound 28 % above where the windows read 13,000 of a million.
+and the bound 22-28 % above where the windows read 13,000-15,000 of a million.
 ``tmpfs`` is files the loader wrote to a tmpfs (/dev/shm, a memory-backed emptyDir) and left unmapped:
 no PSS holds them, yet the kernel charges them to the writer's cgroup and its limit counts them
 (moby/moby#47967, argonne-lcf/dlio_benchmark#165).
