@@ -140,16 +140,21 @@ def window(step: Callable[[], int], timeline: Any, seconds: float) -> Window:
     samples/s = samples stepped / the sum of the step times, so it agrees with the step times
     by construction; the timeline is read (synchronised) once, at the end. A step that counts the
     host time it waits for its input (``waited_ms``, a running total: ``pipeline.Feed``) gives the
-    window's share of it in ``wait_ms``.
+    window's share of it in ``wait_ms``; one fed by ``round_steps`` workers runs whole rounds of
+    that many steps, as the dataloader check's windows do (``dataloader.loop``): the workers'
+    batches arrive a round together, and a window cut inside a round keeps the round's wait
+    without all of its batches.
     """
     waited = getattr(step, "waited_ms", None)
+    rounds = getattr(step, "round_steps", 1)
     start = time.perf_counter()
-    samples = 0
+    samples = steps_taken = 0
     timeline.mark()
     while True:
         samples += step()
+        steps_taken += 1
         timeline.mark()
-        if time.perf_counter() - start >= seconds:
+        if time.perf_counter() - start >= seconds and steps_taken % rounds == 0:
             break
     steps = tuple(timeline.intervals_ms())
     wait = None if waited is None else getattr(step, "waited_ms") - waited

@@ -180,6 +180,8 @@ class Feed:
         self.iterator = iter(self.dataloader)
         self.fed = "no batch yet"
         self.waited_ms = 0.0  # host time spent in the loader's next batch and its copy to the device, all calls
+        self.round_steps = max(1, loader.workers)  # a window's steps: whole rounds of the workers' batches
+        self.position = 0  # batches taken in this epoch: torch hands them out worker by worker from the first
 
     def __call__(self) -> int:
         start = time.perf_counter()
@@ -210,21 +212,27 @@ class Feed:
         window then found ready (2 workers at 2 ms a sample: 850 samples/s where a training loop gets 725,
         bench/pipeline_vs_loop.py). The untimed steps after them are the loop's: a fast loader's workers refill
         its queue there, as they do beside a job's steps, and a slow one's queue is empty when the window starts.
+        They go on to the end of a round of the workers' batches, so the window, whole rounds too
+        (``round_steps``), starts and ends where a round does.
         """
         for _ in range(self.prefetched):
             self._next()
         for _ in range(self.prefetched):
             self()
+        while self.position % self.round_steps:
+            self()
 
     def _next(self) -> Any:
         try:
-            return next(self.iterator)
+            batch = next(self.iterator)
         except StopIteration:  # an epoch ended: start the next, as a training loop does
-            self.iterator = iter(self.dataloader)
+            self.iterator, self.position = iter(self.dataloader), 0
             try:
-                return next(self.iterator)
+                batch = next(self.iterator)
             except StopIteration:
                 raise ValueError("the DataLoader yields no batch: the dataset is empty") from None
+        self.position += 1
+        return batch
 
 
 def _unmeasurable(names: Sequence[str], reason: str, device: str | None) -> list[Measurement]:

@@ -165,6 +165,30 @@ def test_settling_takes_the_prefetched_batches_without_training_on_them_then_ste
     # workers that time to make the window's first batches ahead; then 4 untimed steps, each on a new batch
     assert handed == list(range(1, 9)) and stepped == [5, 6, 7, 8]
     assert feed() == 1 and stepped[-1] == 9  # the window's first step trains on the next batch
+    feed.settle()  # after a window that ended inside a round of the 2 workers' batches: one step more, to its end
+    assert stepped[-5:] == [14, 15, 16, 17, 18] and feed.position == 18
+
+
+def test_a_fed_window_runs_whole_rounds_of_the_workers_batches(monkeypatch):
+    from types import SimpleNamespace
+
+    from preflight.checks.model import step as step_module
+    from preflight.checks.model.step import HostTimeline, window
+
+    now = [0.0]
+
+    class Fed:  # three workers' batches, each step 100 ms of a fake clock
+        round_steps = 3
+
+        def __call__(self) -> int:
+            now[0] += 0.1
+            return 2
+
+    monkeypatch.setattr(step_module, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    # 0.35 s is past after 4 steps, but a round of the workers' batches ends after 6: a window cut at 4 would keep
+    # the round's wait for the first of its batches without the two that came with it
+    taken = window(Fed(), HostTimeline(), 0.35)
+    assert len(taken.step_ms) == 6 and taken.samples_per_s == pytest.approx(12 / 0.6)
 
 
 def test_a_window_counts_what_its_step_says_it_waited_and_the_feed_counts_only_its_wait_for_the_batch(monkeypatch):
