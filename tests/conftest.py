@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import stat
+import sys
 from typing import Iterator
 
 import pytest
@@ -11,6 +13,32 @@ import pytest
 # workers: their runs would queue behind each other and note the wait. Tests measure without it; the lock's own
 # tests (tests/test_node_lock.py, tests/test_slurm.py) name a lock file of their own.
 os.environ["PREFLIGHT_LOCK"] = "off"
+
+KMSG = os.makedev(1, 11)  # /dev/kmsg's character device (Documentation/admin-guide/devices.txt), under any name
+
+
+def _no_kernel_log_writes(event: str, args: tuple[object, ...]) -> None:
+    """Refuse every open of the kernel log for writing in a test process (an audit hook: open() and os.open()).
+
+    A line written there stays until reboot: a fake ``NVRM: Xid`` line fails every later ``preflight run`` of
+    the xid check on the machine, and a GPU node's other monitors (node-problem-detector, DCGM) would read it as
+    a real GPU fault and drain the node. Tests feed the xid check a file of records of their own instead.
+    """
+    if event != "open" or len(args) < 3 or not isinstance(args[2], int) or not args[2] & (os.O_WRONLY | os.O_RDWR):
+        return
+    path = args[0]
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        return
+    try:
+        status = os.stat(path)
+    except (OSError, ValueError):
+        return
+    if stat.S_ISCHR(status.st_mode) and status.st_rdev == KMSG:
+        raise PermissionError(f"a test opened the kernel log for writing ({os.fsdecode(path)}): tests must never write "
+                              f"the node's real kernel log; give the reader a file of records (kmsg.read(path))")
+
+
+sys.addaudithook(_no_kernel_log_writes)
 
 
 @pytest.fixture

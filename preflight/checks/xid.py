@@ -9,8 +9,11 @@ analyzing-xid-catalog.html): ``xid_drain`` (a GPU reset, a reboot, a mechanical 
 419 interruptions as GPU-related, mostly HBM and fallen-off-the-bus faults: both log Xid lines first.
 
 A line whose bus id names no GPU this node lists now is still counted, in a row of its own: a GPU that fell
-off the bus (Xid 79) may no longer be listed by NVML or PCI, and it is exactly the GPU to report. The log
-keeps its lines until reboot, also after the GPU was reset: ``since_seq`` starts the count at a later record.
+off the bus (Xid 79) may no longer be listed by NVML or PCI, and it is exactly the GPU to report. Where neither
+NVML nor the driver's /proc/driver/nvidia/gpus can list GPUs (no driver, no nvidia-ml-py), the row says the bus
+id could not be checked against the node's GPUs, not that the GPU fell off. The log keeps its lines until
+reboot, also after the GPU was reset: ``since_seq`` starts the count at a later record, for the whole node, so
+each row's fix names one value, past the last drain line of every GPU.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ METRICS = (
            f"or none (13, 31, 43, 45: the job's fault, not the GPU's); /dev/kmsg ({_CATALOG})", per_device=True),
 )
 _PROC = "proc/driver/nvidia/gpus"  # the driver's per-GPU directory, under the root
+# What a bus id no listed GPU has means where NVML and the driver both list GPUs (``unlisted`` says it for each case).
+_UNLISTED = "not a GPU this node lists now: NVML and the driver do not know it; a GPU that fell off the bus"
 _ACTIONS = {
     "RESET_GPU": "reset the GPU (nvidia-smi -r) or reboot",
     "RESTART_BM": "reboot the node",
@@ -62,14 +67,18 @@ class Gpu(NamedTuple):
     name: str
 
 
-def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
-    """Read the kernel log and this node's GPUs, and count the Xid lines per GPU and class."""
+def measure(options: Mapping[str, Any], budget: Budget, log: str = kmsg.DEVICE, root: str = "/") -> list[Measurement]:
+    """Read the kernel log and this node's GPUs, and count the Xid lines per GPU and class.
+
+    ``log`` (the kernel log's path, ``/dev/kmsg``) and ``root`` (where ``/proc/driver/nvidia`` is looked for)
+    are for tests: a file of records in /dev/kmsg's format that the test wrote, and a directory of its own.
+    """
     session = nvml.open_session(nvml.library())
     try:
-        indices = nvml_indices(nvml.handles_by_bus(session))
+        devices = nvml.handles_by_bus(session)
     finally:
         nvml.close(session)
-    return measurements(options, kmsg.read(), gpus(indices))
+    return measurements(options, kmsg.read(log), gpus(nvml_indices(devices), root), unlisted(devices, root))
 
 
 def nvml_indices(devices: nvml.Devices) -> dict[str, int]:
@@ -99,8 +108,25 @@ def gpus(indices: Mapping[str, int], root: str = "/") -> dict[str, Gpu]:
     return dict(sorted(found.items(), key=lambda item: (item[1].index is None, item[1].index or 0, item[0])))
 
 
-def measurements(options: Mapping[str, Any], log: kmsg.Log, listed: Mapping[str, Gpu]) -> list[Measurement]:
-    """The two metrics per GPU, from ``log`` (the records read, or why not) and the GPUs this node ``listed``."""
+def unlisted(devices: nvml.Devices, root: str = "/") -> str:
+    """What a bus id none of the node's listed GPUs has means, by what could list them: NVML (``devices``) and the
+    driver (``/proc/driver/nvidia/gpus`` under ``root``). With neither, the bus id cannot be checked at all.
+    """
+    listers = (["NVML"] if not devices.reason else []) + (["the driver"] if os.path.isdir(os.path.join(root, _PROC))
+                                                         else [])
+    if not listers:
+        return (f"cannot be checked against this node's GPUs: NVML not available ({devices.reason}), and no "
+                f"NVIDIA driver lists GPUs here (no /{_PROC})")
+    missing = f"; NVML not available: {devices.reason}" if devices.reason else ""
+    return (f"not a GPU this node lists now: {' and '.join(listers)} {'do' if len(listers) > 1 else 'does'} not "
+            f"know it{missing}; a GPU that fell off the bus")
+
+
+def measurements(options: Mapping[str, Any], log: kmsg.Log, listed: Mapping[str, Gpu],
+                 unknown: str = _UNLISTED) -> list[Measurement]:
+    """The two metrics per GPU, from ``log`` (the records read, or why not) and the GPUs this node ``listed``;
+    ``unknown`` (``unlisted``) is what a bus id no listed GPU has means here, said in its rows.
+    """
     if log.reason:
         return [unmeasurable(metric.name, log.reason) for metric in METRICS]
     since = int(options["since_seq"])
@@ -112,14 +138,15 @@ def measurements(options: Mapping[str, Any], log: kmsg.Log, listed: Mapping[str,
     if not targets:
         note = f"no NVRM Xid lines {'since boot' if since == 0 else f'from seq {since} on'}, and no NVIDIA GPU listed"
         return [Measurement(metric.name, 0.0, "", method=method, note=note) for metric in METRICS]
+    drained = [(record, xid) for record, xid in lines if xid.xid_class == "drain"]
     results = []
     for bus in targets:
         mine = [(record, xid) for record, xid in lines if xid.bus_id == bus]
-        who = _who(bus, listed.get(bus))
+        who = _who(bus, listed.get(bus), unknown)
         for metric, kind in (("xid_drain", "drain"), ("xid_application", "application")):
             found = [(record, xid) for record, xid in mine if xid.xid_class == kind]
             note = f"{who}: " + (_groups(found) if found else f"no {kind} Xid lines")
-            hint = _hint(found) if kind == "drain" and found else ""
+            hint = _hint(found, drained) if kind == "drain" and found else ""
             results.append(Measurement(metric, float(len(found)), "", device=bus, method=method, note=note, hint=hint))
     return results
 
@@ -132,9 +159,9 @@ def _deduplicated(lines: list[tuple[kmsg.Record, xid_catalog.Xid]]) -> list[tupl
 
 def _method(log: kmsg.Log, records: list[kmsg.Record], since: int) -> str:
     if not log.records:
-        return "/dev/kmsg: the kernel log held no records"
+        return f"{log.source}: the kernel log held no records"
     first, last = log.records[0].seq, log.records[-1].seq
-    text = f"/dev/kmsg, kernel log records seq {first}-{last}"
+    text = f"{log.source}, kernel log records seq {first}-{last}"
     if since:
         text += f", counted from seq {since} ({len(records)} records)"
     if first > 0:
@@ -144,9 +171,9 @@ def _method(log: kmsg.Log, records: list[kmsg.Record], since: int) -> str:
     return text
 
 
-def _who(bus: str, gpu: Gpu | None) -> str:
+def _who(bus: str, gpu: Gpu | None, unknown: str) -> str:
     if gpu is None:
-        return f"{bus} (not a GPU this node lists now: NVML and the driver do not know it; a GPU that fell off the bus)"
+        return f"{bus} ({unknown})"
     index = f"GPU {gpu.index}" if gpu.index is not None else "GPU (no NVML index)"
     return f"{index} {gpu.name or 'of unknown model'} at {bus}"
 
@@ -164,12 +191,17 @@ def _groups(found: list[tuple[kmsg.Record, xid_catalog.Xid]]) -> str:
     return "; ".join(parts)
 
 
-def _hint(found: list[tuple[kmsg.Record, xid_catalog.Xid]]) -> str:
+def _hint(found: list[tuple[kmsg.Record, xid_catalog.Xid]], drained: list[tuple[kmsg.Record, xid_catalog.Xid]]) -> str:
+    """The fix for one GPU's drain lines (``found``), and the one ``since_seq`` that leaves out the drain lines of
+    every GPU (``drained``): it applies to the whole node, so a value per GPU would leave the others failing.
+    """
     actions = dict.fromkeys(xid.action for _, xid in found)
     fixes = "; ".join(f"{action}: {_ACTIONS.get(action, 'see the Xid catalog')}" for action in actions)
-    last = max(record.seq for record, _ in found)
-    return (f"drain the node, then {fixes} (NVIDIA Xid catalog); the log keeps these lines until reboot: after the "
-            f"fix, --set xid.since_seq={last + 1}")
+    last = max(record.seq for record, _ in drained)
+    gpus = len({xid.bus_id for _, xid in drained})
+    fixed = "after the fix" if gpus == 1 else f"once all {gpus} GPUs with drain Xid lines are fixed, for the whole node"
+    return (f"drain the node, then {fixes} (NVIDIA Xid catalog); the log keeps these lines until reboot: {fixed}, "
+            f"--set xid.since_seq={last + 1}")
 
 
 def _model(root: str, bus: str) -> str:

@@ -7,6 +7,10 @@ more, EPIPE means the records next in line were overwritten while reading (the r
 buffer holds what fits in ``log_buf_len`` since boot: a first ``seq`` above 0 means older records are gone.
 Opening needs CAP_SYSLOG when ``kernel.dmesg_restrict`` is 1 (EPERM otherwise; man 2 syslog), and, in a
 container, the device itself (Docker and Kubernetes give a container no ``/dev/kmsg`` unless privileged).
+
+``read`` takes the path to read: ``/dev/kmsg`` in a run; a test gives it a file or FIFO of its own holding
+records in the device's format, one a line, and never writes the node's real log (a fake ``NVRM: Xid`` line
+there stays until reboot, fails every later run of the xid check and reaches the node's other monitors).
 """
 
 from __future__ import annotations
@@ -35,19 +39,26 @@ class Log(NamedTuple):
     records: tuple[Record, ...]
     reason: str
     lost: int = 0  # records overwritten while this read ran (EPIPE)
+    source: str = DEVICE  # the path read: /dev/kmsg, or a test's file of records in its format
 
 
 _STATUS = "/proc/self/status"
 
 
 def read(path: str = DEVICE, restrict_path: str = _RESTRICT) -> Log:
-    """Every record the ring buffer holds now, oldest first; never blocks. ``reason`` says why it cannot be read."""
+    """Every record the log at ``path`` holds now, oldest first; never blocks. ``reason`` says why it cannot be read.
+
+    ``path`` is ``/dev/kmsg`` (each read() returns one record) or, in tests, a regular file or FIFO of records
+    in its format, ``prio,seq,usec,flags;message`` one a line with `` KEY=value`` continuation lines (a read()
+    returns several): records are split at line ends either way. Only opened for reading.
+    """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as error:
-        return Log((), unreadable(path, error, restrict_path))
+        return Log((), unreadable(path, error, restrict_path), source=path)
     records: list[Record] = []
     lost = 0
+    pending = b""  # a file's last line, cut by the read's size: completed by the next read
     try:
         while True:
             try:
@@ -58,15 +69,20 @@ def read(path: str = DEVICE, restrict_path: str = _RESTRICT) -> Log:
                 if error.errno == errno.EPIPE:
                     lost += 1
                     continue
-                return Log((), unreadable(path, error, restrict_path))
+                return Log((), unreadable(path, error, restrict_path), source=path)
             if not raw:
                 break
-            record = parse(raw)
-            if record is not None:
-                records.append(record)
+            *lines, pending = (pending + raw).split(b"\n")
+            records += _records(lines)
     finally:
         os.close(fd)
-    return Log(tuple(records), "", lost)
+    return Log(tuple(records + _records([pending])), "", lost, path)
+
+
+def _records(lines: list[bytes]) -> list[Record]:
+    """The records that start in ``lines``: a line that starts with a space continues the record before it."""
+    return [record for line in lines if line and not line.startswith(b" ")
+            for record in [parse(line)] if record is not None]
 
 
 def parse(raw: bytes) -> Record | None:

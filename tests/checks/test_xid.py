@@ -1,103 +1,161 @@
-"""The xid check against the real kernel ring buffer: lines written into /dev/kmsg are read back and judged.
+"""The xid check against kernel logs the tests write themselves, in /dev/kmsg's record format, and read back.
 
-Every test that writes uses a PCI domain of its own (``bus``), absent from this machine, and asserts the rows of
-that bus id only: the ring buffer keeps what is written until reboot, and other runs write there too.
+A test never writes the node's real kernel log (/dev/kmsg): a fake Xid line stays there until reboot, fails every
+later run of the check on the machine and would reach the node's other monitors. tests/conftest.py refuses such an
+open in every test process, and ``test_no_test_writes_the_kernel_log`` finds one written as code or as a command.
+The real /dev/kmsg is only read: ``test_the_real_kernel_log_is_read_record_by_record_without_blocking``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import secrets
+import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
+import pynvml
 import pytest
 
 from preflight.checks import xid
+from preflight.checks.base import Budget
 from preflight.host import kmsg, nvml, xid_catalog
 from preflight.measurement import unmeasurable
 from tests.fakes.gpu import FakeGpu, FakeNvml
-from tests.helpers import REPO, judged, keyed, run_check
+from tests.helpers import REPO, judged, keyed
 
 GATE = "xid_drain: {max: 0}"
+NEWLINE = "\\x0a"  # how /dev/kmsg writes a newline inside a message
 
 
-def _can_write_kmsg() -> bool:
-    return os.geteuid() == 0 and os.access(kmsg.DEVICE, os.W_OK)
+def kernel_log(path: Path, *messages: str, first: int = 100) -> str:
+    """A kernel log file of ``messages`` as /dev/kmsg returns them (Documentation/ABI/testing/dev-kmsg): one record
+    a line, ``prio,seq,usec,flags;message``, newlines inside a message written ``\\x0a``, seq from ``first``.
 
-
-needs_kmsg = pytest.mark.skipif(not _can_write_kmsg(), reason="writing /dev/kmsg needs root")
+    Each log opens with the record the driver's PCI probe writes, with the `` KEY=value`` continuation lines a
+    device's record carries, so the reader is shown a record of each shape. Returns the file's path.
+    """
+    records = ["6,{},{},-;nvidia 0000:3b:00.0: enabling device (0000 -> 0002)\n SUBSYSTEM=pci\n "
+               "DEVICE=+pci:0000:3b:00.0\n".format(first, 4_000_000)]
+    for seq, message in enumerate(messages, first + 1):
+        records.append(f"4,{seq},{seq * 1_000_000},-;{message.replace(chr(10), NEWLINE)}\n")
+    path.write_text("".join(records))
+    return str(path)
 
 
 @pytest.fixture
-def bus() -> str:
-    """A PCI ``domain:bus:device`` prefix no device of this machine has and no earlier run wrote: ``a3f1:3b``."""
-    domains = {name.split(":")[0] for name in os.listdir("/sys/bus/pci/devices")} if os.path.isdir(
-        "/sys/bus/pci/devices") else set()
-    while True:
-        domain = f"{0xa000 + secrets.randbelow(0x5000):04x}"
-        if domain not in domains and not any(domain in r.message for r in kmsg.read().records):
-            return domain
+def no_gpu(monkeypatch, tmp_path) -> str:
+    """A node whose NVML answers and lists no GPU, and whose driver lists none: the root to read the driver at."""
+    fake = FakeNvml([])
+    monkeypatch.setattr(nvml, "library", lambda: fake)
+    (tmp_path / "root/proc/driver/nvidia/gpus").mkdir(parents=True)
+    return str(tmp_path / "root")
 
 
-def inject(*lines: str) -> None:
-    """Write each line into the kernel log as one record (a fresh open each: /dev/kmsg rate-limits per open file)."""
-    for line in lines:
-        with open(kmsg.DEVICE, "w") as handle:
-            handle.write(line + "\n")
+def run(log: str, root: str, since_seq: int = 0) -> dict:
+    """The xid check's measurements of the kernel log file ``log``, with the driver's /proc under ``root``."""
+    return keyed(xid.measure({"since_seq": since_seq}, Budget(1.0, 60.0, None), log=log, root=root))
 
 
-@needs_kmsg
-def test_xid_lines_written_into_the_kernel_log_are_read_back_per_gpu_and_class(tmp_path, bus):
-    fallen = f"NVRM: Xid (PCI:{bus}:3b:00): 79, pid=1234, GPU has fallen off the bus."
-    inject(fallen, fallen,
-           f"NVRM: Xid (PCI:{bus}:3b:00): 48, pid=1234, name=python, Ch 00000010, An uncorrectable double bit error",
-           *[f"NVRM: Xid (PCI:{bus}:3b:00): 13, pid=4321, name=python, Graphics Exception: ESR 0x50{n}" for n in range(3)],
-           f"NVRM: Xid (PCI:{bus}:3b:00): 43, pid=4321, name=python, Ch 00000008",
-           f"NVRM: Xid (PCI:{bus}:3c:00): 31, pid=99, name=train.py, Ch 00000008, intr 00000000. MMU Fault")
-    measured = run_check("xid")
-    first, second = f"{bus}:3b:00.0", f"{bus}:3c:00.0"
+def test_xid_lines_in_the_kernel_log_are_read_back_per_gpu_and_class(tmp_path, no_gpu):
+    fallen = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus."
+    log = kernel_log(tmp_path / "kmsg", fallen, fallen,
+                     "NVRM: Xid (PCI:0000:3b:00): 48, pid=1234, name=python, Ch 00000010, An uncorrectable double "
+                     "bit error",
+                     *[f"NVRM: Xid (PCI:0000:3b:00): 13, pid=4321, name=python, Graphics Exception: ESR 0x50{n}"
+                       for n in range(3)],
+                     "NVRM: Xid (PCI:0000:3b:00): 43, pid=4321, name=python, Ch 00000008",
+                     "NVRM: Xid (PCI:0000:3c:00): 31, pid=99, name=train.py, Ch 00000008, intr 00000000. MMU Fault")
+    measured = run(log, no_gpu)
+    first, second = "0000:3b:00.0", "0000:3c:00.0"
     assert measured[f"xid_drain[{first}]"].value == 3.0
     assert measured[f"xid_application[{first}]"].value == 4.0
     assert (measured[f"xid_drain[{second}]"].value, measured[f"xid_application[{second}]"].value) == (0.0, 1.0)
     note = measured[f"xid_drain[{first}]"].note
-    assert note.startswith(f"{first} (not a GPU this node lists now")
+    assert note.startswith(f"{first} (not a GPU this node lists now: NVML and the driver do not know it; a GPU that "
+                           f"fell off the bus): ")
     assert "Xid 48 x1 (ROBUST_CHANNEL_GPU_ECC_DBE, WORKFLOW_XID_48)" in note
-    assert "Xid 79 x2 (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS, RESTART_BM), last at " in note
+    assert ("Xid 79 x2 (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS, RESTART_BM), last at 102.0 s after boot "
+            "(seq 102)") in note
     assert "'pid=1234, GPU has fallen off the bus.'" in note
     assert "Xid 13 x3 (ROBUST_CHANNEL_GR_EXCEPTION, RESTART_APP)" in measured[f"xid_application[{first}]"].note
-    assert measured[f"xid_drain[{first}]"].method.startswith("/dev/kmsg, kernel log records seq ")
+    assert measured[f"xid_drain[{first}]"].method == f"{log}, kernel log records seq 100-108; the 100 oldest records " \
+        f"since boot were overwritten (ring buffer full): Xid lines there are lost"
     results = judged(tmp_path, "xid", GATE, list(measured.values()))
     drained = results[f"xid.xid_drain[{first}]"]
     assert drained.verdict == "fail" and drained.message.startswith("measured 3")
     assert "RESTART_BM: reboot the node" in drained.hint and "WORKFLOW_XID_48: reset the GPU" in drained.hint
+    assert drained.hint.endswith("the log keeps these lines until reboot: after the fix, --set xid.since_seq=104")
     assert results[f"xid.xid_drain[{second}]"].verdict == "pass"
     assert results[f"xid.xid_application[{first}]"].verdict == "info"  # counted and shown, never gating
     # The log keeps the lines until reboot: counting from the seq the hint names leaves the drain lines out,
     # and the later lines (the application's, written after them) in.
-    after = int(drained.hint.rsplit("since_seq=", 1)[1])
-    later = run_check("xid", since_seq=after)
+    later = run(log, no_gpu, since_seq=104)
     assert (later[f"xid_drain[{first}]"].value, later[f"xid_application[{first}]"].value) == (0.0, 4.0)
-    assert f", counted from seq {after} (" in later[f"xid_drain[{first}]"].method
+    assert f", counted from seq 104 (5 records)" in later[f"xid_drain[{first}]"].method
 
 
-@needs_kmsg
-def test_lines_from_public_reports_are_counted_as_those_reports_need(tmp_path, bus):
+def test_every_drain_row_names_the_one_since_seq_that_clears_the_whole_node(tmp_path, no_gpu):
+    # A node of 12 GPUs with drain lines at different records (a trial: following the first row's value left 7
+    # failing). since_seq is the node's, so every row names the same value, past the last drain line of all.
+    buses = [f"0000:{bus:02x}:00" for bus in range(0x10, 0x1c)]
+    lines = [f"NVRM: Xid (PCI:{bus}): {code}, pid={n}, name=python, Ch 00000010"
+             for n, (bus, code) in enumerate(zip(buses, [79, 48, 94, 119, 63, 74, 79, 48, 92, 120, 95, 64]))]
+    log = kernel_log(tmp_path / "kmsg", *lines, "NVRM: Xid (PCI:0000:10:00): 13, pid=7, Graphics Exception")
+    results = judged(tmp_path, "xid", GATE, list(run(log, no_gpu).values()))
+    failed = {key: result for key, result in results.items() if result.verdict == "fail"}
+    assert sorted(failed) == sorted(f"xid.xid_drain[{bus}.0]" for bus in buses)
+    values = {int(result.hint.rsplit("--set xid.since_seq=", 1)[1]) for result in failed.values()}
+    assert values == {113}  # the drain lines are seq 101-112
+    assert all("once all 12 GPUs with drain Xid lines are fixed, for the whole node, --set xid.since_seq=113"
+               in result.hint for result in failed.values())
+    after = judged(tmp_path, "xid", GATE, list(run(log, no_gpu, since_seq=113).values()))
+    assert {result.verdict for key, result in after.items() if ".xid_drain[" in key} == {"pass"}
+    assert run(log, no_gpu, since_seq=113)["xid_application[0000:10:00.0]"].value == 1.0  # written after: kept
+
+
+@pytest.mark.parametrize("init_error, why", [
+    (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, "NVML library not found (libnvidia-ml.so.1): no NVIDIA driver here"),
+    (pynvml.NVML_ERROR_DRIVER_NOT_LOADED, "NVIDIA driver not loaded"),
+    (None, "nvidia-ml-py is not installed"),
+])
+def test_without_nvml_or_a_driver_a_bus_id_is_unchecked_not_fallen_off(tmp_path, monkeypatch, init_error, why):
+    # A trial on a machine with no NVIDIA driver: every row said "a GPU that fell off the bus".
+    library = None if init_error is None else FakeNvml(init_error=init_error)
+    monkeypatch.setattr(nvml, "library", lambda: library)
+    log = kernel_log(tmp_path / "kmsg", "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.")
+    measured = run(log, str(tmp_path / "no-driver"))
+    note = measured["xid_drain[0000:3b:00.0]"].note
+    assert measured["xid_drain[0000:3b:00.0]"].value == 1.0
+    assert note.startswith("0000:3b:00.0 (cannot be checked against this node's GPUs: NVML not available (" + why)
+    assert "and no NVIDIA driver lists GPUs here (no /proc/driver/nvidia/gpus)): Xid 79 x1" in note
+    assert "fell off the bus)" not in note and "not a GPU this node lists" not in note
+    # The driver's /proc lists GPUs although NVML is not available: a bus id it does not list is checked against it.
+    (tmp_path / "driver/proc/driver/nvidia/gpus/0000:5e:00.0").mkdir(parents=True)
+    listed = run(log, str(tmp_path / "driver"))
+    assert listed["xid_drain[0000:3b:00.0]"].note.startswith(
+        f"0000:3b:00.0 (not a GPU this node lists now: the driver does not know it; NVML not available: {why}")
+    assert listed["xid_drain[0000:5e:00.0]"].note == \
+        "GPU (no NVML index) of unknown model at 0000:5e:00.0: no drain Xid lines"
+
+
+def test_lines_from_public_reports_are_counted_as_those_reports_need(tmp_path, no_gpu):
     # NVIDIA/NVSentinel#155: the driver found the GPU off the bus at load and logged no Xid line (one record,
-    # its newlines kept); open-gpu-kernel-modules#1151: Xid 79 without a pid, then the driver's own sentence,
-    # counted once; leptonai/gpud#1174: NVLink5 Xids on a GB200's PCI domain, one Fatal, one Nonfatal.
-    inject(f"NVRM: The NVIDIA GPU {bus}:b3:00.0\nNVRM: (PCI ID: 10de:26b5) installed in this system has\n"
-           f"NVRM: fallen off the bus and is not responding to commands.",
-           f"NVRM: Xid (PCI:{bus}:2b:00): 79, GPU has fallen off the bus.",
-           f"NVRM: GPU {bus}:2b:00.0: GPU has fallen off the bus.",
-           f"NVRM: Xid (PCI:{bus}:01:00): 149, NETIR Fatal XC0 i0 Link -1 (0x000fe406 0x00000000 0x00000000 "
-           f"0x00000000 0x00000000 0x00000000)",
-           f"NVRM: Xid (PCI:{bus}:01:00): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 0x00000008 0x00000001 "
-           f"0x00000000 0x00100000 0x00000004)")
-    measured = run_check("xid")
-    probe, lost, nvlink = f"{bus}:b3:00.0", f"{bus}:2b:00.0", f"{bus}:01:00.0"
+    # its newlines written \x0a); open-gpu-kernel-modules#1151: Xid 79 without a pid, then the driver's own
+    # sentence, counted once; leptonai/gpud#1174: NVLink5 Xids on a GB200's PCI domain, one Fatal, one Nonfatal.
+    log = kernel_log(tmp_path / "kmsg",
+                     "NVRM: The NVIDIA GPU 0000:b3:00.0\nNVRM: (PCI ID: 10de:26b5) installed in this system has\n"
+                     "NVRM: fallen off the bus and is not responding to commands.",
+                     "NVRM: Xid (PCI:0000:2b:00): 79, GPU has fallen off the bus.",
+                     "NVRM: GPU 0000:2b:00.0: GPU has fallen off the bus.",
+                     "NVRM: Xid (PCI:0018:01:00): 149, NETIR Fatal XC0 i0 Link -1 (0x000fe406 0x00000000 0x00000000 "
+                     "0x00000000 0x00000000 0x00000000)",
+                     "NVRM: Xid (PCI:0018:01:00): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 0x00000008 "
+                     "0x00000001 0x00000000 0x00100000 0x00000004)")
+    measured = run(log, no_gpu)
+    probe, lost, nvlink = "0000:b3:00.0", "0000:2b:00.0", "0018:01:00.0"
     assert measured[f"xid_drain[{probe}]"].value == 1.0
     assert "no Xid line: the driver's fallen-off-the-bus message" in measured[f"xid_drain[{probe}]"].note
     assert "installed in this system has NVRM: fallen off the bus" in measured[f"xid_drain[{probe}]"].note
@@ -107,6 +165,72 @@ def test_lines_from_public_reports_are_counted_as_those_reports_need(tmp_path, b
     assert "Xid 149 x1 (NVLINK_NETIR_ERROR, WORKFLOW_NVLINK5_ERR)" in measured[f"xid_drain[{nvlink}]"].note
     results = judged(tmp_path, "xid", GATE, list(measured.values()))
     assert {results[f"xid.xid_drain[{b}]"].verdict for b in (probe, lost, nvlink)} == {"fail"}
+
+
+def test_a_log_longer_than_one_read_keeps_every_record(tmp_path):
+    # A file returns many records per read() (the device one): a record cut by the read's size is joined.
+    messages = [f"NVRM: Xid (PCI:0000:3b:00): 13, pid={n}, name=python, Graphics Exception: ESR 0x{n:05x}"
+                for n in range(400)]
+    log = kmsg.read(kernel_log(tmp_path / "kmsg", *messages, first=0))
+    assert log.reason == "" and log.source == str(tmp_path / "kmsg")
+    assert [record.seq for record in log.records] == list(range(401))
+    assert log.records[0].message == "nvidia 0000:3b:00.0: enabling device (0000 -> 0002)"
+    assert [record.message for record in log.records[1:]] == messages
+
+
+def test_a_fifo_of_records_is_read_to_its_end_without_blocking(tmp_path):
+    fifo = tmp_path / "kmsg"
+    os.mkfifo(fifo)
+    writer = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)  # held open: the reader meets EAGAIN, not end of file
+    try:
+        os.write(writer, b"4,7,1000,-;NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n")
+        log = kmsg.read(str(fifo))
+    finally:
+        os.close(writer)
+    assert log.reason == ""
+    assert log.records == (kmsg.Record(7, 1000, "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus."),)
+
+
+def test_the_real_kernel_log_is_read_record_by_record_without_blocking():
+    # Only read: the reader opens /dev/kmsg non-blocking and returns at the end of the buffer, whatever it holds.
+    try:
+        os.close(os.open(kmsg.DEVICE, os.O_RDONLY | os.O_NONBLOCK))
+    except OSError as error:
+        pytest.skip(f"{kmsg.DEVICE} cannot be read here: {error.strerror}")
+    logs: list[kmsg.Log] = []
+    reader = threading.Thread(target=lambda: logs.append(kmsg.read()), daemon=True)
+    reader.start()
+    reader.join(120)
+    assert not reader.is_alive(), "kmsg.read() blocked on /dev/kmsg"
+    log = logs[0]
+    assert log.reason == "" and log.source == kmsg.DEVICE and log.records
+    seqs = [record.seq for record in log.records]
+    assert seqs == sorted(set(seqs))  # one record per read, oldest first
+
+
+# Writes to the kernel log, as Python or as a command a test runs: open() of it in a mode w, a or r+, os.open
+# with O_WRONLY or O_RDWR, Path.write_text/bytes, and a shell's redirection, tee, dd's of= or logger's kmsg option.
+_WRITES = re.compile(r"""open\([^)\n]*kmsg[^)\n]*,\s*(mode\s*=\s*)?["'][^"']*[wax+]"""
+                     r"|kmsg[^\n]*(O_(WRONLY|RDWR)|\.write_(text|bytes)\()"
+                     r"|(>|\btee\s+(-a\s+)?|\bof=)\s*['\"]?/dev/kmsg|logger\s[^\n]*--kmsg", re.IGNORECASE)
+
+
+def test_no_test_writes_the_kernel_log():
+    found = [f"{path.relative_to(REPO)}:{text[:match.start()].count(chr(10)) + 1}: {match.group(0)}"
+             for path in sorted((REPO / "tests").rglob("*.py")) for text in [path.read_text()]
+             for match in _WRITES.finditer(text)]
+    assert found == []
+    # What the suite once ran, and the same as a command (split here, so that this file does not match itself).
+    assert _WRITES.search('with open(kmsg.DEVICE, "' + 'w") as handle:')
+    assert _WRITES.search("subprocess.run(['sh', '-c', 'echo NVRM: Xid > /dev/" + "kmsg'])")
+    assert not _WRITES.search("fd = os.open(kmsg.DEVICE, os.O_RDONLY | os.O_NONBLOCK)")
+
+
+def test_opening_the_kernel_log_for_writing_is_refused_in_every_test():
+    # tests/conftest.py's audit hook: refused before the open reaches the kernel, whatever the caller's rights.
+    flags = os.O_WRONLY  # nothing is written: the open itself is refused
+    with pytest.raises(PermissionError, match="tests must never write the node's real kernel log"):
+        os.close(os.open(kmsg.DEVICE, flags))
 
 
 def _restrict(value: str) -> str:
