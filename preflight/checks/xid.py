@@ -30,8 +30,9 @@ NAME = "xid"
 HELP = "NVIDIA Xid errors in the kernel log since boot, per GPU: codes that mean drain the node, and application faults"
 DURATION = "not used: one read of the kernel log (/dev/kmsg), well under a second"
 OPTIONS = (
-    Option("since_seq", "int", 0, "count kernel log records from this sequence number on (0: since boot); after "
-           "a GPU reset, the last seq a run reported, as the log keeps Xid lines until reboot", minimum=0),
+    Option("since_seq", "int", 0, "count kernel log records from this sequence number on (0: since boot), for "
+           "every GPU of the node; after fixing the GPUs, the one value the failing rows name, as the log keeps Xid "
+           "lines until reboot", minimum=0),
 )
 _CATALOG = "NVIDIA's Xid catalog, docs.nvidia.com/deploy/xid-errors"
 METRICS = (
