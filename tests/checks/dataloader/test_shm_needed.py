@@ -32,6 +32,8 @@ IN_FLIGHT = 4 * 2 + 1  # 4 workers x prefetch_factor 2, + 1 the training loop ho
 DIED = ("No space left on device", "unable to write to file", "Bus error")
 
 JOB = """
+import os
+
 import numpy
 import torch
 from torch.utils.data import Dataset
@@ -74,7 +76,7 @@ def growing():
 
 
 class Cases(Dataset):
-    \"\"\"numpy samples, collated by the job's own function into tensors made with from_numpy (MIC-DKFZ/nnUNet#294).\"\"\"
+    \"\"\"numpy samples, collated by the job's own function into from_numpy tensors (MIC-DKFZ/nnUNet#294).\"\"\"
 
     def __len__(self):
         return 2048
@@ -91,6 +93,29 @@ def stack(samples):
     \"\"\"The job's collate_fn: a dict of a from_numpy tensor and the keys; torch moves the tensor to /dev/shm only
     when the worker's queue pickles it (reduce_storage), in a feeder thread whose failure never reaches the loop.\"\"\"
     return {"data": torch.from_numpy(numpy.stack(samples)), "keys": [str(i) for i in range(len(samples))]}
+
+
+class LazyOpen(Dataset):
+    \"\"\"Opens its handle on its first __getitem__, as h5py's users are told to, and refuses one another process
+    opened: an HDF5 handle inherited across fork reads garbage or fails (pytorch/pytorch#11887,
+    torchmd/torchmd-net#84).\"\"\"
+
+    def __init__(self):
+        self.opened_in = None
+
+    def __len__(self):
+        return 512
+
+    def __getitem__(self, index):
+        if self.opened_in is None:
+            self.opened_in = os.getpid()
+        if self.opened_in != os.getpid():
+            raise RuntimeError(f"handle opened in pid {self.opened_in}, read in pid {os.getpid()}")
+        return torch.zeros(3, 32, 32)
+
+
+def lazy():
+    return LazyOpen()
 
 
 def loader():
@@ -273,7 +298,8 @@ def test_one_worker_still_dies_with_large_samples_and_the_fix_says_num_workers_0
     per_batch = 16 * 3 * 512 * 512 * 4 + 4096  # 50,331,648 B of samples and a page of labels
     assert results["dataloader.shm_needed"]["value"] == 3 * per_batch
     hint = results["dataloader.shm_headroom"]["hint"]
-    assert "(3 batches of 48.01 MiB (16 samples): num_workers 1 x prefetch_factor 2 + 1 the training loop holds)" in hint
+    assert ("(3 batches of 48.01 MiB (16 samples): num_workers 1 x prefetch_factor 2 + 1 the training loop holds)"
+            in hint)
     assert "--shm-size=256m" in hint  # 144 MiB, rounded up to a power of two
     assert hint.endswith("or lower batch_size to 7 or num_workers to 0 (the main process loads: nothing passes "
                          "through /dev/shm, nothing loads in parallel)")
@@ -369,6 +395,16 @@ def test_the_job_dataset_on_this_nodes_shm_is_measured_and_the_files_loader_is_s
         (files / f"{index}.bin").write_bytes(b"x" * 1000)
     plain = run_check("dataloader", 1.0, path=str(files), num_workers=1, worker_pools=1)
     assert not plain["shm_needed"].applicable and "dataset:" in plain["shm_needed"].reason
+
+
+def test_the_probe_leaves_the_jobs_dataset_in_the_main_process_as_its_workers_will_find_it(tmp_path):
+    # Loaded in the main process, the probe's batch would open the handle there, and every forked worker would
+    # inherit it: the job's own loop never does that, and its Dataset raises on it here.
+    src = job_package(tmp_path / "src", "shmjob", {"data": JOB})
+    got = run_check("dataloader", 1.0, dataset="shmjob.data:lazy", python_path=[str(src)], num_workers=2,
+                    batch_size=16, worker_pools=1, multiprocessing_context="fork")
+    assert got["throughput"].measured, got["throughput"].reason
+    assert got["shm_needed"].value == (2 * 2 + (0 if torch.cuda.is_available() else 1)) * 16 * 3 * 32 * 32 * 4
 
 
 def test_a_short_shm_names_what_others_hold_in_the_size_to_set():
