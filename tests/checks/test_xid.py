@@ -116,6 +116,26 @@ def test_every_drain_row_names_the_one_since_seq_that_clears_the_whole_node(tmp_
     assert run(log, no_gpu, since_seq=113)["xid_application[0000:10:00.0]"].value == 1.0  # written after: kept
 
 
+def test_a_new_xid_after_since_seq_fails_again_and_names_the_next_value(tmp_path, no_gpu):
+    # Azure/azurehpc#648 (a node kept drained by old lines until the log rotated) and NVIDIA/DCGM#277 (Xid counts
+    # kept until a driver reset or reboot): since_seq clears the old lines, and a later Xid fails again. The new
+    # line is gpud's injected Xid 74 (leptonai/gpud#864, which moved its fault injection off the real kernel log).
+    lines = ["NVRM: Xid (PCI:0000:04:00): 79, GPU has fallen off the bus",
+             "NVRM: Xid (PCI:0000:05:00): 48, pid=1234, name=python3, Ch 00000010, An uncorrectable double bit error"]
+    kernel_log(tmp_path / "kmsg", *lines)
+    first = judged(tmp_path, "xid", GATE, list(run(str(tmp_path / "kmsg"), no_gpu).values()))
+    named = {first[f"xid.xid_drain[{bus}]"].hint.rsplit("=", 1)[1] for bus in ("0000:04:00.0", "0000:05:00.0")}
+    assert named == {"103"}
+    log = kernel_log(tmp_path / "kmsg", *lines, "NVRM: Xid (PCI:0000:04:00): 74, pid=1234, name=python3, Channel "
+                     "0x23, MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7fc123456000. Fault is of type "
+                     "FAULT_PTE ACCESS_TYPE_VIRT_READ")
+    again = judged(tmp_path, "xid", GATE, list(run(log, no_gpu, since_seq=103).values()))
+    assert again["xid.xid_drain[0000:04:00.0]"].verdict == "fail"
+    assert again["xid.xid_drain[0000:04:00.0]"].message.startswith("measured 1")
+    assert again["xid.xid_drain[0000:04:00.0]"].hint.endswith("after the fix, --set xid.since_seq=104")
+    assert "xid.xid_drain[0000:05:00.0]" not in again  # its lines are before since_seq: no row of its own now
+
+
 @pytest.mark.parametrize("init_error, why", [
     (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, "NVML library not found (libnvidia-ml.so.1): no NVIDIA driver here"),
     (pynvml.NVML_ERROR_DRIVER_NOT_LOADED, "NVIDIA driver not loaded"),
