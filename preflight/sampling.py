@@ -7,11 +7,38 @@ spent, never fewer than ``min_samples``. fio's ``ramp_time`` is the same warm-up
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Callable, NamedTuple
 
 from preflight.io.dataset_pass import Spent
 from preflight.measurement import Stats
+
+
+# The shortest time a figure's kept samples may span and still be a figure of the device: the time ``sample`` holds
+# even a fast target to in the shortest storage part (``min_time_s``, half of its 1 s). Over a few milliseconds the
+# scheduler sets a rate as much as the device does: under two busy loops on 2 cores, small_files read as 100 files in
+# 7-15 ms moved -52% to +106% between unchanged runs (docs/benchmarks.md, 'Noise on a busy node'), where 1 s parts
+# moved 0.6-6% (issue 35). A figure sampled over less says so (``short_warning``), and ``preflight diff`` does not
+# compare it.
+MIN_SPAN_S = 0.5
+SHORT = "short: "  # how the warning of a figure sampled over less than MIN_SPAN_S begins (``short_warning``)
+
+
+def short_warning(what: str, span_s: float, fix: str = "") -> str:
+    """The warning of a figure whose kept samples spanned ``span_s`` seconds (``what``: "1 sample of 100 files"),
+    "" from ``MIN_SPAN_S`` up. It begins with ``SHORT``; its first clause (up to ";") is what ``preflight diff`` shows."""
+    if span_s >= MIN_SPAN_S:
+        return ""
+    span = f"{span_s * 1e3:.0f} ms" if span_s < 1 else f"{span_s:.2f} s"
+    return (f"{SHORT}{what} in {span}; under {MIN_SPAN_S:g} s the scheduler sets such a figure as much as the device, "
+            f"so it is rough and `preflight diff` does not compare it{': ' + fix if fix else ''}")
+
+
+def files_for_span(rate_per_s: float, share: float) -> int:
+    """How many files a dataset needs for a part that reads ``share`` of them (0.1) at ``rate_per_s`` to span
+    ``MIN_SPAN_S``: for ``short_warning``'s fix."""
+    return math.ceil(rate_per_s * MIN_SPAN_S / share)
 
 
 class Samples(NamedTuple):

@@ -7,7 +7,8 @@ Prints a table (metric, old, new, ratio, what the change is) and a closing count
 three standard deviations of their difference, from the metric's run-to-run CV measured on a
 busy node (``report.noise.RUN_TO_RUN``, each with its source), each run's repeats and both runs'
 samples (``report.noise.band`` has the formula). Judged are rates, latencies and any metric the
-user gated; a fact (no threshold and no rate) is shown, never judged. A file that is missing or not a preflight
+user gated; a fact (no threshold and no rate) is shown, never judged, and so is a figure a run sampled
+over a few milliseconds, "too short to compare" (its row's ``short:`` warning, ``compare.short_of``). A file that is missing or not a preflight
 report is one ``preflight: error:`` line and exit 2 (raised as UsageError to the CLI's boundary).
 """
 
@@ -74,8 +75,11 @@ def _value(entry: Entry) -> str:
 
 def verdict(c: Change, fail_on: float | None) -> str:
     """What the change is: ``REGRESSED -23% (noise ±5%)``, ``better +12% (noise ±5%)``, ``within noise (±5%)``,
-    ``not judged (a fact)``; then the verdict's change, if any (``pass -> fail``)."""
-    if not c.judged:
+    ``too short to compare (new: 1 sample of 100 files in 12 ms)``, ``not judged (a fact)``; then the verdict's
+    change, if any (``pass -> fail``)."""
+    if c.short:
+        text = f"too short to compare ({c.short})"
+    elif not c.judged:
         text = "not judged (a fact)" if c.ratio is not None else ("same" if c.old.value == c.new.value else "changed")
     else:
         noise = f"noise ±{c.band:.0%}"
@@ -92,12 +96,14 @@ def verdict(c: Change, fail_on: float | None) -> str:
 
 
 def closing(changes: Sequence[Change], regressed: Sequence[Change], fail_on: float | None) -> str:
-    """``== 1 regressed beyond 10%, 2 worse, 1 better, 20 within noise, 9 not judged; 33 in both runs ==``."""
+    """``== 1 regressed beyond 10%, 2 worse, 1 better, 20 within noise, 2 too short to compare, 9 not judged; 35
+    metrics in both runs ==``."""
     judged = [c for c in changes if c.judged]
     counts = [(f"regressed beyond {fail_on:.0%}" if fail_on is not None else "", len(regressed)),
               ("worse", sum(c.worse for c in judged) - len(regressed)),
               ("better", sum(c.beyond_noise and not c.worse for c in judged)),
               ("within noise", sum(not c.beyond_noise for c in judged)),
-              ("not judged", len(changes) - len(judged))]
+              ("too short to compare", sum(bool(c.short) for c in changes)),
+              ("not judged", sum(not c.judged and not c.short for c in changes))]
     said = ", ".join(f"{n} {what}" for what, n in counts if n and what)
     return f"== {said or 'nothing'}; {len(changes)} metric{'s' if len(changes) != 1 else ''} in both runs =="

@@ -13,7 +13,9 @@ performance metrics (a measured rate or latency, ``Metric.is_performance``) and 
 metric the user gated (a threshold in either run, such as ``throughput_vs_required``), in the
 direction its threshold or the metric says is better; a fact (no threshold and no rate: a count,
 a size, a version) is shown and never judged. A judged metric *regressed* when it moved the
-wrong way beyond noise and by more than ``fail_on`` (a fraction).
+wrong way beyond noise and by more than ``fail_on`` (a fraction). A figure either run sampled over
+under ``sampling.MIN_SPAN_S`` (its row warns ``short: ``) is *too short to compare*: shown, never
+judged, since the scheduler, not the device, set it (``short_of``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any, Mapping, NamedTuple, Sequence
 from preflight.report import noise
 from preflight.checks import CHECKS
 from preflight.errors import UsageError
+from preflight.sampling import SHORT
 
 
 class Entry(NamedTuple):
@@ -38,6 +41,7 @@ class Entry(NamedTuple):
     samples: tuple[float, ...]
     threshold: Mapping[str, Any] | None  # {"min": 200.0}; None where the run gated nothing on it
     runs: tuple[float, ...] = ()  # with `repeats`: each run's figure
+    warnings: tuple[str, ...] = ()  # the row's warnings ("short: 1 sample of 100 files in 12 ms; ...")
 
 
 class Report(NamedTuple):
@@ -58,10 +62,11 @@ class Change(NamedTuple):
     ratio: float | None  # new / old; None for a text, a version or an old value of 0
     band: float | None  # the relative change within noise; None when not judged
     direction: bool | None  # True: higher is better, False: lower is better, None: not judged
+    short: str = ""  # a run sampled it too briefly to compare: "new: 1 sample of 100 files in 12 ms"
 
     @property
     def judged(self) -> bool:
-        return self.band is not None and self.ratio is not None
+        return self.band is not None and self.ratio is not None and not self.short
 
     @property
     def beyond_noise(self) -> bool:
@@ -129,7 +134,8 @@ def _entries(results: Sequence[Mapping[str, Any]], node: str | None) -> list[Ent
         base = f"{r['instance']}.{r['metric']}" if r["metric"] else r["instance"]
         entries.append(Entry(f"{base}[{device}]" if device else base, r["check"], r["metric"], r.get("value"),
                              r.get("unit", ""), r["verdict"], tuple(float(s) for s in r.get("samples") or ()),
-                             r.get("threshold") or None, tuple(float(v) for v in r.get("runs") or ())))
+                             r.get("threshold") or None, tuple(float(v) for v in r.get("runs") or ()),
+                             tuple(str(w) for w in r.get("warnings") or ())))
     return entries
 
 
@@ -171,7 +177,20 @@ def change(old: Entry, new: Entry) -> Change:
     if direction is None or ratio is None:
         return Change(new.id, old, new, ratio, None, None)
     width = noise.band(f"{new.check}.{new.metric}", old.samples, new.samples, (old.runs, new.runs))
-    return Change(new.id, old, new, ratio, width, direction)
+    return Change(new.id, old, new, ratio, width, direction, short_of(old, new))
+
+
+def short_of(old: Entry, new: Entry) -> str:
+    """Why either run's figure is too short to compare: "old: 1 sample of 100 files in 12 ms", from its ``short: ``
+    warning (``sampling.short_warning``: its samples spanned under ``sampling.MIN_SPAN_S``); "" when neither is.
+    Over a few milliseconds the scheduler sets a rate as much as the device: no floor measured on longer
+    windows holds for it, and an unchanged busy node moved such a figure by -52% to +106% (issue 35)."""
+    said = []
+    for label, entry in (("old", old), ("new", new)):
+        warning = next((w for w in entry.warnings if w.startswith(SHORT)), "")
+        if warning:
+            said.append(f"{label}: {warning[len(SHORT):].split(';')[0]}")
+    return ", ".join(said)
 
 
 def judged_direction(check: str, name: str, threshold: Mapping[str, Any] | None) -> bool | None:

@@ -97,7 +97,8 @@ def test_a_class_folder_on_another_volume_is_read_as_the_job_reads_it(class_on_i
     assert skipped["note"] == "1 pseudo filesystem not descended (no dataset lives on it: proc at proc)"
     small = results["storage.small_files"]
     assert small["verdict"] == "pass" and small["subject"] == "dataset" and small["note"] == ""
-    assert f"open+read+close of 170 existing small files on {filesystem['value']}" in small["method"]
+    assert (f"open+read+close of up to 25 of 170 existing small files, each once (its share of the first epoch: 10% "
+            f"of the dataset's 200 files, at least 25) on {filesystem['value']}") in small["method"]
     loader = results["dataloader.throughput"]
     assert loader["verdict"] == "pass" and loader["subject"] == "dataset"
     assert (f"200 files under {train} on 2 filesystems (170 on {filesystem['value']}, 30 on {top}) (1 pseudo "

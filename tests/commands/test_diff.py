@@ -266,3 +266,74 @@ def test_a_runs_own_repeats_that_disagree_widen_the_band_to_their_spread(tmp_pat
     assert done.returncode == 0, done.stdout
     width = 3 * math.sqrt(2) * noise.cv([1000.0, 700.0, 1300.0])
     assert f"within noise (-40%, noise ±{width:.0%})" in done.stdout
+
+
+# Issue 35, a new user's trial of the README's Quick start: on the bundled default over `make-dataset`'s 1000 files,
+# small_files reads its first-epoch share (a tenth: 100 files) in one sample of a few milliseconds, and 2 of 10
+# unchanged pairs at load 3.8-6.3 on 2 CPUs exited 1: `12626 -> 6025 files/s REGRESSED -52% (noise ±26%)`. Over a
+# span that short the scheduler sets the rate; the row says so (`short: `) and diff does not compare it.
+def _short_run(small_files: float):
+    from preflight import sampling
+
+    span = 100 / small_files
+    warning = sampling.short_warning("1 sample of 100 files", span, "a dataset of about 50000 files gives it 0.5 s")
+    stopped = "each of its 100 files read once after 1 samples"
+    rows = _busy_node_run(**MONDAY)
+    rows[2] = dataclasses.replace(rows[2], value=small_files, samples=(small_files,), stopped=stopped,
+                                  warnings=(warning,))
+    return rows
+
+
+def test_a_rate_sampled_over_milliseconds_is_too_short_to_compare_not_regressed(tmp_path):
+    old = _write(tmp_path, "old.json", _short_run(12626.0))  # 100 files in 7.9 ms
+    new = _write(tmp_path, "new.json", _short_run(6025.0))  # 100 files in 16.6 ms, the trial's -52%
+    done = run_cli("diff", str(old), str(new), "--fail-on", "10%")
+    assert done.returncode == 0, done.stdout
+    line = next(line for line in done.stdout.splitlines() if line.startswith("storage.small_files "))
+    assert line.endswith("0.477x  too short to compare (old: 1 sample of 100 files in 8 ms, "
+                         "new: 1 sample of 100 files in 17 ms)"), line
+    assert done.stdout.splitlines()[-1] == ("== 4 within noise, 1 too short to compare, 1 not judged; "
+                                            "6 metrics in both runs ==")
+    # The same runs with a halved volume: every rate sampled long enough still regresses.
+    halved = {key: [value / 2 for value in values] for key, values in MONDAY.items()}
+    rows = _busy_node_run(**halved)
+    rows[2] = _short_run(6025.0)[2]
+    done = run_cli("diff", str(old), str(_write(tmp_path, "halved.json", rows)), "--fail-on", "10%")
+    assert done.returncode == 1, done.stdout
+    assert [line.split()[0] for line in done.stdout.splitlines() if " REGRESSED " in line] == [
+        "storage.seq_read", "dataloader.throughput", "dataloader.throughput_vs_required"]
+
+
+def test_the_quick_starts_small_files_is_one_short_sample_that_says_so_and_is_not_compared(tmp_path):
+    """The README's Quick start for real: `make-dataset`'s 1000 files, the bundled thresholds.yaml (storage only).
+    small_files reads its share, 100 files, once, in one sample of milliseconds: its method says what it read, its
+    row that it is rough; a second report of it at half the rate (what the trial's unchanged pairs gave) is not
+    called a regression, where today's diff exits 1."""
+    from tests.helpers import REPO
+
+    data = tmp_path / "imagenet-sample"
+    made = run_cli("make-dataset", str(data))
+    assert made.returncode == 0, made.stderr
+    done = run_cli("run", "-c", str(REPO / "thresholds.yaml"), "--only", "storage", "--json", "-",
+                   env={"DATA_DIR": str(data)}, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    small = next(r for r in report["results"] if r["id"] == "storage.small_files")
+    assert small["stopped"] == "each of its 100 files read once after 1 samples"
+    assert ("open+read+close of up to 100 of 1000 existing small files, each once (its share of the first epoch: "
+            "10% of the dataset's 1000 files, at least 25)") in small["method"]
+    short = [w for w in small["warnings"] if w.startswith("short: 1 sample of 100 files in ")]
+    assert len(short) == 1 and "`preflight diff` does not compare it: a dataset of about " in short[0], small
+    old = tmp_path / "old.json"
+    old.write_text(done.stdout)
+    for r in report["results"]:
+        if r["metric"] in ("small_files", "small_files_bandwidth"):
+            r["value"], r["samples"] = r["value"] / 2, [s / 2 for s in r["samples"]]
+            r["warnings"] = [w.replace(" ms;", " ms (halved);", 1) for w in r["warnings"]]
+    new = tmp_path / "new.json"
+    new.write_text(json.dumps(report))
+    diffed = run_cli("diff", str(old), str(new), "--fail-on", "10%")
+    assert diffed.returncode == 0, diffed.stdout
+    lines = {line.split()[0]: line for line in diffed.stdout.splitlines()[2:-1]}
+    for metric in ("storage.small_files", "storage.small_files_bandwidth"):
+        assert "0.500x  too short to compare (old: 1 sample of 100 files in " in lines[metric], lines[metric]

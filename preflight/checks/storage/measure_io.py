@@ -39,6 +39,7 @@ from preflight.host.fsinfo import Filesystem, filesystem_of
 from preflight.io.parallel import Interval, Tally, in_intervals, run_loops
 from preflight.io.uncached import Bypass, bypass_for, describe
 from preflight.measurement import Measurement, unmeasurable
+from preflight import sampling
 from preflight.sampling import sample
 from preflight.io.scratch import room_for, write_file, write_small_files
 from preflight.units import format_value, to_unit
@@ -256,6 +257,7 @@ class IO:
         processes, threads = self._split(int(self.options["file_readers"]))
         rates: list[float] = []
         lost: list[int] = []
+        spans: list[tuple[int, float]] = []  # each window's files read and seconds
         before = dataset_pass.opened()
         # One pass: windows continue it; the dataset's own files leave the rest of a small dataset to later readers.
         remaining = dataset_pass.fresh(files, _name) if too_little else dataset_pass.share(files, len(found.files), _name)
@@ -271,19 +273,25 @@ class IO:
                               self.window)
             remaining = dataset_pass.unread_since(remaining, before, _name)
             rates.append(tally.nbytes / tally.elapsed_s / 1e6)
+            spans.append((tally.ops, tally.elapsed_s))
             lost.append(tally.lost)
             self.failed.update(tally.failed)
             return tally.ops / tally.elapsed_s
 
         taken = sample(window, self.part_s)
         note = "; ".join(n for n in (note, warm, _lost_note(sum(lost))) if n)
+        if share < len(files):  # the first-epoch rule left the rest of the dataset to later readers: say so
+            source = (f"up to {share} of {source}, each once (its share of the first epoch: "
+                      f"{dataset_pass.SHARE:.0%} of the dataset's {len(found.files)} files, at least "
+                      f"{dataset_pass.MIN_SHARE})")
         method = (f"{processes} processes x {threads} threads, open+read+close of {source} on "
                   f"{fs.describe()}; {describe(bypass)}")
+        warnings = _short(spans[-len(taken.values):], share < len(files))
         return [self._about(self._honest(m, bypass, fs), measured_on) for m in (
             Measurement("small_files", samples=taken.values, unit="files/s", method=method, stopped=taken.stopped,
-                        note=note),
+                        note=note, warnings=warnings),
             Measurement("small_files_bandwidth", samples=tuple(rates[-len(taken.values):]), unit="MB/s",
-                        method=method, stopped=taken.stopped, note=note))]
+                        method=method, stopped=taken.stopped, note=note, warnings=warnings))]
 
     def writes(self) -> list[Measurement]:
         """``seq_write`` (MB/s, with the final fsync) and ``fsync_p99`` (ms) in the scratch directory, each only
@@ -402,6 +410,23 @@ class ContinuousRun(NamedTuple):
 
     def __str__(self) -> str:
         return f"{self.runtime_s:g}s of {self.window_s:g}s windows after a {self.window_s:g}s ramp"
+
+
+def _short(kept: Sequence[tuple[int, float]], shared: bool) -> tuple[str, ...]:
+    """small_files' ``short: `` warning where its kept windows (files read, seconds each) spanned under
+    ``sampling.MIN_SPAN_S``: the pass over its share of a small dataset ended within milliseconds. The fix names
+    the dataset that would give it that span (``shared``: the share rule bounded it), else more small files."""
+    files, span_s = sum(ops for ops, _ in kept), sum(seconds for _, seconds in kept)
+    if not files or not span_s:
+        return ()
+    rate = files / span_s
+    fix = (f"a dataset of about {sampling.files_for_span(rate, dataset_pass.SHARE)} files gives it "
+           f"{sampling.MIN_SPAN_S:g} s at this rate" if shared
+           else f"about {sampling.files_for_span(rate, 1.0)} small files would give it {sampling.MIN_SPAN_S:g} s "
+                f"(small_file_count)")
+    warning = sampling.short_warning(f"{len(kept)} sample{'s' if len(kept) != 1 else ''} of {files} files",
+                                     span_s, fix)
+    return (warning,) if warning else ()
 
 
 def _latency_percentile(metric: str, q: float, windows: Sequence[Sequence[float]], method: str,

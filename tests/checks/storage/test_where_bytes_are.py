@@ -95,7 +95,10 @@ def test_a_symlink_farm_is_measured_on_the_disk_its_links_lead_to(farms):
     assert skipped["verdict"] == "pass" and skipped["value"] == 0 and skipped["note"] == ""
     small = results["storage.small_files"]
     assert small["verdict"] == "pass" and small["subject"] == "dataset" and small["note"] == ""
-    assert f"open+read+close of 200 existing small files on ext4 at {cache} (/dev/loop" in small["method"]
+    # its share of the first epoch (the farm's 400 files, 200 of them small), each read once (issue 35: the method says what it read)
+    assert re.search(rf"open\+read\+close of up to 40 of 200 existing small files, each once \(its share of the first "
+                     rf"epoch: 10% of the dataset's 400 files, at least 25\) on ext4 at {re.escape(str(cache))} "
+                     rf"\(/dev/loop", small["method"]), small["method"]
     # No file to stream, and scratch beside data/ would lie on the links' disk: the farm's own files, read whole.
     for metric in ("seq_read", "rand_read", "rand_read_p50", "rand_read_p99"):
         read = results[f"storage.{metric}"]
@@ -142,7 +145,9 @@ def test_data_on_three_filesystems_is_measured_where_most_bytes_are_and_the_othe
     assert skipped["value"] == 0 and skipped["note"] == ""
     small = results["mixed.small_files"]
     assert small["verdict"] == "pass" and small["subject"] == "dataset"
-    assert f"200 existing small files on ext4 at {cache} (/dev/loop" in small["method"]
+    assert re.search(rf"up to \d+ of 200 existing small files, each once \(its share of the first epoch: 10% of the "
+                     rf"dataset's \d+ files, at least 25\) on ext4 at {re.escape(str(cache))} \(/dev/loop",
+                     small["method"]), small["method"]
     assert f"400 existing files read whole (18.75 MiB) on ext4 at {cache}" in results["mixed.seq_read"]["method"]
 
 
