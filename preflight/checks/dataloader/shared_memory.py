@@ -151,11 +151,13 @@ class Need(NamedTuple):
                 f"Memory and sizeLimit: {kubernetes} at {SHM_DIR} (it counts against the pod's memory limit); or "
                 f"lower {', '.join(instead[:-1]) + ' or ' + instead[-1] if len(instead) > 1 else instead[0]}")
 
-    def why_not_started(self) -> str:
-        """The reason the loader's other rows carry when its pools were not started (``short``)."""
-        return (f"not measured: the loader's batches in flight need {_size(self.needed)} of {SHM_DIR}, which has "
-                f"{_size(self.free)} free; its workers would die with a bus error, as the job's would, so no worker "
-                f"was started (shm_headroom says the size to set)")
+    def why_not_started(self, fix: bool = False) -> str:
+        """The reason the loader's other rows carry when its pools were not started (``short``); with ``fix``, the
+        size to set too (a check without the shm rows: the pipeline)."""
+        return (f"not measured: the loader's batches in flight need {_size(self.needed)} of {SHM_DIR} "
+                f"({self.arithmetic()}), which has {_size(self.free)} free; its workers would die with a bus error, "
+                f"as the job's would, so no worker was started: "
+                + (self.fix() if fix else "dataloader.shm_headroom says the size to set"))
 
     def rows(self, method: str) -> list[Measurement]:
         """``shm_needed`` (B) and ``shm_headroom`` (%), with the arithmetic and, where it does not fit, the fix."""

@@ -12,6 +12,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from preflight.checks import usercode
 from preflight.checks.base import Budget, UserCodeError
+from preflight.checks.dataloader import shared_memory
 from preflight.checks.dataloader.loop import explaining_worker_oom
 from preflight.checks.dataloader.source import Loader, Source, loader_for, opened
 from preflight.checks.dataloader.user import Uncountable
@@ -77,6 +78,11 @@ def _measure(options: Mapping[str, Any], budget: Budget, device: str) -> list[Me
                 alone, stopped = interleaved((step,), device, budget)
                 return [_model_rate(alone, device, method, stopped), *_unmeasurable(fed_names, source, device)]
             loader = loader_for(options, source)
+            shm = shared_memory.need(options, source, loader)  # workers that would die of /dev/shm are not started
+            if isinstance(shm, shared_memory.Need) and shm.short:
+                alone, stopped = interleaved((step,), device, budget)
+                return [_model_rate(alone, device, method, stopped),
+                        *_unmeasurable(fed_names, shm.why_not_started(fix=True), device)]
             feed = Feed(loader, step, options["input_shape"], loader.workers * (loader.prefetch_factor or 0))
             phase = phase_budget(options, budget)
             try:

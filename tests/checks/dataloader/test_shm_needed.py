@@ -234,8 +234,35 @@ def test_the_other_rows_say_why_no_pool_started_and_their_gate_fails_closed(job)
     throughput = results["dataloader.throughput"]
     assert throughput["verdict"] == "fail"
     assert throughput["message"].startswith(
-        "could not measure: not measured: the loader's batches in flight need 330.8 MiB of /dev/shm, which has "
-        "64 MiB free; its workers would die with a bus error, as the job's would, so no worker was started")
+        "could not measure: not measured: the loader's batches in flight need 330.8 MiB of /dev/shm (9 batches of "
+        "36.75 MiB (64 samples): num_workers 4 x prefetch_factor 2 + 1 the training loop holds), which has 64 MiB "
+        "free; its workers would die with a bus error, as the job's would, so no worker was started: "
+        "dataloader.shm_headroom says the size to set")
+
+
+def test_the_pipeline_check_starts_no_worker_that_would_die_and_names_the_size_to_set(tmp_path):
+    # The pipeline check feeds the same loader to the model: on 64 MiB its workers died with a traceback in the row.
+    config = write_config(tmp_path, """
+        version: 1
+        checks:
+          pipeline:
+            synthetic: true
+            model: tiny
+            input_shape: [3, 224, 224]
+            batch_size: 64
+            num_workers: 4
+            prefetch_factor: 2
+            pin_memory: false
+            duration: 0.5s
+            samples_per_s: {min: 1 samples/s}
+        """)
+    gate, results = _gate(config, "64m")
+    assert gate.returncode == 1
+    fed = next(r for key, r in results.items() if key.startswith("pipeline.samples_per_s"))
+    assert fed["verdict"] == "fail"
+    assert fed["message"].startswith("could not measure: not measured: the loader's batches in flight need 330.7 MiB "
+                                     "of /dev/shm (9 batches of 36.75 MiB (64 samples)")
+    assert "--shm-size=512m" in fed["message"] and "sizeLimit: 512Mi" in fed["message"]
 
 
 # --- public reports of the same kind, built as shapes -----------------------------------------------------------
