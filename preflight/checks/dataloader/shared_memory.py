@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, NamedTuple
 
+from preflight.host import cgroup_memory
 from preflight.host.fsinfo import filesystem_of
 from preflight.measurement import Measurement, not_applicable, unmeasurable
 from preflight.units import format_value
@@ -103,6 +104,7 @@ class Need(NamedTuple):
     free: int  # bytes free on /dev/shm (statvfs f_bavail)
     size: int  # bytes of the mount
     where: str  # the mount, for the method ("/dev/shm (tmpfs)")
+    memory_limit: int | None = None  # the cgroup's memory limit (``cgroup_memory.memory_limit``); None: none read
 
     @property
     def batches(self) -> int:
@@ -167,6 +169,11 @@ class Need(NamedTuple):
                f"(torch's _MultiProcessingDataLoaderIter keeps prefetch_factor x num_workers batches outstanding); "
                f"statvfs of {self.where}; {method}")
         free = f"{_size(self.free)} free of {_size(self.size)} on {SHM_DIR}"
+        if self.memory_limit is not None and self.memory_limit < self.free:
+            # A memory-backed emptyDir shows half the node's RAM whatever its sizeLimit (kubernetes/kubernetes#76263),
+            # and its pages are charged to the pod's memory limit: the limit binds first, with an OOM kill.
+            free += (f"; the cgroup memory limit, {_size(self.memory_limit)}, is below that: the segments' pages "
+                     f"count against it, so memory_headroom judges the rest")
         hint = ""
         if self.short:
             hint = (f"batch_size {self.batch_size} needs {_size(self.needed)} of {SHM_DIR} in flight "
@@ -203,7 +210,7 @@ def need(options: Mapping[str, Any], source: Any, built: Any) -> Need | list[Mea
         if samples and samples < batch_size:  # a dataset shorter than one batch: scaled to a full one
             nbytes = int(nbytes * batch_size / samples)
     return Need(nbytes, batch_size, workers, prefetch, pinned(options, source), fs.free_bytes, fs.size_bytes,
-                fs.describe())
+                fs.describe(), cgroup_memory.memory_limit())
 
 
 # What torch says when a worker runs out of /dev/shm: the SIGBUS of a page touched past the mount's end (its SIGCHLD

@@ -12,6 +12,7 @@ pickling, not by collate), idiap/ESLAM#20 (a mount others fill), bytedance/Prote
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -21,7 +22,7 @@ import pytest
 import torch
 
 from preflight.checks.dataloader import shared_memory
-from tests.helpers import in_mount_namespace, job_package, run_check, write_config
+from tests.helpers import in_mount_namespace, job_package, memory_limited_cgroup, run_check, write_config
 
 SAMPLE = 3 * 224 * 224 * 4  # bytes of one 3x224x224 float32 sample: 602,112
 BATCH = 64 * SAMPLE  # 38,535,168 bytes = 38.5 MB = 36.75 MiB
@@ -175,11 +176,11 @@ def _loop(config: Path, size: str, *args: str, before: str = "") -> subprocess.C
                               + " ".join(args), timeout=300)
 
 
-def _gate(config: Path, size: str, before: str = "") -> tuple[subprocess.CompletedProcess[str], dict]:
-    """preflight's run of ``config`` on a /dev/shm of ``size``, and its results by id."""
+def _gate(config: Path, size: str, before: str = "", prefix: str = "") -> tuple[subprocess.CompletedProcess[str], dict]:
+    """preflight's run of ``config`` on a /dev/shm of ``size`` (``prefix`` before its command), and its results."""
     report = config.parent / "r.json"
-    gate = in_mount_namespace(_shm(size, before) + f"NO_COLOR=1 {sys.executable} -m preflight run -c {config} "
-                              f"--json {report}", timeout=300)
+    gate = in_mount_namespace(_shm(size, before) + f"NO_COLOR=1 {prefix} {sys.executable} -m preflight run -c "
+                              f"{config} --json {report}", timeout=300)
     assert "Traceback" not in gate.stderr + gate.stdout, gate.stderr
     return gate, {r["id"]: r for r in json.loads(report.read_text())["results"]}
 
@@ -263,6 +264,17 @@ def test_the_pipeline_check_starts_no_worker_that_would_die_and_names_the_size_t
     assert fed["message"].startswith("could not measure: not measured: the loader's batches in flight need 330.7 MiB "
                                      "of /dev/shm (9 batches of 36.75 MiB (64 samples)")
     assert "--shm-size=512m" in fed["message"] and "sizeLimit: 512Mi" in fed["message"]
+
+
+def test_a_memory_limit_below_the_free_shm_is_named_beside_it(job):
+    """kubernetes/kubernetes#76263: a memory-backed emptyDir shows half the node's RAM whatever its sizeLimit, and
+    its pages count against the pod's memory limit: 4 GiB of /dev/shm in a 1.5 GiB memory cgroup."""
+    with memory_limited_cgroup(1536 << 20) as (_, prefix):
+        gate, results = _gate(job, "4g", prefix=shlex.join(prefix))
+    assert gate.returncode == 0, gate.stdout + gate.stderr  # 331 MiB fits both: the row passes, with the note
+    assert results["dataloader.shm_needed"]["message"] == (
+        "measured 330.8 MiB (no threshold); 4 GiB free of 4 GiB on /dev/shm; the cgroup memory limit, 1.5 GiB, is "
+        "below that: the segments' pages count against it, so memory_headroom judges the rest")
 
 
 # --- public reports of the same kind, built as shapes -----------------------------------------------------------
