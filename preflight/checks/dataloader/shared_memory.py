@@ -168,6 +168,8 @@ class Need(NamedTuple):
                f"{self.arithmetic()} "
                f"(torch's _MultiProcessingDataLoaderIter keeps prefetch_factor x num_workers batches outstanding); "
                f"statvfs of {self.where}; {method}")
+        if not self.workers:
+            how = f"num_workers 0: the main process loads every batch, none passes through {SHM_DIR}; {method}"
         free = f"{_size(self.free)} free of {_size(self.size)} on {SHM_DIR}"
         if self.memory_limit is not None and self.memory_limit < self.free:
             # A memory-backed emptyDir shows half the node's RAM whatever its sizeLimit (kubernetes/kubernetes#76263),

@@ -446,6 +446,15 @@ def test_the_probe_leaves_the_jobs_dataset_in_the_main_process_as_its_workers_wi
     assert got["shm_needed"].value == (2 * 2 + (0 if torch.cuda.is_available() else 1)) * 16 * 3 * 32 * 32 * 4
 
 
+def test_without_workers_nothing_passes_through_shm_and_no_batch_is_loaded_for_it(tmp_path):
+    src = job_package(tmp_path / "src", "shmjob", {"data": JOB})
+    got = run_check("dataloader", 0.5, dataset="shmjob.data:images", python_path=[str(src)], num_workers=0,
+                    batch_size=8, worker_pools=1)
+    assert got["shm_needed"].value == 0 and got["shm_headroom"].value == 100.0
+    assert got["shm_needed"].method.startswith("num_workers 0: the main process loads every batch, none passes "
+                                               "through /dev/shm; DataLoader(batch_size=8, num_workers=0")
+
+
 def test_a_short_shm_names_what_others_hold_in_the_size_to_set():
     need = shared_memory.Need(BATCH, 64, 4, 2, False, free=8 << 20, size=64 << 20, where="/dev/shm (tmpfs)")
     assert need.short and need.largest_batch() == 1  # 8 MiB over 9 batches: one 602 kB sample each
