@@ -277,6 +277,26 @@ def test_a_memory_limit_below_the_free_shm_is_named_beside_it(job):
         "below that: the segments' pages count against it, so memory_headroom judges the rest")
 
 
+def test_the_worker_sweep_leaves_out_the_counts_whose_batches_would_not_fit(tmp_path):
+    # 27 samples of 588 KiB: 15.9 MiB a batch; 1 worker holds 3 of them (47.6 MiB of 64), 2 workers 5 (79.4 MiB).
+    config = _config(tmp_path, """
+        dataset: "shmjob.data:images"
+        batch_size: 27
+        num_workers: 1
+        prefetch_factor: 2
+        worker_sweep: true
+        shm_headroom: {min: 0 %}
+        recommended_num_workers: {min: 1}
+        """)
+    gate, results = _gate(config, "64m")
+    assert gate.returncode == 0, gate.stdout + gate.stderr
+    assert results["dataloader.shm_headroom"]["verdict"] == "pass"
+    swept = results["dataloader.recommended_num_workers"]
+    assert swept["value"] == 1
+    assert ("; not swept at 2 workers: their batches in flight would not fit /dev/shm (shm_headroom), swept at 1 "
+            "worker counts" in swept["method"])
+
+
 # --- public reports of the same kind, built as shapes -----------------------------------------------------------
 
 
