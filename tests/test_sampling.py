@@ -111,3 +111,16 @@ def test_time_is_measured_from_the_start_not_from_the_clocks_zero():
     noisy = Scripted(0.5, [100.0, 50.0] * 20)
     noisy.now = 1000.0
     assert sample(noisy.measure, budget_s=4.0, clock=noisy).stopped == "time budget 4s spent after 7 samples (spread 100.0%)"
+
+
+def test_a_figure_sampled_over_under_half_a_second_warns_short_and_names_the_fix():
+    from preflight.sampling import MIN_SPAN_S, SHORT, files_for_span, short_warning
+
+    assert MIN_SPAN_S == 0.5 and short_warning("3 samples of 300 files", 0.75) == ""  # three 0.25 s windows: long
+    assert short_warning("2 samples of 90 files", MIN_SPAN_S) == ""
+    warning = short_warning("1 sample of 100 files", 0.0116, "a dataset of about 43104 files gives it 0.5 s")
+    assert warning == ("short: 1 sample of 100 files in 12 ms; under 0.5 s the scheduler sets such a figure as much as "
+                       "the device, so it is rough and `preflight diff` does not compare it: a dataset of about 43104 "
+                       "files gives it 0.5 s") and warning.startswith(SHORT)
+    # 100 files in 11.6 ms is 8621 files/s; a part that reads a tenth of a dataset spans 0.5 s from 43,104 files
+    assert files_for_span(100 / 0.0116, 0.1) == 43104 and files_for_span(8000.0, 1.0) == 4000
