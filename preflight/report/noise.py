@@ -39,6 +39,8 @@ _POOLS = "docs/benchmarks.md, 'Noise: bench/noise.py', the pools table (8 fresh 
 # enough for the device to set the figure. Not used, and why (docs/benchmarks.md, 'Noise on a busy node'): runs
 # over a 512-file dataset under 2 busy loops, whose small_files and DataLoader passes last milliseconds (CVs 25-50%:
 # a figure of the scheduler), and runs at load 10-11 on 2 cores (20-40%): no single pair resolves a halving there.
+# A figure like the first, sampled over under ``sampling.MIN_SPAN_S``, is not compared at all (``compare.short_of``):
+# at its 49.8% CV the band would be ±211%, which no drop of a rate can leave.
 RUN_TO_RUN: dict[str, Floor] = {
     "storage.seq_read": Floor(0.093, f"{_IDLE}: 6.6% {_PARTS}; {_BUSY}: 0.7%; {_NOISE_BUSY}: 6.9%"),
     "storage.rand_read": Floor(0.546, f"{_IDLE}: 38.6% (bimodal, fio's own 40.2%) {_PARTS}; {_BUSY}: 0.0%; "
