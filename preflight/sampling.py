@@ -17,10 +17,10 @@ from preflight.measurement import Stats
 
 # The shortest time a figure's kept samples may span and still be a figure of the device: the time ``sample`` holds
 # even a fast target to in the shortest storage part (``min_time_s``, half of its 1 s). Over a few milliseconds the
-# scheduler sets a rate as much as the device does: under two busy loops on 2 cores, small_files read as 100 files in
-# 7-15 ms moved -52% to +106% between unchanged runs (docs/benchmarks.md, 'Noise on a busy node'), where 1 s parts
-# moved 0.6-6% (issue 35). A figure sampled over less says so (``short_warning``), and ``preflight diff`` does not
-# compare it.
+# scheduler sets a rate as much as the device does: on a busy 2-core node, small_files read as 100 files in 6-17 ms
+# moved -52% to +106% between unchanged runs (docs/benchmarks.md, 'The Quick start's small_files'), where 1 s parts
+# moved 0.6-6% (issue 35). A figure sampled over less says so where its check sums its windows' time
+# (``short_warning``; storage's small_files today), and ``preflight diff`` does not compare it.
 MIN_SPAN_S = 0.5
 SHORT = "short: "  # how the warning of a figure sampled over less than MIN_SPAN_S begins (``short_warning``)
 
