@@ -27,7 +27,8 @@ SHORT = "short: "  # how the warning of a figure sampled over less than MIN_SPAN
 
 def short_warning(what: str, span_s: float, fix: str = "") -> str:
     """The warning of a figure whose kept samples spanned ``span_s`` seconds (``what``: "1 sample of 100 files"),
-    "" from ``MIN_SPAN_S`` up. It begins with ``SHORT``; its first clause (up to ";") is what ``preflight diff`` shows."""
+    "" from ``MIN_SPAN_S`` up. It begins with ``SHORT``; its first clause (up to ";") is what ``preflight diff``
+    shows."""
     if span_s >= MIN_SPAN_S:
         return ""
     span = f"{span_s * 1e3:.0f} ms" if span_s < 1 else f"{span_s:.2f} s"

@@ -95,7 +95,8 @@ def test_a_symlink_farm_is_measured_on_the_disk_its_links_lead_to(farms):
     assert skipped["verdict"] == "pass" and skipped["value"] == 0 and skipped["note"] == ""
     small = results["storage.small_files"]
     assert small["verdict"] == "pass" and small["subject"] == "dataset" and small["note"] == ""
-    # its share of the first epoch (the farm's 400 files, 200 of them small), each read once (issue 35: the method says what it read)
+    # its share of the first epoch (the farm's 400 files, 200 of them small), each read once (issue 35: the method
+    # says what it read)
     assert re.search(rf"open\+read\+close of up to 40 of 200 existing small files, each once \(its share of the first "
                      rf"epoch: 10% of the dataset's 400 files, at least 25\) on ext4 at {re.escape(str(cache))} "
                      rf"\(/dev/loop", small["method"]), small["method"]
