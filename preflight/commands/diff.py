@@ -9,7 +9,8 @@ busy node (``report.noise.RUN_TO_RUN``, each with its source), each run's repeat
 samples (``report.noise.band`` has the formula). Judged are rates, latencies and any metric the
 user gated; a fact (no threshold and no rate) is shown, never judged, and so is a figure a run sampled
 over a few milliseconds, "too short to compare" (its row's ``short:`` warning, ``compare.short_of``).
-A file that is missing or not a preflight report is one ``preflight: error:`` line and exit 2 (raised as UsageError to the CLI's boundary).
+A file that is missing or not a preflight report is one ``preflight: error:`` line and exit 2 (raised as
+UsageError to the CLI's boundary).
 """
 
 from __future__ import annotations
