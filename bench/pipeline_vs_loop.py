@@ -1,7 +1,7 @@
 """The pipeline check against a hand-written training loop over the same Dataset, model, batch and workers.
 
 Usage: .venv/bin/python bench/pipeline_vs_loop.py [--latencies 0,2,4] [--rounds 4] [--seconds 3]
-                                                  [--workers 2] [--files 8000] [--threads 1]
+                                                  [--workers 2] [--files 8000] [--threads 1] [--busy N]
 
 Writes ``--files`` uint8 3x96x96 tensors with ``torch.save`` in 10 class folders (a temporary
 directory on the working directory's filesystem) and reads them with the example job's factory
@@ -32,6 +32,7 @@ within 10%, and of the wait-share difference (input_bound - the loop's wait shar
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -47,6 +48,7 @@ import torch  # noqa: E402
 
 from bench.common import alternating, scratch_root  # noqa: E402
 from bench.dataset_overhead import write_tensors  # noqa: E402
+from bench.founding_table import busy  # noqa: E402
 from preflight.checks import pipeline  # noqa: E402
 from preflight.checks.base import Budget  # noqa: E402
 from preflight.checks.model.build import tiny  # noqa: E402
@@ -178,6 +180,8 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--files", type=int, default=8000)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads, for both sides")
+    parser.add_argument("--busy", type=int, default=0, help="processes spinning (yes > /dev/null) through the "
+                        "rounds: a known load in place of whatever other tenants run")
     args = parser.parse_args()
     # one thread: on a shared 2-CPU machine two threads wait on each other's straggler and a step's time swings 2-5x
     # between windows (tests/conftest.py's one_intra_op_thread); both sides run in this process, so both get it
@@ -190,19 +194,21 @@ def main() -> int:
         src = write_job(where)
         print(f"{args.files} uint8 3x96x96 tensors, tensor_folder -> 3x{SIZE}x{SIZE}, model tiny, batch {BATCH}, "
               f"{args.workers} workers (persistent), {args.seconds:g} s duration; torch threads "
-              f"{torch.get_num_threads()}, load average {os.getloadavg()[0]:.1f}")
+              f"{torch.get_num_threads()}, load average {os.getloadavg()[0]:.1f}"
+              + (f", {args.busy} busy loops" if args.busy else ""))
         for latency in latencies:
             print(f"volume: {latency:g} ms per sample" + (" (fast: page cache)" if not latency else ""))
             print(f"{'round':>7} {'loop':>8} {'check':>8} {'ratio':>6} {'loop wait':>10} {'input_bound':>12} "
                   f"{'diff':>6} {'alone':>6} {'loop med':>9}")
-            rounds = alternating(
-                args.rounds, lambda: by_loop(root, src, latency, args.workers, args.seconds),
-                lambda: by_check(root, src, latency, args.workers, args.seconds),
-                after=lambda run, loop, check: print(
-                    f"{run:>7} {loop.samples_per_s:>8.0f} {check.samples_per_s:>8.0f} "
-                    f"{check.samples_per_s / loop.samples_per_s:>6.2f} {loop.wait_percent:>9.0f}% "
-                    f"{check.wait_percent:>11.0f}% {check.wait_percent - loop.wait_percent:>+6.0f} "
-                    f"{check.alone:>6.0f} {loop.windows:>9.0f}", flush=True))
+            with busy(args.busy) if args.busy else contextlib.nullcontext():
+                rounds = alternating(
+                    args.rounds, lambda: by_loop(root, src, latency, args.workers, args.seconds),
+                    lambda: by_check(root, src, latency, args.workers, args.seconds),
+                    after=lambda run, loop, check: print(
+                        f"{run:>7} {loop.samples_per_s:>8.0f} {check.samples_per_s:>8.0f} "
+                        f"{check.samples_per_s / loop.samples_per_s:>6.2f} {loop.wait_percent:>9.0f}% "
+                        f"{check.wait_percent:>11.0f}% {check.wait_percent - loop.wait_percent:>+6.0f} "
+                        f"{check.alone:>6.0f} {loop.windows:>9.0f}", flush=True))
             ratio = statistics.median(check.samples_per_s / loop.samples_per_s for loop, check in rounds)
             diff = statistics.median(check.wait_percent - loop.wait_percent for loop, check in rounds)
             ok = abs(ratio - 1) <= RATIO_TOLERANCE and abs(diff) <= SHARE_TOLERANCE
