@@ -120,6 +120,7 @@ class BatchPuller:
         self.batches = self.samples_total = self.bytes_total = 0  # delivered so far, warm-up included
         self.spent = False  # the pass ended: every sample this loader will deliver was delivered
         self.round_steps = 1  # a window's steps are a multiple of this: the workers' round (``window``)
+        self.warmed_up = False  # its warm-up steps were taken (``windows``): a pool warms up once
 
     def close(self) -> None:
         """End this loader's workers now and wait for them, as torch does when an epoch ends.
@@ -209,6 +210,7 @@ class BatchPuller:
 class Taken(list):  # the Windows, and why sampling stopped
     stopped = ""
     whole_pass = False  # the pass ended inside the warm-up: one window over all of it, the workers' start included
+    read_on = False  # the first pool read on to the pass's end or the duration's (``pooled``)
 
 
 def windows(puller: BatchPuller, workers: int, budget: Budget, min_windows: int = 5) -> Taken:
@@ -224,10 +226,12 @@ def windows(puller: BatchPuller, workers: int, budget: Budget, min_windows: int 
     """
     began = puller.clock()
     puller.round_steps = max(1, workers)  # the warm-up is whole rounds too: every window starts at a round's end
-    try:
-        puller.skip(workers * WARMUP_BATCHES_PER_WORKER)
-    except Spent as spent:
-        return _whole_pass(puller, began, f"{spent}, inside the warm-up: the rate includes the workers' start")
+    if not puller.warmed_up:  # a pool read on (``pooled``) continues from its last window
+        try:
+            puller.skip(workers * WARMUP_BATCHES_PER_WORKER)
+        except Spent as spent:
+            return _whole_pass(puller, began, f"{spent}, inside the warm-up: the rate includes the workers' start")
+        puller.warmed_up = True
     left = max(0.0, budget.duration_s - (puller.clock() - began))
     seconds = max(MIN_WINDOW_S, left / 8)
     taken = Taken()
@@ -264,6 +268,7 @@ class Pools(NamedTuple):
     spent: bool = False  # the pass over the data ended: the pools read every sample once between them
     seconds: tuple[float, ...] = ()  # each pool's measured time, its windows' (``time_weighted``)
     tail: int = 0  # samples of the pass's end that a fresh pool read inside its warm-up: not in the rate (``pooled``)
+    read_on: bool = False  # the first pool read on to the pass's end, which the duration held (``pooled``)
 
     @property
     def rate(self) -> float:
@@ -279,6 +284,10 @@ class Pools(NamedTuple):
     def method(self) -> str:
         tail = (f"; the pass's last {self.tail} samples, read by a fresh pool before its second window, not counted"
                 if self.tail else "")
+        if self.read_on:
+            return (", one worker pool reading the pass over the data to its end, as the job's first epoch" if self.spent
+                    else ", one worker pool reading on for the duration (at its first windows' rate the pass would "
+                    "have ended within it)")
         if self.spent and len(self.rates) < self.asked:
             return (f", mean of {len(self.rates)} fresh worker pools continuing one pass over the data (it ended "
                     f"before {self.asked}){tail}" if len(self.rates) > 1 else f", one pass over the data{tail}")
@@ -295,7 +304,7 @@ class Pools(NamedTuple):
         fit once each phase holds ``asked x pool_s``: the duration named is that, times the phases. "Raise
         duration" alone did not work with ``worker_sweep``: the loader's pools get half of it (issue 35).
         """
-        if len(self.rates) >= self.asked or self.spent:  # a spent pass is no shortfall of the duration
+        if len(self.rates) >= self.asked or self.spent or self.read_on:  # a spent pass is no shortfall of the duration
             return ""
         needed = math.ceil(self.asked * self.pool_s * len(phases))
         split = f" (split between {', '.join(phases)})" if len(phases) > 1 else ""
@@ -306,7 +315,7 @@ class Pools(NamedTuple):
 
 def pooled(start_pool: Callable[[], BatchPuller], take: Callable[[BatchPuller, Budget, int], Taken],
            budget: Budget, pools: int, clock: Callable[[], float] = time.perf_counter,
-           handed_out: Callable[[], bool] = lambda: False) -> Pools:
+           handed_out: Callable[[], bool] = lambda: False, left_in_pass: Callable[[], int | None] = lambda: None) -> Pools:
     """Measure up to ``pools`` fresh worker pools in turn, within ``budget.duration_s`` in all.
 
     Algorithm::
@@ -317,6 +326,8 @@ def pooled(start_pool: Callable[[], BatchPuller], take: Callable[[BatchPuller, B
                  past 1.25 x duration                          (the rest would not fit: ``warning``)
             start the pool (DataLoader, workers)               its start comes out of its slot
             take(pool, what is left of the slot)               warm-up, then windows (``windows``)
+            if it is the first and the rest of the pass would end within the duration at its rate:
+                take(pool, what is left of the duration)       the pool reads the pass to its end
             stop, not counting the pool, if it is not the first and the pass ended before its second window
             stop if the pass ended, or its sampler handed out its last index (``handed_out``)
         rate = every counted pool's samples / their windows' time            (``time_weighted``)
@@ -339,6 +350,13 @@ def pooled(start_pool: Callable[[], BatchPuller], take: Callable[[BatchPuller, B
     a few batches and a worker start the job's one epoch does not pay again; in its first window, batches
     its workers had read ahead during the warm-up, delivered at once (one such pool read 12,485 samples/s
     beside pools at 790 behind an 88 MB/s throttle). It is left out of the rate, and the method says so.
+
+    Where the first pool's rate says the rest of the pass (``left_in_pass()`` samples not handed out yet;
+    None when endless or unknown) would end within the duration, that pool reads it to its end, as the
+    job's one loader reads its first epoch: fresh pools would only cut the pass into windows of a tenth
+    of a second, each after a pause of the device, and a throttle or a burst-credit volume serves a
+    paused reader a burst its steady rate does not hold (behind 286 MB/s, pools of 0.3 s read 1.1-1.3x
+    what a plain DataLoader's epoch read; issue 32 case 5).
     """
     slot, began = budget.duration_s / pools, clock()
     rates, mb_rates, seconds, tail, stopped = [], [], [], 0, ""
@@ -358,13 +376,31 @@ def pooled(start_pool: Callable[[], BatchPuller], take: Callable[[BatchPuller, B
             tail = puller.samples_total
             stopped = f"the pass over the data ended, {tail} samples into a fresh pool"
             break
+        if not index and not puller.spent and not handed_out() and _rest_fits(taken, left_in_pass(),
+                                                                               budget.duration_s - (clock() - began)):
+            more = take(puller, budget._replace(duration_s=budget.duration_s - (clock() - began)), 10**9)
+            taken = _joined(taken, more)
+            pool_s = max(pool_s, clock() - pool_began)
         stopped = taken.stopped
         window_s = [w.seconds for w in taken]
         rates.append(time_weighted([w.samples_per_s for w in taken], window_s))
         mb_rates.append(time_weighted([w.mb_per_s for w in taken], window_s))
         seconds.append(sum(window_s))
-        if puller.spent or handed_out():  # the pass is read or handed out: a further pool would read it again
-            break
+        if puller.spent or handed_out() or taken.read_on:  # the pass is read or handed out (a further pool would
+            break                                          # read it again), or the first pool had the duration
     spent = puller is not None and (puller.spent or handed_out())
     return Pools(tuple(rates), tuple(mb_rates), stopped, puller, pools, pool_s, spent,  # type: ignore[arg-type]
-                 tuple(seconds), tail)
+                 tuple(seconds), tail, taken.read_on)
+
+
+def _rest_fits(taken: Taken, left: int | None, seconds: float) -> bool:
+    """Whether ``left`` samples, read at ``taken``'s rate, would take no more than ``seconds``."""
+    rate = time_weighted([w.samples_per_s for w in taken], [w.seconds for w in taken])
+    return left is not None and rate > 0 and left / rate <= seconds
+
+
+def _joined(first: Taken, more: Taken) -> Taken:
+    """One pool's windows read in two calls of ``take``: all of them, and why the second stopped."""
+    joined = Taken([*first, *more])
+    joined.stopped, joined.whole_pass, joined.read_on = more.stopped, first.whole_pass, True
+    return joined

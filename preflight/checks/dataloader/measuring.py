@@ -102,7 +102,8 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits:
     if decode == "image":
         raw_built = loader_for(options, source._replace(files=files[0::2]) if halves else source,  # type: ignore[index]
                                decode="none")
-        raw = pooled(lambda: _puller(raw_built), take, phase, pools, handed_out=_handed_out(raw_built))
+        raw = pooled(lambda: _puller(raw_built), take, phase, pools, handed_out=_handed_out(raw_built),
+                     left_in_pass=_left_in_pass(raw_built))
         results.append(Measurement("raw_throughput", raw.rate, "samples/s", samples=raw.rates,
                                    method=method + raw.method + ", raw bytes, not decoded", stopped=raw.stopped,
                                    warnings=(raw.shortfall(phase_names(options)),)
@@ -117,7 +118,8 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits:
         finally:
             ended.append(pulling.epochs_ended)
 
-    taken = pooled(lambda: _puller(built, watch), take_counting_epochs, phase, pools, handed_out=_handed_out(built))
+    taken = pooled(lambda: _puller(built, watch), take_counting_epochs, phase, pools, handed_out=_handed_out(built),
+                   left_in_pass=_left_in_pass(built))
     if tar:  # every pool streams the shards in one order: one epoch ended is every shard tallied
         read_all = any(ended) or (not any(taken.rates) and taken.last.finish_epoch(phase.duration_s))
         problems = built.tally.note(len(files), read_all)  # type: ignore[union-attr,arg-type]
@@ -235,6 +237,13 @@ def _handed_out(built: Loader) -> Callable[[], bool]:
     """Whether ``built``'s one pass has handed out every index (``PassSampler.spent``): a fresh pool would read again."""
     first = built.first_pass
     return lambda: first is not None and first.spent
+
+
+def _left_in_pass(built: Loader) -> Callable[[], int | None]:
+    """Samples of ``built``'s one pass not handed out yet (``PassSampler``); None for a stream or a loader whose
+    sampler is the job's own."""
+    first = built.first_pass
+    return lambda: None if first is None else len(first)
 
 
 def _epoch(source: Source, tar: bool) -> int | None:

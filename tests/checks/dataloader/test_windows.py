@@ -390,3 +390,42 @@ def test_no_pool_starts_once_the_pass_has_handed_out_its_last_index():
     assert len(started) == 2 and pools.last is started[-1] and pools.spent
     assert pools.method == ", mean of 2 fresh worker pools continuing one pass over the data (it ended before 8)"
     assert pools.shortfall() == ""  # a pass handed out is no shortfall of the duration
+
+
+@pytest.mark.parametrize("left, pools_started", [(1500, 1), (5000, 2)])
+def test_a_pass_that_would_end_within_the_duration_is_read_to_its_end_by_the_first_pool(left, pools_started):
+    """Issue 32 case 5: behind a 286 MB/s throttle, fresh pools cut a 1.2 s pass into windows of a tenth of a second,
+    each after a pause of the device, and read 1.1-1.3x what a plain DataLoader's epoch read. Where the first pool's
+    rate says the rest of the pass ends within the duration (1,500 samples at 1,000/s in the 3.5 s left), that pool
+    reads it to its end, as the job's one loader does; where it would not (5,000), fresh pools go on."""
+    clock, started, calls = Clock(), [], []
+
+    def start_pool():
+        started.append(BatchPuller([]))
+        return started[-1]
+
+    def take(puller, share, min_windows):
+        calls.append((len(started), share.duration_s, min_windows))
+        clock.advance(0.5)
+        return Taken([Window(1000.0, 100.0, 100.0, 0.5)])
+
+    pools = pooled(start_pool, take, Budget(4.0, 60.0), 8, clock=clock, left_in_pass=lambda: left)
+    assert len(started) >= pools_started
+    if pools_started == 1:
+        assert len(started) == 1 and calls[1] == (1, 3.5, 10**9)  # the same pool, the rest of the duration
+        assert pools.rates == (1000.0,) and pools.seconds == (1.0,) and pools.shortfall() == ""
+        assert pools.method == (", one worker pool reading on for the duration (at its first windows' rate the pass "
+                                "would have ended within it)")  # this fake's pass never ends
+    else:
+        assert [c[0] for c in calls[:2]] == [1, 2]  # a fresh pool for the second slot
+
+
+def test_a_pool_read_on_does_not_warm_up_again():
+    clock = Clock()
+    loader = Scripted(clock, warmup=4, step_s=1 / 64)
+    puller = BatchPuller(loader, clock=clock)
+    windows(puller, 2, Budget(1.0, 60.0), min_windows=2)
+    served = loader.served
+    more = windows(puller, 2, Budget(1.0, 60.0), min_windows=2)
+    assert all(w.samples_per_s == 640.0 for w in more)  # no warm-up batch of a million samples in a window
+    assert loader.served - served == sum(round(w.seconds * 64) for w in more)  # every step served is in a window

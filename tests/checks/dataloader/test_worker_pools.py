@@ -73,7 +73,9 @@ def test_the_mean_of_fresh_pools_is_the_same_from_run_to_run_and_keeps_each_pool
         if min(fast) < max(slow):
             fast, slow = slow, fast
         assert min(fast) > 1.5 * max(slow), m.samples  # two of each in every run: the same mean, run after run
-        assert m.value == sum(m.samples) / 4
+        # The figure is every pool's samples over their windows' time (``loop.time_weighted``): both draws weigh in,
+        # so it lies well inside the two speeds, not at either.
+        assert 1.2 * max(slow) < m.value < min(fast) / 1.2, (m.value, m.samples)
         assert "mean of 4 fresh worker pools" in m.method
 
 
