@@ -22,7 +22,9 @@ figure above the throttle's rate with no bytes behind it would be a cache, not t
 device's own rate over as many bytes as the dataset holds (``dd iflag=direct bs=1M`` off the loop
 device in the same cgroup, in mean files/s: a throttle is a token bucket that runs ahead of its
 setting for a short span, and this is what it gives over the span a pass of 3,000 files takes) and
-the load average seen. Everything it made (mount, loop device, cgroup, load) is undone however it ends.
+the load average seen, and what a plain training job's first epoch reads over the same files in the same
+cgroup (``job_epoch``: a DataLoader with the same batch and workers, shuffled, each file read whole),
+after its first batch and over its whole epoch: the figure the gate exists to predict. Everything it made (mount, loop device, cgroup, load) is undone however it ends.
 """
 
 from __future__ import annotations
@@ -238,6 +240,46 @@ def device_rate(throttle: Throttle, volume: Volume, nbytes: int) -> float:
     return (count << 20) / dd_seconds(done.stderr)
 
 
+JOB_EPOCH = textwrap.dedent("""\
+    import glob, sys, time, torch
+    from torch.utils.data import DataLoader, Dataset
+
+    class Files(Dataset):  # the job's own reader: each sample one file, read whole, buffered
+        def __init__(self, paths):
+            self.paths = paths
+        def __len__(self):
+            return len(self.paths)
+        def __getitem__(self, index):
+            with open(self.paths[index], "rb") as handle:
+                return torch.frombuffer(bytearray(handle.read()), dtype=torch.uint8).sum()
+
+    paths = sorted(glob.glob(sys.argv[1] + "/*/*.JPEG"))
+    loader = DataLoader(Files(paths), batch_size=64, num_workers=2, shuffle=True)
+    began, first, samples, after_first = time.perf_counter(), None, 0, 0
+    for batch in loader:
+        samples += len(batch)
+        if first is None:
+            first = time.perf_counter()
+        else:
+            after_first += len(batch)
+    end = time.perf_counter()
+    print(after_first / (end - first), samples / (end - began))
+""")
+
+
+def job_epoch(throttle: Throttle, data: Path) -> tuple[float, float]:
+    """A plain training job's first epoch over ``data`` in the throttled cgroup, the page cache dropped first: a
+    DataLoader (batch 64, 2 workers, shuffled) over a Dataset that reads each file whole (buffered ``open().read()``).
+    Returns (samples/s after its first batch, as the gate's windows after warm-up; samples/s over the whole epoch,
+    its workers' start included)."""
+    drop_caches()
+    done = subprocess.run(throttle.wrap([sys.executable, "-c", JOB_EPOCH, str(data)]), capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"bench: the job's epoch failed: {done.stderr[-500:]}")
+    steady, whole = done.stdout.split()
+    return float(steady), float(whole)
+
+
 def measure(throttle: Throttle, volume: Volume, thresholds: str, where: str) -> Measured:
     """One ``preflight run`` in the throttled cgroup, the page cache dropped first."""
     drop_caches()
@@ -292,7 +334,8 @@ def main() -> int:
                         device = device_rate(throttle, volume, sum(sizes)) / size  # in samples/s
                         for run in range(1, args.runs + 1):
                             got = measure(throttle, volume, thresholds, work)
-                            rows.append((bandwidth, load, run, got, device))
+                            job = job_epoch(throttle, data)
+                            rows.append((bandwidth, load, run, got, device, job))
                             print(f"{bandwidth / 1e6:g} MB/s {load} run {run}: {got.rate:.0f} samples/s",
                                   file=sys.stderr)
     print(f"founding table: {len(sizes)} files of {min(sizes) / 1e3:.0f}-{max(sizes) / 1e3:.0f} kB "
@@ -301,21 +344,24 @@ def main() -> int:
           f"duration {args.duration}, worker_pools {args.worker_pools or 'default'}; {os.cpu_count()} CPUs, load average {load_before[0]:.1f} before, "
           f"{os.getloadavg()[0]:.1f} after")
     print(f"{'throttle':>9} {'load':5} {'run':>3} {'samples/s':>10} {'expected':>9} {'ratio':>6}  {'10%':7} "
-          f"{'read':>7} {'files':>6} {'dd':>6} {'vs dd':>6} {'load avg':>8}")
+          f"{'read':>7} {'files':>6} {'dd':>6} {'vs dd':>6} {'job':>6} {'vs job':>6} {'epoch':>6} {'load avg':>8}")
     met = True
-    for bandwidth, load, run, got, device in rows:
+    for bandwidth, load, run, got, device, job in rows:
         expected = expected_rate(bandwidth, size)
         ok = within(got.rate, expected)
         met &= ok
         print(f"{bandwidth / 1e6:6g} MB/s {load:5} {run:3} {got.rate:10.0f} {expected:9.0f} {got.rate / expected:6.2f}  "
               f"{'within' if ok else 'OUTSIDE':7} {got.read_bytes / 1e6:5.0f}MB {got.read_bytes / size:6.0f} "
-              f"{device:6.0f} {got.rate / device:6.2f} {got.load:8.1f}")
-    for bandwidth, load, run, got, _ in rows:
+              f"{device:6.0f} {got.rate / device:6.2f} {job[0]:6.0f} {got.rate / job[0]:6.2f} {job[1]:6.0f} "
+              f"{got.load:8.1f}")
+    for bandwidth, load, run, got, *_ in rows:
         print(f"{bandwidth / 1e6:6g} MB/s {load} run {run}: pools {' '.join(f'{r:.0f}' for r in got.pools)}; "
               f"stopped: {got.stopped}; note: {got.note or '-'}")
     print(f"(expected = throttle / mean file size; 'read' is what the run's cgroup read from the loop device, "
           f"'files' that in mean files' worth; 'dd' the device's own rate over the dataset's bytes (dd iflag=direct "
-          f"bs=1M in the cgroup, in mean files/s); busy = {os.cpu_count()} x `yes > /dev/null`)")
+          f"bs=1M in the cgroup, in mean files/s); 'job' a plain DataLoader's first epoch over the same files in "
+          f"the cgroup (2 workers, batch 64, shuffled, each file read whole), samples/s after its first batch, and "
+          f"'epoch' over its whole epoch, workers' start included; busy = {os.cpu_count()} x `yes > /dev/null`)")
     return 0 if met else 1
 
 
