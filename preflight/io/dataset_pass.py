@@ -188,13 +188,16 @@ class PassSampler:
     """
 
     def __init__(self, names: Sequence[str] | int, shuffle: bool = True, seed: int = 0,
-                 before: int | None = None) -> None:
+                 before: int | None = None, probed: int = 0) -> None:
         # names: the files, one per index; or how many samples a job's Dataset holds, whose files are not known
         self.names = list(names) if not isinstance(names, int) else None
         self.size = names if isinstance(names, int) else len(self.names)  # type: ignore[arg-type]
         self.shuffle, self.seed = shuffle, seed
         # how many of the files checks before this one read: given by a caller that read one itself meanwhile
         self.before = touched_count(self.names or ()) if before is None else before
+        # how many the caller itself read before the pass (the cache-bypass probe, ``uncached.bypass_for``):
+        # counted apart, so that the note's figures add up to the dataset's files (issue 35)
+        self.probed = probed
         self.order: list[int] | None = None
         self.cursor = 0
         self.warm = False  # every sample of the current pass was read before in this run
@@ -249,12 +252,18 @@ class PassSampler:
         return 0 if self.order is None or self.warm else self.before
 
     def describe(self) -> str:
-        """How the pass went, for a row's note: how many files it read of how many, and whether warm."""
+        """How the pass went, for a row's note: how many files it read of how many, whether warm, and what read
+        the rest: the files of the pass, those checks before this one read and the probe's add up to ``size``."""
         order = self._start()
         if self.passes > 1:
             return (f"{self.passes} passes over the {self.size} samples: the first is the job's first epoch, the "
                     f"others re-read it ({WARM.strip()} a cache can serve them)")
         said = f"one pass: {self.cursor} of {len(order)} files read once"
-        if self.read_before:
-            said += f" ({self.read_before} others were read by checks before this one)"
+        if self.read_before or (self.probed and not self.warm and self.order is not None):
+            by = [f"{self.read_before} {'other was' if self.read_before == 1 else 'others were'} read by checks "
+                  f"before this one"] if self.read_before else []
+            if self.probed:
+                many = "" if self.read_before else (" other was" if self.probed == 1 else " others were")
+                by.append(f"{self.probed}{many} read by this check's probe of the page-cache bypass (O_DIRECT)")
+            said += f" ({', '.join(by)})"
         return warm_note(self.cursor, self.size) if self.warm else said

@@ -304,8 +304,10 @@ def loader_for(options: Mapping[str, Any], source: Source, decode: str | None = 
         files = source.files
         # Where open() lands (a link's target), by its directory: that stays when a file vanishes.
         fs = filesystem_of(os.path.dirname(os.path.realpath(files[0].name)))
-        read_before = dataset_pass.touched_count([f.name for f in files])  # by checks before this one, not the probe
-        bypass = bypass_for([f.name for f in files[:1000]], fs.memory_backed)  # it probes a file not read before
+        names = [f.name for f in files]
+        read_before = dataset_pass.touched_count(names)  # by checks before this one, not the probe
+        bypass = bypass_for(names[:1000], fs.memory_backed)  # it probes a file not read before
+        probed = dataset_pass.touched_count(names) - read_before  # that file: said apart in the pass's note
         if options.get("format") == "tar":  # an IterableDataset: each worker streams its own shards, in order
             dataset = shards.ShardSamples(files, bypass, decode or options["decode"], float(options["sample_delay"]))
             tally = shards.ShardTally()
@@ -314,7 +316,8 @@ def loader_for(options: Mapping[str, Any], source: Source, decode: str | None = 
             dataset = FileSamples(files, bypass, decode or options["decode"], float(options["sample_delay"]))
             collate = collate_sizes
             # One pass over the files for every DataLoader made here: fresh pools continue it, never restart it.
-            first_pass = dataset_pass.PassSampler([f.name for f in files], bool(shuffle), _seed(options), read_before)
+            first_pass = dataset_pass.PassSampler(names, bool(shuffle), _seed(options), read_before,
+                                                  probed)
         description += f" ({bypass})"
     # Under spawn and forkserver each worker is sent these pickled: one that cannot be is the job's failure at its
     # first batch ("Can't pickle local object"), told here before a worker starts, naming the object.
