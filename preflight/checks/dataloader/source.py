@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 
 from preflight.checks import subject, usercode
 from preflight.checks.base import UserCodeError
-from preflight.checks.dataloader import settings, shards, user
+from preflight.checks.dataloader import cold, settings, shards, user
 from preflight.checks.dataloader.files import FileSamples, collate_sizes, list_files, not_one_sample_each
 from preflight.checks.dataloader.loop import sizes_or_tensor
 from preflight.host.cpus import auto_workers
@@ -48,6 +48,9 @@ class Source(NamedTuple):
     note: str  # what a reader of the table must know (scratch data, skipped files); "" if nothing
     subject: str  # what the samples are (measurement.SUBJECTS), decided by ``opened`` from evidence, never defaulted
     job: user.Job | None = None
+    # The job's Dataset's files stayed in the page cache after they were dropped (``cold.verified``): the reading
+    # rows are memory's figures (``Measurement.cache_bound``)
+    cache_bound: bool = False
 
 
 class Counted(NamedTuple):
@@ -213,7 +216,9 @@ def _job_dataset(options: Mapping[str, Any], check: str) -> Iterator[Source]:
         description = (f"{options['dataset']}(**dataset_args) ({type(job.dataset).__name__}, {kind}), collate_fn="
                        f"{options['collate_fn'] or 'default_collate'}")
         with _blamed(check, "dataset"):
-            yield Source(None, description, "", "job_dataset", job)
+            made_cold = cold.verified(job.dataset, options.get("dataset_args") or {})
+            yield Source(None, f"{description}, {made_cold.method}", made_cold.note, "job_dataset", job,
+                         made_cold.warm)
 
 
 @contextlib.contextmanager
@@ -223,7 +228,9 @@ def _job_loader(options: Mapping[str, Any], check: str) -> Iterator[Source]:
 
     with usercode.on_path(options["python_path"]), _blamed(check, "loader", waits="loader"):
         loader, job = job_loader.build(options)
-        yield Source(None, job_loader.describe(options, loader), "", "job_dataset", job._replace(loader=loader))
+        made_cold = cold.verified(loader.dataset, options.get("loader_args") or {})
+        yield Source(None, f"{job_loader.describe(options, loader)}, {made_cold.method}", made_cold.note,
+                     "job_dataset", job._replace(loader=loader), made_cold.warm)
 
 
 @contextlib.contextmanager

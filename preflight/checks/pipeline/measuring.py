@@ -101,6 +101,7 @@ def _measure(options: Mapping[str, Any], budget: Budget, device: str) -> list[Me
                                      unit="samples/s", device=device, stopped=stopped,
                                      note="; ".join(filter(None, (source.note, first.describe() if reread else ""))),
                                      method=f"{feed.loader.method}, {feed.fed}; step: {method}",
+                                     cache_bound=source.cache_bound,  # the job's files stayed in memory
                                      subject="reread" if reread and fs is not None and fs.may_cache_below
                                      else source.subject)
             bound = input_bound(pairs, end_to_end, device)

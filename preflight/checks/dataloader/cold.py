@@ -1,0 +1,135 @@
+"""A claim of cold, verified: the job's Dataset's files dropped from the page cache before its pass, and checked.
+
+The job's Dataset opens its files itself (``open()``, PIL), out of reach of the uncached opener: a file read
+before the run is served from the page cache, and the figure is a second touch (issue 32: 2.3x faster on the
+second run, no note). So before the pass, where the Dataset's files can be found (``exposed``), the page cache's
+share of their pages is probed, their clean pages dropped and the share probed again (``io.residency``):
+
+- dropped to (near) nothing: the method says what the page cache held and that it was dropped;
+- still resident (tmpfs or ramfs: the dataset lives in memory; pages another process maps or locks): the note
+  begins ``warm:`` with the share, and the read rows are ``cache_bound`` (``verdict`` never lets one pass);
+- no file found: the method says the claim of cold is not verified.
+
+A cache below the page cache (``Filesystem.may_cache_below``: FUSE, NFS) is out of reach, and the method says so.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping, NamedTuple
+
+from preflight.host.fsinfo import filesystem_of
+from preflight.io import residency
+
+WARM_SHARE = 0.05  # resident after the drop above this share of the pages probed: the figure is read from memory
+MAX_FILES = 100_000  # of the files a Dataset lists, at most these are taken (``evict`` stops after EVICT_S anyway)
+WALKED = 10_000  # files walked under a directory the Dataset names (``dataset_walk``), at most
+WALK_S = 2.0  # and for at most this long
+
+
+class Cold(NamedTuple):
+    """What was done to make the job's Dataset read cold, and whether it does."""
+
+    method: str  # for the method column: what the page cache held, what was dropped, what stayed
+    note: str  # "" when cold; else begins ``warm:`` and says the share and why
+    warm: bool  # pages stayed resident: the read rows are cache-bound
+
+
+def verified(dataset: Any, arguments: Mapping[str, Any]) -> Cold:
+    """Find ``dataset``'s files (``exposed``), drop their clean pages and check that they went (module doc)."""
+    names, found_in = exposed(dataset, arguments)
+    if not names:
+        return Cold("page cache not verified cold: the job's Dataset names no files preflight can find (a list of "
+                    "paths on the Dataset, or a directory in dataset_args)", "", False)
+    probed = residency.sample(names)
+    before = residency.probe(probed)
+    if not before.pages:
+        return Cold(f"page cache not verified cold: none of the {len(probed)} files sampled of {found_in} could be "
+                    f"probed", "", False)
+    evicted = residency.evict(names)
+    after = residency.probe(probed, shift=1)  # RWF_NOWAIT's pages: not the ones the first probe may have read
+    if after.method == residency.NOWAIT:
+        residency.evict(probed)  # what the probes themselves read
+    fs = filesystem_of(os.path.dirname(os.path.realpath(probed[0])))
+    left = f", {evicted.of - evicted.dropped} not reached in {residency.EVICT_S:g} s" if evicted.dropped < evicted.of \
+        else ""
+    method = (f"page cache before the pass: {before.share:.0%} of {before.pages} pages sampled in {before.files} of "
+              f"{len(names)} files ({found_in}) resident ({before.method}), dropped (posix_fadvise DONTNEED on "
+              f"{evicted.dropped} files{left}), {after.share:.0%} after")
+    if fs.may_cache_below:
+        method += f"; {fs.fstype} can cache below the page cache, out of reach of DONTNEED"
+    if after.share <= WARM_SHARE:
+        return Cold(method, "", False)
+    why = (f"{fs.fstype} is RAM: the dataset lives in memory, its pages cannot be dropped" if fs.memory_backed else
+           "pages another process maps or locks, and dirty pages, cannot be dropped")
+    return Cold(method, f"warm: {after.share:.0%} of the pages sampled in the job's dataset files stayed in the page "
+                        f"cache after posix_fadvise(DONTNEED) ({why}), so the figure is read from memory, not the "
+                        f"job's cold first epoch", True)
+
+
+def exposed(dataset: Any, arguments: Mapping[str, Any]) -> tuple[list[str], str]:
+    """The files the job's Dataset reads, as far as it names them, and where they were found ("its .samples").
+
+    First a list on the Dataset (or on the Dataset it wraps, ``.dataset``/``.datasets``: a Subset, a ConcatDataset)
+    whose items are paths of regular files, or tuples whose first item is one (torchvision's ImageFolder
+    ``.samples``, a custom ``.files``); else the files under a directory the Dataset holds as an attribute or
+    ``arguments`` (``dataset_args``) names (``root: /data``), walked as the dataloader walks ``path`` (at most
+    ``WALKED`` files, ``WALK_S``). ([], "") where nothing names a file."""
+    for holder, label in _holders(dataset):
+        for attribute, value in _attributes(holder):
+            names = _paths(value)
+            if names:
+                return names, f"the Dataset's {label}{attribute}"
+    named = [(f"the Dataset's .{k}", v) for k, v in _attributes(dataset)]
+    for label, value in [*named, *((f"dataset_args.{k}", v) for k, v in arguments.items())]:
+        if isinstance(value, (str, os.PathLike)) and os.path.isdir(value):
+            names = _walked(os.fspath(value))
+            if names:
+                return names, f"under {os.fspath(value)}, {label}"
+    return [], ""
+
+
+def _holders(dataset: Any, depth: int = 3) -> list[tuple[Any, str]]:
+    """``dataset`` and the Datasets it wraps (``.dataset``, ``.datasets``), with their labels."""
+    found, label = [(dataset, ".")], ""
+    inner = dataset
+    for _ in range(depth):
+        wrapped = getattr(inner, "dataset", None)
+        if wrapped is None or wrapped is inner:
+            break
+        label += "dataset."
+        found.append((wrapped, "." + label))
+        inner = wrapped
+    for i, part in enumerate(getattr(dataset, "datasets", None) or ()):
+        found.append((part, f".datasets[{i}]."))
+    return found
+
+
+def _attributes(holder: Any) -> list[tuple[str, Any]]:
+    try:
+        return list(vars(holder).items())
+    except TypeError:  # no __dict__ (slots, a C type)
+        return []
+
+
+def _paths(value: Any) -> list[str]:
+    """``value``'s items as file names where it is a list of paths to regular files (or of tuples led by one)."""
+    if not isinstance(value, (list, tuple)) or not value:
+        return []
+
+    def name(item: Any) -> str | None:
+        if isinstance(item, (tuple, list)) and item:
+            item = item[0]
+        return os.fspath(item) if isinstance(item, (str, os.PathLike)) else None
+
+    head = [name(item) for item in value[:3]]
+    if not all(n and os.path.isfile(n) for n in head):
+        return []
+    return [n for n in map(name, value[:MAX_FILES]) if n]
+
+
+def _walked(directory: str) -> list[str]:
+    from preflight.checks.dataloader.files import list_files
+
+    files, _ = list_files(directory, "*", "", WALKED, WALK_S)
+    return [f.name for f in files]
