@@ -20,7 +20,7 @@ from preflight.measurement import Stats
 # scheduler sets a rate as much as the device does: on a busy 2-core node, small_files read as 100 files in 6-17 ms
 # moved -52% to +106% between unchanged runs (docs/benchmarks.md, 'The Quick start's small_files'), where 1 s parts
 # moved 0.6-6% (issue 35). A figure sampled over less says so where its check sums its windows' time
-# (``short_warning``; storage's small_files today), and ``preflight diff`` does not compare it.
+# (``short_warning``: storage's small_files, the DataLoader's pools), and ``preflight diff`` does not compare it.
 MIN_SPAN_S = 0.5
 SHORT = "short: "  # how the warning of a figure sampled over less than MIN_SPAN_S begins (``short_warning``)
 

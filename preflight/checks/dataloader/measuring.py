@@ -9,10 +9,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
+from preflight import sampling
 from preflight.checks import subject
 from preflight.checks.base import Budget, Metric
 from preflight.checks.dataloader import memory, phase_names, phases, shared_memory, sweep, tasks
-from preflight.checks.dataloader.loop import BatchPuller, EmptyLoader, Taken, Window, explaining_worker_oom, pooled, windows
+from preflight.checks.dataloader.loop import (BatchPuller, EmptyLoader, Pools, Taken, Window, explaining_worker_oom,
+                                             pooled, windows)
 from preflight.checks.dataloader.required import Required, visible_gpus
 from preflight.checks.dataloader.source import Loader, Source, loader_for, opened
 from preflight.checks.dataloader.user import Uncountable
@@ -188,6 +190,11 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits:
         results = [dataclasses.replace(m, warnings=(*m.warnings, shortfall))
                    if m.measured and m.metric in ("throughput", "bandwidth", "throughput_vs_required") else m
                    for m in results]
+    short = _short(taken, files, halves)
+    if short:  # a pass read in well under a second: as rough as storage's small_files over the same files
+        results = [dataclasses.replace(m, warnings=(*m.warnings, short))
+                   if m.measured and m.metric in ("throughput", "bandwidth", "throughput_vs_required") else m
+                   for m in results]
     if options["worker_sweep"]:  # after the source's note: this row's own note is the curve
         puller.close()  # the throughput's last pool exits before the sweep's pools start (memory, pids)
         del puller, taken
@@ -237,6 +244,20 @@ def _handed_out(built: Loader) -> Callable[[], bool]:
     """Whether ``built``'s one pass has handed out every index (``PassSampler.spent``): a fresh pool would read again."""
     first = built.first_pass
     return lambda: first is not None and first.spent
+
+
+def _short(taken: Pools, files: Sequence[Any] | None, halves: bool) -> str:
+    """``sampling.short_warning`` for the loader's windows when they spanned under ``sampling.MIN_SPAN_S`` in all
+    (a small dataset read in one pass in a fraction of a second); its fix names the files a pass needs."""
+    span_s = sum(taken.seconds)
+    if not taken.rates or span_s >= sampling.MIN_SPAN_S:
+        return ""
+    pools = f"{len(taken.rates)} worker pool{'s' if len(taken.rates) != 1 else ''}"
+    fix = ""
+    if files is not None and taken.rate > 0:
+        needed = sampling.files_for_span(taken.rate, 0.5 if halves else 1.0)
+        fix = f"a dataset of {needed:,} files or more spans it (this one holds {len(files):,})"
+    return sampling.short_warning(f"the windows of {pools}", span_s, fix)
 
 
 def _left_in_pass(built: Loader) -> Callable[[], int | None]:

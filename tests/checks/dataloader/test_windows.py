@@ -429,3 +429,19 @@ def test_a_pool_read_on_does_not_warm_up_again():
     more = windows(puller, 2, Budget(1.0, 60.0), min_windows=2)
     assert all(w.samples_per_s == 640.0 for w in more)  # no warm-up batch of a million samples in a window
     assert loader.served - served == sum(round(w.seconds * 64) for w in more)  # every step served is in a window
+
+
+def test_windows_that_span_under_half_a_second_in_all_warn_short_and_name_the_dataset_that_would_span_it():
+    from preflight.checks.dataloader.measuring import _short
+    from preflight.checks.dataloader.loop import Pools
+
+    quick = Pools(rates=(5800.0,), mb_rates=(646.7,), stopped="", last=None, seconds=(0.15,))  # type: ignore[arg-type]
+    warning = _short(quick, files=[None] * 1000, halves=False)
+    assert warning.startswith("short: the windows of 1 worker pool in 150 ms;")
+    assert warning.endswith("a dataset of 2,900 files or more spans it (this one holds 1,000)")  # 5,800/s x 0.5 s
+    assert "half" not in _short(quick, files=[None] * 1000, halves=True)
+    assert "5,800 files or more" in _short(quick, files=[None] * 1000, halves=True)  # each phase reads half
+    two = Pools(rates=(5000.0, 6000.0), mb_rates=(1.0, 1.0), stopped="", last=None, seconds=(0.2, 0.29))  # type: ignore[arg-type]
+    assert _short(two, files=None, halves=False).startswith("short: the windows of 2 worker pools in 490 ms;")
+    long_enough = quick._replace(seconds=(0.3, 0.2))
+    assert _short(long_enough, files=[None] * 1000, halves=False) == ""  # 0.5 s in all: not short
