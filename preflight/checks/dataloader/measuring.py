@@ -173,6 +173,9 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits:
     fs = built.fs
     if fs is not None and fs.caveat():
         results = [_on_caveat(m, fs.caveat(), fs.memory_backed, options["path"]) for m in results]
+    if source.cache_bound:  # the job's Dataset's files stayed in the page cache (``cold``): memory's figures
+        results = [dataclasses.replace(m, cache_bound=True) if m.measured and m.metric in READ_ROWS else m
+                   for m in results]
     if files is not None and not tar:  # per-sample failures: counted where the sample was read, the first named
         failed = dataset_pass.failures([f.name for f in files])
         results.append(Measurement("unreadable_samples", float(len(failed)), "", method=method + ", each sample of "
