@@ -213,11 +213,22 @@ def run_note(results: list[Result]) -> tuple[str, list[Result]]:
 
 
 def table_note(result: Result) -> str:
-    """What the table says under ``result``'s row: what it was measured on when that is not the dataset
-    (``Result.subject``), then its note, then its warnings ("noisy: interquartile range is 23% of the median")."""
+    """What the table says under ``result``'s row: why it was skipped (``skip_reason``), what it was measured on when
+    that is not the dataset (``Result.subject``), then its note, then its warnings ("noisy: interquartile range is
+    23% of the median")."""
     shown = "" if result.subject in ("", *DATASET_SUBJECTS) else f"measured on {SUBJECTS[result.subject]}"
     note = f"{shown}: {result.note}" if shown and result.note else shown or result.note
-    return "; ".join(part for part in (note, *result.warnings) if part)
+    return "; ".join(part for part in (skip_reason(result), note, *result.warnings) if part)
+
+
+def skip_reason(result: Result) -> str:
+    """Why a ``skip`` row was skipped, in one line: its message without the requirement its row already shows
+    ("not applicable: the files loader's batches hold sample counts, ..."); "" for any other verdict. A skipped row
+    neither passes nor fails, so "what to fix" never lists it: without this line the reader cannot see why (issue 35).
+    """
+    if result.verdict != "skip":
+        return ""
+    return result.message.split("; required ", 1)[0] or "skipped without a reason (a bug: please report it)"
 
 
 def _note(results: list[Result], last: int, width: int) -> list[str]:

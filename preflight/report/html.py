@@ -19,7 +19,7 @@ from html import escape
 from typing import Iterable, Mapping, Sequence
 
 from preflight.report import RunReport, is_flag, tally, write_atomic
-from preflight.report.console import grouped_fixes, run_note
+from preflight.report.console import grouped_fixes, run_note, skip_reason
 from preflight.report.heatmap import fleet_body
 from preflight.report.page import MISSES, badge, banner, measured_text, page
 from preflight.report.svg import Axis, bar, numbers_of, scale_note, strip
@@ -148,13 +148,13 @@ def _same_reason(result: Result, previous: Result | None) -> bool:
 
 
 def _details(result: Result, previous: Result | None) -> str:
-    """The note, warnings, method and fix under a row; a note, method or reason for no value that the row above
-    showed is not repeated."""
+    """The note, warnings, method and fix under a row, and why a miss missed or a skipped row was skipped; a note,
+    method or reason for no value that the row above showed is not repeated."""
     lines = []
     if result.note and not (previous and previous.note == result.note):
         lines.append(f"<p>{escape(result.note)}</p>")
-    if result.verdict in MISSES and not _same_reason(result, previous):
-        lines.append(f"<p>{escape(result.message)}</p>")
+    if result.verdict in (*MISSES, "skip") and not _same_reason(result, previous):
+        lines.append(f"<p>{escape(skip_reason(result) or result.message)}</p>")
         if result.hint:
             lines.append(f'<p class="fix">fix: {escape(result.hint)}</p>')
     lines += [f'<p class="warning">⚠ {escape(w)}</p>' for w in result.warnings]
