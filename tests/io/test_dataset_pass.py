@@ -41,7 +41,8 @@ def test_the_pass_note_adds_up_to_the_datasets_files_and_names_the_probe(tmp_pat
     data = tmp_path / "data"
     made = run_cli("make-dataset", str(data), cwd=tmp_path)
     assert made.returncode == 0, made.stderr
-    files = sum(1 for path in data.rglob("*") if path.is_file() and not path.name.startswith("."))  # the walk skips hidden
+    # the walk skips hidden files (make-dataset's .preflight-dataset.json)
+    files = sum(1 for path in data.rglob("*") if path.is_file() and not path.name.startswith("."))
     report = tmp_path / "report.json"
     run = run_cli("run", "-c", str(write_config(tmp_path, CONFIG.format(path=data))), "--json", str(report),
                   cwd=tmp_path, timeout=240)
