@@ -16,9 +16,10 @@ A cache below the page cache (``Filesystem.may_cache_below``: FUSE, NFS) is out 
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, Mapping, NamedTuple
 
-from preflight.host.fsinfo import filesystem_of
+from preflight.host.fsinfo import Filesystem, filesystem_of
 from preflight.io import residency
 
 WARM_SHARE = 0.05  # resident after the drop above this share of the pages probed: the figure is read from memory
@@ -50,18 +51,21 @@ def verified(dataset: Any, arguments: Mapping[str, Any]) -> Cold:
     after = residency.probe(probed, shift=1)  # RWF_NOWAIT's pages: not the ones the first probe may have read
     if after.method == residency.NOWAIT:
         residency.evict(probed)  # what the probes themselves read
-    fs = filesystem_of(os.path.dirname(os.path.realpath(probed[0])))
+    try:
+        fs: Filesystem | None = filesystem_of(os.path.dirname(os.path.realpath(probed[0])))
+    except OSError:  # its folder vanished since: the filesystem is not named
+        fs = None
     left = f", {evicted.of - evicted.dropped} not reached in {residency.EVICT_S:g} s" if evicted.dropped < evicted.of \
         else ""
     method = (f"page cache before the pass: {before.share:.0%} of {before.pages} pages sampled in {before.files} of "
               f"{len(names)} files ({found_in}) resident ({before.method}), dropped (posix_fadvise DONTNEED on "
               f"{evicted.dropped} files{left}), {after.share:.0%} after")
-    if fs.may_cache_below:
+    if fs is not None and fs.may_cache_below:
         method += f"; {fs.fstype} can cache below the page cache, out of reach of DONTNEED"
     if after.share <= WARM_SHARE:
         return Cold(method, "", False)
-    why = (f"{fs.fstype} is RAM: the dataset lives in memory, its pages cannot be dropped" if fs.memory_backed else
-           "pages another process maps or locks, and dirty pages, cannot be dropped")
+    why = ("pages another process maps or locks, and dirty pages, cannot be dropped" if fs is None or
+           not fs.memory_backed else f"{fs.fstype} is RAM: the dataset lives in memory, its pages cannot be dropped")
     return Cold(method, f"warm: {after.share:.0%} of the pages sampled in the job's dataset files stayed in the page "
                         f"cache after posix_fadvise(DONTNEED) ({why}), so the figure is read from memory, not the "
                         f"job's cold first epoch", True)
@@ -82,7 +86,7 @@ def exposed(dataset: Any, arguments: Mapping[str, Any]) -> tuple[list[str], str]
                 return names, f"the Dataset's {label}{attribute}"
     named = [(f"the Dataset's .{k}", v) for k, v in _attributes(dataset)]
     for label, value in [*named, *((f"dataset_args.{k}", v) for k, v in arguments.items())]:
-        if isinstance(value, (str, os.PathLike)) and os.path.isdir(value):
+        if isinstance(value, (str, os.PathLike)) and os.path.isdir(value) and not _holds_python(os.fspath(value)):
             names = _walked(os.fspath(value))
             if names:
                 return names, f"under {os.fspath(value)}, {label}"
@@ -125,7 +129,15 @@ def _paths(value: Any) -> list[str]:
     head = [name(item) for item in value[:3]]
     if not all(n and os.path.isfile(n) for n in head):
         return []
-    return [n for n in map(name, value[:MAX_FILES]) if n]
+    return [n for n in map(name, residency.sample(value, MAX_FILES)) if n]  # spread over a list of millions
+
+
+def _holds_python(directory: str) -> bool:
+    """Whether ``directory`` holds this Python or preflight (a root of "/" or "."): not a dataset to drop from the
+    page cache; its workers would read their own libraries again from the disk."""
+    real = os.path.realpath(directory)
+    return any(os.path.commonpath([real, os.path.realpath(inside)]) == real
+               for inside in (sys.prefix, os.path.dirname(__file__)))
 
 
 def _walked(directory: str) -> list[str]:
