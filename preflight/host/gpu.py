@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
+from preflight.host import gpu_visibility, nvml
 from preflight.host.gpu_memory import EMPTY_HOST_CACHE, PinError, allocating, host_stats, pinned_bytes, torch_attribute
 
 
@@ -68,8 +69,31 @@ def torch_build() -> dict[str, object] | None:
     return constants
 
 
+def cpu_build_reason(version: str, root: str = "/", lib: Any = None) -> str:
+    """Why a CPU build of torch (``version``) sees no GPU, with the fix that fits this host (issue 35).
+
+    Where an NVIDIA GPU shows here (``gpu_visibility.nvidia_evidence``: a ``/dev/nvidiaN`` node, NVML starting through
+    ``lib``, or an NVIDIA display controller in sysfs under ``root``), the job's torch cannot use it: install a CUDA
+    build. Where nothing shows one, a CUDA build would see nothing either: the node has no GPU, and the GPU checks
+    do not belong in its gate.
+    """
+    said = f"no CUDA device: torch {version} is a CPU build"
+    if gpu_visibility.nvidia_evidence(root, lib):
+        return f"{said}; install a CUDA build of torch"
+    return (f"{said}, and this host has no NVIDIA GPU (no /dev/nvidia[0-9]* device node, no NVIDIA driver, no NVIDIA "
+            f"PCI device): a CPU-only node should not run the GPU checks: leave them out (--skip cuda,transfer) or "
+            f"set required: false on them")
+
+
 class TorchCuda:
-    """The real seam, backed by torch.cuda."""
+    """The real seam, backed by torch.cuda; ``root`` and ``nvml_lib`` are where a CPU build's reason looks for a
+    GPU on the host (``cpu_build_reason``; ``nvml_lib`` None: the installed pynvml)."""
+
+    def __init__(self, root: str = "/", nvml_lib: Any = None) -> None:
+        self.root, self.nvml_lib = root, nvml_lib
+
+    def _cpu_build(self, version: str) -> str:
+        return cpu_build_reason(version, self.root, self.nvml_lib if self.nvml_lib is not None else nvml.library())
 
     def view(self) -> TorchView:
         """Ask torch for its build and devices; never raises for a missing GPU.
@@ -82,15 +106,14 @@ class TorchCuda:
             return TorchView("not installed", None, None, (), "torch is not installed: install the job's torch")
         if build.get("cuda") is None and build.get("hip") is None:
             version = str(build.get("__version__"))
-            return TorchView(version, None, None, (),
-                             f"no CUDA device: torch {version} is a CPU build; install a CUDA build of torch")
+            return TorchView(version, None, None, (), self._cpu_build(version))
         import torch
 
         version = torch.__version__
         cuda, hip = torch.version.cuda, getattr(torch.version, "hip", None)
         if not torch.cuda.is_available():
             if cuda is None and hip is None:
-                reason = f"no CUDA device: torch {version} is a CPU build; install a CUDA build of torch"
+                reason = self._cpu_build(version)
             else:
                 reason = (f"no GPU visible to torch {version} ({'HIP' if hip else 'CUDA'} {hip or cuda}): check the "
                           f"driver, the container's GPU runtime (--gpus all) and CUDA_VISIBLE_DEVICES")

@@ -13,7 +13,9 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
+
+from preflight.host import nvml
 
 VARIABLES = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
 
@@ -42,3 +44,33 @@ def _variable(name: str, value: str | None) -> str:
     if value is None:
         return f"{name} unset"
     return f"{name}={value!r}" if not value.strip() else f"{name}={value}"
+
+
+NVIDIA_VENDOR = "0x10de"  # PCI vendor id (pci.ids)
+DISPLAY_CLASS = "0x03"  # PCI base class 03: display controller (VGA 0300, 3D controller 0302: data-centre GPUs)
+
+
+def nvidia_evidence(root: str = "/", lib: Any = None) -> str:
+    """What shows an NVIDIA GPU on this host, or "" where nothing does: a ``/dev/nvidiaN`` node, NVML starting
+    through ``lib`` (pynvml or a fake; None: not asked), or a PCI display controller of NVIDIA's vendor id in sysfs
+    (``/sys/bus/pci/devices/*/vendor`` and ``class``), which a container sees even without the NVIDIA runtime.
+
+    ``"device nodes /dev/nvidia0"``, ``"NVML starts"``, ``"PCI 0000:3b:00.0 (class 0x030200)"``.
+    """
+    nodes = device_nodes(root)
+    if nodes:
+        return f"device nodes {' '.join(nodes)}"
+    if lib is not None:
+        session = nvml.open_session(lib)
+        nvml.close(session)
+        if session.lib is not None:
+            return "NVML starts"
+    for device in sorted(Path(root, "sys", "bus", "pci", "devices").glob("*")):
+        try:
+            vendor = (device / "vendor").read_text().strip().lower()
+            kind = (device / "class").read_text().strip().lower()
+        except OSError:
+            continue
+        if vendor == NVIDIA_VENDOR and kind.startswith(DISPLAY_CLASS):
+            return f"PCI {device.name} (class {kind})"
+    return ""

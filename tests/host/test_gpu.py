@@ -24,11 +24,97 @@ def test_torch_build_is_read_without_importing_torch_and_agrees_with_torch():
                                                                     torch.version.hip)
 
 
+NO_GPU_FIX = ("this host has no NVIDIA GPU (no /dev/nvidia[0-9]* device node, no NVIDIA driver, no NVIDIA PCI "
+              "device): a CPU-only node should not run the GPU checks: leave them out (--skip cuda,transfer) or set "
+              "required: false on them")
+
+
+def _host(root, nodes=(), pci=()):
+    """A host tree under ``root``: ``/dev`` with ``nodes``, sysfs PCI devices ``pci`` as (address, vendor, class)."""
+    (root / "dev").mkdir(parents=True, exist_ok=True)
+    for node in nodes:
+        (root / "dev" / node).touch()
+    for address, vendor, kind in pci:
+        device = root / "sys" / "bus" / "pci" / "devices" / address
+        device.mkdir(parents=True)
+        (device / "vendor").write_text(vendor + "\n")
+        (device / "class").write_text(kind + "\n")
+    return str(root)
+
+
 @cpu_only
-def test_a_cpu_build_reports_no_device_and_says_why():
-    view = gpu.TorchCuda().view()
+def test_a_cpu_build_on_a_host_without_a_gpu_says_so_not_to_install_a_cuda_build(tmp_path):
+    """Issue 35: on a GPU-less host the advice "install a CUDA build of torch" points at the wrong cause: such a
+    torch sees no GPU either. No device node, NVML's library not found, only a virtio NIC and an Intel bridge on
+    the PCI bus (this machine's own): the reason says there is no GPU and how to leave the GPU checks out."""
+    import pynvml
+
+    from tests.fakes.gpu import FakeNvml
+
+    root = _host(tmp_path, pci=[("0000:00:00.0", "0x8086", "0x060000"), ("0000:00:03.0", "0x1af4", "0x020000")])
+    view = gpu.TorchCuda(root, FakeNvml(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)).view()
     assert view.devices == () and view.cuda_runtime is None
+    assert view.reason == f"no CUDA device: torch {view.torch_version} is a CPU build, and {NO_GPU_FIX}"
+    assert "install a CUDA build" not in view.reason
+
+
+@cpu_only
+@pytest.mark.parametrize("nodes, pci, lib_starts", [
+    (("nvidia0", "nvidiactl"), (), False),  # the driver's device node
+    ((), (), True),  # NVML starts: a driver with its GPUs
+    ((), [("0000:3b:00.0", "0x10de", "0x030200")], False),  # a container without the NVIDIA runtime sees the PCI bus
+], ids=["device node", "nvml", "pci 3D controller"])
+def test_a_cpu_build_on_a_host_with_a_gpu_keeps_the_cuda_build_advice(tmp_path, nodes, pci, lib_starts):
+    import pynvml
+
+    from tests.fakes.gpu import FakeNvml
+
+    root = _host(tmp_path, nodes, pci)
+    lib = FakeNvml() if lib_starts else FakeNvml(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+    view = gpu.TorchCuda(root, lib).view()
     assert view.reason == f"no CUDA device: torch {view.torch_version} is a CPU build; install a CUDA build of torch"
+    assert lib.open == 0  # an NVML it started is shut down
+
+
+def test_an_nvidia_pci_device_that_is_not_a_gpu_is_no_evidence_of_one(tmp_path):
+    import pynvml
+
+    from preflight.host import gpu_visibility
+    from tests.fakes.gpu import FakeNvml
+
+    lib = FakeNvml(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+    root = _host(tmp_path, pci=[("0000:00:1f.0", "0x10de", "0x0c0330")])  # an NVIDIA USB controller (serial bus)
+    assert gpu_visibility.nvidia_evidence(root, lib) == ""
+    assert gpu_visibility.nvidia_evidence(_host(tmp_path / "gpu", pci=[("0000:3b:00.0", "0x10de", "0x030200")]),
+                                          lib) == "PCI 0000:3b:00.0 (class 0x030200)"
+    assert "install a CUDA build" not in gpu.cpu_build_reason("2.13.0+cpu", root, lib)
+
+
+@cpu_only
+def test_the_gpu_rows_of_a_gpu_less_host_say_no_gpu_in_the_console_table(tmp_path):
+    """The cuda and transfer checks through the real torch seam on this CPU build, with the host's GPU evidence
+    faked: with none, every GPU row's reason and the table say there is no GPU, never to install a CUDA build."""
+    import pynvml
+
+    from preflight.checks import cuda, transfer
+    from preflight.checks.base import Budget
+    from preflight.report import console
+    from tests.fakes.gpu import FakeNvml
+    from tests.helpers import judged
+    from tests.report_helpers import make_report
+
+    root = _host(tmp_path / "host")
+    lib = FakeNvml(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+    seam = gpu.TorchCuda(root, lib)
+    measured = cuda.measurements({"matmul_size": 256, "allocate": 90.0}, seam, lib, environ={}, root=root)
+    results = judged(tmp_path, "cuda", "device_count: {min: 1}\nmemory_total: {min: 10 GiB}", measured)
+    results |= judged(tmp_path, "transfer", "h2d_pinned: {min: 10 GB/s}",
+                      transfer.measurements({}, Budget(1.0, 60.0), seam, lib, root=root, environ={}))
+    assert results["cuda.device_count"].verdict == "fail"
+    for result in results.values():
+        assert NO_GPU_FIX in result.message and "install a CUDA build" not in result.message, result.id
+    table = console.render(make_report(list(results.values())), width=200)
+    assert "install a CUDA build" not in table and table.count("a CPU-only node should not run the GPU checks") >= 2
 
 
 @cpu_only
@@ -50,7 +136,7 @@ def test_the_gpu_checks_fail_or_skip_with_one_line_reasons_on_this_cpu_only_mach
         assert "\n" not in result.message
     by_id = {result.id: result.message for result in results}
     assert by_id["cuda.driver_version"].startswith("could not measure: NVML library not found (libnvidia-ml.so.1)")
-    assert "is a CPU build; install a CUDA build of torch" in by_id["transfer.h2d_pinned"]
+    assert "is a CPU build, and this host has no NVIDIA GPU" in by_id["transfer.h2d_pinned"]  # this machine has none
 
 
 def test_every_torch_api_the_gpu_only_paths_call_exists_in_this_torch():
@@ -255,18 +341,27 @@ def test_missing_torch_is_reported_with_no_runtime_and_no_device(monkeypatch):
                                                    "torch is not installed: install the job's torch")
 
 
-def test_a_cpu_build_is_named_by_the_version_its_version_file_gives(monkeypatch):
+def _gpu_host(tmp_path):
+    """The seam on a host with a GPU (its device node): a CPU build's reason names the CUDA build to install."""
+    import pynvml
+
+    from tests.fakes.gpu import FakeNvml
+
+    return gpu.TorchCuda(_host(tmp_path, ("nvidia0",)), FakeNvml(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND))
+
+
+def test_a_cpu_build_is_named_by_the_version_its_version_file_gives(monkeypatch, tmp_path):
     monkeypatch.setattr(gpu, "torch_build", lambda: {"__version__": "2.5.1+cpu", "cuda": None, "hip": None})
-    assert gpu.TorchCuda().view() == gpu.TorchView(
+    assert _gpu_host(tmp_path).view() == gpu.TorchView(
         "2.5.1+cpu", None, None, (), "no CUDA device: torch 2.5.1+cpu is a CPU build; install a CUDA build of torch")
 
 
 @cpu_only
-def test_an_unreadable_version_file_is_settled_by_importing_torch(monkeypatch):
+def test_an_unreadable_version_file_is_settled_by_importing_torch(monkeypatch, tmp_path):
     import torch
 
     monkeypatch.setattr(gpu, "torch_build", lambda: {"cuda": "unknown"})
-    assert gpu.TorchCuda().view() == gpu.TorchView(
+    assert _gpu_host(tmp_path).view() == gpu.TorchView(
         torch.__version__, None, None, (),
         f"no CUDA device: torch {torch.__version__} is a CPU build; install a CUDA build of torch")
 
