@@ -76,21 +76,28 @@ def exposed(dataset: Any, arguments: Mapping[str, Any]) -> tuple[list[str], str]
 
     First a list on the Dataset (or on the Dataset it wraps, ``.dataset``/``.datasets``: a Subset, a ConcatDataset)
     whose items are paths of regular files, or tuples whose first item is one (torchvision's ImageFolder
-    ``.samples``, a custom ``.files``); else the files under a directory the Dataset holds as an attribute or
-    ``arguments`` (``dataset_args``) names (``root: /data``), walked as the dataloader walks ``path`` (at most
-    ``WALKED`` files, ``WALK_S``). ([], "") where nothing names a file."""
+    ``.samples``, a custom ``.files``); else a file the Dataset holds as an attribute or ``arguments``
+    (``dataset_args``) names (one file of many samples: kaldi's ark, an HDF5); else the files under a directory
+    either names (``root: /data``), walked as the dataloader walks ``path`` (at most ``WALKED`` files, ``WALK_S``).
+    ([], "") where nothing names a file."""
     for holder, label in _holders(dataset):
         for attribute, value in _attributes(holder):
             names = _paths(value)
             if names:
                 return names, f"the Dataset's {label}{attribute}"
     named = [(f"the Dataset's .{k}", v) for k, v in _attributes(dataset)]
-    for label, value in [*named, *((f"dataset_args.{k}", v) for k, v in arguments.items())]:
-        if isinstance(value, (str, os.PathLike)) and os.path.isdir(value) and not _holds_python(os.fspath(value)):
-            names = _walked(os.fspath(value))
-            if names:
-                return names, f"under {os.fspath(value)}, {label}"
-    return [], ""
+    named += [(f"dataset_args.{k}", v) for k, v in arguments.items()]
+    paths = [(label, os.fspath(value)) for label, value in named if isinstance(value, (str, os.PathLike))]
+    # one file of many samples (an ark, an HDF5, a .npy read at offsets), beside a folder or alone
+    names, found_in = sorted({path for _, path in paths if os.path.isfile(path)}), [
+        label for label, path in paths if os.path.isfile(path)]
+    for label, path in paths:
+        if os.path.isdir(path) and not _holds_python(path):
+            walked = _walked(path)
+            if walked:
+                names, found_in = names + walked, [*found_in, f"under {path}, {label}"]
+                break
+    return names, "; ".join(found_in)
 
 
 def _holders(dataset: Any, depth: int = 3) -> list[tuple[Any, str]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import pytest
 
 from preflight.checks.dataloader import cold
 from preflight.io import residency
-from tests.helpers import job_package, run_check
+from tests.helpers import job_package, judged, run_check
 
 OPENED = '''
 import os
@@ -156,3 +157,119 @@ def test_exposed_finds_an_image_folder_s_samples_through_a_subset(tmp_path):
 
     found, where = cold.exposed(Subset(), {})
     assert found == names and where == "the Dataset's .dataset.samples"
+
+
+JOBS = '''
+import io
+import os
+import mmap
+import torch
+from PIL import Image
+
+
+class Jpegs(torch.utils.data.Dataset):
+    """jakesnell/prototypical-networks#15: images read with PIL, faster each epoch as the page cache fills."""
+
+    def __init__(self, root):
+        self.images = sorted(os.path.join(root, n) for n in os.listdir(root))
+
+    def __len__(self):
+        return len(self.images)
+
+    def __getitem__(self, index):
+        with Image.open(self.images[index]) as image:
+            return torch.tensor(image.convert("RGB").size)
+
+
+class Ark(torch.utils.data.Dataset):
+    """kaldi-asr/kaldi#3999: every sample at its offset in one ark file; the first epoch read it from the disk."""
+
+    def __init__(self, ark, record=16_384):
+        self.ark, self.record = ark, record
+
+    def __len__(self):
+        return os.path.getsize(self.ark) // self.record
+
+    def __getitem__(self, index):
+        with open(self.ark, "rb") as handle:
+            handle.seek(index * self.record)
+            return torch.tensor(len(handle.read(self.record)))
+
+
+def jpegs(root):
+    return Jpegs(root)
+
+
+def ark(ark):
+    return Ark(ark)
+'''
+
+
+def test_a_pil_dataset_s_images_cached_by_an_earlier_epoch_are_dropped(tmp_path):
+    """jakesnell/prototypical-networks#15: "the training speed ... continuously accelerating" as images are cached."""
+    from PIL import Image
+
+    root = tmp_path / "images"
+    root.mkdir()
+    for index in range(40):
+        Image.frombytes("RGB", (64, 64), os.urandom(64 * 64 * 3)).save(root / f"{index:03d}.jpg", quality=95)
+    os.sync()
+    subprocess.run(["cat", *map(str, root.iterdir())], stdout=subprocess.DEVNULL, check=True)
+    job_package(tmp_path / "src", "protojob", {"data": JOBS})
+    measured = run_check("dataloader", 0.5, dataset="protojob.data:jpegs", dataset_args={"root": str(root)},
+                         python_path=[str(tmp_path / "src")], num_workers=1, batch_size=8, worker_pools=1)
+    method = measured["throughput"].method
+    assert "page cache before the pass: 100% of" in method and "of 40 files (the Dataset's .images)" in method
+    assert "dropped (posix_fadvise DONTNEED on 40 files), 0% after" in method, method
+
+
+@needs_fincore
+def test_one_ark_file_of_many_samples_is_dropped_whole(tmp_path):
+    """kaldi-asr/kaldi#3999: the samples live at offsets in one ark file, which the Dataset names as ``.ark``."""
+    ark = tmp_path / "feats.ark"
+    ark.write_bytes(os.urandom(64 * 16_384))
+    os.sync()
+    subprocess.run(["cat", str(ark)], stdout=subprocess.DEVNULL, check=True)
+    job_package(tmp_path / "src", "kaldijob", {"data": JOBS})
+    measured = run_check("dataloader", 0.5, dataset="kaldijob.data:ark", dataset_args={"ark": str(ark)},
+                         python_path=[str(tmp_path / "src")], num_workers=1, batch_size=8, worker_pools=1)
+    method = measured["throughput"].method
+    assert "100% of 256 pages sampled in 1 of 1 files (the Dataset's .ark; dataset_args.ark)" in method, method
+    assert "0% after" in method and not measured["throughput"].cache_bound
+
+
+HOLDER = '''
+import mmap, sys
+maps = []
+for name in sys.argv[1:]:
+    with open(name, "rb") as handle:
+        mapped = mmap.mmap(handle.fileno(), 0, prot=mmap.PROT_READ)
+    sum(mapped[i] for i in range(0, len(mapped), mmap.PAGESIZE))  # every page faulted in: mapped, not droppable
+    maps.append(mapped)
+print("ready", flush=True)
+sys.stdin.read()
+'''
+
+
+def test_files_another_process_holds_mapped_stay_and_the_figure_is_labelled_warm(tmp_path):
+    """quickwit-oss/search-benchmark-game#70 (an mmap'd index warmed before the timed runs) and vmtouch -l
+    (lemire/Code-used-on-Daniel-Lemire-s-blog#92): pages another process maps are not dropped by DONTNEED, so
+    the figure is memory's, and the row says so rather than claim a cold first epoch."""
+    names = _dataset(tmp_path / "data", count=40, size=32_000)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, *names], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        job_package(tmp_path / "src", "mappedjob", {"data": OPENED})
+        measured = run_check("dataloader", 0.5, dataset="mappedjob.data:files",
+                             dataset_args={"root": str(tmp_path / "data")}, python_path=[str(tmp_path / "src")],
+                             num_workers=1, batch_size=8, worker_pools=1)
+    finally:
+        holder.communicate("", timeout=30)
+    row = measured["throughput"]
+    assert "page cache before the pass: 100% of" in row.method and "100% after" in row.method, row.method
+    assert row.note.startswith("warm: 100% of the pages sampled"), row.note
+    assert "pages another process maps or locks" in row.note and row.cache_bound
+    verdict = judged(tmp_path, "dataloader", 'dataset: "mappedjob.data:files"\nthroughput: {min: 1 samples/s}',
+                     list(measured.values()))["dataloader.throughput"]
+    assert verdict.verdict == "warn" and "cache-bound: not a device figure, so it cannot pass" in verdict.message
