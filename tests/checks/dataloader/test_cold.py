@@ -9,6 +9,7 @@ module's own probe), and the row's words; never how fast a window read.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -20,7 +21,7 @@ import pytest
 
 from preflight.checks.dataloader import cold
 from preflight.io import residency
-from tests.helpers import job_package, judged, run_check
+from tests.helpers import job_package, judged, run_check, run_cli, write_config
 
 OPENED = '''
 import os
@@ -273,3 +274,47 @@ def test_files_another_process_holds_mapped_stay_and_the_figure_is_labelled_warm
     verdict = judged(tmp_path, "dataloader", 'dataset: "mappedjob.data:files"\nthroughput: {min: 1 samples/s}',
                      list(measured.values()))["dataloader.throughput"]
     assert verdict.verdict == "warn" and "cache-bound: not a device figure, so it cannot pass" in verdict.message
+
+
+def test_two_runs_back_to_back_the_second_drops_what_the_first_read(tmp_path):
+    """The new user's trial: the same config run twice; the second run's files were in the page cache from the
+    first (it read 2.3x faster, no note). Now its row says the page cache held them and that they were dropped."""
+    _dataset(tmp_path / "data", count=80, size=48_000)  # just written: in the page cache, as a first run leaves it
+    job_package(tmp_path / "src", "trialjob", {"data": OPENED})
+    config = write_config(tmp_path, f"""
+        version: 1
+        defaults: {{timeout: 120s, retries: 0}}
+        checks:
+          dataloader:
+            dataset: "trialjob.data:files"
+            dataset_args: {{root: {tmp_path / 'data'}}}
+            python_path: [src]
+            duration: 1s
+            num_workers: 1
+            batch_size: 8
+            throughput: {{min: 1 samples/s}}
+        """)
+    rows = []
+    for attempt in range(2):
+        report = tmp_path / f"run{attempt}.json"
+        run = run_cli("run", "-c", str(config), "--json", str(report), cwd=tmp_path, timeout=240)
+        assert report.exists(), run.stdout + run.stderr
+        rows.append({r["id"]: r for r in json.loads(report.read_text())["results"]}["dataloader.throughput"])
+    assert "dropped (posix_fadvise DONTNEED on 80 files), 0% after" in rows[1]["method"], rows[1]["method"]
+    assert "page cache before the pass: 100% of" in rows[1]["method"]  # the first run's reads, all still cached
+    assert rows[1]["verdict"] == "pass" and "warm:" not in rows[1]["message"], rows[1]
+
+
+def test_the_job_s_own_dataloader_s_files_are_dropped_too(tmp_path):
+    names = _dataset(tmp_path / "data", count=40, size=16_000)
+    subprocess.run(["cat", *names], stdout=subprocess.DEVNULL, check=True)
+    job_package(tmp_path / "src", "loaderjob", {"data": OPENED + '''
+
+def make_loader(root):
+    return torch.utils.data.DataLoader(Files(root), batch_size=8, num_workers=1)
+'''})
+    measured = run_check("dataloader", 0.5, loader="loaderjob.data:make_loader",
+                         loader_args={"root": str(tmp_path / "data")}, python_path=[str(tmp_path / "src")],
+                         worker_pools=1)
+    method = measured["throughput"].method
+    assert "page cache before the pass: 100% of" in method and "DONTNEED on 40 files), 0% after" in method, method
