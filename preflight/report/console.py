@@ -72,10 +72,7 @@ def render(report: RunReport, colour: bool = False, width: int | None = None) ->
     columns = _Columns.fit(cells, width)
     for index, result in enumerate(results):
         lines += _row(cells[index], columns, width, paint)
-        following = results[index + 1] if index + 1 < len(results) else None
-        note = table_note(result)
-        if note and not (following and table_note(following) == note and following.instance == result.instance):
-            lines += _note(results, index, width)
+        lines += _notes(results, index, width)
     misses = [r for r in report.results if r.verdict in ("fail", "error", "warn")]
     if misses:
         lines += ["", "what to fix:"]
@@ -231,14 +228,32 @@ def skip_reason(result: Result) -> str:
     return result.message.split("; required ", 1)[0] or "skipped without a reason (a bug: please report it)"
 
 
-def _note(results: list[Result], last: int, width: int) -> list[str]:
-    """The note under the last of the rows that share it, naming them when there are several."""
-    first, note = last, table_note(results[last])
-    while first > 0 and (table_note(results[first - 1]), results[first - 1].instance) == (note, results[last].instance):
-        first -= 1
-    shared = results[first:last + 1]
-    names = ", ".join(r.metric + (f"[{r.device}]" if r.device else "") for r in shared)
-    return wrap(f"{names + ': ' if len(shared) > 1 else ''}{note}", width, "    └ ", "      ")
+def _notes(results: list[Result], last: int, width: int) -> list[str]:
+    """What is said under row ``last``: each part of its note (``table_note``, parts joined by "; ") that no later row
+    of its instance shares, naming the rows that share it when there are several; parts shared by the same rows are
+    one line, in their order.
+
+    A part is said once per instance, under the last row that carries it, even where its rows are not next to each
+    other or carry it beside other parts: the dataloader's pass note was printed three times, above and below
+    `pids_available` (a fact row without it), after the skipped `shm_headroom` and again with the "short" caveat of
+    its throughput rows (issue 35)."""
+    instance = results[last].instance
+    rows = [(index, r) for index, r in enumerate(results) if r.instance == instance]
+    parts = {index: _parts(table_note(r)) for index, r in rows}
+    lines: dict[tuple[int, ...], list[str]] = {}  # the rows that share them -> parts, in order
+    for part in parts[last]:
+        if any(part in parts[index] for index, _ in rows if index > last):
+            continue
+        lines.setdefault(tuple(index for index, _ in rows if part in parts[index]), []).append(part)
+    said = []
+    for sharing, shared in lines.items():
+        names = ", ".join(results[i].metric + (f"[{results[i].device}]" if results[i].device else "") for i in sharing)
+        said += wrap(f"{names + ': ' if len(sharing) > 1 else ''}{'; '.join(shared)}", width, "    └ ", "      ")
+    return said
+
+
+def _parts(note: str) -> list[str]:
+    return [part for part in note.split("; ") if part] if note else []
 
 
 def wrap(text: str, width: int, first: str = "", rest: str = "") -> list[str]:

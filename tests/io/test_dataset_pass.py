@@ -54,3 +54,4 @@ def test_the_pass_note_adds_up_to_the_datasets_files_and_names_the_probe(tmp_pat
     assert files == 1000 and probed == 1 and before > 0 and read <= of, note
     assert of + before + probed == files, note  # every file of the dataset is accounted for
     assert note.count("one pass:") == 1, note
+    assert run.stdout.count("one pass:") == 1, run.stdout  # the table says it once, under its last row (case 4)

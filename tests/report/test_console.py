@@ -61,6 +61,30 @@ def test_a_note_is_printed_once_under_the_rows_that_share_it():
     assert lines[2] == f"    └ seq_read, rand_read: {scratch}"
 
 
+def test_a_note_shared_by_rows_that_are_not_next_to_each_other_is_printed_once():
+    """Issue 35: the dataloader's pass note was printed three times, above and below `pids_available` (a fact
+    row without it) and again after the skipped `shm_headroom` (its own note). Said once, naming its rows."""
+    passed = "one pass: 898 of 898 files read once (101 others were read by checks before this one)"
+    report = make_report([
+        result("throughput", "pass", "measured 4226 samples/s", instance="dataloader", value=4226.0, note=passed),
+        result("memory_headroom", "pass", "measured 99%", instance="dataloader", value=99.0, note=passed),
+        result("pids_available", "info", "measured 32654", instance="dataloader", value=32654.0),
+        result("pids_headroom", "pass", "measured 99.98%", instance="dataloader", value=99.98, note=passed),
+        result("shm_headroom", "skip", "not applicable: the files loader's batches hold sample counts; required "
+               ">= 0%", instance="dataloader"),
+        result("workers", "info", "measured 1", instance="dataloader", value=1.0, note=passed),
+        result("seq_read", "pass", "measured 900 MB/s", value=900.0, note=passed),  # another instance: its own
+    ])
+    text = console.render(report, width=200)
+    lines = text.splitlines()[1:-1]
+    assert text.count(passed) == 2, text
+    assert [line[:18] for line in lines] == [
+        "dataloader.through", "dataloader.memory_", "dataloader.pids_av", "dataloader.pids_he", "dataloader.shm_hea",
+        "    └ not applicab", "dataloader.workers", "    └ throughput, ", "storage.seq_read .",
+        "    └ one pass: 89"]
+    assert lines[7] == f"    └ throughput, memory_headroom, pids_headroom, workers: {passed}"
+
+
 def test_a_row_not_measured_on_the_dataset_says_what_it_was_and_a_shared_fix_is_said_once():
     """Issue 21: the table's note names the subject; consecutive misses with one fix show it once."""
     fix = "no dataset named: set DATA_DIR=/path/to/dataset"
