@@ -41,7 +41,7 @@ def verified(dataset: Any, arguments: Mapping[str, Any]) -> Cold:
     names, found_in = exposed(dataset, arguments)
     if not names:
         return Cold("page cache not verified cold: the job's Dataset names no files preflight can find (a list of "
-                    "paths on the Dataset, or a directory in dataset_args)", "", False)
+                    "paths on the Dataset, or a file or directory on it or in its factory's arguments)", "", False)
     probed = residency.sample(names)
     before = residency.probe(probed)
     if not before.pages:

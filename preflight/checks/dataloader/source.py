@@ -51,6 +51,7 @@ class Source(NamedTuple):
     # The job's Dataset's files stayed in the page cache after they were dropped (``cold.verified``): the reading
     # rows are memory's figures (``Measurement.cache_bound``)
     cache_bound: bool = False
+    cold: str = ""  # for the method's end: what the page cache held of the job's files, and what was dropped
 
 
 class Counted(NamedTuple):
@@ -217,8 +218,7 @@ def _job_dataset(options: Mapping[str, Any], check: str) -> Iterator[Source]:
                        f"{options['collate_fn'] or 'default_collate'}")
         with _blamed(check, "dataset"):
             made_cold = cold.verified(job.dataset, options.get("dataset_args") or {})
-            yield Source(None, f"{description}, {made_cold.method}", made_cold.note, "job_dataset", job,
-                         made_cold.warm)
+            yield Source(None, description, made_cold.note, "job_dataset", job, made_cold.warm, made_cold.method)
 
 
 @contextlib.contextmanager
@@ -229,8 +229,8 @@ def _job_loader(options: Mapping[str, Any], check: str) -> Iterator[Source]:
     with usercode.on_path(options["python_path"]), _blamed(check, "loader", waits="loader"):
         loader, job = job_loader.build(options)
         made_cold = cold.verified(loader.dataset, options.get("loader_args") or {})
-        yield Source(None, f"{job_loader.describe(options, loader)}, {made_cold.method}", made_cold.note,
-                     "job_dataset", job._replace(loader=loader), made_cold.warm)
+        yield Source(None, job_loader.describe(options, loader), made_cold.note, "job_dataset",
+                     job._replace(loader=loader), made_cold.warm, made_cold.method)
 
 
 @contextlib.contextmanager
@@ -348,7 +348,8 @@ def loader_for(options: Mapping[str, Any], source: Source, decode: str | None = 
 
     method = (f"DataLoader(batch_size={options['batch_size']}, num_workers={workers}, pin_memory={pin}, "
               f"prefetch_factor={options['prefetch_factor'] if workers else None}"
-              f"{settings.describe(options, workers)}) over {description}")
+              f"{settings.describe(options, workers)}) over {description}"
+              + (f"; {source.cold}" if source.cold else ""))
     return Loader(method, workers, fs, bypass, fresh, tally, replays, batch_size,
                   int(options["prefetch_factor"]) if workers else None, first_pass)
 
@@ -372,6 +373,8 @@ def _jobs_own(options: Mapping[str, Any], source: Source) -> Loader:
     method = source.description + f", {user.counted_by(job, options.get('count_samples') or '')}"  # type: ignore[arg-type]
     if replays is not None:
         method += ", a batch that repeats an earlier one counting no sample"
+    if source.cold:
+        method += f"; {source.cold}"
     return Loader(method, workers, None, None, lambda: Counted(loader, count), None, replays, loader.batch_size,
                   loader.prefetch_factor if workers else None)
 
