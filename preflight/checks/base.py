@@ -69,6 +69,9 @@ class Metric(NamedTuple):
     # threshold, which only a measurement whose ``subject`` is the dataset's can pass (``verdict``).
     about_data: bool = False
     flag: bool = False  # a yes/no fact measured as 1 or 0 (read_only): reports say "yes" or "no"
+    # A dimensionless quotient of two measured figures (a relative error, a speedup, a time over the median's): unit
+    # "" as a count's, but a figure that varies from run to run, where a count is exact (``is_count``).
+    ratio: bool = False
 
     @property
     def is_performance(self) -> bool:
@@ -77,6 +80,12 @@ class Metric(NamedTuple):
         unit = UNITS.get(self.unit)
         return (unit is not None and unit.dimension in PERFORMANCE and self.higher_is_better is not None
                 and not self.rated)
+
+    @property
+    def is_count(self) -> bool:
+        """An exact count (unit "", not a ``ratio``; a flag's 1 or 0 too): two runs' values are the same or differ,
+        with no noise between them (``report.compare``)."""
+        return self.unit == "" and not self.ratio
 
     @property
     def is_version(self) -> bool:

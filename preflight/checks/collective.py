@@ -49,7 +49,8 @@ METRICS = (
            "per rank: its time in the timed all-reduce loop at max_size over the median rank's time (1.0 is "
            "typical); the slowest rank's figure is the fleet's slowest-over-median ratio",
            per_device=True,
-           hint="this rank was {measured}x the median: drain its node and check its NIC, GPU clocks and CPU load"),
+           hint="this rank was {measured}x the median: drain its node and check its NIC, GPU clocks and CPU load",
+           ratio=True),
 )
 
 WARMUP = 2  # nccl-tests -w defaults to 5; two are enough once the sweep's first size has run

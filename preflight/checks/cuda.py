@@ -43,9 +43,10 @@ METRICS = (
            per_device=True),
     Metric("memory_free", "GiB", True, "free device memory before the smoke test (cudaMemGetInfo)", per_device=True,
            hint="another process holds GPU memory: find it with nvidia-smi"),
-    Metric("matmul_error", "", False, "max |GPU - CPU| / max |CPU| of the float32 smoke matmul, inputs exact in "
-           "TF32, TF32 off unless an override holds it on (the method says which ran)",
-           per_device=True, hint=f"the GPU computes wrong results: {_RESET}"),
+    Metric("matmul_error", "", False, "relative error of the float32 smoke matmul, a ratio of two magnitudes (no "
+           "unit): max |GPU - CPU| / max |CPU| over the elements (~1e-6 on a healthy GPU, inf where "
+           "the GPU gives NaN), inputs exact in TF32, TF32 off unless an override holds it on (the method says which "
+           "ran)", per_device=True, hint=f"the GPU computes wrong results: {_RESET}", ratio=True),
     Metric("memory_allocatable", "%", True, "share of free memory allocated and written (0 when it failed)",
            per_device=True, hint="the GPU cannot hand out its free memory: check other processes and ECC errors"),
     Metric("mig_mode", "text", None, "MIG mode on/off (nvmlDeviceGetMigMode)", per_device=True),

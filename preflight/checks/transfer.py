@@ -42,7 +42,8 @@ COPY_METRICS = tuple(
 )
 METRICS = (
     *COPY_METRICS,
-    Metric("pinned_speedup", "", True, "h2d_pinned / h2d_pageable: what pin_memory=True buys", per_device=True),
+    Metric("pinned_speedup", "", True, "h2d_pinned / h2d_pageable, a ratio of two bandwidths (no unit): what "
+           "pin_memory=True buys", per_device=True, ratio=True),
     Metric("link_rate", "GB/s", True, "theoretical per-direction rate of the widest, fastest link NVML reports "
            "(PCI-SIG rate per lane after 8b/10b or 128b/130b coding x lanes)", per_device=True, rated=True),
     Metric("h2d_link_efficiency", "%", True, "h2d_pinned as a share of link_rate; healthy links measure 80-90%",

@@ -125,9 +125,9 @@ def _default(option: Option) -> str:
 
 
 def unit_name(metric: Metric) -> str:
-    """The unit column: ``yes/no`` for a flag (measured as 1 or 0, judged as ``{min: 1}``), ``count`` for a bare
-    number."""
-    return "yes/no" if metric.flag else metric.unit or "count"
+    """The unit column: ``yes/no`` for a flag (measured as 1 or 0, judged as ``{min: 1}``), ``ratio`` for a
+    dimensionless quotient (``Metric.ratio``), ``count`` for any other bare number."""
+    return "yes/no" if metric.flag else "ratio" if metric.ratio else metric.unit or "count"
 
 
 def direction(metric: Metric) -> str:

@@ -72,3 +72,16 @@ def test_list_filters_by_check_and_refuses_an_unknown_one_in_one_line():
     assert refused.returncode == 2 and refused.stderr.strip() == (
         "preflight: error: list dataloder: no such check: did you mean `dataloader`? (`preflight list` shows them "
         "all; an instance of your file is listed under its check)")
+
+
+def test_a_ratio_reads_as_a_ratio_not_a_count():
+    """Issue 35: ``matmul_error`` (max |GPU - CPU| / max |CPU|) read "count" in the reference and in ``explain``: a
+    relative error has no unit, and is no count. The counts beside it still read "count"."""
+    table = run_cli("list", "cuda", "--markdown").stdout
+    rows = {line.split(" | ")[0].strip("| `"): line.split(" | ")[1] for line in table.splitlines()
+            if line.startswith("| `")}
+    assert rows["matmul_error"] == "ratio" and rows["device_count"] == "count" and rows["runtime_supported"] == "yes/no"
+    assert "relative error" in table.split("| `matmul_error` |", 1)[1].splitlines()[0]
+    assert "  unit:          ratio\n" in run_cli("explain", "cuda.matmul_error").stdout
+    transfer = run_cli("list", "transfer", "--markdown").stdout
+    assert "| `pinned_speedup` | ratio |" in transfer
