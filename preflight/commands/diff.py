@@ -7,7 +7,8 @@ Prints a table (metric, old, new, ratio, what the change is) and a closing count
 three standard deviations of their difference, from the metric's run-to-run CV measured on a
 busy node (``report.noise.RUN_TO_RUN``, each with its source), each run's repeats and both runs'
 samples (``report.noise.band`` has the formula). Judged are rates, latencies and any metric the
-user gated; a fact (no threshold and no rate) is shown, never judged, and so is a figure a run sampled
+user gated, an exact count (GPUs, Xid lines, unreadable files) with no noise band: it changed or it did not;
+a fact (no threshold and no rate) is shown, never judged, and so is a figure a run sampled
 over a few milliseconds, "too short to compare" (its row's ``short:`` warning, ``compare.short_of``).
 A file that is missing or not a preflight report is one ``preflight: error:`` line and exit 2 (raised as
 UsageError to the CLI's boundary).
@@ -76,10 +77,13 @@ def _value(entry: Entry) -> str:
 
 def verdict(c: Change, fail_on: float | None) -> str:
     """What the change is: ``REGRESSED -23% (noise ±5%)``, ``better +12% (noise ±5%)``, ``within noise (±5%)``,
-    ``too short to compare (new: 1 sample of 100 files in 12 ms)``, ``not judged (a fact)``; then the verdict's
+    ``too short to compare (new: 1 sample of 100 files in 12 ms)``, ``not judged (a fact)``, an exact count's
+    ``worse -1 (-12%, an exact count)`` (``_count``); then the verdict's
     change, if any (``pass -> fail``)."""
     if c.short:
         text = f"too short to compare ({c.short})"
+    elif c.delta is not None:
+        text = _count(c, fail_on)
     elif not c.judged:
         text = "not judged (a fact)" if c.ratio is not None else ("same" if c.old.value == c.new.value else "changed")
     else:
@@ -96,6 +100,22 @@ def verdict(c: Change, fail_on: float | None) -> str:
     return text
 
 
+def _count(c: Change, fail_on: float | None) -> str:
+    """An exact count's change: ``same``, ``changed +2 (a fact, not judged)``, ``worse -1 (-12%, an exact count)``,
+    ``REGRESSED +3 (from 0, an exact count, --fail-on 10%)``: no noise band, it changed or it did not."""
+    delta = c.delta or 0.0
+    if not delta:
+        return "same"
+    amount = f"{delta:+g}"
+    if not c.judged:
+        return f"changed {amount} (a fact, not judged)"
+    old = float(c.old.value)  # type: ignore[arg-type]
+    said = f"{delta / abs(old):+.0%}, an exact count" if old else "from 0, an exact count"
+    if fail_on is not None and c.regressed(fail_on):
+        return f"REGRESSED {amount} ({said}, --fail-on {fail_on:.0%})"
+    return f"{'worse' if c.worse else 'better'} {amount} ({said})"
+
+
 def closing(changes: Sequence[Change], regressed: Sequence[Change], fail_on: float | None) -> str:
     """``== 1 regressed beyond 10%, 2 worse, 1 better, 20 within noise, 2 too short to compare, 9 not judged; 35
     metrics in both runs ==``."""
@@ -103,7 +123,8 @@ def closing(changes: Sequence[Change], regressed: Sequence[Change], fail_on: flo
     counts = [(f"regressed beyond {fail_on:.0%}" if fail_on is not None else "", len(regressed)),
               ("worse", sum(c.worse for c in judged) - len(regressed)),
               ("better", sum(c.beyond_noise and not c.worse for c in judged)),
-              ("within noise", sum(not c.beyond_noise for c in judged)),
+              ("within noise", sum(not c.beyond_noise and not c.exact for c in judged)),
+              ("same count", sum(not c.beyond_noise and c.exact for c in judged)),
               ("too short to compare", sum(bool(c.short) for c in changes)),
               ("not judged", sum(not c.judged and not c.short for c in changes))]
     said = ", ".join(f"{n} {what}" for what, n in counts if n and what)

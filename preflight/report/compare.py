@@ -12,7 +12,10 @@ metric's measured run-to-run floor, each run's repeats and both runs' samples). 
 performance metrics (a measured rate or latency, ``Metric.is_performance``) and any numeric
 metric the user gated (a threshold in either run, such as ``throughput_vs_required``), in the
 direction its threshold or the metric says is better; a fact (no threshold and no rate: a count,
-a size, a version) is shown and never judged. A judged metric *regressed* when it moved the
+a size, a version) is shown and never judged. An exact count (``Metric.is_count``: GPUs, Xid
+lines, unreadable files, workers, a flag) has no noise band: any difference is a change, and a
+gated one that got worse is judged by ``fail_on`` as a rate is (8 GPUs to 7 is 12.5% worse; a count
+that leaves 0 is worse by more than any ``fail_on``). A judged metric *regressed* when it moved the
 wrong way beyond noise and by more than ``fail_on`` (a fraction). A figure either run sampled over
 under ``sampling.MIN_SPAN_S`` (its row warns ``short: ``) is *too short to compare*: shown, never
 judged, since the scheduler, not the device, set it (``short_of``).
@@ -21,6 +24,7 @@ judged, since the scheduler, not the device, set it (``short_of``).
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Mapping, NamedTuple, Sequence
 
 from preflight.report import noise
@@ -63,26 +67,51 @@ class Change(NamedTuple):
     band: float | None  # the relative change within noise; None when not judged
     direction: bool | None  # True: higher is better, False: lower is better, None: not judged
     short: str = ""  # a run sampled it too briefly to compare: "new: 1 sample of 100 files in 12 ms"
+    exact: bool = False  # an exact count (``Metric.is_count``): no noise band, any difference is a change
+
+    @property
+    def delta(self) -> float | None:
+        """new - old of an exact count; None for any other metric or a value missing in either run."""
+        if not self.exact or not all(_number(e.value) for e in (self.old, self.new)):
+            return None
+        return float(self.new.value) - float(self.old.value)  # type: ignore[arg-type]
 
     @property
     def judged(self) -> bool:
-        return self.band is not None and self.ratio is not None and not self.short
+        return self.band is not None and (self.ratio is not None or self.delta is not None) and not self.short
 
     @property
     def beyond_noise(self) -> bool:
+        """Changed by more than chance moves it; for an exact count, changed at all."""
+        if self.delta is not None:
+            return self.judged and self.delta != 0
         return self.judged and abs(self.ratio - 1) > self.band  # type: ignore[operator]
 
     @property
     def worse(self) -> bool:
-        """Moved the wrong way beyond noise (lower for a rate, higher for a latency)."""
-        return self.beyond_noise and (self.ratio < 1) == bool(self.direction)  # type: ignore[operator]
+        """Moved the wrong way beyond noise (lower for a rate, higher for a latency or an error count)."""
+        if not self.beyond_noise:
+            return False
+        lower = self.delta < 0 if self.delta is not None else self.ratio < 1  # type: ignore[operator]
+        return lower == bool(self.direction)
+
+    @property
+    def change(self) -> float:
+        """How much worse or better, as a fraction of the old value (0.25: 25%); a count that left 0 changed by
+        ``inf``: more than any ``--fail-on``."""
+        if self.delta is not None:
+            old = abs(float(self.old.value))  # type: ignore[arg-type]
+            return abs(self.delta) / old if old else (math.inf if self.delta else 0.0)
+        return abs(self.ratio - 1) if self.ratio is not None else 0.0
 
     def regressed(self, fail_on: float) -> bool:
-        """Worse beyond noise and by more than ``fail_on`` (0.1: a rate 10% lower, a latency 10% higher)."""
-        if not self.worse:
-            return False
-        change = 1 - self.ratio if self.direction else self.ratio - 1  # type: ignore[operator]
-        return change > fail_on
+        """Worse beyond noise and by more than ``fail_on`` (0.1: a rate 10% lower, a latency 10% higher, 8 GPUs
+        down to 7)."""
+        return self.worse and self.change > fail_on
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def load(path: str) -> Report:
@@ -168,16 +197,28 @@ def _without_node(result_id: str) -> str:
 
 
 def change(old: Entry, new: Entry) -> Change:
-    """``new`` against ``old``: the ratio, and the noise band when the metric is a judged one."""
-    numbers = all(isinstance(e.value, (int, float)) and not isinstance(e.value, bool) for e in (old, new))
+    """``new`` against ``old``: the ratio, and the noise band when the metric is a judged one (0 for an exact count:
+    ``exact_count``)."""
+    numbers = _number(old.value) and _number(new.value)
     ratio = float(new.value) / float(old.value) if numbers and old.value else None  # type: ignore[arg-type]
     if numbers and not old.value and not new.value:
         ratio = 1.0
+    exact = numbers and exact_count(new.check, new.metric)
     direction = judged_direction(new.check, new.metric, old.threshold or new.threshold)
-    if direction is None or ratio is None:
-        return Change(new.id, old, new, ratio, None, None)
+    if direction is None or (ratio is None and not exact):
+        return Change(new.id, old, new, ratio, None, None, exact=exact)
+    if exact:
+        return Change(new.id, old, new, ratio, 0.0, direction, exact=True)
     width = noise.band(f"{new.check}.{new.metric}", old.samples, new.samples, (old.runs, new.runs))
     return Change(new.id, old, new, ratio, width, direction, short_of(old, new))
+
+
+def exact_count(check: str, name: str) -> bool:
+    """Whether ``check.name`` is an exact count (``Metric.is_count``: GPUs, Xid lines, unreadable files, workers, a
+    flag's 1 or 0): it changed or it did not, so no noise band (issue 35: ``cuda.device_count`` 8 -> 7 was "within
+    noise (±7%)"). A metric this version does not know is compared as a measured figure."""
+    metric = next((m for m in getattr(CHECKS.get(check), "METRICS", ()) if m.name == name), None)
+    return metric is not None and metric.is_count
 
 
 def short_of(old: Entry, new: Entry) -> str:

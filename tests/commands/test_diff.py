@@ -237,7 +237,7 @@ def test_throughput_vs_required_the_user_gated_is_compared_and_a_fact_stays_a_fa
     width = noise.band("dataloader.throughput_vs_required", [100 * p / 530 for p in MONDAY["pools"]],
                        [100 * p / 530 for p in (300.0, 310.0, 290.0, 305.0)])
     assert line.endswith(f"REGRESSED -57% (noise ±{width:.0%}, --fail-on 10%); pass -> fail")
-    assert lines["dataloader.workers"].endswith("not judged (a fact)")
+    assert lines["dataloader.workers"].endswith("same")  # a count not gated: the same or changed, exactly
     assert "within noise" in lines["storage.rand_read"]
 
 
@@ -348,3 +348,55 @@ def test_the_quick_starts_small_files_is_one_short_sample_that_says_so_and_is_no
     lines = {line.split()[0]: line for line in diffed.stdout.splitlines()[2:-1]}
     for metric in ("storage.small_files", "storage.small_files_bandwidth"):
         assert "0.500x  too short to compare (old: 1 sample of 100 files in " in lines[metric], lines[metric]
+
+
+def _counts(gpus: float, xid: float, unreadable: float, workers: float, matmul: float) -> list:
+    """A GPU node's counts: gated ones (GPUs, Xid lines needing a drain), facts (unreadable files, workers), and
+    matmul_error, a ratio that varies from run to run, not a count."""
+    return [
+        result("device_count", "pass", instance="cuda", value=gpus, threshold={"min": 8.0}),
+        result("xid_drain", "pass" if not xid else "fail", instance="xid", value=xid, threshold={"max": 0.0}),
+        result("unreadable_files", "info", value=unreadable),
+        result("workers", "info", instance="dataloader", value=workers),
+        result("matmul_error", "pass", instance="cuda", device="cuda:0", value=matmul, threshold={"max": 1e-3}),
+    ]
+
+
+def _line(stdout: str, result_id: str) -> str:
+    return next(line for line in stdout.splitlines() if line.startswith(result_id + " "))
+
+
+def test_an_exact_count_is_compared_exactly_without_a_noise_band(tmp_path):
+    """Issue 35: ``cuda.device_count`` 8 -> 7 was "within noise (-12%, noise ±21%)", a band meant for rates given to
+    a count that either changed or did not. A gated count that got worse is judged by ``--fail-on`` as a rate is
+    (-12.5% is beyond 10%, within 20%), one that left 0 is worse by more than any; a fact is "same" or "changed"."""
+    old = _write(tmp_path, "old.json", _counts(8, 0, 3, 4, 2.4e-7))
+    new = _write(tmp_path, "new.json", _counts(7, 2, 5, 4, 3.1e-7))
+    done = run_cli("diff", str(old), str(new), "--fail-on", "10%")
+    assert done.returncode == 1, done.stdout + done.stderr
+    said = {i: _line(done.stdout, i) for i in ("cuda.device_count", "xid.xid_drain", "storage.unreadable_files",
+                                               "dataloader.workers", "cuda.matmul_error[cuda:0]")}
+    assert said["cuda.device_count"].endswith("REGRESSED -1 (-12%, an exact count, --fail-on 10%)")
+    assert said["xid.xid_drain"].endswith("REGRESSED +2 (from 0, an exact count, --fail-on 10%); pass -> fail")
+    assert said["storage.unreadable_files"].endswith("changed +2 (a fact, not judged)")
+    assert said["dataloader.workers"].endswith("same")
+    for result_id in ("cuda.device_count", "xid.xid_drain", "storage.unreadable_files", "dataloader.workers"):
+        assert "noise" not in said[result_id], said[result_id]
+    # matmul_error is a relative error (a ratio), not a count: still judged against the noise between runs
+    band = 3 * math.sqrt(2) * noise.floor("cuda.matmul_error").cv
+    assert said["cuda.matmul_error[cuda:0]"].endswith(f"REGRESSED +29% (noise ±{band:.0%}, --fail-on 10%)")
+    assert done.stdout.splitlines()[-1] == ("== 3 regressed beyond 10%, 2 not judged; 5 metrics in "
+                                            "both runs ==")
+    lenient = run_cli("diff", str(old), str(new), "--fail-on", "20%")
+    assert lenient.returncode == 1  # the Xid count left 0: worse by more than any --fail-on
+    assert _line(lenient.stdout, "cuda.device_count").endswith("worse -1 (-12%, an exact count)")
+
+
+def test_an_unchanged_count_is_the_same_and_never_regresses(tmp_path):
+    old = _write(tmp_path, "old.json", _counts(8, 0, 3, 4, 2.4e-7))
+    new = _write(tmp_path, "new.json", _counts(8, 0, 3, 4, 2.4e-7))
+    done = run_cli("diff", str(old), str(new), "--fail-on", "0%")
+    assert done.returncode == 0, done.stdout
+    for result_id in ("cuda.device_count", "xid.xid_drain", "storage.unreadable_files", "dataloader.workers"):
+        assert _line(done.stdout, result_id).endswith("same"), result_id
+    assert done.stdout.splitlines()[-1] == "== 1 within noise, 2 same count, 2 not judged; 5 metrics in both runs =="
