@@ -19,7 +19,9 @@ With ``synthetic: true`` samples are random 3x224x224 tensors: IPC and collation
 With ``dataset: "package.module:factory"`` the loader reads the job's own Dataset instead
 (``user``: built in this worker with ``python_path`` on ``sys.path``, called with
 ``dataset_args``, the job's ``collate_fn`` if named); an exception the job's code raises is
-the check's error, one line naming it and the job's frames (``usercode.blame``). Its samples are
+the check's error, one line naming it and the job's frames (``usercode.blame``). It opens its files itself, so
+before its pass the files it names are dropped from the page cache and checked gone (``cold``); where they stay
+(tmpfs, pages another process maps) the figure is labelled warm and cache-bound. Its samples are
 counted as the job's DataLoader counts them, whatever the collate makes of a batch (time-major
 T x B, packed 1 x tokens, a dict of lists of strings): the indices its batch sampler put in the
 batch; an IterableDataset has no sampler, so the batch's first dimension counts, and a count
