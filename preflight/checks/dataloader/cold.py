@@ -55,8 +55,8 @@ def verified(dataset: Any, arguments: Mapping[str, Any]) -> Cold:
         fs: Filesystem | None = filesystem_of(os.path.dirname(os.path.realpath(probed[0])))
     except OSError:  # its folder vanished since: the filesystem is not named
         fs = None
-    left = f", {evicted.of - evicted.dropped} not reached in {residency.EVICT_S:g} s" if evicted.dropped < evicted.of \
-        else ""
+    left = (f", {evicted.of - evicted.dropped} not (unreadable, or past {residency.EVICT_S:g} s)"
+            if evicted.dropped < evicted.of else "")
     method = (f"page cache before the pass: {before.share:.0%} of {before.pages} pages sampled in {before.files} of "
               f"{len(names)} files ({found_in}) resident ({before.method}), dropped (posix_fadvise DONTNEED on "
               f"{evicted.dropped} files{left}), {after.share:.0%} after")
