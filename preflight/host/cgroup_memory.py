@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 from preflight.host import cgroup
 from preflight.host.cgroup import CGROUP_ROOT, PROC_CGROUP
-from preflight.units import format_value, to_unit
+from preflight.units import format_value
 
 UNLIMITED_V1 = 2**60  # v1 writes PAGE_COUNTER_MAX pages in bytes (~2^63) for "no limit"
 
@@ -98,10 +98,11 @@ def _stat(file: Path, key: str) -> int | None:
     return None
 
 
-def readable(size: int) -> str:
-    """Bytes for people in binary units: ``"400 MiB"``, ``"1.2 GiB"``."""
-    symbol = "GiB" if size >= 2**30 else "MiB"
-    return format_value(to_unit(size, symbol), symbol)
+def readable(size: float) -> str:
+    """Bytes for people in the binary unit that fits them (``units.format_value``, the one helper every byte size
+    goes through): ``"400 MiB"``, ``"1.2 GiB"``, ``"180 KiB"``, ``"0 B"``. Never a figure rounded to 0 in one unit
+    beside another unit: "each copies at most 0 MiB of 500 KiB" (issue 35) now reads "0 B of 500 KiB"."""
+    return format_value(float(size), "B")
 
 
 class OomWatch(NamedTuple):

@@ -128,11 +128,16 @@ def room_for(directory: str, nbytes: int, files: int = 1) -> str:
     free = info.f_bavail * info.f_frsize
     if info.f_files and info.f_favail - RESERVE_INODES < files:
         return (f"no inodes for scratch: {info.f_favail} of {info.f_files} inodes free in {directory}, {files} "
-                f"needed and {RESERVE_INODES} kept free (bytes are not short: {free / 2**20:.0f} MiB free)")
+                f"needed and {RESERVE_INODES} kept free (bytes are not short: {_size(free)} free)")
     if free - RESERVE_BYTES >= nbytes:
         return ""
-    return (f"no space for scratch: {free / 2**20:.0f} MiB free in {directory}, {nbytes / 2**20:.0f} MiB needed "
-            f"and {RESERVE_BYTES >> 20} MiB kept free")
+    return (f"no space for scratch: {_size(free)} free in {directory}, {_size(nbytes)} needed "
+            f"and {_size(RESERVE_BYTES)} kept free")
+
+
+def _size(nbytes: float) -> str:
+    """A byte size in the unit that fits it (``units.format_value``): 300 KiB free is not "0 MiB free"."""
+    return format_value(float(nbytes), "B")
 
 
 def ran_out(directory: str) -> str:

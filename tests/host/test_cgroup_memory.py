@@ -127,3 +127,9 @@ def test_v2_memory_high_is_the_tightest_up_the_tree_and_none_on_v1(tmp_path):
     v1_root, v1_membership, v1_container = v1_tree(tmp_path / "v1")
     (v1_container / "memory.high").write_text(f"{100 << 20}\n")  # no such file on v1: never read there
     assert cgroup_memory.memory_high(v1_root, v1_membership) is None
+
+
+def test_readable_picks_the_unit_each_size_fits():
+    """One helper for every byte size (``units.format_value``): a size under 1 MiB is not "0 MiB" (issue 35)."""
+    assert [cgroup_memory.readable(n) for n in (0, 180 * 1024, 500 * 1024, 1023, 300 << 20)] == [
+        "0 B", "180 KiB", "500 KiB", "1023 B", "300 MiB"]

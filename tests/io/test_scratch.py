@@ -53,3 +53,21 @@ def test_scratch_data_has_no_two_4k_blocks_alike_so_no_deduplicating_volume_can_
         blocks += [hashlib.sha256(data[i:i + 4096]).digest() for i in range(0, len(data) - 4095, 4096)]
     assert len(blocks) == 2048 + 50 * 26 and len(set(blocks)) == len(blocks)
     assert len(zlib.compress(open(big.name, "rb").read(), 1)) > 0.99 * (8 << 20)  # still incompressible
+
+
+def test_no_space_for_scratch_says_each_size_in_the_unit_it_fits(tmp_path):
+    """Issue 35's wording: a size under 1 MiB was "0 MiB" beside MiB figures. On a real 512 KiB tmpfs with 200 KiB
+    written, scratch of 300 KiB does not fit: each size reads in its own unit (``units.format_value``)."""
+    import sys
+
+    from tests.helpers import in_mount_namespace
+
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    (tmp_path / "probe.py").write_text("import sys\nfrom preflight.io.scratch import room_for\n"
+                                       "print(room_for(sys.argv[1], 300 * 1024))\n")
+    done = in_mount_namespace(f"mount -t tmpfs -o size=512k tmpfs {volume} && "
+                              f"head -c 204800 /dev/zero > {volume}/held && "
+                              f"{sys.executable} {tmp_path / 'probe.py'} {volume}")
+    assert done.stdout.strip() == (f"no space for scratch: 312 KiB free in {volume}, 300 KiB needed and 64 MiB kept "
+                                   f"free"), done.stdout + done.stderr

@@ -462,7 +462,8 @@ def _lost_note(lost: int) -> str:
 
 
 def _mib(nbytes: int) -> str:
-    return format_value(to_unit(nbytes, "MiB"), "MiB")
+    """A byte size in the unit that fits it (``units.format_value``): "0 B", "512 KiB", "8 MiB"."""
+    return format_value(float(nbytes), "B")
 
 
 def _sparse_note(files: Sequence[DataFile]) -> str:

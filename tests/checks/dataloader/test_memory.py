@@ -313,3 +313,18 @@ def test_persistent_workers_keep_their_copies_so_each_is_projected_to_hold_every
     assert "more once each has read every record (persistent_workers keeps the copies from one epoch to the next)" \
            in headroom.reason, headroom.reason
     assert "keep persistent_workers off" in headroom.hint
+
+
+def test_the_copies_bound_is_said_in_the_unit_each_size_fits_not_0_mib_beside_kib():
+    """Issue 35: "each copies at most 0 MiB of 500 KiB": a copy rounded to 0 in MiB beside a bound in KiB. Every size
+    in the message goes through one helper (``units.format_value``) that picks the unit for each."""
+    from preflight.checks.dataloader.cow import Saturation
+
+    def said(per_worker: float) -> str:
+        cow = Saturation(per_worker, 4.0, 2, False, 500 * 1024, "what building the dataset took in the main process")
+        projection = memory.Projection(300 * MiB, (300 * MiB,), 10.0, 1000, 100_000, 0, True, cow=cow)
+        return memory.measurements(projection, 2, 2, "m", Limit(800 * MiB, "the cgroup memory limit"))[1].reason
+
+    assert "each copies at most 180 KiB of 500 KiB, what building" in said(180 * 1024), said(180 * 1024)
+    assert "each copies at most 0 B of 500 KiB, what building" in said(0.0), said(0.0)
+    assert " 0 MiB" not in said(0.0) + said(180 * 1024)
