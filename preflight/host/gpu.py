@@ -80,20 +80,28 @@ def cpu_build_reason(version: str, root: str = "/", lib: Any = None) -> str:
     said = f"no CUDA device: torch {version} is a CPU build"
     if gpu_visibility.nvidia_evidence(root, lib):
         return f"{said}; install a CUDA build of torch"
-    return (f"{said}, and this host has no NVIDIA GPU (no /dev/nvidia[0-9]* device node, no NVIDIA driver, no NVIDIA "
-            f"PCI device): a CPU-only node should not run the GPU checks: leave them out (--skip cuda,transfer) or "
-            f"set required: false on them")
+    return f"{said}, and {NO_GPU}"
+
+
+# Where nothing shows an NVIDIA GPU (``gpu_visibility.nvidia_evidence``): the cause and the fix for a GPU check's rows.
+NO_GPU = ("this host has no NVIDIA GPU (no /dev/nvidia[0-9]* device node, no NVIDIA driver, no NVIDIA PCI device): a "
+          "CPU-only node should not run the GPU checks: leave them out (--skip cuda,transfer) or set required: false "
+          "on them")
 
 
 class TorchCuda:
-    """The real seam, backed by torch.cuda; ``root`` and ``nvml_lib`` are where a CPU build's reason looks for a
-    GPU on the host (``cpu_build_reason``; ``nvml_lib`` None: the installed pynvml)."""
+    """The real seam, backed by torch.cuda; ``root`` and ``nvml_lib`` are where the reason for no device looks for a
+    GPU on the host (``gpu_visibility.nvidia_evidence``; ``nvml_lib`` None: the installed pynvml): a CPU build is
+    told to install a CUDA build only where one is, a CUDA build to check the driver and runtime only where one is."""
 
     def __init__(self, root: str = "/", nvml_lib: Any = None) -> None:
         self.root, self.nvml_lib = root, nvml_lib
 
+    def _nvml(self) -> Any:
+        return self.nvml_lib if self.nvml_lib is not None else nvml.library()
+
     def _cpu_build(self, version: str) -> str:
-        return cpu_build_reason(version, self.root, self.nvml_lib if self.nvml_lib is not None else nvml.library())
+        return cpu_build_reason(version, self.root, self._nvml())
 
     def view(self) -> TorchView:
         """Ask torch for its build and devices; never raises for a missing GPU.
@@ -114,6 +122,8 @@ class TorchCuda:
         if not torch.cuda.is_available():
             if cuda is None and hip is None:
                 reason = self._cpu_build(version)
+            elif hip is None and not gpu_visibility.nvidia_evidence(self.root, self._nvml()):
+                reason = f"no GPU visible to torch {version} (CUDA {cuda}): {NO_GPU}"
             else:
                 reason = (f"no GPU visible to torch {version} ({'HIP' if hip else 'CUDA'} {hip or cuda}): check the "
                           f"driver, the container's GPU runtime (--gpus all) and CUDA_VISIBLE_DEVICES")

@@ -159,25 +159,39 @@ def test_every_torch_api_the_gpu_only_paths_call_exists_in_this_torch():
     assert isinstance(torch.backends.cuda.matmul.allow_tf32, bool)
 
 
-def test_a_cuda_build_without_a_visible_gpu_names_the_usual_causes(monkeypatch):
+def test_a_cuda_build_without_a_visible_gpu_names_the_usual_causes(monkeypatch, tmp_path):
     import torch
 
     monkeypatch.setattr(gpu, "torch_build", lambda: {"__version__": "2.5.1+cu124", "cuda": "12.4", "hip": None})
     monkeypatch.setattr(torch.version, "cuda", "12.4")
-    view = gpu.TorchCuda().view()
+    view = _gpu_host(tmp_path).view()  # the host has a GPU (its device node): torch cannot see it
     assert (view.devices, view.cuda_runtime) == ((), "12.4")
     assert view.reason == (f"no GPU visible to torch {torch.__version__} (CUDA 12.4): check the driver, the "
                            f"container's GPU runtime (--gpus all) and CUDA_VISIBLE_DEVICES")
 
 
-def test_a_torch_whose_version_module_lacks_hip_is_read_as_not_rocm(monkeypatch):
+def test_a_cuda_build_on_a_host_without_a_gpu_says_there_is_none(monkeypatch, tmp_path):
+    """A CUDA build on a CPU-only node (a CI runner without GPUs running the training image): no driver or runtime
+    to check, no GPU to find: the same advice as a CPU build's there."""
+    import pynvml
+    import torch
+
+    from tests.fakes.gpu import FakeNvml
+
+    monkeypatch.setattr(gpu, "torch_build", lambda: {"__version__": "2.5.1+cu124", "cuda": "12.4", "hip": None})
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    view = gpu.TorchCuda(_host(tmp_path), FakeNvml(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)).view()
+    assert view.reason == f"no GPU visible to torch {torch.__version__} (CUDA 12.4): {NO_GPU_FIX}"
+
+
+def test_a_torch_whose_version_module_lacks_hip_is_read_as_not_rocm(monkeypatch, tmp_path):
     import torch
 
     monkeypatch.setattr(gpu, "torch_build", lambda: {"__version__": "1.7.0", "cuda": "10.2"})
     monkeypatch.setattr(torch.version, "cuda", "10.2")
     monkeypatch.delattr(torch.version, "hip", raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    view = gpu.TorchCuda().view()
+    view = _gpu_host(tmp_path).view()
     assert (view.cuda_runtime, view.hip_runtime) == ("10.2", None)
     assert "(CUDA 10.2): check the driver" in view.reason
 
