@@ -111,7 +111,8 @@ def _measure(options: Mapping[str, Any], cuda: gpu.TorchCuda, view: gpu.TorchVie
     nvml_devices = nvml.handles_by_bus(session)
     located = nvml.locate(nvml_devices, view.devices, environ)
     results = [Measurement("device_count", float(len(view.devices)), "", method=method,
-                           reason=_count_reason(view, nvml_devices, visibility))]
+                           reason=_count_reason(view, nvml_devices, visibility),
+                           hint=gpu.NO_GPU_FIX if view.no_gpu_here else "")]  # not "check the driver": there is none
     if view.cuda_runtime is not None:
         results.append(Measurement("cuda_runtime", view.cuda_runtime, "version", method=method))
     elif not rocm:

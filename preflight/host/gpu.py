@@ -45,6 +45,7 @@ class TorchView(NamedTuple):
     devices: tuple[Device, ...]
     reason: str  # why there is no device, "" when there is one
     unopened: int = 0  # GPUs torch counts but CUDA could not open (``reason`` says which and why)
+    no_gpu_here: bool = False  # no device, and nothing shows an NVIDIA GPU on the host (``reason`` says ``NO_GPU``)
 
 
 def torch_build() -> dict[str, object] | None:
@@ -69,24 +70,12 @@ def torch_build() -> dict[str, object] | None:
     return constants
 
 
-def cpu_build_reason(version: str, root: str = "/", lib: Any = None) -> str:
-    """Why a CPU build of torch (``version``) sees no GPU, with the fix that fits this host (issue 35).
-
-    Where an NVIDIA GPU shows here (``gpu_visibility.nvidia_evidence``: a ``/dev/nvidiaN`` node, NVML starting through
-    ``lib``, or an NVIDIA display controller in sysfs under ``root``), the job's torch cannot use it: install a CUDA
-    build. Where nothing shows one, a CUDA build would see nothing either: the node has no GPU, and the GPU checks
-    do not belong in its gate.
-    """
-    said = f"no CUDA device: torch {version} is a CPU build"
-    if gpu_visibility.nvidia_evidence(root, lib):
-        return f"{said}; install a CUDA build of torch"
-    return f"{said}, and {NO_GPU}"
-
-
-# Where nothing shows an NVIDIA GPU (``gpu_visibility.nvidia_evidence``): the cause and the fix for a GPU check's rows.
-NO_GPU = ("this host has no NVIDIA GPU (no /dev/nvidia[0-9]* device node, no NVIDIA driver, no NVIDIA PCI device): a "
-          "CPU-only node should not run the GPU checks: leave them out (--skip cuda,transfer) or set required: false "
-          "on them")
+# Where nothing shows an NVIDIA GPU (``gpu_visibility.nvidia_evidence``): the fix for a GPU check's rows, and the cause
+# with it. A CUDA build of torch would see nothing either, and no driver or container runtime is missing (issue 35).
+NO_GPU_FIX = ("a CPU-only node should not run the GPU checks: leave them out (--skip cuda,transfer, or drop those "
+              "instances from its thresholds.yaml)")
+NO_GPU = ("this host has no NVIDIA GPU (no /dev/nvidia[0-9]* device node, no NVIDIA driver, no NVIDIA PCI device): "
+          + NO_GPU_FIX)
 
 
 class TorchCuda:
@@ -100,8 +89,27 @@ class TorchCuda:
     def _nvml(self) -> Any:
         return self.nvml_lib if self.nvml_lib is not None else nvml.library()
 
-    def _cpu_build(self, version: str) -> str:
-        return cpu_build_reason(version, self.root, self._nvml())
+    def _unseen(self, version: str, cuda: str | None, hip: str | None) -> TorchView:
+        """The view of a torch that sees no device: why, with the fix that fits this host (issue 35).
+
+        Where an NVIDIA GPU shows here (``gpu_visibility.nvidia_evidence``: a ``/dev/nvidiaN`` node, NVML starting,
+        or an NVIDIA display controller in sysfs), a CPU build is told to install a CUDA build, a CUDA build to check
+        the driver, the container's runtime and CUDA_VISIBLE_DEVICES. Where nothing shows one, both are told there
+        is no GPU and to leave the GPU checks out (``NO_GPU``); a ROCm build is told to check its driver and runtime.
+        """
+        if hip is not None:
+            return TorchView(version, cuda, hip, (), f"no GPU visible to torch {version} (HIP {hip}): check the driver, "
+                                                     f"the container's GPU runtime (--gpus all) and CUDA_VISIBLE_DEVICES")
+        here = bool(gpu_visibility.nvidia_evidence(self.root, self._nvml()))
+        if cuda is None:
+            said = f"no CUDA device: torch {version} is a CPU build"
+            reason = f"{said}; install a CUDA build of torch" if here else f"{said}, and {NO_GPU}"
+        elif here:
+            reason = (f"no GPU visible to torch {version} (CUDA {cuda}): check the driver, the container's GPU runtime "
+                      f"(--gpus all) and CUDA_VISIBLE_DEVICES")
+        else:
+            reason = f"no GPU visible to torch {version} (CUDA {cuda}): {NO_GPU}"
+        return TorchView(version, cuda, hip, (), reason, no_gpu_here=not here)
 
     def view(self) -> TorchView:
         """Ask torch for its build and devices; never raises for a missing GPU.
@@ -113,21 +121,13 @@ class TorchCuda:
         if build is None:
             return TorchView("not installed", None, None, (), "torch is not installed: install the job's torch")
         if build.get("cuda") is None and build.get("hip") is None:
-            version = str(build.get("__version__"))
-            return TorchView(version, None, None, (), self._cpu_build(version))
+            return self._unseen(str(build.get("__version__")), None, None)
         import torch
 
         version = torch.__version__
         cuda, hip = torch.version.cuda, getattr(torch.version, "hip", None)
         if not torch.cuda.is_available():
-            if cuda is None and hip is None:
-                reason = self._cpu_build(version)
-            elif hip is None and not gpu_visibility.nvidia_evidence(self.root, self._nvml()):
-                reason = f"no GPU visible to torch {version} (CUDA {cuda}): {NO_GPU}"
-            else:
-                reason = (f"no GPU visible to torch {version} ({'HIP' if hip else 'CUDA'} {hip or cuda}): check the "
-                          f"driver, the container's GPU runtime (--gpus all) and CUDA_VISIBLE_DEVICES")
-            return TorchView(version, cuda, hip, (), reason)
+            return self._unseen(version, cuda, hip)
         count = torch.cuda.device_count()
         devices = []
         for index in range(count):

@@ -25,8 +25,8 @@ def test_torch_build_is_read_without_importing_torch_and_agrees_with_torch():
 
 
 NO_GPU_FIX = ("this host has no NVIDIA GPU (no /dev/nvidia[0-9]* device node, no NVIDIA driver, no NVIDIA PCI "
-              "device): a CPU-only node should not run the GPU checks: leave them out (--skip cuda,transfer) or set "
-              "required: false on them")
+              "device): a CPU-only node should not run the GPU checks: leave them out (--skip cuda,transfer, or drop "
+              "those instances from its thresholds.yaml)")
 
 
 def _host(root, nodes=(), pci=()):
@@ -53,7 +53,7 @@ def test_a_cpu_build_on_a_host_without_a_gpu_says_so_not_to_install_a_cuda_build
 
     root = _host(tmp_path, pci=[("0000:00:00.0", "0x8086", "0x060000"), ("0000:00:03.0", "0x1af4", "0x020000")])
     view = gpu.TorchCuda(root, FakeNvml(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)).view()
-    assert view.devices == () and view.cuda_runtime is None
+    assert view.devices == () and view.cuda_runtime is None and view.no_gpu_here
     assert view.reason == f"no CUDA device: torch {view.torch_version} is a CPU build, and {NO_GPU_FIX}"
     assert "install a CUDA build" not in view.reason
 
@@ -73,6 +73,7 @@ def test_a_cpu_build_on_a_host_with_a_gpu_keeps_the_cuda_build_advice(tmp_path, 
     lib = FakeNvml() if lib_starts else FakeNvml(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
     view = gpu.TorchCuda(root, lib).view()
     assert view.reason == f"no CUDA device: torch {view.torch_version} is a CPU build; install a CUDA build of torch"
+    assert not view.no_gpu_here
     assert lib.open == 0  # an NVML it started is shut down
 
 
@@ -87,7 +88,6 @@ def test_an_nvidia_pci_device_that_is_not_a_gpu_is_no_evidence_of_one(tmp_path):
     assert gpu_visibility.nvidia_evidence(root, lib) == ""
     assert gpu_visibility.nvidia_evidence(_host(tmp_path / "gpu", pci=[("0000:3b:00.0", "0x10de", "0x030200")]),
                                           lib) == "PCI 0000:3b:00.0 (class 0x030200)"
-    assert "install a CUDA build" not in gpu.cpu_build_reason("2.13.0+cpu", root, lib)
 
 
 @cpu_only
@@ -113,8 +113,26 @@ def test_the_gpu_rows_of_a_gpu_less_host_say_no_gpu_in_the_console_table(tmp_pat
     assert results["cuda.device_count"].verdict == "fail"
     for result in results.values():
         assert NO_GPU_FIX in result.message and "install a CUDA build" not in result.message, result.id
+    # device_count's fix is not its usual "check the driver, --gpus all": there is no driver, no GPU to pass in
+    assert results["cuda.device_count"].hint == gpu.NO_GPU_FIX
     table = console.render(make_report(list(results.values())), width=200)
-    assert "install a CUDA build" not in table and table.count("a CPU-only node should not run the GPU checks") >= 2
+    assert "install a CUDA build" not in table and "check the driver" not in table
+    assert f"    fix: {gpu.NO_GPU_FIX}" in table.splitlines()
+
+
+@cpu_only
+def test_the_no_gpu_advice_works_on_this_gpu_less_machine(tmp_path):
+    """The fix the GPU rows give here is one that works: the same gate run with ``--skip cuda,transfer`` passes."""
+    from tests.helpers import run_cli
+
+    config = tmp_path / "gate.yaml"
+    config.write_text(f"version: 1\nchecks:\n  cuda: {{device_count: {{min: 1}}}}\n"
+                      f"  transfer: {{h2d_pinned: {{min: 10 GB/s}}}}\n  shm: {{size: {{min: 1 MiB}}}}\n")
+    failed = run_cli("run", "-c", str(config))
+    assert failed.returncode == 1 and "--skip cuda,transfer" in failed.stdout, failed.stdout
+    advised = run_cli("run", "-c", str(config), "--skip", "cuda,transfer")
+    assert advised.returncode == 0, advised.stdout + advised.stderr
+    assert "cuda." not in advised.stdout and "transfer." not in advised.stdout
 
 
 @cpu_only
