@@ -231,7 +231,10 @@ METRICS = (
     Metric("shm_needed", "B", False, "shared memory (/dev/shm) the job's loader holds at its peak: one batch loaded "
            "as num_workers 0 loads it (in a child process) before any worker starts (its tensors' storage bytes, as "
            "torch's workers send them through shared memory) x the batches in flight, prefetch_factor x num_workers "
-           "(torch's _MultiProcessingDataLoaderIter) + 1 the training loop holds without pin_memory; the job's "
+           "(torch's _MultiProcessingDataLoaderIter) + 2 the training loop holds without pin_memory (its batch and "
+           "the one before it), + the tensors the Dataset keeps whose views its batches are, once per worker, + the "
+           "loader's semaphores ((3 x num_workers + 8) pages); within 0-25% above a real loop's peak "
+           "(bench/shm_needed.py); the job's "
            "num_workers and prefetch_factor, whatever the run's pools use; not with the files under path (their "
            "batches are counts, not data)"),
     Metric("shm_headroom", "%", True, "share of /dev/shm's free space (statvfs f_bavail) left at shm_needed; "

@@ -13,15 +13,31 @@ Method::
     batch    = one batch of the job's loader (its Dataset, sampler, collate_fn), loaded as num_workers 0 loads it,
                before any worker starts, so the measuring cannot die of what it measures (in a child process
                started as the job's workers are: the Dataset in the main process stays as the workers find it)
-    bytes    = sum over the batch's distinct tensor storages of nbytes, each rounded up to a 4 KiB page
+    bytes    = sum over the batch's distinct tensor storages made for it of nbytes, each rounded up to a 4 KiB page
                (tmpfs holds whole pages), scaled to batch_size where the batch came short
+    held     = the same sum over the storages that outlive the batch (the Dataset keeps them: each batch a view
+               of a tensor it loaded); torch sends a tensor by its whole storage and moves a storage not yet shared
+               into a new segment in place (torch/multiprocessing/reductions.py reduce_storage ->
+               storage._share_fd_cpu_(); torch/csrc/StorageSharing.cpp THPStorage_shareFd: new_shm_fd_storage, copy,
+               set_data_ptr_noswap), so each worker moves its copy there once, at its first batch, and it stays
     in flight = prefetch_factor x num_workers          torch/utils/data/dataloader.py,
                                                         _MultiProcessingDataLoaderIter._reset / _try_put_index
-                + 1 without pin_memory                  the batch the training loop holds still maps its segment;
+                + 2 without pin_memory                  the batch the training loop holds still maps its segment,
+                                                        and so does the one before it: _next_data sends the next
+                                                        index (_process_data -> _try_put_index) before __next__
+                                                        returns, while the loop's variable still holds the last
+                                                        batch; a worker's posix_fallocate of the next segment meets
+                                                        the page-by-page freeing of the last (bench/shm_needed.py
+                                                        saw 9.8 batches at 4 x 2)
                                                         with pin_memory the pin thread copies each batch to pinned
                                                         memory and its segment is freed
-    needed   = bytes x in flight                        (measured here: 9 batches with 4 workers x 2, no pinning)
+    semaphores = (3 x num_workers + 8) pages            multiprocessing's SemLocks (sem_open: /dev/shm/sem.*, one
+                                                        page each): 3 per worker's index queue and the result
+                                                        queue's, 5 for the workers' done Event
+    needed   = bytes x in flight + held x num_workers + semaphores
     headroom = (free - needed) / free                   free: statvfs f_bavail of /dev/shm
+
+Measured against a real loop's peak of statvfs(/dev/shm) in bench/shm_needed.py (docs/benchmarks.md).
 
 The job's ``num_workers`` and ``prefetch_factor`` (or its own DataLoader's) are those projected, whatever
 the run's pools use. Preflight's own loader is not started where the projection does not fit: its workers
@@ -31,7 +47,7 @@ would die as the job's would (``Need.short``).
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Callable, Mapping, NamedTuple
 
 from preflight.host import cgroup_memory
 from preflight.host.fsinfo import filesystem_of
@@ -43,16 +59,16 @@ PAGE = 4096  # tmpfs allocates whole pages
 ROWS = ("shm_needed", "shm_headroom")
 
 
-def batch_bytes(batch: Any) -> int:
-    """Bytes ``batch`` puts in shared memory when a worker sends it: its tensors' distinct storages, page-rounded.
+def storages(batch: Any) -> dict[int, tuple[int, Any]]:
+    """``batch``'s distinct tensor storages: {key: (page-rounded bytes, the storage or None)}.
 
     Walks tuples, lists, dicts and dataclass-like objects (their ``__dict__``); a tensor that is a view of a
     larger storage sends the whole storage. Other leaves (numpy arrays, strings, numbers) travel pickled
-    through the worker's pipe and count 0.
+    through the worker's pipe and are not there. Sparse and nested layouts count their elements' bytes (no storage).
     """
     import torch
 
-    seen: dict[int, int] = {}
+    seen: dict[int, tuple[int, Any]] = {}
     stack = [batch]
     while stack:
         item = stack.pop()
@@ -61,24 +77,54 @@ def batch_bytes(batch: Any) -> int:
                 storage = item.untyped_storage()
                 key, nbytes = storage.data_ptr() or id(storage), storage.nbytes()
             except (RuntimeError, NotImplementedError):  # sparse or nested layouts: their elements' bytes
-                key, nbytes = id(item), item.element_size() * item.nelement()
-            seen[key] = -(-nbytes // PAGE) * PAGE
+                storage, key, nbytes = None, id(item), item.element_size() * item.nelement()
+            seen[key] = (-(-nbytes // PAGE) * PAGE, storage)
         elif isinstance(item, Mapping):
             stack.extend(item.values())
         elif isinstance(item, (list, tuple)):
             stack.extend(item)
         elif hasattr(item, "__dict__") and not isinstance(item, type):
             stack.extend(vars(item).values())
-    return sum(seen.values())
+    return seen
+
+
+def batch_bytes(batch: Any) -> int:
+    """Bytes ``batch`` puts in shared memory when a worker sends it: its tensors' distinct storages, page-rounded
+    (``storages``); a view of a larger storage counts the whole storage. numpy arrays, strings and numbers: 0."""
+    return sum(nbytes for nbytes, _ in storages(batch).values())
+
+
+def split_held(make: Callable[[], Any]) -> tuple[int, int]:
+    """(bytes made for the batch ``make()`` returns, bytes of its storages that outlive it): the batch is dropped
+    here, and a storage still alive after (a weak reference, torch's ``StorageWeakRef``) is one the Dataset keeps, a
+    tensor it loaded whose views it returns. Each worker moves such a storage to shared memory once
+    (``_share_fd_cpu_`` shares it in place) and later batches reuse it, so it counts once per worker, not once per
+    batch in flight. Nothing but ``make()``'s result may reference the batch (its samples neither)."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    refs = [(nbytes, StorageWeakRef(storage) if storage is not None else None)
+            for nbytes, storage in storages(make()).values()]
+    held = sum(nbytes for nbytes, ref in refs if ref is not None and not ref.expired())
+    return sum(nbytes for nbytes, _ in refs) - held, held
+
+
+def semaphores(workers: int) -> int:
+    """Bytes of the DataLoader's own semaphores in /dev/shm: multiprocessing's ``SemLock`` is a POSIX ``sem_open``
+    (glibc: a page-sized file /dev/shm/sem.*, unlinked at once, mapped while it lives): 3 per queue (``Queue``'s
+    _rlock, _wlock and _sem; one index queue per worker and the result queue) and 5 for the workers' done
+    ``Event`` (its Lock, Condition's 3 Semaphores, its flag): (3 x workers + 8) pages, 0 without workers.
+    Measured: 11, 14 and 20 pages at 1, 2 and 4 workers (statvfs of a fresh tmpfs)."""
+    return (3 * workers + 8) * PAGE if workers > 0 else 0
 
 
 def in_flight(workers: int, prefetch: int | None, pinned: bool) -> int:
     """Batches held in /dev/shm at once: ``prefetch x workers`` sent ahead (torch's ``_MultiProcessingDataLoaderIter``
-    keeps that many indices outstanding), + 1 the training loop holds unless pinning copied it out; 0 without
-    workers."""
+    keeps that many indices outstanding), + 2 unless pinning copied them out: the one the training loop holds and
+    the one before it, which its loop variable holds until ``__next__`` returns, after the next index went out (a
+    worker's next segment can be allocated before the last is freed); 0 without workers."""
     if workers <= 0:
         return 0
-    return int(prefetch or 2) * workers + (0 if pinned else 1)
+    return int(prefetch or 2) * workers + (0 if pinned else 2)
 
 
 def shm_size(nbytes: int) -> tuple[str, str]:
@@ -105,14 +151,20 @@ class Need(NamedTuple):
     size: int  # bytes of the mount
     where: str  # the mount, for the method ("/dev/shm (tmpfs)")
     memory_limit: int | None = None  # the cgroup's memory limit (``cgroup_memory.memory_limit``); None: none read
+    held: int = 0  # bytes of the storages the Dataset keeps (``split_held``): moved there once by each worker
 
     @property
     def batches(self) -> int:
         return in_flight(self.workers, self.prefetch, self.pinned)
 
+    def fixed(self, workers: int) -> int:
+        """What ``workers`` workers hold in /dev/shm whatever the batch: their copies of the Dataset's kept storages
+        and the loader's semaphores."""
+        return self.held * max(0, workers) + semaphores(workers)
+
     @property
     def needed(self) -> int:
-        return self.batch * self.batches
+        return self.batch * self.batches + self.fixed(self.workers)
 
     @property
     def short(self) -> bool:
@@ -121,18 +173,24 @@ class Need(NamedTuple):
 
     def fits(self, workers: int) -> bool:
         """Whether ``workers`` workers' batches in flight fit what /dev/shm has free (the worker sweep's counts)."""
-        return self.batch * in_flight(workers, self.prefetch, self.pinned) <= self.free
+        return self.batch * in_flight(workers, self.prefetch, self.pinned) + self.fixed(workers) <= self.free
 
     def arithmetic(self) -> str:
-        """``9 batches of 36.75 MiB (64 samples): num_workers 4 x prefetch_factor 2 + 1 the training loop holds``"""
-        loop = "" if self.pinned else " + 1 the training loop holds"
+        """``10 batches of 36.75 MiB (64 samples): num_workers 4 x prefetch_factor 2 + 2 the training loop holds (its
+        batch and the one before it), and 80 KiB of the loader's semaphores``, with the Dataset's kept storages
+        x num_workers where it keeps any."""
+        loop = "" if self.pinned else " + 2 the training loop holds (its batch and the one before it)"
+        kept = (f", {_size(self.held)} of tensors the Dataset keeps (its batches are views of them) x "
+                f"num_workers {self.workers}" if self.held else "")
         return (f"{self.batches} batches of {_size(self.batch)} ({self.batch_size} samples): num_workers "
-                f"{self.workers} x prefetch_factor {self.prefetch}{loop}")
+                f"{self.workers} x prefetch_factor {self.prefetch}{loop}{kept}, and "
+                f"{_size(semaphores(self.workers))} of the loader's semaphores")
 
     def largest_batch(self) -> int:
         """The largest batch_size whose batches in flight fit what is free; 0 when not even one sample's do."""
         per_sample = self.batch / max(1, self.batch_size)
-        return int(self.free // (per_sample * max(1, self.batches))) if per_sample else self.batch_size
+        room = max(0, self.free - self.fixed(self.workers))
+        return int(room // (per_sample * max(1, self.batches))) if per_sample else self.batch_size
 
     def fix(self) -> str:
         """The size to set (what others hold on the mount stays held), and the settings that would fit instead: the
@@ -145,7 +203,8 @@ class Need(NamedTuple):
         most = max(n for n in range(self.workers) if self.fits(n))  # 0 always fits: nothing in flight
         instead.append(f"num_workers to {most}" + (" (the main process loads: nothing passes through /dev/shm, "
                                                    "nothing loads in parallel)" if not most else ""))
-        spare = self.free // self.batch - (0 if self.pinned else 1) if self.batch else 0
+        room = max(0, self.free - self.fixed(self.workers))
+        spare = room // self.batch - (0 if self.pinned else 2) if self.batch else 0
         prefetch = min(int(self.prefetch or 2) - 1, spare // max(1, self.workers))
         if prefetch >= 1:
             instead.append(f"prefetch_factor to {prefetch}")
@@ -206,13 +265,13 @@ def need(options: Mapping[str, Any], source: Any, built: Any) -> Need | list[Mea
         return [unmeasurable(name, why, unit) for name, unit in zip(ROWS, ("B", "%"))]
     batch_size = int(built.batch_size or 1)
     workers, prefetch = built.workers, built.prefetch_factor
-    nbytes = 0
+    nbytes = held = 0
     if workers:
-        nbytes, samples = first_batch(built)
+        nbytes, held, samples = first_batch(built)
         if samples and samples < batch_size:  # a dataset shorter than one batch: scaled to a full one
             nbytes = int(nbytes * batch_size / samples)
     return Need(nbytes, batch_size, workers, prefetch, pinned(options, source), fs.free_bytes, fs.size_bytes,
-                fs.describe(), cgroup_memory.memory_limit())
+                fs.describe(), cgroup_memory.memory_limit(), held)
 
 
 # What torch says when a worker runs out of /dev/shm: the SIGBUS of a page touched past the mount's end (its SIGCHLD
@@ -251,8 +310,9 @@ def pinned(options: Mapping[str, Any], source: Any) -> bool:
     return bool(wanted) and torch.cuda.is_available()
 
 
-def first_batch(built: Any) -> tuple[int, int | None]:
-    """(bytes in shared memory, samples) of one batch of ``built``'s loader, loaded as ``num_workers=0`` loads it.
+def first_batch(built: Any) -> tuple[int, int, int | None]:
+    """(bytes made for the batch, bytes of storages the Dataset keeps, samples) of one batch of ``built``'s loader,
+    loaded as ``num_workers=0`` loads it (``split_held``).
 
     The loader object is made (``Loader.fresh``) but never iterated, so no worker starts. Its batch sampler's first
     index list is drawn here, so a run's pass (``dataset_pass``) moves past those samples and no later pool reads
@@ -274,7 +334,7 @@ def first_batch(built: Any) -> tuple[int, int | None]:
     if not isinstance(loader.dataset, torch.utils.data.IterableDataset):
         drawn = next(iter(loader.batch_sampler if batched else loader.sampler), None)
         if drawn is None:
-            return 0, 0
+            return 0, 0, 0
         indices = list(drawn) if batched else [drawn]
     context = loader.multiprocessing_context or torch.multiprocessing
     receive, send = context.Pipe(duplex=False)
@@ -293,12 +353,13 @@ def first_batch(built: Any) -> tuple[int, int | None]:
     child.join()
     if answer[0] == "raised":
         answer[1].reraise()
-    return answer[1], answer[2]
+    return answer[1], answer[2], answer[3]
 
 
 def _load(dataset: Any, collate: Any, indices: list[Any] | None, batched: bool, batch_size: int | None,
           answer: Any) -> None:
-    """In the child: fetch and collate one batch as torch's fetchers do, and send (bytes, samples) or the exception.
+    """In the child: fetch and collate one batch as torch's fetchers do, and send (bytes made for it, bytes the
+    Dataset keeps, samples) or the exception.
 
     One intra-op thread, as torch's ``_worker_loop`` sets in each worker: a child forked after the parent ran
     a parallel op inherits an OpenMP pool whose threads it does not have, and its first parallel op waits on them
@@ -316,7 +377,9 @@ def _load(dataset: Any, collate: Any, indices: list[Any] | None, batched: bool, 
             stream = iter(dataset)
             data = list(itertools.islice(stream, batch_size)) if batched else next(stream)
         samples = len(data) if batched else None
-        answer.send(("measured", batch_bytes(collate(data)) if data is not None else 0, samples))
+        box = [data]  # the samples, let go in collate: a storage alive after the batch is then one the Dataset keeps
+        del data
+        answer.send(("measured", *split_held(lambda: collate(box.pop()) if box[0] is not None else None), samples))
     except BaseException:  # noqa: BLE001  the job's exception, sent back whole
         answer.send(("raised", ExceptionWrapper(where="in the process loading one batch (num_workers 0)")))
     finally:

@@ -27,7 +27,10 @@ from tests.helpers import in_mount_namespace, job_package, memory_limited_cgroup
 SAMPLE = 3 * 224 * 224 * 4  # bytes of one 3x224x224 float32 sample: 602,112
 BATCH = 64 * SAMPLE  # 38,535,168 bytes = 38.5 MB = 36.75 MiB
 LABELS = 4096  # the batch's 64 int64 labels: one page of their own segment
-IN_FLIGHT = 4 * 2 + 1  # 4 workers x prefetch_factor 2, + 1 the training loop holds (no pinning without CUDA)
+# 4 workers x prefetch_factor 2, + 2 the training loop holds (no pinning without CUDA): its batch, and the one before
+# it while __next__ returns the next (bench/shm_needed.py saw 9.8 batches' worth at once)
+IN_FLIGHT = 4 * 2 + 2
+SEMS = (3 * 4 + 8) * 4096  # the loader's SemLocks at 4 workers (sem_open: a page each in /dev/shm): 80 KiB
 # What the plain loop says when /dev/shm runs out: torch 2.x's ENOSPC (from the worker's collate or, printed, from
 # its queue feeder thread), the older "unable to write to file", or the SIGBUS of a page past the mount's end.
 DIED = ("No space left on device", "unable to write to file", "Bus error")
@@ -119,6 +122,30 @@ def lazy():
     return LazyOpen()
 
 
+class Tokens(Dataset):
+    \"\"\"A language model's pre-batched token stream (batch_size=None): 8 MiB of int64 tokens loaded once, each item
+    a 16x1024 view of them. torch sends a view by its whole storage, and the worker's first send moves the storage
+    to /dev/shm for good: once per worker, not once per batch in flight.\"\"\"
+
+    def __init__(self):
+        self.tokens = torch.arange(1 << 20)
+
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, index):
+        return self.tokens[index * 16384:(index + 1) * 16384].view(16, 1024)
+
+
+def tokens():
+    return Tokens()
+
+
+def token_loader():
+    return torch.utils.data.DataLoader(Tokens(), batch_size=None, shuffle=True, num_workers=2, prefetch_factor=2,
+                                       pin_memory=False)
+
+
 def loader():
     \"\"\"The job's own DataLoader, as its training script builds it.\"\"\"
     return torch.utils.data.DataLoader(Images(), batch_size=64, num_workers=4, prefetch_factor=2, shuffle=True)
@@ -132,7 +159,8 @@ sys.path.insert(0, sys.argv[1])
 import torch
 from shmjob import data
 
-factory, batch, workers, collate = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5:]
+factory, batch, workers, collate = sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5:]
+batch = None if batch == "none" else int(batch)
 loader = torch.utils.data.DataLoader(getattr(data, factory)(), batch_size=batch, num_workers=workers,
                                      prefetch_factor=2, shuffle=True, timeout=30,
                                      collate_fn=getattr(data, collate[0]) if collate else None)
@@ -196,20 +224,22 @@ def test_a_64_mib_shm_kills_the_plain_loop_and_preflight_fails_the_row_first_wit
     gate, results = _gate(job, "64m")
     assert gate.returncode == 1, gate.stderr
     needed, headroom = results["dataloader.shm_needed"], results["dataloader.shm_headroom"]
-    assert needed["value"] == IN_FLIGHT * (BATCH + LABELS)  # 9 x 38.5 MB = 346.9 MB = 330.8 MiB
-    assert needed["message"] == "measured 330.8 MiB (no threshold); 64 MiB free of 64 MiB on /dev/shm"
+    assert needed["value"] == IN_FLIGHT * (BATCH + LABELS) + SEMS  # 10 x 38.5 MB + 80 KiB = 367.6 MiB
+    assert needed["message"] == "measured 367.6 MiB (no threshold); 64 MiB free of 64 MiB on /dev/shm"
     assert headroom["verdict"] == "fail"
-    assert headroom["value"] == pytest.approx(100 * (64 * 2**20 - IN_FLIGHT * (BATCH + LABELS)) / (64 * 2**20))
-    assert headroom["message"] == ("measured -416.9%, required >= 0% (330.8 MiB needed, 64 MiB free of 64 MiB on "
+    assert headroom["value"] == pytest.approx(100 * (64 * 2**20 - IN_FLIGHT * (BATCH + LABELS) - SEMS)
+                                              / (64 * 2**20))
+    assert headroom["message"] == ("measured -474.4%, required >= 0% (367.6 MiB needed, 64 MiB free of 64 MiB on "
                                    "/dev/shm)")
-    # The batch size that causes it, the arithmetic, the size to set, and what fits instead (64 MiB over 9 batches
-    # of 602 kB samples: 12; one worker's 3 batches of 36.75 MiB would not fit either).
+    # The batch size that causes it, the arithmetic, the size to set, and what fits instead (64 MiB over 10 batches
+    # of 602 kB samples: 11; one worker's 4 batches of 36.75 MiB would not fit either).
     assert headroom["hint"] == (
-        "batch_size 64 needs 330.8 MiB of /dev/shm in flight (9 batches of 36.75 MiB (64 samples): num_workers 4 x "
-        "prefetch_factor 2 + 1 the training loop holds) and 64 MiB is free: the job's workers die with a bus error "
+        "batch_size 64 needs 367.6 MiB of /dev/shm in flight (10 batches of 36.75 MiB (64 samples): num_workers 4 x "
+        "prefetch_factor 2 + 2 the training loop holds (its batch and the one before it), and 80 KiB of the "
+        "loader's semaphores) and 64 MiB is free: the job's workers die with a bus error "
         "(or \"unable to write to file </torch_...>\"): start the container with --shm-size=512m, or in Kubernetes "
         "mount an emptyDir with medium: Memory and sizeLimit: 512Mi at /dev/shm (it counts against the pod's memory "
-        "limit); or lower batch_size to 12 or num_workers to 0 (the main process loads: nothing passes through "
+        "limit); or lower batch_size to 11 or num_workers to 0 (the main process loads: nothing passes through "
         "/dev/shm, nothing loads in parallel)")
     assert "one batch loaded as num_workers 0 loads it (in a child process) before any worker" in headroom["method"]
     assert "dataloader.throughput" not in results  # no threshold on it here: its unmeasured row is not judged
@@ -221,10 +251,10 @@ def test_a_big_enough_shm_passes_the_same_job_and_its_loop_ends(job):
     assert loop.returncode == 0 and "epoch done 32 batches" in loop.stdout, loop.stderr
     gate, results = _gate(job, "1g")
     assert gate.returncode == 0, gate.stdout + gate.stderr
-    assert results["dataloader.shm_needed"]["value"] == IN_FLIGHT * (BATCH + LABELS)
+    assert results["dataloader.shm_needed"]["value"] == IN_FLIGHT * (BATCH + LABELS) + SEMS
     assert results["dataloader.shm_headroom"]["verdict"] == "pass"
     assert results["dataloader.shm_headroom"]["value"] == pytest.approx(
-        100 * (2**30 - IN_FLIGHT * (BATCH + LABELS)) / 2**30, abs=0.5)
+        100 * (2**30 - IN_FLIGHT * (BATCH + LABELS) - SEMS) / 2**30, abs=0.5)
     assert results["dataloader.throughput"]["value"] > 0  # the pools ran: the loader's figures are measured
 
 
@@ -235,9 +265,9 @@ def test_the_other_rows_say_why_no_pool_started_and_their_gate_fails_closed(job)
     throughput = results["dataloader.throughput"]
     assert throughput["verdict"] == "fail"
     assert throughput["message"].startswith(
-        "could not measure: not measured: the loader's batches in flight need 330.8 MiB of /dev/shm (9 batches of "
-        "36.75 MiB (64 samples): num_workers 4 x prefetch_factor 2 + 1 the training loop holds), which has 64 MiB "
-        "free; its workers would die with a bus error, as the job's would, so no worker was started: "
+        "could not measure: not measured: the loader's batches in flight need 367.6 MiB of /dev/shm (10 batches of "
+        "36.75 MiB (64 samples): num_workers 4 x prefetch_factor 2 + 2 the training loop holds (its batch and the one "
+        "before it), and 80 KiB of the loader's semaphores), which has 64 MiB free; its workers would die with a bus error, as the job's would, so no worker was started: "
         "dataloader.shm_headroom says the size to set")
 
 
@@ -261,8 +291,8 @@ def test_the_pipeline_check_starts_no_worker_that_would_die_and_names_the_size_t
     assert gate.returncode == 1
     fed = next(r for key, r in results.items() if key.startswith("pipeline.samples_per_s"))
     assert fed["verdict"] == "fail"
-    assert fed["message"].startswith("could not measure: not measured: the loader's batches in flight need 330.7 MiB "
-                                     "of /dev/shm (9 batches of 36.75 MiB (64 samples)")
+    assert fed["message"].startswith("could not measure: not measured: the loader's batches in flight need 367.5 MiB "
+                                     "of /dev/shm (10 batches of 36.75 MiB (64 samples)")
     assert "--shm-size=512m" in fed["message"] and "sizeLimit: 512Mi" in fed["message"]
 
 
@@ -271,14 +301,14 @@ def test_a_memory_limit_below_the_free_shm_is_named_beside_it(job):
     its pages count against the pod's memory limit: 4 GiB of /dev/shm in a 1.5 GiB memory cgroup."""
     with memory_limited_cgroup(1536 << 20) as (_, prefix):
         gate, results = _gate(job, "4g", prefix=shlex.join(prefix))
-    assert gate.returncode == 0, gate.stdout + gate.stderr  # 331 MiB fits both: the row passes, with the note
+    assert gate.returncode == 0, gate.stdout + gate.stderr  # 368 MiB fits both: the row passes, with the note
     assert results["dataloader.shm_needed"]["message"] == (
-        "measured 330.8 MiB (no threshold); 4 GiB free of 4 GiB on /dev/shm; the cgroup memory limit, 1.5 GiB, is "
+        "measured 367.6 MiB (no threshold); 4 GiB free of 4 GiB on /dev/shm; the cgroup memory limit, 1.5 GiB, is "
         "below that: the segments' pages count against it, so memory_headroom judges the rest")
 
 
 def test_the_worker_sweep_leaves_out_the_counts_whose_batches_would_not_fit(tmp_path):
-    # 27 samples of 588 KiB: 15.9 MiB a batch; 1 worker holds 3 of them (47.6 MiB of 64), 2 workers 5 (79.4 MiB).
+    # 27 samples of 588 KiB: 15.5 MiB a batch; 1 worker holds 4 of them (62 MiB of 64), 2 workers 6 (93 MiB).
     config = _config(tmp_path, """
         dataset: "shmjob.data:images"
         batch_size: 27
@@ -316,13 +346,13 @@ def test_a_collate_of_from_numpy_tensors_hangs_the_plain_loop_and_is_projected_t
     assert "DataLoader timed out after 30 seconds" in loop.stderr  # no batch came: the feeder's error never did
     gate, results = _gate(config, "64m")
     assert gate.returncode == 1
-    assert results["dataloader.shm_needed"]["value"] == IN_FLIGHT * BATCH  # the keys are strings: pickled, 0 bytes
+    assert results["dataloader.shm_needed"]["value"] == IN_FLIGHT * BATCH + SEMS  # the keys: pickled, 0 bytes
     assert results["dataloader.shm_headroom"]["verdict"] == "fail"
 
 
 def test_a_mount_others_fill_is_short_by_what_they_hold_and_the_size_to_set_keeps_it(tmp_path):
     """idiap/ESLAM#20: "No space left on device (28)" where other work on the host holds /dev/shm: a 512 MiB mount
-    with 320 MiB left there by a job that died fits the issue's 331 MiB job no more than 64 MiB would."""
+    with 320 MiB left there by a job that died fits the issue's 368 MiB job no more than 64 MiB would."""
     config = _config(tmp_path, """
         dataset: "shmjob.data:images"
         batch_size: 64
@@ -336,14 +366,14 @@ def test_a_mount_others_fill_is_short_by_what_they_hold_and_the_size_to_set_keep
     assert gate.returncode == 1
     headroom = results["dataloader.shm_headroom"]
     assert headroom["verdict"] == "fail"
-    assert headroom["message"].endswith("(330.8 MiB needed, 192 MiB free of 512 MiB on /dev/shm)")
-    assert "--shm-size=1g" in headroom["hint"] and "sizeLimit: 1Gi" in headroom["hint"]  # 331 + 320 MiB held
-    assert "lower batch_size to 37, num_workers to 2 or prefetch_factor to 1" in headroom["hint"]
+    assert headroom["message"].endswith("(367.6 MiB needed, 192 MiB free of 512 MiB on /dev/shm)")
+    assert "--shm-size=1g" in headroom["hint"] and "sizeLimit: 1Gi" in headroom["hint"]  # 368 + 320 MiB held
+    assert "lower batch_size to 33 or num_workers to 1" in headroom["hint"]
 
 
 def test_one_worker_still_dies_with_large_samples_and_the_fix_says_num_workers_0_or_the_batch_that_fits(tmp_path):
     """bytedance/Protenix#2: "I tried --data.num_dl_worker 1, it didn't resolve the issue": one worker still holds
-    prefetch_factor batches and the loop one; 16 samples of 3x512x512 float32 (48 MiB a batch) x 3 > 64 MiB."""
+    prefetch_factor batches and the loop two; 16 samples of 3x512x512 float32 (48 MiB a batch) x 4 > 64 MiB."""
     config = _config(tmp_path, """
         dataset: "shmjob.data:large"
         batch_size: 16
@@ -355,12 +385,12 @@ def test_one_worker_still_dies_with_large_samples_and_the_fix_says_num_workers_0
     gate, results = _gate(config, "64m")
     assert gate.returncode == 1
     per_batch = 16 * 3 * 512 * 512 * 4 + 4096  # 50,331,648 B of samples and a page of labels
-    assert results["dataloader.shm_needed"]["value"] == 3 * per_batch
+    assert results["dataloader.shm_needed"]["value"] == 4 * per_batch + (3 + 8) * 4096  # and 1 worker's semaphores
     hint = results["dataloader.shm_headroom"]["hint"]
-    assert ("(3 batches of 48.01 MiB (16 samples): num_workers 1 x prefetch_factor 2 + 1 the training loop holds)"
-            in hint)
-    assert "--shm-size=256m" in hint  # 144 MiB, rounded up to a power of two
-    assert hint.endswith("or lower batch_size to 7 or num_workers to 0 (the main process loads: nothing passes "
+    assert ("(4 batches of 48.01 MiB (16 samples): num_workers 1 x prefetch_factor 2 + 2 the training loop holds "
+            "(its batch and the one before it), and 44 KiB of the loader's semaphores)" in hint)
+    assert "--shm-size=256m" in hint  # 192 MiB, rounded up to a power of two
+    assert hint.endswith("or lower batch_size to 5 or num_workers to 0 (the main process loads: nothing passes "
                          "through /dev/shm, nothing loads in parallel)")
 
 
@@ -379,7 +409,7 @@ def test_the_jobs_own_dataloader_and_synthetic_samples_are_projected_the_same_wa
     assert gate.returncode == 1 and "Traceback" not in gate.stderr, gate.stdout + gate.stderr
     results = {r["id"]: r for r in json.loads((tmp_path / "r.json").read_text())["results"]}
     labels = LABELS if how.startswith("loader") else 0  # synthetic samples carry no label
-    assert results["dataloader.shm_needed"]["value"] == IN_FLIGHT * (BATCH + labels)
+    assert results["dataloader.shm_needed"]["value"] == IN_FLIGHT * (BATCH + labels) + SEMS
     assert results["dataloader.shm_headroom"]["verdict"] == "fail"
     assert "--shm-size=512m" in results["dataloader.shm_headroom"]["hint"]
 
@@ -413,6 +443,26 @@ def test_a_later_batch_larger_than_the_first_kills_a_worker_and_the_rows_say_so_
         assert "needs more than shm_needed projected: raise /dev/shm (docker run --shm-size" in results[row]["message"]
 
 
+def test_views_of_a_tensor_the_dataset_keeps_count_once_per_worker_and_fit_where_their_loop_does(tmp_path):
+    # 2 workers x prefetch 2 of 16x1024 views of an 8 MiB token tensor: each worker moves its copy of the tensor to
+    # /dev/shm at its first send and keeps it (16 MiB in all); counted per batch in flight it was 6 x 8 MiB = 48 MiB,
+    # and a 32 MiB /dev/shm that the job's own loop runs through failed the gate.
+    config = _config(tmp_path, """
+        loader: "shmjob.data:token_loader"
+        shm_headroom: {min: 0 %}
+        """)
+    config.write_text(config.read_text().replace("    pin_memory: false\n", ""))  # the job's loader sets it
+    loop = _loop(config, "32m", "tokens", "none", "2")
+    assert loop.returncode == 0 and "epoch done 64 batches" in loop.stdout, loop.stderr
+    gate, results = _gate(config, "32m")
+    assert gate.returncode == 0, gate.stdout + gate.stderr
+    assert results["dataloader.shm_needed"]["value"] == 2 * (8 << 20) + (3 * 2 + 8) * 4096
+    assert results["dataloader.shm_headroom"]["verdict"] == "pass"
+    assert ("6 batches of 0 B (1 samples): num_workers 2 x prefetch_factor 2 + 2 the training loop holds (its batch "
+            "and the one before it), 8 MiB of tensors the Dataset keeps (its batches are views of them) x num_workers "
+            "2" in results["dataloader.shm_needed"]["method"])
+
+
 # --- the figures, without root --------------------------------------------------------------------------------
 
 
@@ -427,8 +477,16 @@ def test_one_batch_is_its_tensors_storages_and_a_view_sends_its_whole_storage():
     assert shared_memory.batch_bytes([numpy.zeros(1000)]) == 0  # pickled through the pipe, not /dev/shm
 
 
-def test_in_flight_is_prefetch_factor_times_workers_and_the_loops_batch_unless_pinned():
-    assert shared_memory.in_flight(4, 2, pinned=False) == 9
+def test_a_storage_the_dataset_keeps_is_told_from_one_made_for_the_batch():
+    kept = torch.zeros(1 << 20)  # 4 MiB the Dataset holds
+    assert shared_memory.split_held(lambda: kept[:1024].view(4, 256)) == (0, 4 << 20)
+    assert shared_memory.split_held(lambda: (torch.stack([kept[:256]] * 4), kept[:8])) == (4096, 4 << 20)
+    assert shared_memory.split_held(lambda: {"x": torch.zeros(64, 3, 224, 224), "y": [1, 2]}) == (BATCH, 0)
+    assert shared_memory.split_held(lambda: None) == (0, 0)
+
+
+def test_in_flight_is_prefetch_factor_times_workers_and_the_loops_two_batches_unless_pinned():
+    assert shared_memory.in_flight(4, 2, pinned=False) == 10
     assert shared_memory.in_flight(4, 2, pinned=True) == 8
     assert shared_memory.in_flight(8, 4, pinned=True) == 32
     assert shared_memory.in_flight(0, None, pinned=False) == 0  # the main process loads: nothing in /dev/shm
@@ -446,7 +504,7 @@ def test_the_job_dataset_on_this_nodes_shm_is_measured_and_the_files_loader_is_s
     got = run_check("dataloader", 1.0, dataset="shmjob.data:images", python_path=[str(src)], num_workers=2,
                     prefetch_factor=3, batch_size=16, worker_pools=1)
     pinned = torch.cuda.is_available()
-    assert got["shm_needed"].value == (2 * 3 + (0 if pinned else 1)) * (16 * SAMPLE + 4096)
+    assert got["shm_needed"].value == (2 * 3 + (0 if pinned else 2)) * (16 * SAMPLE + 4096) + (3 * 2 + 8) * 4096
     assert got["shm_headroom"].measured and got["throughput"].measured
     files = tmp_path / "files"
     files.mkdir()
@@ -463,7 +521,8 @@ def test_the_probe_leaves_the_jobs_dataset_in_the_main_process_as_its_workers_wi
     got = run_check("dataloader", 1.0, dataset="shmjob.data:lazy", python_path=[str(src)], num_workers=2,
                     batch_size=16, worker_pools=1, multiprocessing_context="fork")
     assert got["throughput"].measured, got["throughput"].reason
-    assert got["shm_needed"].value == (2 * 2 + (0 if torch.cuda.is_available() else 1)) * 16 * 3 * 32 * 32 * 4
+    assert got["shm_needed"].value == ((2 * 2 + (0 if torch.cuda.is_available() else 2)) * 16 * 3 * 32 * 32 * 4
+                                       + (3 * 2 + 8) * 4096)
 
 
 def test_without_workers_nothing_passes_through_shm_and_no_batch_is_loaded_for_it(tmp_path):
@@ -478,7 +537,7 @@ def test_without_workers_nothing_passes_through_shm_and_no_batch_is_loaded_for_i
 def test_a_short_shm_names_what_others_hold_in_the_size_to_set():
     need = shared_memory.Need(BATCH, 64, 4, 2, False, free=8 << 20, size=64 << 20, where="/dev/shm (tmpfs)")
     assert need.short and need.largest_batch() == 1  # 8 MiB over 9 batches: one 602 kB sample each
-    # 56 MiB held by others stays held: 331 + 56 MiB is set, rounded up to 512m
+    # 56 MiB held by others stays held: 368 + 56 MiB is set, rounded up to 512m
     assert "--shm-size=512m" in need.fix()
     assert not need.fits(4) and need.fits(0)
 
