@@ -11,9 +11,11 @@ So before such a pass the dataset's files are probed, their clean pages dropped,
            only for files the caller owns or may write, or with CAP_FOWNER: Linux 5.0, mm/mincore.c
            can_do_mincore) PROBE_PAGES single-page preadv2(RWF_NOWAIT) reads (Linux >= 4.14 for buffered
            reads: EAGAIN where the page is not cached; POSIX_FADV_RANDOM, so no readahead beyond that page)
-    evict: posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) on every file, in order, until EVICT_S has passed
-           (fio's --invalidate=1; it drops clean, unmapped pages only: tmpfs pages, pages another process
-           maps or locks, and dirty pages stay)
+    evict: syncfs(2) on the files' filesystem first (a dataset just written or copied is dirty in the cache,
+           and DONTNEED leaves dirty pages: `sync` before `drop_caches`, as every cold-cache recipe does), then
+           posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) on every file, in order, until EVICT_S has passed
+           (fio's --invalidate=1; it drops clean, unmapped pages only: tmpfs pages and pages another process
+           maps or locks stay)
     probe the same sample again (other pages, for RWF_NOWAIT: its probe may have read the pages it asked for)
 
 A cache below the page cache (a FUSE daemon's, an NFS client's) is out of this module's reach: neither probe
@@ -99,9 +101,12 @@ def probe(names: Sequence[str], shift: int = 0, time_s: float = PROBE_S) -> Resi
 def evict(names: Sequence[str], time_s: float = EVICT_S) -> Evicted:
     """Drop the clean cached pages of each of ``names`` (``POSIX_FADV_DONTNEED``), in order, for up to ``time_s``.
 
-    Nothing is read or written: a dataset mounted read-only is opened ``O_RDONLY`` and advised. Never raises for one
-    file (a vanished or unreadable file is counted in ``failed``)."""
+    Nothing is read: a dataset mounted read-only is opened ``O_RDONLY`` and advised. Dirty pages of the first
+    file's filesystem are written back first (``syncfs``), so a dataset written just before the run is dropped
+    too (its pages were dirty: 100% stayed resident before). Never raises for one file (a vanished or unreadable
+    file is counted in ``failed``)."""
     dropped = failed = 0
+    synced = False
     started = time.monotonic()
     for name in names:
         if time.monotonic() - started > time_s:
@@ -112,6 +117,9 @@ def evict(names: Sequence[str], time_s: float = EVICT_S) -> Evicted:
             failed += 1
             continue
         try:
+            if not synced:
+                _syncfs(fd)
+                synced = True
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
             dropped += 1
         except OSError:
@@ -180,6 +188,14 @@ def _nowait(fd: int, length: int, shift: int) -> tuple[int, int]:
             if error.errno != errno.EAGAIN:
                 raise
     return resident, len(offsets)
+
+
+def _syncfs(fd: int) -> None:
+    """Write back the dirty pages of ``fd``'s filesystem (syncfs(2), Linux >= 2.6.39); where libc has no syncfs or
+    the filesystem refuses it, nothing (the eviction then drops the clean pages only)."""
+    libc = _libc()
+    if libc is not None and hasattr(libc, "syncfs"):
+        libc.syncfs(fd)
 
 
 _LIBC: list[ctypes.CDLL | None] = []

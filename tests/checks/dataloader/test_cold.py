@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -301,7 +302,10 @@ def test_two_runs_back_to_back_the_second_drops_what_the_first_read(tmp_path):
         assert report.exists(), run.stdout + run.stderr
         rows.append({r["id"]: r for r in json.loads(report.read_text())["results"]}["dataloader.throughput"])
     assert "dropped (posix_fadvise DONTNEED on 80 files), 0% after" in rows[1]["method"], rows[1]["method"]
-    assert "page cache before the pass: 100% of" in rows[1]["method"]  # the first run's reads, all still cached
+    # The first run's reads, still cached: as many as it read in its 1 s (all 80 files when the machine is idle; under
+    # load at least the batch its /dev/shm probe loaded), so the share is asserted present, not whole.
+    before = re.search(r"page cache before the pass: (\d+)% of", rows[1]["method"])
+    assert before and int(before.group(1)) > 0, rows[1]["method"]
     assert rows[1]["verdict"] == "pass" and "warm:" not in rows[1]["message"], rows[1]
 
 
