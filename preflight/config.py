@@ -379,8 +379,8 @@ def locate_job_code(instance: Instance) -> None:
     find: on ``python_path``, in this Python's packages (editable installs included) or the working directory.
 
     Only located (``importlib`` finders), never imported: ``validate`` calls this before it imports torch and
-    the job's code, so a package on no path is told at once. (``run`` leaves the job's code to the worker, where
-    a package missing from a node's image or mount is that node's fault: the check's error, docs/faults-and-noise.md.)
+    the job's code, so a package on no path is told at once. (``run`` leaves the job's code to the worker, whose
+    error says the same line and exits 2 too: docs/faults-and-noise.md.)
 
     Raises:
         ConfigError: at the option's place, naming the package and the fix.
@@ -397,11 +397,9 @@ def locate_job_code(instance: Instance) -> None:
         if top in sys.modules or importlib.util.find_spec(top) or \
                 importlib.machinery.PathFinder.find_spec(top, search):
             continue
-        hint = usercode.missing_part(top, search)  # a name close to one on python_path: the name is the typo
+        # a name close to one on python_path: the name is the typo; worded as run's worker words it (issue 35)
         raise ConfigError(instance.option_where.get(option.name, instance.where),
-                          f"`{instance.name}.{option.name}`: cannot import {spec}: " + (hint if hint.startswith(
-                              "no module") else f"no module named '{top}' on python_path, in this Python's packages "
-                              f"or in the working directory: {hint}"))
+                          f"{instance.name}.{option.name}: {usercode.not_found(spec, top, search)}")
 
 
 def _refuse_without_factory(name: str, option: Option, options: Mapping[str, Any],

@@ -16,6 +16,19 @@ class UsageError(Exception):
     """A user mistake (config, flag, path, environment): one line that names the place and the fix."""
 
 
+class ConfigMistake(Exception):
+    """A mistake of the config's or of the job's own code that a check meets while it runs, in the worker: a
+    dataset directory that does not exist, a factory that cannot be imported or raises. ``str()`` is one line,
+    the fix included; ``option`` names the option the config wrote it at, so the runner can put its
+    ``FILE:LINE:COL`` first. Its instance is reported as an error and the run exits ``EXIT_USAGE``, not 1,
+    unless a node fault failed the gate too (``verdict.exit_code``): no fault of the node's takes it out of
+    rotation (issue 35)."""
+
+    def __init__(self, message: str, option: str = "") -> None:
+        super().__init__(message)
+        self.option = option
+
+
 class ConfigError(UsageError):
     """A mistake in a config file or an override, located as ``FILE:LINE:COL``."""
 

@@ -88,6 +88,10 @@ class WorkerDied(Exception):
     pass
 
 
+class ConfigMistakeReply(RuntimeError):
+    """The check stopped at a mistake of the config's or the job's code (``errors.ConfigMistake``), not the node's."""
+
+
 class Worker:
     """One worker process in its own session, talking JSON lines (see ``preflight.worker``).
 
@@ -124,7 +128,8 @@ class Worker:
         Raises:
             TimeoutError: no answer within ``timeout_s`` (the worker is then killed).
             WorkerDied: the process ended without answering (crash, os._exit, OOM kill).
-            RuntimeError: the check raised; the message is its exception.
+            RuntimeError: the check raised; the message is its exception (``ConfigMistakeReply`` for a mistake
+                of the config's or the job's code).
         """
         assert self.process.stdin is not None
         self.oom = OomWatch.start()
@@ -139,7 +144,7 @@ class Worker:
             if "scratch" in message:
                 scratch_dirs.append(message["scratch"])
             elif "error" in message:
-                raise RuntimeError(message["error"])
+                raise (ConfigMistakeReply if message.get("config_error") else RuntimeError)(message["error"])
             else:
                 return [Measurement.from_dict(m) for m in message["measurements"]]
 
@@ -523,7 +528,8 @@ def _run_instance(worker: Worker, instance: Instance) -> tuple[Outcome, Worker |
         outcome = Outcome(error=_stuck(left, "as it died") if left else str(death),
                           duration_s=time.monotonic() - start)
     except RuntimeError as error:
-        outcome = Outcome(error=str(error), duration_s=time.monotonic() - start)
+        outcome = Outcome(error=str(error), duration_s=time.monotonic() - start,
+                          config_error=isinstance(error, ConfigMistakeReply))
     except BaseException:  # Interrupted (SIGTERM/SIGINT): clean up, then let run() report it
         worker.drain_scratch(scratch_dirs)
         left = worker.kill()

@@ -5,7 +5,8 @@ Rules (DESIGN.md "Measuring honestly"):
 - a metric the target does not have (``Measurement.applicable`` false: no ECC on this GPU)
   is skipped with its reason, whatever ``required`` says: it neither passes nor fails;
 - a miss is ``fail``, or ``warn`` where the threshold says ``severity: warn``;
-- a check that crashed or timed out is an ``error`` for each of its thresholds;
+- a check that crashed or timed out is an ``error`` for each of its thresholds; one stopped by a mistake of
+  the config's or the job's code (``Outcome.config_error``) too, marked so: the run then exits 2, not 1;
 - a measured metric without a threshold is reported as ``info`` and never gates;
 - a cache-bound value (memory, not the device) that meets its threshold is a ``warn``,
   never a silent pass;
@@ -25,6 +26,7 @@ from typing import Any, Literal, Mapping, Sequence
 from preflight.checks import CHECKS
 from preflight.checks.base import Metric
 from preflight.config import Instance, Threshold
+from preflight.errors import EXIT_USAGE
 from preflight.measurement import DATASET_SUBJECTS, SUBJECTS, Measurement
 from preflight.units import format_value
 
@@ -36,7 +38,7 @@ REREAD_HINT = ("{instance} had only files this run already read: point {instance
 NOT_THE_DATASET_HINT = ("point {instance}.path at the dataset's own files on the job's volume (DATA_DIR=/data with "
                         "the bundled thresholds.yaml, or --set {instance}.path=/data)")
 
-EXIT_OK, EXIT_GATE_FAILED = 0, 1  # EXIT_USAGE (2) is errors'; the CLI's boundary returns it
+EXIT_OK, EXIT_GATE_FAILED = 0, 1  # EXIT_USAGE (2) is errors': the CLI's boundary returns it, and ``exit_code``
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,7 @@ class Outcome:
     measurements: tuple[Measurement, ...] = ()
     error: str = ""  # "timed out after 120s", "killed by SIGSEGV", "ValueError: ..."
     duration_s: float = 0.0
+    config_error: bool = False  # ``error`` is the config's or the job's code's mistake (errors.ConfigMistake)
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,8 @@ class Result:
     note: str = ""  # where the value came from, when a reader must know ("on scratch data: ...")
     subject: str = ""  # what was measured: a key of measurement.SUBJECTS, "" for a metric not about data
     stopped: str = ""  # why sampling stopped ("spread 2% <= 3% after 5 samples", "the pass over the data ended ...")
+    # an ``error`` that is the config's or the job's code's mistake, no fault of the node's (``exit_code``)
+    config_error: bool = False
 
     @property
     def id(self) -> str:
@@ -151,8 +156,15 @@ def _within_margin(result: Result, margin: float) -> bool:
 
 
 def exit_code(results: Sequence[Result]) -> int:
-    """0 when nothing failed or errored (warnings allowed), 1 when the gate failed."""
-    return EXIT_GATE_FAILED if any(result.verdict in GATING for result in results) else EXIT_OK
+    """0 when nothing failed or errored (warnings allowed); 1 when the gate failed on the node; 2 (``EXIT_USAGE``)
+    when every result that failed is a mistake of the config's or the job's code (``Result.config_error``: a dataset
+    directory that does not exist, a factory that cannot be imported or raises), so that no such mistake takes a
+    node out of rotation (a Slurm drain, a Kubernetes taint; issue 35). A node fault beside one still fails the gate:
+    that row is the node's whatever the config says elsewhere."""
+    gating = [result for result in results if result.verdict in GATING]
+    if any(not result.config_error for result in gating):
+        return EXIT_GATE_FAILED
+    return EXIT_USAGE if gating else EXIT_OK
 
 
 def requirement(threshold: Threshold, unit: str) -> str:
@@ -281,14 +293,16 @@ def _info(instance: Instance, metric: Metric, m: Measurement, duration_s: float)
 
 
 def _errors(instance: Instance, outcome: Outcome, thresholds: Mapping[str, Threshold]) -> list[Result]:
-    message = f"{instance.check} check did not finish: {outcome.error}"
+    # a config's mistake is its one line as `validate` says it (FILE:LINE:COL first); the node's, what stopped the check
+    message = outcome.error if outcome.config_error else f"{instance.check} check did not finish: {outcome.error}"
+    mistake = outcome.config_error
     if not thresholds:
         return [Result(instance.name, instance.check, "", "error", message, duration_s=outcome.duration_s,
-                       where=instance.where)]
+                       where=instance.where, config_error=mistake)]
     units = {metric.name: metric.unit for metric in CHECKS[instance.check].METRICS}
     return [
         Result(instance.name, instance.check, name, "error", message, unit=units[name], duration_s=outcome.duration_s,
-               threshold=_bounds(t), where=t.where, required=requirement(t, units[name]))
+               threshold=_bounds(t), where=t.where, required=requirement(t, units[name]), config_error=mistake)
         for name, t in thresholds.items()
     ]
 

@@ -10,6 +10,7 @@ Protocol, one JSON object per line:
                                 "metrics": ["seq_read"]}
     worker -> runner:          {"scratch": "/data/.preflight-scratch-x1y2"}   (zero or more)
                                {"measurements": [...]} or {"error": "ValueError: ..."}
+                               (with "config_error": true where it is the config's or the job's code's)
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from typing import Any, TextIO
 from preflight.host import pids
 from preflight.io import scratch
 from preflight.checks.base import Budget
-from preflight.checks.usercode import UserCodeRaised
+from preflight.checks.usercode import node_fault
+from preflight.errors import ConfigMistake
 
 MAX_ERROR = 2000  # characters of an exception's message kept in the report; the log has all of it
 
@@ -55,9 +57,15 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
                         job.get("instance", ""))
         measurements = check.measure(job["options"], budget)
         return {"measurements": [m.to_dict() for m in measurements]}
-    except UserCodeRaised as error:  # the job's own code: say where the config named it
+    except ConfigMistake as error:  # the config's or the job's own code: say where the config named it
         where = job.get("option_where", {}).get(error.option, "")
-        return {"error": (f"{where}: " if where else "") + describe(error)}
+        reply: dict[str, Any] = {"error": (f"{where}: " if where else "") + describe(error)}
+        fault = node_fault(str(error))
+        if fault:  # the job's code failing on the node's I/O or memory is the node's fault: exit 1
+            reply["error"] += f" ({fault}: the node failed the job's code, not the code the node)"
+        else:
+            reply["config_error"] = True
+        return reply
     except Exception as error:  # noqa: BLE001  any failure of a check is its result, fail closed
         print(traceback.format_exc(), file=sys.stderr)
         return {"error": pids.explain(error, limits) or describe(error)}
@@ -67,10 +75,10 @@ def describe(error: Exception) -> str:
     """One line for the report: the exception's type and message, capped at ``MAX_ERROR`` characters.
 
     A ``MemoryError`` (an allocation refused under a memory limit such as RLIMIT_AS or a
-    container's) says so and names the fix. The job's own code raising (``UserCodeRaised``)
+    container's) says so and names the fix. A mistake of the config's or the job's code (``ConfigMistake``)
     is already one line that names its exception.
     """
-    text = " ".join((str(error) if isinstance(error, UserCodeRaised) else f"{type(error).__name__}: {error}").split())
+    text = " ".join((str(error) if isinstance(error, ConfigMistake) else f"{type(error).__name__}: {error}").split())
     if len(text) > MAX_ERROR:
         text = text[: MAX_ERROR - 30] + f"... [{len(text) - MAX_ERROR + 30} more characters]"
     if isinstance(error, MemoryError):

@@ -20,21 +20,54 @@ import traceback
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from preflight.checks.base import UserCodeError
+from preflight.errors import ConfigMistake
 
 FRAMES = 2  # user frames quoted, innermost first
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<name>.+)$')
 
 
-class UserCodeRaised(Exception):
+class UserCodeRaised(ConfigMistake):
     """The job's code raised while a check ran it; ``str()`` is the one line the report shows.
 
     ``option`` names the option that points at that code (``dataset``), so the report can
-    say where the config wrote it (``Instance.option_where``).
+    say where the config wrote it (``Instance.option_where``). It is the config's or the job's
+    mistake (exit 2), unless ``node_fault`` finds the node's in it (exit 1).
     """
 
-    def __init__(self, message: str, option: str = "") -> None:
-        super().__init__(message)
-        self.option = option
+
+# What the job's code may raise that is the node's fault, not the code's: an I/O error of a device or a mount, a
+# network the node cannot reach, a full disk, memory or a pids limit (``errno.errorcode`` names). A
+# ``FileNotFoundError``, a ``PermissionError``, a ``KeyError`` or a typo is the job's or its config's, on any node.
+NODE_ERRNOS = frozenset({"EIO", "ENXIO", "ENODEV", "ENOMEDIUM", "ESTALE", "EREMOTEIO", "EUCLEAN", "ENOLINK", "ECOMM",
+                         "ETIMEDOUT", "ENOTCONN", "ECONNRESET", "ECONNABORTED", "EHOSTDOWN", "EHOSTUNREACH",
+                         "ENETDOWN", "ENETUNREACH", "ENOSPC", "ENOMEM", "EAGAIN"})
+_ERRNO = re.compile(r"\b\w*(?:Error|Exception): \[Errno (\d+)\]")
+
+
+def node_fault(message: str) -> str:
+    """Why the one line ``message`` (``UserCodeRaised``'s, which quotes the job's exception) is the node's fault:
+    ``"EIO"`` for an ``OSError: [Errno 5] ...`` with an errno of ``NODE_ERRNOS``, ``"MemoryError"``, a GPU's error
+    (``"CUDA error"``, ``"CUDA out of memory"``), ``"stall"`` for
+    the DataLoader's timeout (a worker waiting on a mount, as often as on the code); "" for the job's own mistake.
+
+    Read from the text, because a DataLoader worker's exception reaches the check re-raised by torch with its
+    traceback as text and no errno (``blame``).
+    """
+    import errno
+
+    for number in _ERRNO.findall(message):
+        name = errno.errorcode.get(int(number), "")
+        if name in NODE_ERRNOS:
+            return name
+    if re.search(r"\bMemoryError\b", message):
+        return "MemoryError"
+    device = re.search(r"\b(CUDA out of memory|OutOfMemoryError|CUDA error|NCCL error|CUBLAS_STATUS_\w+|cuDNN error)",
+                       message)
+    if device:  # a GPU that fails, or is short of memory other processes hold: the node's (cuda, xid checks say more)
+        return device.group(1)
+    if "DataLoader timed out after" in message:
+        return "stall"
+    return ""
 
 
 @contextlib.contextmanager
@@ -79,8 +112,7 @@ def load(spec: str, option: str) -> Callable[..., Any]:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as error:
         if error.name and (module_name == error.name or module_name.startswith(error.name + ".")):
-            raise UserCodeError(option, f"cannot import {spec} ({_one_line(error)}): {missing_part(error.name)}") \
-                from None
+            raise UserCodeError(option, not_found(spec, error.name)) from None
         raise UserCodeError(option, f"cannot import {spec}: {module_name} failed to import ({_one_line(error)}"
                             f"{blame_frames(error)}): install what it needs in this image") from None
     except Exception as error:  # noqa: BLE001  whatever the user's module raises while importing
@@ -95,6 +127,16 @@ def load(spec: str, option: str) -> Callable[..., Any]:
     if not callable(target):
         raise UserCodeError(option, f"{spec} is a {type(target).__name__}, not callable: name a function or class")
     return target
+
+
+def not_found(spec: str, name: str, search: Sequence[str] | None = None) -> str:
+    """Why ``spec`` cannot be imported when its module ``name`` (or a package above it) is found nowhere, and the
+    fix (``missing_part``): the one line ``validate`` (``config.locate_job_code``) and ``run``'s worker both say."""
+    hint = missing_part(name, search)
+    if "." in name or hint.startswith("no module"):
+        return f"cannot import {spec}: {hint}"
+    return (f"cannot import {spec}: no module named '{name}' on python_path, in this Python's packages or in the "
+            f"working directory: {hint}")
 
 
 def missing_part(name: str, search: Sequence[str] | None = None) -> str:

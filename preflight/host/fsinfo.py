@@ -110,6 +110,32 @@ def mount_entry(path: str, mountinfo: str = MOUNTINFO) -> tuple[str, str, str, s
     return best
 
 
+FSTAB = "/etc/fstab"
+
+
+def unmounted(path: str, fstab: str = FSTAB, mountinfo: str = MOUNTINFO) -> str:
+    """The mount point ``fstab`` lists at or above ``path`` that is not mounted now (the longest), else "".
+
+    A dataset under such a point is missing because the node's mounts are not up (at boot, after a failed NFS
+    mount): the node's fault, not the config's (issue 35). Read by name from both files (fstab(5), proc(5)):
+    nothing under ``path`` is touched. Swap entries and unreadable files count as none.
+    """
+    mounted = set()
+    try:
+        with open(mountinfo, "rb") as lines:
+            mounted = {_unescape(line.split()[4]) for line in lines if len(line.split()) > 4}
+        with open(fstab, "rb") as lines:
+            listed = [_unescape(fields[1]) for fields in (line.split() for line in lines)
+                      if len(fields) > 2 and not fields[0].startswith(b"#") and fields[2] != b"swap"
+                      and fields[1].startswith(b"/")]
+    except OSError:
+        return ""
+    absolute = os.path.abspath(path)
+    missing = [point.rstrip("/") or "/" for point in listed if _contains(point, absolute)
+               and (point.rstrip("/") or "/") not in mounted]
+    return max(missing, key=len, default="")
+
+
 def _contains(mount_point: str, path: str) -> bool:
     return mount_point == "/" or path == mount_point or path.startswith(mount_point.rstrip("/") + "/")
 

@@ -14,6 +14,7 @@ import os
 from typing import Mapping
 
 from preflight.checks.subject import no_dataset_fix
+from preflight.errors import EXIT_USAGE
 from preflight.report import RunReport, tally
 from preflight.verdict import Result
 
@@ -32,6 +33,8 @@ NAMED_IDS = 10  # failing ids the verdict line names; past that it names this ma
 def verdict_line(report: RunReport) -> str:
     """The compact last line on stderr: ``preflight: FAILED on node-17: 2 failed, 5 passed (shm.size,
     storage.seq_read)``: every failing id, or the first ``NAMED_IDS`` and how many more (all in the JSON's ``failed``)."""
+    if report.exit_code == EXIT_USAGE:  # the config's or the job's code's mistake: its lines, as `validate` says them
+        return "\n".join(f"preflight: error: {message}" for message in config_errors(report))
     totals = tally(report.counts(), info=False)
     state = "FAILED" if report.exit_code else "PASSED"
     gating = [r.id for r in report.results if r.verdict in ("fail", "error")]
@@ -43,8 +46,17 @@ def verdict_line(report: RunReport) -> str:
     return f"preflight: {state} on {report.host}: {totals or 'nothing run'}{named}{fix}"
 
 
+def config_errors(report: RunReport) -> list[str]:
+    """Each distinct mistake of the config's or the job's code that stopped a check (``Result.config_error``), one
+    line each (``FILE:LINE:COL: ...: fix``), in the table's order."""
+    return list(dict.fromkeys(" ".join(r.message.split()) for r in report.results if r.config_error))
+
+
 def summary(report: RunReport) -> str:
     """One paragraph, at most ``MAX_MESSAGE_BYTES`` of UTF-8: what failed, measured and required."""
+    if report.exit_code == EXIT_USAGE:  # not the node's fault: said as such, as a config that cannot load is
+        return _cap(f"preflight on {report.host}: a configuration error, the node not judged: "
+                    + " ".join(config_errors(report)))
     gating = [r for r in report.results if r.verdict in ("fail", "error")]
     if not gating:
         return _cap(verdict_line(report) + ".")

@@ -24,7 +24,7 @@ import math
 import os
 from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 
-from preflight.checks import subject, usercode
+from preflight.checks import dataset_path, subject, usercode
 from preflight.checks.base import UserCodeError
 from preflight.checks.dataloader import cold, settings, shards, user
 from preflight.checks.dataloader.files import FileSamples, collate_sizes, list_files, not_one_sample_each
@@ -131,9 +131,9 @@ def _files(options: Mapping[str, Any], check: str, walk_s: float, named: bool = 
     ``open()`` lands (``Walk`` follows links onto other filesystems).
     """
     path = options["path"]
-    if not os.path.isdir(path):
-        yield (f"{path} is not a directory: point {check}.path at the dataset's directory" if os.path.exists(path)
-               else f"{path} does not exist: mount the dataset or set {check}.path")
+    missing = dataset_path.reason(path, check, directory=True)  # ConfigMistake where it is the config's (issue 35)
+    if missing:
+        yield missing
         return
     if options["decode"] == "image" and importlib.util.find_spec("PIL") is None:
         yield "decode: image needs Pillow: pip install pillow in this image (or drop decode: image)"

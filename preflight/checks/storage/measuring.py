@@ -17,7 +17,7 @@ import errno
 import os
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from preflight.checks import subject
+from preflight.checks import dataset_path, subject
 from preflight.checks.base import Budget, Metric
 from preflight.checks.storage import measure_io
 from preflight.checks.storage.data import Found, survey
@@ -40,9 +40,9 @@ def measure(options: Mapping[str, Any], budget: Budget, metrics: Sequence[Metric
     """Measure every one of ``metrics`` on ``options["path"]``; unmeasurable ones say why in one line."""
     options, dataset_named = subject.named(options)
     path, instance = options["path"], budget.named("storage")  # "checkpoints" names its own options in fixes
-    if not os.path.exists(path):
-        reason = f"{path} does not exist: mount the dataset or set {instance}.path"
-        return [unmeasurable(m.name, reason, m.unit) for m in metrics]
+    missing = dataset_path.reason(path, instance, directory=False)  # ConfigMistake where it is the config's
+    if missing:
+        return [unmeasurable(m.name, missing, m.unit) for m in metrics]
     for option in ("block_size", "rand_block"):
         if int(options[option]) % 4096:
             reason = f"{instance}.{option} must be a multiple of 4 KiB for O_DIRECT, found {options[option]} B"

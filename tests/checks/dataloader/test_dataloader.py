@@ -8,6 +8,7 @@ import tempfile
 
 import pytest
 
+from preflight.errors import ConfigMistake
 from preflight.checks import dataloader
 from preflight.checks.dataloader.files import list_files
 from preflight.io.dataset_walk import WALK_FACTOR
@@ -85,14 +86,19 @@ def test_no_matching_files_is_unmeasurable_with_the_fix(tmp_path):
     assert "match include='*.jpg'" in measured["throughput"].reason
 
 
-def test_a_missing_dataset_directory_says_so(tmp_path):
-    measured = run_check("dataloader", path=str(tmp_path / "nope"))
-    assert measured["throughput"].value is None
-    assert measured["throughput"].reason == f"{tmp_path / 'nope'} does not exist: mount the dataset or set dataloader.path"
+def test_a_missing_dataset_directory_is_the_configs_mistake(tmp_path):
+    """Issue 35: a path that does not exist, or a file, is the config's mistake (exit 2 at run), not the node's."""
+    with pytest.raises(ConfigMistake) as raised:
+        run_check("dataloader", path=str(tmp_path / "nope"))
+    assert raised.value.option == "path"
+    assert str(raised.value) == (f"dataloader.path: {tmp_path / 'nope'} does not exist on this node: set "
+                                 f"dataloader.path (or DATA_DIR with the bundled thresholds.yaml) to the dataset's "
+                                 f"directory, or mount the dataset there")
     (tmp_path / "file").write_bytes(b"x")
-    measured = run_check("dataloader", path=str(tmp_path / "file"))
-    assert measured["throughput"].reason == (f"{tmp_path / 'file'} is not a directory: point dataloader.path at the "
-                                             f"dataset's directory")
+    with pytest.raises(ConfigMistake) as raised:
+        run_check("dataloader", path=str(tmp_path / "file"))
+    assert str(raised.value) == (f"dataloader.path: {tmp_path / 'file'} is not a directory: point dataloader.path "
+                                 f"at the dataset's directory")
 
 
 def test_decode_image_reports_the_raw_rate_beside_the_decoded_one(tmp_path):

@@ -67,6 +67,15 @@ def swallows_the_first_alarm():
 
 def not_a_dataset(n=1000):
     return list(range(n))
+
+
+def raises():
+    return {{}}["label"]
+
+
+def from_index(index):
+    with open(index) as lines:
+        return Squares(len(lines.read().split()))
 '''.format(sample_s=SAMPLE_S)
 
 
@@ -111,7 +120,7 @@ def test_a_factory_that_cannot_be_imported_is_located_at_validate(tmp_path):
     completed = run_cli("validate", str(path), cwd=tmp_path.parent)
     assert completed.returncode == 2 and completed.stdout == ""
     # located, not imported: told before torch loads, without the job's code running in this process
-    assert completed.stderr == (f"preflight: error: {path}:5:14: `dataloader.dataset`: cannot import jobpkg.data:make: "
+    assert completed.stderr == (f"preflight: error: {path}:5:14: dataloader.dataset: cannot import jobpkg.data:make: "
                                 f"no module named 'jobpkg' on python_path, in this Python's packages or in the "
                                 f"working directory: add the directory that holds `jobpkg` to python_path\n")
 
@@ -161,7 +170,8 @@ def test_a_factory_name_without_its_callable_is_exit_2_before_anything_is_measur
                                 f"\"package.module:callable\", found 'jobpkg.data'\n")
 
 
-def test_an_exception_in_getitem_on_the_50th_sample_is_the_checks_error_naming_the_jobs_frame(tmp_path):
+def test_an_exception_in_getitem_on_the_50th_sample_is_a_config_error_naming_the_jobs_frame(tmp_path):
+    """The job's code's bug is its own on every node: exit 2, never a failed node (issue 35)."""
     path = _job(tmp_path, """
         dataset: "jobpkg.data:make"
         dataset_args: {n: 60, fail_at: 49}  # shuffled: every epoch of 60 reaches the 50th sample
@@ -170,7 +180,7 @@ def test_an_exception_in_getitem_on_the_50th_sample_is_the_checks_error_naming_t
         batch_size: 10
     """)
     code, report = _run(path)
-    assert code == 1
+    assert code == 2 and report["exit_code"] == 2
     [result] = report["results"]
     line = PACKAGE.splitlines().index('            raise ValueError(f"bad sample {index}")') + 1
     assert result["verdict"] == "error"
@@ -178,15 +188,78 @@ def test_an_exception_in_getitem_on_the_50th_sample_is_the_checks_error_naming_t
             f"__getitem__): raised while the DataLoader loaded batches") in result["message"]
 
 
-def test_a_factory_that_cannot_be_imported_at_run_is_located_in_the_checks_error(tmp_path):
+def test_a_factory_that_cannot_be_imported_at_run_is_exit_2_with_validates_line(tmp_path):
+    """Issue 35: `validate` said exit 2, `run` exit 1 (a failed node) with another wording. Now `run` ends with the
+    very line `validate` prints, and exits 2: the config's mistake never takes a node out of rotation."""
     path = _job(tmp_path, """
         dataset: "jobpkg.data:make"
     """)  # no python_path: jobpkg is not importable (run without validate first)
-    code, report = _run(path)
-    [result] = report["results"]
-    assert code == 1 and result["verdict"] == "error"
-    assert (f"{path}:5:14: dataloader.dataset: cannot import jobpkg.data:make (ModuleNotFoundError: No module "
-            f"named 'jobpkg'): add the directory that holds `jobpkg` to python_path") in result["message"]
+    validated = run_cli("validate", "-c", str(path), cwd=tmp_path)
+    completed = run_cli("run", "-c", str(path), "--json", str(tmp_path / "r.json"), cwd=tmp_path)
+    assert (validated.returncode, completed.returncode) == (2, 2), completed.stderr
+    assert completed.stderr.splitlines()[-1] == validated.stderr.strip()
+    assert "Traceback" not in completed.stderr + completed.stdout
+    [result] = json.loads((tmp_path / "r.json").read_text())["results"]
+    assert result["verdict"] == "error" and result["message"] == validated.stderr.strip().removeprefix(
+        "preflight: error: ")
+
+
+@pytest.mark.parametrize("spec, line", [
+    ("jobpkg.data:mkae", "cannot import jobpkg.data:mkae: jobpkg.data has no `mkae`: check the name after the colon"),
+    ("jobpkg.dta:make", "cannot import jobpkg.dta:make: `jobpkg` imported"),
+    ("jobpkg.data:raises", "jobpkg.data:raises(**dataset_args) raised KeyError: 'label' (at jobpkg/data.py:"),
+])
+def test_a_typo_or_a_bug_in_the_jobs_factory_at_run_is_exit_2_never_a_failed_node(tmp_path, spec, line):
+    path = _job(tmp_path, f"""
+        dataset: "{spec}"
+        python_path: [src]
+    """)
+    completed = run_cli("run", "-c", str(path), cwd=tmp_path)
+    assert completed.returncode == 2, completed.stderr
+    last = completed.stderr.splitlines()[-1]
+    assert last.startswith(f"preflight: error: {path}:5:14: dataloader.dataset: {line}"), last
+    assert "Traceback" not in completed.stderr
+
+
+def test_the_jobs_factory_failing_on_the_nodes_io_is_a_failed_node(tmp_path):
+    """An EIO the job's factory meets reading its index file is the node's fault (a bad sector, a lost object):
+    exit 1, whatever code raised it. Built for real: the index lies on a FUSE mount whose reads of it fail."""
+    from tests import fusefs
+
+    if fusefs.available():
+        pytest.skip(fusefs.available())
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "index.txt").write_text("0\n1\n")
+    with fusefs.mounted(str(data), eio=["index.txt"]) as mount:
+        path = _job(tmp_path, f"""
+            dataset: "jobpkg.data:from_index"
+            dataset_args: {{index: {mount}/index.txt}}
+            python_path: [src]
+        """)
+        completed = run_cli("run", "-c", str(path), "--json", str(tmp_path / "r.json"), cwd=tmp_path)
+    assert completed.returncode == 1, completed.stderr
+    [result] = json.loads((tmp_path / "r.json").read_text())["results"]
+    assert "raised OSError: [Errno 5] Input/output error" in result["message"]
+    assert result["message"].endswith("(EIO: the node failed the job's code, not the code the node)")
+    assert completed.stderr.splitlines()[-1].startswith("preflight: FAILED on ")
+
+
+def test_a_config_error_beside_a_node_fault_still_fails_the_node(tmp_path):
+    """A storage row the node fails is the node's, whatever mistake another instance holds: exit 1."""
+    path = _job(tmp_path, """
+        dataset: "jobpkg.data:mkae"
+        python_path: [src]
+        throughput: {min: 1 samples/s}
+    """)
+    path.write_text(path.read_text() + "  storage:\n    path: src\n    duration: 1s\n"
+                    "    small_files: {min: 1000000 files/s}\n")
+    completed = run_cli("run", "-c", str(path), "--json", str(tmp_path / "r.json"), cwd=tmp_path)
+    report = json.loads((tmp_path / "r.json").read_text())
+    verdicts = {r["id"]: (r["verdict"], r["message"]) for r in report["results"]}
+    assert completed.returncode == 1 and report["exit_code"] == 1, completed.stderr
+    assert verdicts["dataloader.throughput"][1].startswith(f"{path}:5:14: dataloader.dataset: cannot import")
+    assert verdicts["dataloader.throughput"][0] == "error" and verdicts["storage.small_files"][0] == "fail"
 
 
 def test_an_iterable_dataset_that_hangs_is_a_timeout(tmp_path):
@@ -203,13 +276,13 @@ def test_an_iterable_dataset_that_hangs_is_a_timeout(tmp_path):
 
 
 def test_the_factory_runs_only_in_the_worker_at_run(tmp_path):
-    # a factory that cannot be imported is the check's error at run (the CLI process never imports it)
+    # a factory that cannot be imported is the check's error at run (the CLI process never imports it), exit 2
     path = _job(tmp_path, """
         dataset: "jobpkg.data:make"
     """)
     code, report = _run(path)
-    assert code == 1
-    assert "cannot import jobpkg.data:make (ModuleNotFoundError" in report["results"][0]["message"]
+    assert code == 2
+    assert "cannot import jobpkg.data:make: no module named 'jobpkg' on python_path" in report["results"][0]["message"]
 
 
 @pytest.mark.parametrize("batch, expected", [
@@ -310,4 +383,4 @@ def test_an_import_error_names_the_part_that_failed_not_python_path(tmp_path, sp
         f"{told}\n"), completed.stderr
     code, report = _run(path)
     [result] = report["results"]
-    assert code == 1 and result["verdict"] == "error" and told in result["message"], result["message"]
+    assert code == 2 and result["verdict"] == "error" and told in result["message"], result["message"]

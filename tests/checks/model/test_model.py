@@ -187,7 +187,7 @@ def test_resnet18_from_torchvision_trains_a_step():
 
 
 @pytest.mark.parametrize("body, message", [
-    ('model: "jobpkg.net:make"', "`model.model`: cannot import jobpkg.net:make: no module named 'jobpkg' on "
+    ('model: "jobpkg.net:make"', "model.model: cannot import jobpkg.net:make: no module named 'jobpkg' on "
                                  "python_path, in this Python's packages or in the working directory: add the "
                                  "directory that holds `jobpkg` to python_path"),
     ('model: "jobpkg.net:not_a_model"\n    python_path: [src]',

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from preflight.errors import ConfigMistake
 from preflight.checks import dataloader, model, pipeline
 from preflight.checks.model.step import Window
 from preflight.checks.pipeline.measuring import input_bound
@@ -231,12 +232,16 @@ def test_a_window_counts_what_its_step_says_it_waited_and_the_feed_counts_only_i
 
 
 def test_a_loader_with_nothing_to_read_still_measures_the_model(tmp_path):
-    results = run_check("pipeline", 0.3, path=str(tmp_path / "absent"), model="tiny", input_shape=[3, 16, 16],
+    (tmp_path / "empty").mkdir()
+    results = run_check("pipeline", 0.3, path=str(tmp_path / "empty"), model="tiny", input_shape=[3, 16, 16],
                         batch_size=2)
     assert results["model_samples_per_s[cpu]"].value > 0
     for name in ("samples_per_s[cpu]", "input_bound[cpu]"):
         assert results[name].value is None
-        assert results[name].reason == f"{tmp_path / 'absent'} does not exist: mount the dataset or set pipeline.path"
+        assert results[name].reason.startswith(f"no readable files under {tmp_path / 'empty'} match include=")
+    with pytest.raises(ConfigMistake, match=r"^pipeline\.path: .* does not exist on this node: set pipeline\.path"):
+        run_check("pipeline", 0.3, path=str(tmp_path / "absent"), model="tiny", input_shape=[3, 16, 16],
+                  batch_size=2)  # a path that is not there is the config's mistake (issue 35): exit 2 at run
 
 
 def test_the_options_are_the_dataloaders_and_the_models_each_declared_once():

@@ -10,6 +10,7 @@ import tempfile
 
 import pytest
 
+from preflight.errors import ConfigMistake
 from preflight.checks import storage
 from preflight.checks.storage import measuring
 from preflight.config import Instance, Threshold
@@ -101,10 +102,13 @@ def test_a_tmpfs_path_is_named_and_its_numbers_are_cache_bound():
     assert "cache-bound" in result.message
 
 
-def test_a_missing_path_makes_every_metric_unmeasurable_with_the_fix(tmp_path):
-    measured = run_check("storage", path=str(tmp_path / "absent"))
-    assert all(not m.measured for m in measured.values())
-    assert "does not exist: mount the dataset or set storage.path" in measured["seq_read"].reason
+def test_a_missing_path_is_the_configs_mistake_with_the_fix(tmp_path):
+    """Issue 35: exit 2 at run (``ConfigMistake`` on option ``path``), never a failed node."""
+    with pytest.raises(ConfigMistake) as raised:
+        run_check("storage", path=str(tmp_path / "absent"))
+    assert raised.value.option == "path"
+    assert str(raised.value).startswith(f"storage.path: {tmp_path / 'absent'} does not exist on this node: set "
+                                        f"storage.path (or DATA_DIR")
 
 
 def test_a_block_size_that_breaks_o_direct_alignment_is_refused(dataset):

@@ -1,0 +1,53 @@
+"""Checks layer: whether the dataset path a check was given is there, and whose fault it is when it is not.
+
+One rule for every check that reads the dataset (storage, dataloader; issue 35): a configuration's mistake must
+never take a node out of rotation, and a node's fault must never pass for the configuration's.
+
+- ``path`` does not exist (ENOENT), a component of it is a file (ENOTDIR), or a check that reads a directory is
+  given a file: the config's mistake (``errors.ConfigMistake``: the run exits 2, the line names the option's
+  ``FILE:LINE:COL`` and the fix), on whatever node it runs;
+- except where ``path`` lies under a mount point that /etc/fstab lists and that is not mounted now: the node's
+  mounts are not up (at boot, a failed NFS mount), so it is the node's fault (exit 1), said as such. A
+  Kubernetes volume the pod spec does not mount is the spec's mistake: nothing in the node's fstab names it;
+- any other error (EIO, ESTALE, ETIMEDOUT, EACCES: a disk, a mount or a server that fails, permissions on the
+  volume) is the node's: the check reports its metrics unmeasurable with the reason (exit 1).
+
+``stat`` runs in the check's worker, under its timeout: a mount that never answers holds the worker, never the
+runner (``runner``'s stuck-process handling names it).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+from preflight.errors import ConfigMistake
+from preflight.host.fsinfo import unmounted
+
+
+def reason(path: str, instance: str, directory: bool) -> str:
+    """Why ``path`` (``{instance}.path``) cannot be read, when that is the node's fault; "" when it is there.
+
+    ``directory``: the check reads a directory (the dataloader); a file is then the config's mistake too.
+
+    Raises:
+        ConfigMistake: on option ``path``: it does not exist, or is not a directory where one is read.
+    """
+    try:
+        mode = os.stat(path).st_mode  # links followed, as the job's open() follows them
+    except OSError as error:
+        if error.errno not in (errno.ENOENT, errno.ENOTDIR):
+            return (f"{path} cannot be reached ({errno.errorcode.get(error.errno or 0, '?')}: {error.strerror}): "
+                    f"the node's volume or mount fails; see `dmesg` and the mount's server")
+        mount_point = unmounted(path)
+        if mount_point:
+            return (f"{path} does not exist: it lies under {mount_point}, which /etc/fstab mounts but is not mounted "
+                    f"on this node: mount it (mount {mount_point}), then run again")
+        raise ConfigMistake(f"{instance}.path: {path} does not exist on this node: set {instance}.path (or DATA_DIR "
+                            f"with the bundled thresholds.yaml) to the dataset's directory, or mount the dataset "
+                            f"there", "path") from None
+    if directory and not stat.S_ISDIR(mode):
+        raise ConfigMistake(f"{instance}.path: {path} is not a directory: point {instance}.path at the dataset's "
+                            f"directory", "path")
+    return ""
