@@ -68,6 +68,7 @@ class Shape(NamedTuple):
     prefetch: int
     pin: bool
     loader: str = ""  # factory in jobs.shapes returning the job's DataLoader (for batch_size=None)
+    context: str = ""  # the DataLoader's multiprocessing_context; empty: this Python's default (fork)
 
 
 SHAPES = (
@@ -76,6 +77,7 @@ SHAPES = (
     Shape("u8", "images_u8", 128, 2, 4, False),
     Shape("dict", "records", 32, 3, 2, False),
     Shape("view", "tokens", None, 2, 2, False, loader="token_loader"),
+    Shape("spawn", "cached", 32, 2, 2, False, context="spawn"),
 )
 
 JOB = '''
@@ -138,6 +140,24 @@ def tokens():
     return Tokens()
 
 
+class Cached(Dataset):
+    """Images decoded once into a RAM cache, a 32 MiB uint8 tensor (as ultralytics' cache="ram"), each sample a
+    float32 copy of one 3x64x64 image in it."""
+
+    def __init__(self):
+        self.cache = torch.zeros(2730, 3, 64, 64, dtype=torch.uint8)
+
+    def __len__(self):
+        return len(self.cache)
+
+    def __getitem__(self, index):
+        return self.cache[index].float(), index % 1000
+
+
+def cached():
+    return Cached()
+
+
 def token_loader(num_workers=2, prefetch_factor=2, pin_memory=False):
     return DataLoader(Tokens(), batch_size=None, shuffle=True, num_workers=num_workers,
                       prefetch_factor=prefetch_factor, pin_memory=pin_memory)
@@ -152,13 +172,14 @@ import torch
 from jobs import shapes
 
 dataset, loader, batch, workers, prefetch, pin = sys.argv[2], sys.argv[3], sys.argv[4], *map(int, sys.argv[5:8])
-batches, step_s, warmup_s = int(sys.argv[8]), float(sys.argv[9]), float(sys.argv[10])
+batches, step_s, warmup_s, context = int(sys.argv[8]), float(sys.argv[9]), float(sys.argv[10]), sys.argv[11] or None
 warnings.simplefilter("ignore")  # pin_memory without an accelerator says so; the row says it
 if loader:
     loader = getattr(shapes, loader)(num_workers=workers, prefetch_factor=prefetch, pin_memory=bool(pin))
 else:
     loader = torch.utils.data.DataLoader(getattr(shapes, dataset)(), batch_size=int(batch), shuffle=True,
-                                         num_workers=workers, prefetch_factor=prefetch, pin_memory=bool(pin))
+                                         num_workers=workers, prefetch_factor=prefetch, pin_memory=bool(pin),
+                                         multiprocessing_context=context)
 print("start", flush=True)
 steady = 2 * prefetch * workers
 for step, held in enumerate(loader):
@@ -231,7 +252,8 @@ def config_text(shape: Shape, src: str) -> str:
     else:
         job = (f'dataset: "jobs.shapes:{shape.dataset}"\nbatch_size: {shape.batch_size}\n'
                f"num_workers: {shape.workers}\nprefetch_factor: {shape.prefetch}\n"
-               f"pin_memory: {str(shape.pin).lower()}\n")
+               f"pin_memory: {str(shape.pin).lower()}\n"
+               + (f"multiprocessing_context: {shape.context}\n" if shape.context else ""))
     body = job + f"python_path: [{src}]\nduration: 1s\nworker_pools: 1\nshm_headroom: {{min: 0 %}}\n"
     return "version: 1\nchecks:\n  dataloader:\n" + textwrap.indent(body, "    ")
 
@@ -261,7 +283,7 @@ def observed(shape: Shape, src: str, batches: int, step_s: float, warmup_s: floa
     peak = Peak(lambda: shm_used() - base).start()
     loop = subprocess.Popen([sys.executable, "-c", LOOP, src, shape.dataset, shape.loader, str(shape.batch_size),
                              str(shape.workers), str(shape.prefetch), str(int(shape.pin)), str(batches), str(step_s),
-                             str(warmup_s)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             str(warmup_s), shape.context], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, PYTHONPATH=ROOT))
     said = []
     for line in loop.stdout:

@@ -34,7 +34,9 @@ Method::
     semaphores = (3 x num_workers + 8) pages            multiprocessing's SemLocks (sem_open: /dev/shm/sem.*, one
                                                         page each): 3 per worker's index queue and the result
                                                         queue's, 5 for the workers' done Event
-    needed   = bytes x in flight + held x num_workers + semaphores
+    once     = spawn or forkserver: the Dataset's own tensors' storages, which pickling it to the workers moves
+               there once (reduce_storage); held then counts 0, being among them
+    needed   = bytes x in flight + held x num_workers + once + semaphores
     headroom = (free - needed) / free                   free: statvfs f_bavail of /dev/shm
 
 Measured against a real loop's peak of statvfs(/dev/shm) in bench/shm_needed.py (docs/benchmarks.md).
@@ -47,6 +49,7 @@ would die as the job's would (``Need.short``).
 from __future__ import annotations
 
 import math
+import types
 from typing import Any, Callable, Mapping, NamedTuple
 
 from preflight.host import cgroup_memory
@@ -69,9 +72,14 @@ def storages(batch: Any) -> dict[int, tuple[int, Any]]:
     import torch
 
     seen: dict[int, tuple[int, Any]] = {}
+    walked: set[int] = set()  # containers and objects already walked: a Dataset may refer to itself
     stack = [batch]
     while stack:
         item = stack.pop()
+        if not isinstance(item, (str, bytes, int, float, torch.Tensor)):
+            if id(item) in walked:
+                continue
+            walked.add(id(item))
         if isinstance(item, torch.Tensor):
             try:
                 storage = item.untyped_storage()
@@ -83,9 +91,13 @@ def storages(batch: Any) -> dict[int, tuple[int, Any]]:
             stack.extend(item.values())
         elif isinstance(item, (list, tuple)):
             stack.extend(item)
-        elif hasattr(item, "__dict__") and not isinstance(item, type):
+        elif hasattr(item, "__dict__") and not isinstance(item, (type, *_BY_REFERENCE)):
             stack.extend(vars(item).values())
     return seen
+
+
+# Pickled by name, not by value: a Dataset's functions, methods and modules carry no tensor to a spawned worker.
+_BY_REFERENCE = (types.ModuleType, types.FunctionType, types.MethodType, types.BuiltinFunctionType)
 
 
 def batch_bytes(batch: Any) -> int:
@@ -151,7 +163,8 @@ class Need(NamedTuple):
     size: int  # bytes of the mount
     where: str  # the mount, for the method ("/dev/shm (tmpfs)")
     memory_limit: int | None = None  # the cgroup's memory limit (``cgroup_memory.memory_limit``); None: none read
-    held: int = 0  # bytes of the storages the Dataset keeps (``split_held``): moved there once by each worker
+    held: int = 0  # bytes of the storages the Dataset keeps (``split_held``): moved there once by each forked worker
+    once: int = 0  # bytes of the Dataset's tensors, moved there once as it is pickled to spawned workers
 
     @property
     def batches(self) -> int:
@@ -160,7 +173,7 @@ class Need(NamedTuple):
     def fixed(self, workers: int) -> int:
         """What ``workers`` workers hold in /dev/shm whatever the batch: their copies of the Dataset's kept storages
         and the loader's semaphores."""
-        return self.held * max(0, workers) + semaphores(workers)
+        return self.held * max(0, workers) + (self.once if workers > 0 else 0) + semaphores(workers)
 
     @property
     def needed(self) -> int:
@@ -182,6 +195,9 @@ class Need(NamedTuple):
         loop = "" if self.pinned else " + 2 the training loop holds (its batch and the one before it)"
         kept = (f", {_size(self.held)} of tensors the Dataset keeps (its batches are views of them) x "
                 f"num_workers {self.workers}" if self.held else "")
+        if self.once:
+            kept += (f", {_size(self.once)} of the Dataset's tensors, moved there once as the Dataset is pickled to "
+                     f"the workers (spawn, forkserver)")
         return (f"{self.batches} batches of {_size(self.batch)} ({self.batch_size} samples): num_workers "
                 f"{self.workers} x prefetch_factor {self.prefetch}{loop}{kept}, and "
                 f"{_size(semaphores(self.workers))} of the loader's semaphores")
@@ -198,7 +214,7 @@ class Need(NamedTuple):
         largest prefetch_factor at the job's workers, where one fits."""
         docker, kubernetes = shm_size(self.needed + max(0, self.size - self.free))
         instead = []
-        if self.largest_batch():
+        if 0 < self.largest_batch() < self.batch_size:
             instead.append(f"batch_size to {self.largest_batch()}")
         most = max(n for n in range(self.workers) if self.fits(n))  # 0 always fits: nothing in flight
         instead.append(f"num_workers to {most}" + (" (the main process loads: nothing passes through /dev/shm, "
@@ -265,13 +281,38 @@ def need(options: Mapping[str, Any], source: Any, built: Any) -> Need | list[Mea
         return [unmeasurable(name, why, unit) for name, unit in zip(ROWS, ("B", "%"))]
     batch_size = int(built.batch_size or 1)
     workers, prefetch = built.workers, built.prefetch_factor
-    nbytes = held = 0
+    nbytes = held = once = 0
     if workers:
-        nbytes, held, samples = first_batch(built)
-        if samples and samples < batch_size:  # a dataset shorter than one batch: scaled to a full one
-            nbytes = int(nbytes * batch_size / samples)
+        pickled, tensors = pickled_tensors(built)
+        once = tensors if pickled else 0
+        if once <= fs.free_bytes:  # else the probe's start would fill /dev/shm as the job's workers' start does
+            nbytes, held, samples = first_batch(built)
+            if samples and samples < batch_size:  # a dataset shorter than one batch: scaled to a full one
+                nbytes = int(nbytes * batch_size / samples)
+            if pickled:  # the storages it keeps are the ones shared once, already in `once`
+                held = 0
     return Need(nbytes, batch_size, workers, prefetch, pinned(options, source), fs.free_bytes, fs.size_bytes,
-                fs.describe(), cgroup_memory.memory_limit(), held)
+                fs.describe(), cgroup_memory.memory_limit(), held, once)
+
+
+def pickled_tensors(built: Any) -> tuple[bool, int]:
+    """(whether ``built``'s workers get a pickled copy of its Dataset, the bytes of the tensor storages it holds).
+
+    Under spawn and forkserver (the DataLoader's ``multiprocessing_context``, else torch.multiprocessing's start
+    method: forkserver is Python 3.14's default on Linux) torch's DataLoader pickles the Dataset to each worker
+    with multiprocessing's ForkingPickler, where torch's ``reduce_storage`` moves each of its tensors' storages
+    into a shared-memory segment in place at the first worker's start and hands the later ones the same segment
+    (ultralytics/ultralytics#26086: a RAM image cache held as a tensor): once, whatever the worker count. Under
+    fork nothing is pickled. The Dataset is walked as ``storages`` walks a batch, not pickled (that would fill
+    /dev/shm here). The loader is made (``Loader.fresh``), never iterated."""
+    import torch.multiprocessing
+
+    loader = built.fresh().dataloader
+    context = loader.multiprocessing_context
+    method = context.get_start_method() if context is not None else torch.multiprocessing.get_start_method()
+    if method == "fork":
+        return False, 0
+    return True, sum(nbytes for nbytes, _ in storages(loader.dataset).values())
 
 
 # What torch says when a worker runs out of /dev/shm: the SIGBUS of a page touched past the mount's end (its SIGCHLD

@@ -141,6 +141,25 @@ def tokens():
     return Tokens()
 
 
+class Cached(Dataset):
+    \"\"\"Images decoded once into a RAM cache, a 24 MiB uint8 tensor (ultralytics/ultralytics#26086's cache held as a
+    tensor), each sample a float copy of one 3x32x32 image in it.\"\"\"
+
+    def __init__(self):
+        self.cache = torch.zeros(8192, 3, 32, 32, dtype=torch.uint8)
+        self.me = self  # a Dataset that refers to itself: walked once
+
+    def __len__(self):
+        return len(self.cache)
+
+    def __getitem__(self, index):
+        return self.cache[index].float()
+
+
+def cached():
+    return Cached()
+
+
 def token_loader():
     return torch.utils.data.DataLoader(Tokens(), batch_size=None, shuffle=True, num_workers=2, prefetch_factor=2,
                                        pin_memory=False)
@@ -161,9 +180,11 @@ from shmjob import data
 
 factory, batch, workers, collate = sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5:]
 batch = None if batch == "none" else int(batch)
+context = collate.pop() if collate and collate[-1] in ("spawn", "forkserver") else None
 loader = torch.utils.data.DataLoader(getattr(data, factory)(), batch_size=batch, num_workers=workers,
                                      prefetch_factor=2, shuffle=True, timeout=30,
-                                     collate_fn=getattr(data, collate[0]) if collate else None)
+                                     collate_fn=getattr(data, collate[0]) if collate else None,
+                                     multiprocessing_context=context)
 for step, batch in enumerate(loader):
     pass
 print("epoch done", step + 1, "batches")
@@ -461,6 +482,29 @@ def test_views_of_a_tensor_the_dataset_keeps_count_once_per_worker_and_fit_where
     assert ("6 batches of 0 B (1 samples): num_workers 2 x prefetch_factor 2 + 2 the training loop holds (its batch "
             "and the one before it), 8 MiB of tensors the Dataset keeps (its batches are views of them) x num_workers "
             "2" in results["dataloader.shm_needed"]["method"])
+
+
+def test_a_tensor_the_dataset_holds_is_moved_to_shm_once_when_spawned_workers_start_and_is_projected(tmp_path):
+    """ultralytics/ultralytics#26086: under spawn or forkserver (Python 3.14's default) the DataLoader pickles the
+    Dataset to each worker, and torch moves its tensors to /dev/shm at the first one's start: a 24 MiB image cache
+    on a 16 MiB /dev/shm kills the loop before its first batch, where its batches of 16 KiB would fit."""
+    config = _config(tmp_path, """
+        dataset: "shmjob.data:cached"
+        batch_size: 16
+        num_workers: 2
+        prefetch_factor: 2
+        multiprocessing_context: spawn
+        shm_headroom: {min: 0 %}
+        """)
+    _died(_loop(config, "16m", "cached", "16", "2", "spawn"))
+    gate, results = _gate(config, "16m")
+    assert gate.returncode == 1
+    assert results["dataloader.shm_needed"]["value"] == (24 << 20) + (3 * 2 + 8) * 4096  # no probe: it would die
+    hint = results["dataloader.shm_headroom"]["hint"]
+    assert (", 24 MiB of the Dataset's tensors, moved there once as the Dataset is pickled to the workers (spawn, "
+            "forkserver)" in hint)
+    assert "--shm-size=64m" in hint and hint.endswith("or lower num_workers to 0 (the main process loads: nothing "
+                                                      "passes through /dev/shm, nothing loads in parallel)")
 
 
 # --- the figures, without root --------------------------------------------------------------------------------
