@@ -160,6 +160,26 @@ def cached():
     return Cached()
 
 
+class Videos(Dataset):
+    \"\"\"Each sample one clip decoded whole (64 frames of 3x32x32 float32, 768 KiB), of which every 8th frame is
+    returned: a view of the clip (embeddings-benchmark/mteb#4747).\"\"\"
+
+    def __len__(self):
+        return 512
+
+    def __getitem__(self, index):
+        return torch.zeros(64, 3, 32, 32)[::8]
+
+
+def videos():
+    return Videos()
+
+
+def as_list(samples):
+    \"\"\"The job's collate_fn for clips of varying length: the samples as they are, no copy.\"\"\"
+    return samples
+
+
 def token_loader():
     return torch.utils.data.DataLoader(Tokens(), batch_size=None, shuffle=True, num_workers=2, prefetch_factor=2,
                                        pin_memory=False)
@@ -505,6 +525,26 @@ def test_a_tensor_the_dataset_holds_is_moved_to_shm_once_when_spawned_workers_st
             "forkserver)" in hint)
     assert "--shm-size=64m" in hint and hint.endswith("or lower num_workers to 0 (the main process loads: nothing "
                                                       "passes through /dev/shm, nothing loads in parallel)")
+
+
+def test_frames_that_view_a_whole_decoded_clip_send_the_clip_and_are_projected_so(tmp_path):
+    """embeddings-benchmark/mteb#4747: frames picked from a decoded video are a view of it, and torch sends a view by
+    its whole storage, so /dev/shm fills with whole clips: 8 clips of 768 KiB a batch (96 KiB of frames) x 6 batches
+    in flight is 36 MiB on a 16 MiB /dev/shm. The clip is made per sample, not kept: it counts per batch."""
+    config = _config(tmp_path, """
+        dataset: "shmjob.data:videos"
+        collate_fn: "shmjob.data:as_list"
+        batch_size: 8
+        num_workers: 2
+        prefetch_factor: 2
+        shm_headroom: {min: 0 %}
+        """)
+    _died(_loop(config, "16m", "videos", "8", "2", "as_list"))
+    gate, results = _gate(config, "16m")
+    assert gate.returncode == 1
+    assert results["dataloader.shm_needed"]["value"] == 6 * 8 * 64 * 3 * 32 * 32 * 4 + (3 * 2 + 8) * 4096
+    assert results["dataloader.shm_headroom"]["verdict"] == "fail"
+    assert "(6 batches of 6 MiB (8 samples)" in results["dataloader.shm_headroom"]["hint"]
 
 
 # --- the figures, without root --------------------------------------------------------------------------------
