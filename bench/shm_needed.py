@@ -24,17 +24,34 @@ pin_memory=True (on a node without CUDA torch ignores it, DataLoader's "no accel
 preflight's projection does the same: the row checks that both agree); ``u8`` uint8 3x224x224, batch 128, 2 workers
 x prefetch 4; ``dict`` samples {"image": float32 3x224x224, "label": int64 tensor}, batch 32, 3 workers x prefetch 2;
 ``view`` a language model's pre-batched token stream (batch_size=None): each batch is a 16x1024 view of the
-32 MiB int64 token tensor the Dataset loaded, 2 workers x prefetch 2.
+32 MiB int64 token tensor the Dataset loaded, 2 workers x prefetch 2; ``spawn`` a Dataset holding a 32 MiB uint8
+RAM cache of 3x64x64 images (ultralytics/ultralytics#26086), batch 32 of float copies, 2 workers x prefetch 2,
+multiprocessing_context=spawn.
 
-Why ``view`` needed a new model: torch sends a tensor by its whole storage (torch/multiprocessing/reductions.py,
-``reduce_tensor`` -> ``reduce_storage`` -> ``storage._share_fd_cpu_()``), and ``_share_fd_cpu_`` on a storage not
-yet shared moves it into a new shared-memory segment in place (torch/csrc/StorageSharing.cpp, ``THPStorage_shareFd``:
-``at::new_shm_fd_storage``, copy, ``set_data_ptr_noswap``). So the first batch a worker sends moves its copy of the
-Dataset's whole token tensor to /dev/shm, where it stays (the Dataset holds it), and every later batch is a view of
-a storage already shared (``_share_fd_cpu_`` returns the same fd): the tensor costs once per worker, not once per
-batch in flight. The projection used to count the whole storage per batch in flight (5 x 32 MiB where the loop
-holds 2 x 32 MiB); ``shared_memory`` now counts a storage that outlives the batch (the Dataset keeps it) once per
-worker.
+What the first runs missed, and the model in preflight/checks/dataloader/shared_memory.py now counts:
+
+- 2 batches the loop holds, not 1 (``u8`` and ``dict`` peaked at prefetch x workers + 2 batches, ``f32`` at 9.8):
+  torch/utils/data/dataloader.py ``_MultiProcessingDataLoaderIter._next_data`` hands the batch to
+  ``_process_data``, which calls ``_try_put_index`` (the next index goes to a worker) before ``__next__`` returns,
+  while the loop's variable still holds the previous batch; a worker's ``posix_fallocate`` of its next segment
+  (c10/core/MapAllocator.cpp) can meet the page-by-page freeing of the last.
+- the loader's semaphores: multiprocessing's ``SemLock`` is a glibc ``sem_open``, a page in /dev/shm each; 3 per
+  ``Queue`` (one index queue per worker, the result queue) and 5 for the workers' done ``Event``: (3 x workers + 8)
+  pages, measured at 11, 14 and 20 pages for 1, 2 and 4 workers.
+- ``view``: torch sends a tensor by its whole storage (torch/multiprocessing/reductions.py, ``reduce_tensor`` ->
+  ``reduce_storage`` -> ``storage._share_fd_cpu_()``), and ``_share_fd_cpu_`` on a storage not yet shared moves it
+  into a new shared-memory segment in place (torch/csrc/StorageSharing.cpp, ``THPStorage_shareFd``:
+  ``at::new_shm_fd_storage``, copy, ``set_data_ptr_noswap``). So the first batch a worker sends moves its copy of
+  the Dataset's whole token tensor to /dev/shm, where it stays (the Dataset holds it), and every later batch is a
+  view of a storage already shared: once per worker, not once per batch in flight (5 x 32 MiB was projected where
+  the loop holds 2 x 32 MiB). A storage still alive once the measured batch is dropped is the Dataset's.
+- ``spawn``: the DataLoader pickles the Dataset to each spawned (or forkserver: Python 3.14's default) worker with
+  multiprocessing's ForkingPickler, whose torch reductions move the Dataset's tensors to /dev/shm in the main
+  process at the first worker's start, once (9.1 MiB was projected where the loop held 41.1 MiB: the gate passed a
+  job whose /dev/shm its cache fills).
+
+The projection is the most the loader holds, which it holds whenever the loop stalls long enough for the workers to
+fill their prefetch (the first step always does); ``--step-ms 0 --warmup-s 0`` shows a loop that never stalls.
 """
 
 from __future__ import annotations
