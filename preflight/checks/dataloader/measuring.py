@@ -20,7 +20,7 @@ from preflight.checks.dataloader.source import Loader, Source, loader_for, opene
 from preflight.checks.dataloader.user import Uncountable
 from preflight.host import pids
 from preflight.io import dataset_pass
-from preflight.measurement import Measurement, unmeasurable
+from preflight.measurement import Measurement, not_applicable, unmeasurable
 from preflight.units import format_value
 
 @explaining_worker_oom
@@ -182,6 +182,8 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits:
                                    "the pass read (and decoded) by the workers; a failure counted, not raised"))
         said = dataset_pass.failures_note(failed, len(files), len(files[1::2]) if halves else None)
         note = "; ".join(part for part in (note, said) if part)
+    else:  # no file the loader reads itself: the bundled {max: 0} must not fail on a row that cannot exist here
+        results.append(not_applicable("unreadable_samples", _no_sample_files(source, tar)))
     results += watch.measurements(_epoch(source, tar), workers, built.prefetch_factor, method,
                                   source.job.footprint if source.job is not None else None)
     results.append(tasks.headroom(limits, watch.tasks(), options, workers, method, tensor_worker))
@@ -261,6 +263,16 @@ def _short(taken: Pools, files: Sequence[Any] | None, halves: bool) -> str:
         needed = sampling.files_for_span(taken.rate, 0.5 if halves else 1.0)
         fix = f"a dataset of {needed:,} files or more spans it (this one holds {len(files):,})"
     return sampling.short_warning(f"the windows of {pools}", span_s, fix)
+
+
+def _no_sample_files(source: Source, tar: bool) -> str:
+    """Why ``unreadable_samples`` does not apply: the loader reads no sample file of its own."""
+    if tar:
+        return "tar shards: a damaged shard or member is counted in the rows' note, not per sample file"
+    if source.job is not None:
+        return ("the job's Dataset reads its samples itself: one it cannot read raises in its worker, and the "
+                "check's error names it")
+    return "synthetic samples: no file is read"
 
 
 def _left_in_pass(built: Loader) -> Callable[[], int | None]:

@@ -182,3 +182,12 @@ def test_a_missed_required_rate_gives_the_fix_the_runs_evidence_shows_not_a_poin
     assert "decode-bound" in fixes and "see the throughput fix" not in fixes
     page = (tmp_path / "run.html").read_text()
     assert "decode-bound" in page and "see the throughput fix" not in page
+
+
+def test_unreadable_samples_is_not_applicable_where_the_loader_reads_no_sample_file_of_its_own():
+    """The bundled {max: 0} failed `not measured` on synthetic samples (the row was missing): a row that cannot exist
+    there is skipped, with why."""
+    measured = run_check("dataloader", 0.3, synthetic=True, num_workers=1, batch_size=8, worker_pools=1)
+    row = measured["unreadable_samples"]
+    assert not row.applicable and row.value is None
+    assert row.reason == "synthetic samples: no file is read"
