@@ -110,8 +110,10 @@ def _measure(options: Mapping[str, Any], cuda: gpu.TorchCuda, view: gpu.TorchVie
     method = f"torch {view.torch_version}, CUDA runtime {view.cuda_runtime or view.hip_runtime or 'none'}"
     nvml_devices = nvml.handles_by_bus(session)
     located = nvml.locate(nvml_devices, view.devices, environ)
-    results = [Measurement("device_count", float(len(view.devices)), "", method=method,
-                           reason=_count_reason(view, nvml_devices, visibility),
+    reason = _count_reason(view, nvml_devices, visibility)
+    if view.no_gpu_here:  # the fix line says it: not twice in the same entry of "what to fix"
+        reason = reason.removesuffix(": " + gpu.NO_GPU_FIX)
+    results = [Measurement("device_count", float(len(view.devices)), "", method=method, reason=reason,
                            hint=gpu.NO_GPU_FIX if view.no_gpu_here else "")]  # not "check the driver": there is none
     if view.cuda_runtime is not None:
         results.append(Measurement("cuda_runtime", view.cuda_runtime, "version", method=method))
