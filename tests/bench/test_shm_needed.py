@@ -28,7 +28,8 @@ def test_the_sampler_keeps_the_largest_reading_and_the_largest_since_its_mark():
             peak.mark()
         return values[len(calls) - 1] if len(calls) <= len(values) else 0
 
-    peak = Peak(used, every_s=0.0).start()
+    peak = Peak(used, every_s=0.0)
+    peak.start()  # after the name is bound: used() marks it
     while peak.samples < len(values):
         time.sleep(0.001)
     peak.stop()

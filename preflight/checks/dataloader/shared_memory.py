@@ -309,7 +309,11 @@ def pickled_tensors(built: Any) -> tuple[bool, int]:
 
     loader = built.fresh().dataloader
     context = loader.multiprocessing_context
-    method = context.get_start_method() if context is not None else torch.multiprocessing.get_start_method()
+    # Without one, the start method set, else this Python's default (get_all_start_methods lists it first): read so
+    # as not to fix it here, as get_start_method() would.
+    method = (context.get_start_method() if context is not None else
+              torch.multiprocessing.get_start_method(allow_none=True)
+              or torch.multiprocessing.get_all_start_methods()[0])
     if method == "fork":
         return False, 0
     return True, sum(nbytes for nbytes, _ in storages(loader.dataset).values())

@@ -308,7 +308,8 @@ def test_the_other_rows_say_why_no_pool_started_and_their_gate_fails_closed(job)
     assert throughput["message"].startswith(
         "could not measure: not measured: the loader's batches in flight need 367.6 MiB of /dev/shm (10 batches of "
         "36.75 MiB (64 samples): num_workers 4 x prefetch_factor 2 + 2 the training loop holds (its batch and the one "
-        "before it), and 80 KiB of the loader's semaphores), which has 64 MiB free; its workers would die with a bus error, as the job's would, so no worker was started: "
+        "before it), and 80 KiB of the loader's semaphores), which has 64 MiB free; its workers would die with a "
+        "bus error, as the job's would, so no worker was started: "
         "dataloader.shm_headroom says the size to set")
 
 
