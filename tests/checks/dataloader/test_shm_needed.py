@@ -6,7 +6,10 @@ namespace, a job whose samples are 3x224x224 float32 at batch 64 with 4 workers:
 (a worker's queue feeder thread fails to move a tensor there and the batch never comes: the loop waits for its
 DataLoader timeout), and preflight fails the row first, with the size to set, and does not crash itself. With
 1 GiB the same job passes. Public reports built as shapes below: MIC-DKFZ/nnUNet#294 (the tensors moved there at
-pickling, not by collate), idiap/ESLAM#20 (a mount others fill), bytedance/Protenix#2 (one worker still dies).
+pickling, not by collate), idiap/ESLAM#20 (a mount others fill), bytedance/Protenix#2 (one worker still dies),
+ultralytics/ultralytics#26086 (a Dataset's tensor cache moved there when spawned workers start),
+embeddings-benchmark/mteb#4747 (frames that view a whole decoded clip send the clip). The model's terms are
+measured against a real loop's peak in bench/shm_needed.py.
 """
 
 from __future__ import annotations
