@@ -62,7 +62,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         reply: dict[str, Any] = {"error": (f"{where}: " if where else "") + describe(error)}
         fault = node_fault(str(error))
         if fault:  # the job's code failing on the node's I/O or memory is the node's fault: exit 1
-            reply["error"] += f" ({fault}: the node failed the job's code, not the code the node)"
+            reply["error"] += f" (a fault of the node's, {fault}, not the code's: exit 1)"
         else:
             reply["config_error"] = True
         return reply

@@ -96,8 +96,7 @@ def test_the_bundle_installs_offline_and_the_smoke_script_stops_for_want_of_a_gp
     installed = {path.name for path in (out / "pydeps").iterdir()}
     assert {"_yaml", "junit_xml", "pynvml.py", "six.py", "yaml"} <= installed and "torch" not in installed
     assert run.stdout.splitlines()[-2:] == [
-        f"cannot run: no GPU visible: no CUDA device: torch {BUILD['__version__']} is a CPU build; install a CUDA "
-        f"build of torch",
+        f"cannot run: no GPU visible: no CUDA device: torch {BUILD['__version__']} is a CPU build, and {gpu.NO_GPU}",
         "fix: run this on a GPU node, in the job's image with its GPUs given to the container (--gpus all, or the "
         "pod's nvidia.com/gpu limit)"]
 

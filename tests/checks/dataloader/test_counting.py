@@ -229,7 +229,7 @@ def test_a_count_samples_that_returns_no_number_is_the_checks_error_naming_it(tm
     """)
     code, results = _run(path)
     [error] = results.values()  # the check's error, not a metric's
-    assert code == 1 and error["verdict"] == "error"
+    assert code == 2 and error["verdict"] == "error"  # the job's code's mistake: never a failed node
     line = path.read_text().splitlines().index('    count_samples: "speechjob.data:spelled"') + 1
     assert (f"{path}:{line}:20: dataloader.count_samples: speechjob.data:spelled(batch) returned 'sixteen', not a "
             f"number of samples: return an int >= 0") in error["message"]

@@ -48,7 +48,7 @@ def test_the_jobs_own_loader_that_cannot_pickle_its_dataset_is_the_error_of_load
     assert completed.returncode == 2 and _says(f"preflight: error: {path}:5:13: {message}", qualname).match(
         completed.stderr), completed.stderr
     code, results = _run(path)
-    assert code == 1 and results["throughput"]["verdict"] == "error"
+    assert code == 2 and results["throughput"]["verdict"] == "error"  # the job's code's mistake, as validate says
     assert _says(f"{path}:5:13: {message}", qualname).search(results["throughput"]["message"])
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import site
 import subprocess
@@ -109,7 +110,11 @@ def test_zetta_utils_531_a_thread_pool_per_sample_in_each_worker_is_named_as_the
     headroom = results["pids_headroom"]
     assert headroom["verdict"] == "fail"
     assert headroom["message"].startswith(f"could not measure: pids limit 30 reached ({directory}/pids.max): ")
-    assert "can't start new thread" in headroom["message"] and "or lower num_workers (4)" in headroom["message"]
+    # What was refused first, a thread in a worker ("can't start new thread"), a fork, or a worker that died of it,
+    # depends on what got there first on a loaded machine (CI saw another): the limit and its fix are the finding.
+    refused = r"can't start new thread|Resource temporarily unavailable|DataLoader worker .* exited unexpectedly"
+    assert re.search(rf"a thread or process could not start \(.*({refused})", headroom["message"]), headroom
+    assert "or lower num_workers (4)" in headroom["message"]
     assert results["pids_available"]["value"] == 30.0
 
 

@@ -241,7 +241,7 @@ def test_the_jobs_factory_failing_on_the_nodes_io_is_a_failed_node(tmp_path):
     assert completed.returncode == 1, completed.stderr
     [result] = json.loads((tmp_path / "r.json").read_text())["results"]
     assert "raised OSError: [Errno 5] Input/output error" in result["message"]
-    assert result["message"].endswith("(EIO: the node failed the job's code, not the code the node)")
+    assert result["message"].endswith("(a fault of the node's, EIO, not the code's: exit 1)")
     assert completed.stderr.splitlines()[-1].startswith("preflight: FAILED on ")
 
 
