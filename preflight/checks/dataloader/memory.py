@@ -158,7 +158,9 @@ class Watched(BatchPuller):
                     shmem_now=cgroup_memory.shmem())
 
     def ended_early(self) -> None:
-        """The pass ended before any window: its last reading taken on the way stands for the pool."""
+        """The pass ended before any window was read (inside the warm-up, or inside the first window): its last
+        reading taken on the way (batches 1, 2, 4, 8...) stands for the pool. Without it a small dataset's pass
+        left ``memory_headroom`` and ``pids_headroom`` unmeasured, and the bundled gate failed a healthy node."""
         if self.watching and not self.readings and self.early is not None:
             self.readings.append(self.early)
 
@@ -168,6 +170,8 @@ class Watched(BatchPuller):
             reading = self._read()
             if reading is not None:
                 self.readings.append(reading)
+        else:  # the pass ended inside the first window (a small dataset): as in the warm-up, the last reading stands
+            self.ended_early()
         return taken
 
 

@@ -328,3 +328,17 @@ def test_the_copies_bound_is_said_in_the_unit_each_size_fits_not_0_mib_beside_ki
     assert "each copies at most 180 KiB of 500 KiB, what building" in said(180 * 1024), said(180 * 1024)
     assert "each copies at most 0 B of 500 KiB, what building" in said(0.0), said(0.0)
     assert " 0 MiB" not in said(0.0) + said(180 * 1024)
+
+
+def test_a_pass_that_ends_inside_its_first_window_still_reads_the_loaders_memory_and_tasks(tmp_path):
+    """The new user's trial: a 600-file dataset's pass ended inside the first window after the warm-up, no window was
+    read, and the bundled gate failed memory_headroom and pids_headroom 'could not measure' on a healthy node in 5 of
+    6 runs. The last reading on the way (batches 1, 2, 4, 8...) stands for the pool, wherever the pass ends."""
+    from tests.helpers import run_check
+
+    for index in range(150):  # 150 files, 9 MB: a dataset of its own, not the scratch set a smaller one is read from
+        (tmp_path / f"{index:03d}.jpg").write_bytes(os.urandom(60_000))
+    measured = run_check("dataloader", 3.0, path=str(tmp_path), num_workers=1, batch_size=8)
+    assert measured["throughput"].stopped.startswith("the pass over the data ended after 19 batches")
+    for metric in ("memory_peak", "memory_headroom", "pids_headroom"):
+        assert measured[metric].value is not None and measured[metric].value > 0, (metric, measured[metric].reason)
