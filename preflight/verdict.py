@@ -249,7 +249,10 @@ def _judge_one(instance: Instance, metric: Metric, threshold: Threshold, m: Meas
         verdict = "warn"
         message += "; cache-bound: not a device figure, so it cannot pass"
         hint = m.hint or f"measure a path on the real dataset volume, not {instance.options.get('path', 'this mount')}"
-    return Result(verdict=verdict, message=message, value=m.value, hint=hint, **common)
+    # A figure of the working directory, measured because the config named no dataset, judges the config, not the
+    # node: like a path that does not exist (issue 35), its failure exits 2 and takes no node out of rotation.
+    config_error = m.subject == "no_dataset" and verdict in GATING
+    return Result(verdict=verdict, message=message, value=m.value, hint=hint, config_error=config_error, **common)
 
 
 def _said(value: float | str | None, metric: Metric, unit: str) -> str:

@@ -118,11 +118,12 @@ def test_bundled_default_on_a_cpu_machine_fails_on_cuda_and_measures_the_rest(tm
 
 def test_the_bundled_default_with_no_dataset_named_fails_its_dataset_rows_and_says_how_to_name_one(tmp_path, dataset):
     """Issue 21 case 1: DATA_DIR unset, run from a directory that holds data but was never named as the
-    dataset. The node is still measured (the working directory), and no dataset row can pass."""
+    dataset. The node is still measured (the working directory), and no dataset row can pass; the config's mistake
+    exits 2, not 1 (issue 35: a Slurm prolog drained every node the same missing DATA_DIR ran on)."""
     result = run_cli("run", "--only", "storage,dataloader", "--json", str(tmp_path / "r.json"),
                      "--set", "defaults.duration=0.5s", "--set", "storage.readers=1", "--set", "dataloader.worker_pools=1",
                      cwd=dataset, env={"DATA_DIR": ""}, timeout=300)
-    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.returncode == 2, result.stdout + result.stderr
     results = {r["id"]: r for r in json.loads((tmp_path / "r.json").read_text())["results"]}
     for name in ("storage.seq_read", "storage.small_files", "dataloader.throughput", "storage.free_space",
                  "storage.free_inodes"):
@@ -137,7 +138,7 @@ def test_the_bundled_default_with_no_dataset_named_fails_its_dataset_rows_and_sa
     limit = results["storage.open_files_limit"]  # a process fact, not the dataset's: judged as ever
     assert limit["subject"] is None and "not the dataset" not in limit["message"], limit
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("preflight: FAILED on ") and "no dataset named: set DATA_DIR=" in last
+    assert last.startswith("preflight: error: no dataset named: set DATA_DIR="), last  # one line, the fix
     # Both instances that measured no dataset: naming it for storage alone left the dataloader unnamed.
     assert last.endswith("or --set storage.path=/path/to/dataset --set dataloader.path=/path/to/dataset; to measure "
                          "the working directory, name it: --set storage.path=. --set dataloader.path=.")

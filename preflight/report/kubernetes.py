@@ -48,8 +48,11 @@ def verdict_line(report: RunReport) -> str:
 
 def config_errors(report: RunReport) -> list[str]:
     """Each distinct mistake of the config's or the job's code that stopped a check (``Result.config_error``), one
-    line each (``FILE:LINE:COL: ...: fix``), in the table's order."""
-    return list(dict.fromkeys(" ".join(r.message.split()) for r in report.results if r.config_error))
+    line each (``FILE:LINE:COL: ...: fix``), in the table's order; the rows measured on no dataset named are one
+    line for all of them, the fix (``subject.no_dataset_fix``)."""
+    unnamed = list(dict.fromkeys(r.instance for r in report.results if r.config_error and r.subject == "no_dataset"))
+    lines = [" ".join(r.message.split()) for r in report.results if r.config_error and r.subject != "no_dataset"]
+    return list(dict.fromkeys(lines + ([no_dataset_fix(*unnamed)] if unnamed else [])))
 
 
 def summary(report: RunReport) -> str:
