@@ -438,10 +438,12 @@ def test_windows_that_span_under_half_a_second_in_all_warn_short_and_name_the_da
     quick = Pools(rates=(5800.0,), mb_rates=(646.7,), stopped="", last=None, seconds=(0.15,))  # type: ignore[arg-type]
     warning = _short(quick, files=[None] * 1000, halves=False)
     assert warning.startswith("short: the windows of 1 worker pool in 150 ms;")
-    assert warning.endswith("a dataset of 2,900 files or more spans it (this one holds 1,000)")  # 5,800/s x 0.5 s
-    assert "half" not in _short(quick, files=[None] * 1000, halves=True)
-    assert "5,800 files or more" in _short(quick, files=[None] * 1000, halves=True)  # each phase reads half
-    two = Pools(rates=(5000.0, 6000.0), mb_rates=(1.0, 1.0), stopped="", last=None, seconds=(0.2, 0.29))  # type: ignore[arg-type]
+    # 5,800 samples/s x 0.5 s
+    assert warning.endswith("a pass over 2,900 files or more would span 0.5 s (this check's pass is over 1,000)")
+    halved = _short(quick, files=[None] * 1000, halves=True)  # each phase reads half: twice the files for 0.5 s
+    assert halved.endswith("a pass over 5,800 files or more would span 0.5 s (this check's pass is over 500)")
+    two = Pools(rates=(5000.0, 6000.0), mb_rates=(1.0, 1.0), stopped="", last=None,  # type: ignore[arg-type]
+                seconds=(0.2, 0.29))
     assert _short(two, files=None, halves=False).startswith("short: the windows of 2 worker pools in 490 ms;")
     long_enough = quick._replace(seconds=(0.3, 0.2))
     assert _short(long_enough, files=[None] * 1000, halves=False) == ""  # 0.5 s in all: not short
