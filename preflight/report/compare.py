@@ -31,6 +31,7 @@ from preflight.report import noise
 from preflight.checks import CHECKS
 from preflight.errors import UsageError
 from preflight.sampling import SHORT
+from preflight.units import UNITS, Dimension
 
 
 class Entry(NamedTuple):
@@ -209,6 +210,8 @@ def change(old: Entry, new: Entry) -> Change:
         return Change(new.id, old, new, ratio, None, None, exact=exact)
     if exact:
         return Change(new.id, old, new, ratio, 0.0, direction, exact=True)
+    if read_size(new.check, new.metric) and not (old.samples or new.samples):
+        return Change(new.id, old, new, ratio, 0.0, direction)  # a size read once, not sampled: no noise band
     width = noise.band(f"{new.check}.{new.metric}", old.samples, new.samples, (old.runs, new.runs))
     return Change(new.id, old, new, ratio, width, direction, short_of(old, new))
 
@@ -219,6 +222,15 @@ def exact_count(check: str, name: str) -> bool:
     noise (±7%)"). A metric this version does not know is compared as a measured figure."""
     metric = next((m for m in getattr(CHECKS.get(check), "METRICS", ()) if m.name == name), None)
     return metric is not None and metric.is_count
+
+
+def read_size(check: str, name: str) -> bool:
+    """Whether ``check.name`` is a size (``Dimension.SIZE``: /dev/shm's size, what it allocated, free space); one read
+    once from the system, with no samples, has no noise between runs: a new user cut shm.size 20% in a report and
+    ``diff --fail-on 10%`` called it "within noise (±21%)", the band of a metric never measured run to run."""
+    metric = next((m for m in getattr(CHECKS.get(check), "METRICS", ()) if m.name == name), None)
+    unit = UNITS.get(metric.unit) if metric is not None else None
+    return unit is not None and unit.dimension is Dimension.SIZE
 
 
 def short_of(old: Entry, new: Entry) -> str:

@@ -400,3 +400,20 @@ def test_an_unchanged_count_is_the_same_and_never_regresses(tmp_path):
     for result_id in ("cuda.device_count", "xid.xid_drain", "storage.unreadable_files", "dataloader.workers"):
         assert _line(done.stdout, result_id).endswith("same"), result_id
     assert done.stdout.splitlines()[-1] == "== 1 within noise, 2 same count, 2 not judged; 5 metrics in both runs =="
+
+
+def test_a_size_read_once_has_no_noise_band_so_a_cut_is_caught(tmp_path):
+    """A new user's trial: /dev/shm cut from 23.54 GiB to 18.83 GiB, and what it allocates from 1 GiB to 819 MiB,
+    were "within noise (-20%, noise ±21%)" at --fail-on 10%: sizes read once from the system have no run-to-run
+    noise. A memory figure sampled over a run keeps its band."""
+    def run(size: float, allocatable: float) -> list:
+        return [result("size", "pass", instance="shm", value=size, unit="GiB", threshold={"min": 1.0}),
+                result("allocatable", "pass", instance="shm", value=allocatable, unit="GiB", threshold={"min": 1.0})]
+
+    old, new = _write(tmp_path, "old.json", run(23.54, 1.0)), _write(tmp_path, "new.json", run(18.83, 0.8))
+    done = run_cli("diff", str(old), str(new), "--fail-on", "10%")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert _line(done.stdout, "shm.size").endswith("REGRESSED -20% (noise ±0%, --fail-on 10%)")
+    assert _line(done.stdout, "shm.allocatable").endswith("REGRESSED -20% (noise ±0%, --fail-on 10%)")
+    same = run_cli("diff", str(old), str(old), "--fail-on", "0%")
+    assert same.returncode == 0, same.stdout
