@@ -15,7 +15,8 @@ direction its threshold or the metric says is better; a fact (no threshold and n
 a size, a version) is shown and never judged. An exact count (``Metric.is_count``: GPUs, Xid
 lines, unreadable files, workers, a flag) has no noise band: any difference is a change, and a
 gated one that got worse is judged by ``fail_on`` as a rate is (8 GPUs to 7 is 12.5% worse; a count
-that leaves 0 is worse by more than any ``fail_on``). A judged metric *regressed* when it moved the
+that leaves 0 is worse by more than any ``fail_on``); so has a gated size read once, with no samples
+(``read_size``: /dev/shm's size, free space). A judged metric *regressed* when it moved the
 wrong way beyond noise and by more than ``fail_on`` (a fraction). A figure either run sampled over
 under ``sampling.MIN_SPAN_S`` (its row warns ``short: ``) is *too short to compare*: shown, never
 judged, since the scheduler, not the device, set it (``short_of``).
