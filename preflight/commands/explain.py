@@ -208,9 +208,13 @@ def _public(name: str) -> bool:
     return check in CHECKS and rest in {item.name for item in (*CHECKS[check].METRICS, *CHECKS[check].OPTIONS)}
 
 
+FIELDS = {"measured": "the figure measured", "path": "the path", "required": "the threshold"}
+
+
 def _fields(hint: str) -> str:
-    """A hint template for reading: ``{measured}`` and ``{path}`` shown as ``<measured>`` and ``<path>``."""
-    return re.sub(r"\{(\w+)\}", r"<\1>", hint)
+    """A hint template for reading: its fields in words, ``{path} reads at {measured}`` as "the path reads at the
+    figure measured" (a new user read ``<path> reads at <measured>`` as placeholders left unfilled)."""
+    return re.sub(r"\{(\w+)\}", lambda field: FIELDS.get(field.group(1), f"the {field.group(1)}"), hint)
 
 
 def _threshold(metric: Metric) -> str:

@@ -49,7 +49,7 @@ def test_a_metric_is_explained_on_its_own():
     assert "unit: MB/s (a threshold may use any bandwidth unit, like 1.5 GB/s)" in flat
     assert "direction: higher is better (a threshold is a `min`)" in flat
     assert "method: Storage I/O on the dataset path, measured as fio measures it" in flat  # the check's method
-    assert "fix on a miss: <path> reads at <measured>:" in flat  # the hint, its fields named for a reader
+    assert "fix on a miss: the path reads at the figure measured:" in flat  # the hint, its fields in words
     assert "      seq_read: {min: 1.5 GB/s}" in text.splitlines()
     assert "parameters" not in text and "rand_read" not in text  # one metric, not the whole check
     assert all(len(line) <= 80 for line in text.splitlines())
