@@ -557,3 +557,12 @@ def test_a_flag_is_said_yes_or_no_in_its_message(tmp_path):
     assert results["storage.read_only"].message.startswith("measured no, required >= 1")
     info = judged(tmp_path, "storage", "path: .", [Measurement("read_only", 1.0, "")])
     assert info["storage.read_only"].message == "measured yes (no threshold)"
+
+
+def test_a_synthetic_figure_above_its_minimum_is_told_to_measure_the_dataset_not_to_raise_num_workers():
+    """A new user's trial: `synthetic: true` at 1,053 >= 1,000 samples/s failed, as it must, with the check's advice
+    for a slow loader ("raise num_workers if CPUs are idle"), which cannot make it pass."""
+    m = Measurement("seq_read", 498.0, "MB/s", subject="synthetic", hint="raise num_workers if CPUs are idle")
+    [result] = judge(instance(thresholds=[seq_read(low=200.0)]), Outcome((m,)))
+    assert result.verdict == "fail" and result.message.endswith("not the dataset, so it cannot pass")
+    assert result.hint.startswith("point data.path at the dataset's own files")
