@@ -23,6 +23,7 @@ LOG_SPAN = 10.0  # largest / smallest number drawn above which the axis is logar
 COLOURS = {"pass": "#2e7d32", "info": "#607d8b", "skip": "#9e9e9e", "warn": "#ef8f00", "fail": "#c62828",
            "error": "#8e0000"}
 _MISS_ZONE = "#fbe3e3"  # the side of the threshold that misses
+MIN_BAR = 5.0  # px: the narrowest value bar, so a value at the axis start (0 Xid lines) is seen in its colour
 
 
 class Axis(NamedTuple):
@@ -92,8 +93,8 @@ def bar(axis: Axis, value: float | None, threshold: Mapping[str, object] | None,
         parts.append(f'<rect x="{start}" width="{round(WIDTH - start, 1)}" height="{BAR_HEIGHT}" fill="{_MISS_ZONE}"/>')
     parts += [f'<line x1="{axis.x(t)}" x2="{axis.x(t)}" y1="0" y2="{BAR_HEIGHT}" stroke="#d9dce1"/>'
               for t in axis.ticks()]
-    if value is not None:
-        parts.append(f'<rect y="3" width="{max(axis.x(value), 1.5)}" height="{BAR_HEIGHT - 6}" '
+    if value is not None:  # at least MIN_BAR wide: a count of 0 passing its {max: 0} showed as a shaded bar only
+        parts.append(f'<rect y="3" width="{max(axis.x(value), MIN_BAR)}" height="{BAR_HEIGHT - 6}" '
                      f'fill="{COLOURS.get(verdict, COLOURS["info"])}"/>')
     for bound in bounds.values():
         x = axis.x(bound)

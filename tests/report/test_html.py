@@ -183,3 +183,11 @@ def test_run_writes_the_page_and_a_config_error_replaces_it(tmp_path):
     assert done.returncode == 2
     text = page.read_text()
     assert "preflight could not start" in text and "unknown key `sise`" in text and 'class="result' not in text
+
+
+def test_a_zero_that_passes_its_max_0_is_drawn_in_the_pass_colour_not_only_as_the_shaded_miss_zone():
+    """A new user's trial: xid_drain, unreadable_files and unreadable_samples at 0 against {max: 0} looked all pink."""
+    from preflight.report.svg import COLOURS, MIN_BAR, Axis, bar
+
+    drawn = bar(Axis(0.0, 1.0, False), 0.0, {"max": 0.0}, "pass", "0 against <= 0")
+    assert f'width="{MIN_BAR}" height' in drawn and f'fill="{COLOURS["pass"]}"' in drawn
