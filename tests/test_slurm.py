@@ -219,6 +219,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         MailProg=/bin/true
         ReturnToService=2
         PrologFlags=Alloc,DeferBatch
+        MessageTimeout=30
+        # Under a CI run's load slurmd gave up on the prolog's launch notice ("REQUEST_LAUNCH_PROLOG notification
+        # failed, giving up after 20 sec": 2 x the default MessageTimeout of 10 s) and Slurm drained the node
         Prolog={prolog}
         HealthCheckProgram={health}
         HealthCheckInterval={INTERVAL_S}
