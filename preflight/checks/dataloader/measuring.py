@@ -190,14 +190,11 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits:
     results += shm_rows
     results.append(sweep.used(options, workers, method))
     results = [dataclasses.replace(m, note=note) if note and m.measured else m for m in results]
-    shortfall = taken.shortfall(phase_names(options))
-    if shortfall:  # fewer pools than worker_pools: the loader's figures are a rougher draw than asked for
-        results = [dataclasses.replace(m, warnings=(*m.warnings, shortfall))
-                   if m.measured and m.metric in ("throughput", "bandwidth", "throughput_vs_required") else m
-                   for m in results]
-    short = _short(taken, files, halves)
-    if short:  # a pass read in well under a second: as rough as storage's small_files over the same files
-        results = [dataclasses.replace(m, warnings=(*m.warnings, short))
+    # Fewer pools than worker_pools, or a pass read in well under a second (as rough as storage's small_files over
+    # the same files): the loader's rates are a rougher draw than asked for, and say so.
+    rough = tuple(w for w in (taken.shortfall(phase_names(options)), _short(taken, files, halves)) if w)
+    if rough:
+        results = [dataclasses.replace(m, warnings=(*m.warnings, *rough))
                    if m.measured and m.metric in ("throughput", "bandwidth", "throughput_vs_required") else m
                    for m in results]
     if options["worker_sweep"]:  # after the source's note: this row's own note is the curve
