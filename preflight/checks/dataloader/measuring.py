@@ -166,6 +166,7 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits:
                                    "the training loop (strings and other objects count 0)", stopped=taken.stopped))
     puller = taken.last
     if float(options["step_time"]) > 0:
+        watch.stop()  # the loader's memory was read over the pools' windows; these are the emulated steps'
         results.append(_utilization(puller, float(options["step_time"]), built.batch_size or 1, workers,
                                     phase, method, throughput))
     if _per_gpu(options["samples_per_gpu"]) != 0:

@@ -192,15 +192,20 @@ class Watch:
         self.pools.append(self.last.readings)
         return self.last
 
+    def stop(self) -> None:
+        """Read no later window of the last pool: the utilization phase's windows are the emulated steps', and a
+        reading between two of them is idle time the steps never had (windows are contiguous: ``loop.window``)."""
+        if self.last is not None:
+            self.last.watching = False
+
     def measurements(self, epoch: int | None, workers: int, prefetch: Any, method: str,
                      footprint: int | None = None) -> list[Measurement]:
         """The rows of the pools watched so far; later windows (the utilization phase) are not read.
 
         ``footprint``: bytes building the dataset took in this process (``user.Job.footprint``), the most a
         worker can copy of it; None: the main process's anonymous memory bounds the copies."""
-        if self.last is not None:
-            self.last.watching = False
-            self.last = None  # the pool is not kept alive here
+        self.stop()
+        self.last = None  # the pool is not kept alive here
         self.projection = project(self.pools, epoch, footprint, self.persistent)
         self.limit = limit(self.projection.peak) if self.projection is not None else None
         return measurements(self.projection, workers, prefetch, method, self.limit)
