@@ -8,9 +8,9 @@ None waits for anything, so a busy machine cannot fail them.
 
 from __future__ import annotations
 
-import gc
 import json
 import os
+import pickle
 import re
 import shutil
 import subprocess
@@ -256,7 +256,7 @@ class Serialized(torch.utils.data.Dataset):
 """
 
 
-def epoch_against_projection(tmp_path, name: str) -> tuple[memory.Projection, int]:
+def epoch_in_this_process(tmp_path, name: str) -> tuple[memory.Projection, int]:
     """The projection from 4 readings taken every 4,096 samples of a fresh 2-worker pool over ``name`` (batch 64,
     shuffled), as ``memory.Watched`` reads them, and the real epoch's peak PSS (read every 16 batches after)."""
     src = job_package(tmp_path / "src", "layouts", {"__init__": LAYOUTS})
@@ -264,9 +264,6 @@ def epoch_against_projection(tmp_path, name: str) -> tuple[memory.Projection, in
     try:
         import layouts
 
-        # This process ran other tests first (pytest-xdist): their garbage, freed during the readings, put a CI run's
-        # first reading at 1.4 GiB and the projection 37x above the epoch. Collected now, it is not the Dataset's.
-        gc.collect()
         before = memory.rollup(os.getpid())
         dataset = getattr(layouts, name)()
         footprint = memory.rollup(os.getpid()).anonymous - before.anonymous
@@ -294,6 +291,25 @@ def epoch_against_projection(tmp_path, name: str) -> tuple[memory.Projection, in
     return projection, real
 
 
+EPOCH_IN_A_FRESH_INTERPRETER = """
+import pickle, sys
+from pathlib import Path
+from tests.checks.dataloader.test_memory_reports import epoch_in_this_process
+sys.stdout.buffer.write(pickle.dumps(epoch_in_this_process(Path(sys.argv[1]), sys.argv[2])))
+"""
+
+
+def epoch_against_projection(tmp_path, name: str) -> tuple[memory.Projection, int]:
+    """``epoch_in_this_process`` run in a fresh interpreter. A pytest-xdist worker holds what its earlier tests left,
+    and a forked loader worker's garbage collector writes to every such object's page: on a CI run that put 134 MiB of
+    copies into a Dataset that copies nothing, and an earlier run's first reading at 1.4 GiB. The job's process holds
+    only what the job built."""
+    done = subprocess.run([sys.executable, "-c", EPOCH_IN_A_FRESH_INTERPRETER, str(tmp_path), name], cwd=REPO,
+                          capture_output=True, timeout=240)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    return pickle.loads(done.stdout)
+
+
 @pytest.mark.parametrize("name", ["Scans", "Coco"])
 def test_a_dataset_of_python_objects_is_projected_within_20_percent_of_its_real_epoch(tmp_path, name):
     # Each worker copies the pages of the objects it reads until it holds them all: a straight line at the windows'
@@ -305,8 +321,10 @@ def test_a_dataset_of_python_objects_is_projected_within_20_percent_of_its_real_
 
 
 def test_records_serialized_into_one_numpy_buffer_grow_nothing_and_are_not_blamed(tmp_path):
+    # In a fresh interpreter the workers' allocator arenas grow 17-19 MiB over the first 16,384 samples (5.8-6.6 % of
+    # the peak), drawn on as a straight line; the real epoch adds 2 MiB. Below the blamed share, and within 10 %.
     projection, real = epoch_against_projection(tmp_path, "Serialized")
-    assert projection.added <= 0.05 * projection.peak, projection
-    assert abs(projection.projected - real) <= 0.20 * real, (projection.projected / MiB, real / MiB)
+    assert projection.added < memory.BLAMED_GROWTH * projection.peak, projection
+    assert abs(projection.projected - real) <= 0.10 * real, (projection.projected / MiB, real / MiB)
     _, headroom = memory.measurements(projection, 2, 2, "m", memory.Limit(real * 4, "the cgroup memory limit"))
     assert "copy-on-write" not in headroom.hint
