@@ -303,6 +303,7 @@ def _caveat_hint(caveat: str, path: str) -> str:
 def _utilization(puller: BatchPuller, step_s: float, batch: int, workers: int, budget: Budget, method: str,
                  throughput: Measurement) -> Measurement:
     puller.step_time_s = step_s
+    puller.restart_clock()  # its windows time the emulated steps from here, not on from the throughput's
     taken = windows(puller, max(1, workers), budget)
     needed = batch / step_s
     full = float(throughput.value)  # type: ignore[arg-type]
