@@ -12,7 +12,13 @@ The shapes of remote stores behind a local client (s3fs, gcsfuse, mountpoint-s3,
   succeed, as a disk's bad sector or a store's lost object shows;
   with ``eio_after`` (bytes), only their reads at that offset or beyond fail: the file opens and its first bytes
   (a header, an .npy's magic) read, as a bad sector or a lost chunk part way through it shows;
-- ``hang``: names whose reads never answer, as a hard mount whose server is gone.
+- ``hang``: names whose reads never answer, as a hard mount whose server is gone;
+- ``bucket_mb_s`` / ``bucket_burst_mb``: a token bucket on read bandwidth, shared by every file and thread, as a
+  client's bandwidth limit with a burst (rclone's ``--bwlimit`` on golang.org/x/time/rate, gcsfuse's
+  ``--limit-bytes-per-sec`` over its 8-hour window, Guava's SmoothBursty behind Flink's file system): each read takes
+  its bytes in tokens; the bucket starts full with ``bucket_burst_mb`` MB and refills at ``bucket_mb_s`` MB/s up
+  to that; a read that finds too few reserves them anyway and waits until the refill has paid them (WaitN), so
+  reads are served in arrival order and a reader that sat idle gets up to the burst at once, then the rate.
 
 ``rereads(mount_point)`` lists the files read again after their first fetch: what the daemon served from its
 own cache. A gate that reads like the job's first epoch leaves it empty.
@@ -54,13 +60,15 @@ def available() -> str:
 
 @contextlib.contextmanager
 def mounted(root: str, first_read_ms: float = 0.0, first_read_mb_s: float = 0.0, eio: Sequence[str] = (),
-            hang: Sequence[str] = (), fetch_chunk: int = 0, eio_after: int = 0) -> Iterator[str]:
+            hang: Sequence[str] = (), fetch_chunk: int = 0, eio_after: int = 0, bucket_mb_s: float = 0.0,
+            bucket_burst_mb: float = 0.0) -> Iterator[str]:
     """Mount ``root`` read-only with the faults asked for; yield the mount point."""
     mount_point = tempfile.mkdtemp(prefix="preflight-fuse-")
     command = [sys.executable, os.path.abspath(__file__), root, mount_point, "--first-read-ms", str(first_read_ms),
                "--rereads", _reread_log(mount_point),
                "--first-read-mb-s", str(first_read_mb_s), "--eio", ",".join(eio), "--hang", ",".join(hang),
-               "--fetch-chunk", str(fetch_chunk), "--eio-after", str(eio_after)]
+               "--fetch-chunk", str(fetch_chunk), "--eio-after", str(eio_after), "--bucket-mb-s", str(bucket_mb_s),
+               "--bucket-burst-mb", str(bucket_burst_mb)]
     log = tempfile.TemporaryFile()  # not a pipe: a daemon whose unread pipe filled would stop answering
     daemon = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
     try:
@@ -104,8 +112,28 @@ def _abort(mount_point: str) -> None:
             handle.write("1")
 
 
+class Bucket:
+    """A token bucket of ``burst`` bytes, full at the start, refilled at ``rate`` bytes/s; thread-safe."""
+
+    def __init__(self, rate: float, burst: float) -> None:
+        self.rate, self.burst = rate, burst
+        self.tokens, self.stamp = burst, time.monotonic()
+        self.lock = threading.Lock()
+
+    def take(self, nbytes: int) -> None:
+        """Take ``nbytes`` tokens; where too few are left, reserve them (the balance goes below 0) and wait until
+        the refill has paid the debt: later takers wait behind this one."""
+        with self.lock:
+            now = time.monotonic()
+            self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate) - nbytes
+            self.stamp = now
+            wait = -self.tokens / self.rate if self.tokens < 0 else 0.0
+        if wait:
+            time.sleep(wait)
+
+
 def _serve(root: str, mount_point: str, first_read_s: float, mb_s: float, eio: set[str], hang: set[str],
-           reread_log: str, chunk: int = 0, eio_after: int = 0) -> None:
+           reread_log: str, chunk: int = 0, eio_after: int = 0, bucket: Bucket | None = None) -> None:
     import fuse
 
     never = threading.Event()  # set by no one: a hung read waits until the connection is aborted
@@ -158,7 +186,10 @@ def _serve(root: str, mount_point: str, first_read_s: float, mb_s: float, eio: s
                 self.cached[key].set()
             for done in waits:  # a read during a fetch of its bytes waits for it, as it would for the remote store
                 done.wait()
-            return os.pread(fh, size, offset)
+            data = os.pread(fh, size, offset)
+            if bucket is not None:
+                bucket.take(len(data))
+            return data
 
         def release(self, path: str, fh: int) -> int:
             os.close(fh)
@@ -178,8 +209,10 @@ if __name__ == "__main__":
     parser.add_argument("--rereads", default=os.devnull)
     parser.add_argument("--fetch-chunk", type=int, default=0)
     parser.add_argument("--eio-after", type=int, default=0)
+    parser.add_argument("--bucket-mb-s", type=float, default=0.0)
+    parser.add_argument("--bucket-burst-mb", type=float, default=0.0)
     given = parser.parse_args()
     names = (lambda text: {n for n in text.split(",") if n})
     _serve(given.root, given.mount_point, given.first_read_ms / 1e3, given.first_read_mb_s, names(given.eio),
-           names(given.hang), given.rereads, given.fetch_chunk,
-           given.eio_after)
+           names(given.hang), given.rereads, given.fetch_chunk, given.eio_after,
+           Bucket(given.bucket_mb_s * 1e6, given.bucket_burst_mb * 1e6) if given.bucket_mb_s > 0 else None)
