@@ -35,6 +35,7 @@ MIN_WINDOW_S = 0.1
 OVERRUN = 1.25  # pools stop once another would end past this much of the duration
 SLOPE_MIN_BATCHES = 8  # a pool's least-squares rate (``sustained``) stands on at least this many batches
 GRID_POINTS = 1000  # moments the count is read at for that fit: a millisecond apart over a 1 s pass
+MAX_DELIVERIES = 4096  # deliveries a pool keeps for it: past this, every second one (``BatchPuller._delivered``)
 BURST_NAMED = 0.03  # a sustained rate this far below samples / time is named in the method: beyond a steady loader's jitter
 
 
@@ -66,7 +67,7 @@ def sustained(deliveries: Sequence[Delivery], samples_per_s: float, mb_per_s: fl
     100 ms: 1.10-1.12x the setting over its windows, 1.00x by the slope (issue 32 case 5). A line fitted to the
     count against time weighs each moment alike, so a burst, which lasts few of them, shifts the line rather than
     tilting it. (Fitted to one point per batch, the burst's many batches tilt it: behind a token bucket whose
-    burst was 15% of the pass, 1.06x against 1.03x.) The lower of the two is taken, so a figure never rises
+    burst was 15% of the pass, 1.06x against 1.01-1.02x.) The lower of the two is taken, so a figure never rises
     above what the batches' count over their time gives."""
     if len(deliveries) - 1 < SLOPE_MIN_BATCHES or deliveries[-1].seconds <= deliveries[0].seconds:
         return samples_per_s, mb_per_s
@@ -161,12 +162,26 @@ class BatchPuller:
         self.round_steps = 1  # a window's steps are a multiple of this: the workers' round (``window``)
         self.warmed_up = False  # its warm-up steps were taken (``windows``): a pool warms up once
         self.mark: float | None = None  # where the next window starts: the last one's end (``window``)
-        self.deliveries: list[Delivery] = []  # the windows' start and each batch they took (``sustained``)
+        self.deliveries: list[Delivery] = []  # the windows' start and each ``stride``-th batch (``sustained``)
+        self.stride, self._unrecorded = 1, 0
 
     def restart_clock(self) -> None:
         """Start the next windows afresh: a new measurement on this warmed-up pool (the utilization phase, after
         the throughput's), not a continuation of the last one's windows."""
-        self.mark, self.deliveries = None, []
+        self.mark, self.deliveries, self.stride, self._unrecorded = None, [], 1, 0
+
+    def _delivered(self, now: float) -> None:
+        """Record where the pass stands at ``now``, a batch just taken, for ``sustained``. Past ``MAX_DELIVERIES``
+        every second record is dropped and the stride doubles: a pool of batch 1 at 20,000 batches/s for a minute
+        would otherwise keep a million records, in the main process whose memory ``memory.Watched`` projects."""
+        self._unrecorded += 1
+        if self._unrecorded < self.stride:
+            return
+        self._unrecorded = 0
+        self.deliveries.append(Delivery(now, self.samples_total, self.bytes_total))
+        if len(self.deliveries) > MAX_DELIVERIES:
+            del self.deliveries[1::2]  # the windows' start stays
+            self.stride *= 2
 
     def close(self) -> None:
         """End this loader's workers now and wait for them, as torch does when an epoch ends.
@@ -243,7 +258,7 @@ class BatchPuller:
             self._compute()
             count, size, steps = count + samples, size + nbytes, steps + 1
             now = self.clock()
-            self.deliveries.append(Delivery(now, self.samples_total, self.bytes_total))
+            self._delivered(now)
             if now - start >= seconds and steps % self.round_steps == 0:
                 return self._ended(count, size, steps, start)
 

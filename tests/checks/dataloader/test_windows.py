@@ -576,3 +576,16 @@ def test_a_first_pool_whose_sampler_handed_out_the_pass_s_last_index_reads_on_to
                    left_in_pass=lambda: 0)
     assert calls == [(0.5, 2), (3.5, 10**9)]  # its slot, then the rest of the duration
     assert pools.read_on and pools.rates == (1000.0,) and pools.seconds == (1.0,)
+
+
+def test_a_long_pass_keeps_a_bounded_record_of_its_deliveries_and_the_same_rate(monkeypatch):
+    """Batches of one sample, one a millisecond, for 2.5 s (the windows' spread ends them): past MAX_DELIVERIES
+    records (256 here) every second one is dropped and the stride doubles, so the main process, whose memory the
+    loader's projection reads, does not grow with the pass; the rate stays exact."""
+    monkeypatch.setattr("preflight.checks.dataloader.loop.MAX_DELIVERIES", 256)
+    clock = Clock()
+    pools = one_pool(AtTimes(clock, [0.001 * i for i in range(1, 20_001)], samples=1), clock)
+    puller = pools.last
+    assert puller.batches > 2000 and len(puller.deliveries) <= 257 and puller.stride >= 8
+    assert puller.deliveries[0].samples == 4  # the windows' start, after the warm-up's 4 batches, is kept
+    assert pools.rate == pytest.approx(1000.0, rel=1e-3) and pools.burst < 1e-3
