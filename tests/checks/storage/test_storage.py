@@ -150,6 +150,21 @@ def test_small_files_far_below_seq_read_point_at_shards():
     assert measuring._shards_hint([results[0], Measurement("small_files_bandwidth", 900.0, "MB/s")])[1].hint == ""
 
 
+def test_small_files_of_no_dataset_named_keep_the_fix_that_names_it_not_the_shards_advice():
+    """A CI run from a working directory, DATA_DIR unset: its small files read at 204 of 1351 MB/s, and the row
+    told the user to pack them into shards; the fix is to name the dataset."""
+    import dataclasses
+
+    from preflight.checks import subject
+    from preflight.measurement import Measurement
+
+    fix = subject.no_dataset_fix("storage")
+    results = [dataclasses.replace(m, subject="no_dataset", hint=fix) for m in (
+        Measurement("seq_read", 1351.0, "MB/s"), Measurement("small_files_bandwidth", 204.0, "MB/s"),
+        Measurement("small_files", 1800.0, "files/s"))]
+    assert [m.hint for m in measuring._shards_hint(results)] == [fix] * 3
+
+
 def test_a_read_only_bind_mount_is_reported_read_only_through_the_cli(dataset, tmp_path):
     config = write_config(tmp_path, f"""
         version: 1
