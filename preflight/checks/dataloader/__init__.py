@@ -164,8 +164,10 @@ OPTIONS = (
            "5 % of the best samples/s", ignored_with=IN_THE_LOADER),
     Option("worker_pools", "int", 8, "fresh worker pools measured in turn, each in an equal share of duration that "
            "pays for its start and warm-up too (pools that do not fit are left out, as the method and a warning "
-           "say); the figures are their samples over their measured time (a pool's rate can hang on where its "
-           "workers started, as an epoch's does)", minimum=1),
+           "say); the figures are their sustained rates weighed by their measured time (a pool's rate: the lower of "
+           "its samples over its time and the least-squares slope of its count against time, which a throttle's "
+           "start-up burst does not lift; a pool's rate can hang on where its workers started, as an epoch's does)",
+           minimum=1),
     Option("max_files", "int", 10000, "files under path to read, taken in turn from every folder (the walk "
            "stops there, and after 4x as many entries, and the figures say so), so walk time and memory stay "
            "bounded", minimum=1,

@@ -120,7 +120,9 @@ def cpu_limited_cgroup(cpus: float):
 
 def test_a_cpu_bound_dataset_stops_at_the_cpus_the_cgroup_allows_and_more_workers_are_named_a_cost(tmp_path):
     # Half a CPU of quota: the knee is 1 worker on any machine that can give this cgroup half a CPU, which nice -20
-    # makes sure of on this busy 2-CPU one (at nice 0 under a load of 8, one worker got a fifth of a CPU).
+    # makes sure of on this busy 2-CPU one (at nice 0 under a load of 8, one worker got a fifth of a CPU). Each
+    # count's pool starts inside the same half CPU: with 1 s a count (duration 3s), a CI run read 78, 59 and 94
+    # samples/s at 1, 2 and 4 workers; 2 s a count gives each more windows, whose overlap tells equal rates alike.
     src = job_package(tmp_path / "src", "bound", {"__init__": DATASETS})
     config = write_config(tmp_path, f"""
         version: 1
@@ -132,7 +134,7 @@ def test_a_cpu_bound_dataset_stops_at_the_cpus_the_cgroup_allows_and_more_worker
             batch_size: 4
             worker_pools: 1
             worker_sweep: true
-            duration: 3s
+            duration: 6s
         """)
     with cpu_limited_cgroup(0.5) as prefix:
         run = run_cli("run", "-c", str(config), "--format", "json", prefix=prefix, cwd=tmp_path, timeout=120)
