@@ -256,9 +256,15 @@ class Serialized(torch.utils.data.Dataset):
 """
 
 
-def epoch_in_this_process(tmp_path, name: str) -> tuple[memory.Projection, int]:
+def epoch_in_this_process(tmp_path, name: str) -> tuple[memory.Projection, int, int]:
     """The projection from 4 readings taken every 4,096 samples of a fresh 2-worker pool over ``name`` (batch 64,
-    shuffled), as ``memory.Watched`` reads them, and the real epoch's peak PSS (read every 16 batches after)."""
+    shuffled), as ``memory.Watched`` reads them; the real epoch's peak of anonymous PSS (read every 16 batches
+    after); and the file-backed part of the PSS at the projection's peak reading.
+
+    PSS divides a shared library's pages among every process that maps them, so on a CI machine the other tests'
+    torch processes, coming and going, moved the loader's PSS by tens of MiB between the readings and the epoch
+    (376 MiB at the readings, 325 MiB over the epoch, which grows). The model projects the anonymous part: the
+    comparison takes that part on both sides."""
     src = job_package(tmp_path / "src", "layouts", {"__init__": LAYOUTS})
     sys.path.insert(0, str(src))
     try:
@@ -277,18 +283,20 @@ def epoch_in_this_process(tmp_path, name: str) -> tuple[memory.Projection, int]:
                     puller._next()
                 puller.readings.append(puller._read())
             projection = memory.project(watch.pools, len(dataset), footprint)
+            at_peak = max(puller.readings, key=lambda reading: reading.held)
+            shared = at_peak.pss - at_peak.anon
             real = 0
             while puller.delivered < len(dataset):
                 puller._next()
                 if puller.batches % 16 == 0:
                     pids = [os.getpid()] + [p.pid for p in puller.iterator._workers]
-                    real = max(real, sum(memory.rollup(pid).pss for pid in pids))
+                    real = max(real, sum(memory.rollup(pid).pss_anon for pid in pids))
         finally:
             puller.close()
     finally:
         sys.path.remove(str(src))
         sys.modules.pop("layouts", None)
-    return projection, real
+    return projection, real, shared
 
 
 EPOCH_IN_A_FRESH_INTERPRETER = """
@@ -299,7 +307,7 @@ sys.stdout.buffer.write(pickle.dumps(epoch_in_this_process(Path(sys.argv[1]), sy
 """
 
 
-def epoch_against_projection(tmp_path, name: str) -> tuple[memory.Projection, int]:
+def epoch_against_projection(tmp_path, name: str) -> tuple[memory.Projection, int, int]:
     """``epoch_in_this_process`` run in a fresh interpreter. A pytest-xdist worker holds what its earlier tests left,
     and a forked loader worker's garbage collector writes to every such object's page: on a CI run that put 134 MiB of
     copies into a Dataset that copies nothing, and an earlier run's first reading at 1.4 GiB. The job's process holds
@@ -315,16 +323,19 @@ def test_a_dataset_of_python_objects_is_projected_within_20_percent_of_its_real_
     # Each worker copies the pages of the objects it reads until it holds them all: a straight line at the windows'
     # rate, capped at every worker copying the main process, was 22-75 % above a real epoch. (The scans' reads touch
     # nearly all that building them took, so their fit lands at that bound; the COCO index's leave its lists alone.)
-    projection, real = epoch_against_projection(tmp_path, name)
+    projection, real, shared = epoch_against_projection(tmp_path, name)
     assert projection.cow is not None and projection.workers_grew, projection
-    assert abs(projection.projected - real) <= 0.20 * real, (projection.projected / MiB, real / MiB)
+    projected = projection.projected - shared
+    assert abs(projected - real) <= 0.20 * real, (projected / MiB, real / MiB)
 
 
 def test_records_serialized_into_one_numpy_buffer_grow_nothing_and_are_not_blamed(tmp_path):
     # In a fresh interpreter the workers' allocator arenas grow 17-19 MiB over the first 16,384 samples (5.8-6.6 % of
-    # the peak), drawn on as a straight line; the real epoch adds 2 MiB. Below the blamed share, and within 10 %.
-    projection, real = epoch_against_projection(tmp_path, "Serialized")
+    # the peak), drawn on as a straight line; the real epoch adds 2 MiB: 1.09x its anonymous peak. Below the blamed
+    # share, and within 15 %.
+    projection, real, shared = epoch_against_projection(tmp_path, "Serialized")
     assert projection.added < memory.BLAMED_GROWTH * projection.peak, projection
-    assert abs(projection.projected - real) <= 0.10 * real, (projection.projected / MiB, real / MiB)
+    projected = projection.projected - shared
+    assert abs(projected - real) <= 0.15 * real, (projected / MiB, real / MiB)
     _, headroom = memory.measurements(projection, 2, 2, "m", memory.Limit(real * 4, "the cgroup memory limit"))
     assert "copy-on-write" not in headroom.hint
