@@ -3,9 +3,9 @@
 An ImageNet-shaped folder on a fresh ext4 image, on a loop device that reads its backing file with O_DIRECT (no
 page cache of the host under it), read by ``preflight run`` inside a cgroup-v1 blkio group that throttles reads
 from that device to 286 MB/s: ``bench/founding_table.py``'s setting and its 3,000 files. What is asserted is
-an upper bound 6% above the setting, where the count over the time read 1.10-1.14x, and what the run read
-through the throttle. (With both CPUs spun by other processes the figure read 0.87-1.01x: a busy machine lowered
-it here, and never lifted it past the bound.)
+that the burst was taken out and named, the figure within 10% of the setting, and what the run read through
+the throttle. The run is at nice -20, so the machine's other load is not part of what is measured (the
+bench's busy rows measure a busy node).
 """
 
 from __future__ import annotations
@@ -66,13 +66,19 @@ def test_a_throttle_s_burst_at_the_pass_s_start_is_not_read_as_the_volume_s_rate
             """)
         throttle = stack.enter_context(throttled(volume.device, RATE))
         before = throttle.read(volume.device)
-        done = subprocess.run(throttle.wrap([sys.executable, "-m", "preflight", "run", "-c", str(config), "--json",
-                                             "-"]), capture_output=True, text=True, cwd=REPO, timeout=240,
-                              env=dict(os.environ, PYTHONPATH=str(REPO), NO_COLOR="1"))
+        # At nice -20: other tests' processes on this machine's CPUs must not become part of the device's shape
+        # (beside the full suite, at nice 0, the pass read 1.09x: its workers stalled and the throttle let them
+        # catch up in bursts through the pass).
+        done = subprocess.run(throttle.wrap(["nice", "-n", "-20", sys.executable, "-m", "preflight", "run", "-c",
+                                             str(config), "--json", "-"]), capture_output=True, text=True, cwd=REPO,
+                              timeout=240, env=dict(os.environ, PYTHONPATH=str(REPO), NO_COLOR="1"))
         read = throttle.read(volume.device) - before
     row = {r["id"]: r for r in json.loads(done.stdout)["results"]}["dataloader.throughput"]
     expected = expected_rate(RATE, sum(sizes) / len(sizes))
     assert row["value"] is not None, row
-    assert row["value"] <= 1.06 * expected, (row["value"] / expected, row["method"])
+    # The burst taken out and named (the old rule's count had no such words), and the figure within the issue's 10%
+    # (idle 0.96-1.00x; under other load at nice -20, 0.92-1.06x; the count alone read 1.10-1.14x idle).
+    assert "least-squares slope of samples delivered against time" in row["method"], row["method"]
+    assert row["value"] <= 1.10 * expected, (row["value"] / expected, row["method"])
     assert row["value"] >= 0.3 * expected, (row["value"] / expected, row["method"])  # it read through the throttle
     assert sum(sizes) <= read <= 1.05 * sum(sizes) + (8 << 20), read  # the dataset once, its metadata, one probe

@@ -50,6 +50,7 @@ def test_a_client_s_token_bucket_burst_is_not_read_as_its_bandwidth_limit(tmp_pa
     row = {r["id"]: r for r in json.loads(report.read_text())["results"]}["dataloader.throughput"]
     expected = expected_rate(RATE_MB_S * 1e6, sum(sizes) / len(sizes))
     assert row["value"] is not None, row
-    assert row["value"] <= 1.06 * expected, (row["value"] / expected, row["method"])
+    assert "least-squares slope of samples delivered against time" in row["method"], row["method"]  # named
+    assert row["value"] <= 1.06 * expected, (row["value"] / expected, row["method"])  # 1.02-1.03x beside 3 spinners
     assert row["value"] >= 0.4 * expected, (row["value"] / expected, row["method"])  # it read through the bucket
     assert served_twice == [], served_twice[:5]  # each file went through the bucket once: no figure from a cache
