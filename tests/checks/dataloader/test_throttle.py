@@ -3,8 +3,7 @@
 An ImageNet-shaped folder on a fresh ext4 image, on a loop device that reads its backing file with O_DIRECT (no
 page cache of the host under it), read by ``preflight run`` inside a cgroup-v1 blkio group that throttles reads
 from that device to 286 MB/s: ``bench/founding_table.py``'s setting and its 3,000 files. What is asserted is
-that the burst was taken out and named, the figure within 10% of the setting, and what the run read through
-the throttle. The run is at nice -20, so the machine's other load is not part of what is measured (the
+the figure within 10% of the setting, and what the run read through the throttle. The run is at nice -20, so the machine's other load is not part of what is measured (the
 bench's busy rows measure a busy node).
 """
 
@@ -76,9 +75,10 @@ def test_a_throttle_s_burst_at_the_pass_s_start_is_not_read_as_the_volume_s_rate
     row = {r["id"]: r for r in json.loads(done.stdout)["results"]}["dataloader.throughput"]
     expected = expected_rate(RATE, sum(sizes) / len(sizes))
     assert row["value"] is not None, row
-    # The burst taken out and named (the old rule's count had no such words), and the figure within the issue's 10%
-    # (idle 0.96-1.00x; under other load at nice -20, 0.92-1.06x; the count alone read 1.10-1.14x idle).
-    assert "least-squares slope of samples delivered against time" in row["method"], row["method"]
+    # The figure within the issue's 10% (idle 0.96-1.00x; under other load at nice -20, 0.92-1.06x; the count alone
+    # read 1.10-1.14x idle). Whether the throttle served a burst at all is the machine's timing, not the gate's: here
+    # it did in 8 of 8 runs and the method named it, but on CI's machine it did not, and the count was the figure. That
+    # a burst is named and taken out is asserted on the traced shape, on a fake clock (test_windows.py).
     assert row["value"] <= 1.10 * expected, (row["value"] / expected, row["method"])
     assert row["value"] >= 0.3 * expected, (row["value"] / expected, row["method"])  # it read through the throttle
     assert sum(sizes) <= read <= 1.05 * sum(sizes) + (8 << 20), read  # the dataset once, its metadata, one probe
