@@ -17,7 +17,8 @@ all ``k`` (``Saturation``)::
                  Private_Dirty after each window (a copied page is the copier's own); per_worker at most
                  what building the dataset took in the main process (``user.Job.footprint``), else the
                  main process's anonymous memory; of the fits within the readings' noise, the largest
-    tmpfs      = max(0, the cgroup's shmem now - before the pool started - sum of Pss_Shmem)
+    tmpfs      = max(0, min(the cgroup's shmem now - before the pool started - sum of Pss_Shmem,
+                            bytes the main process and the workers wrote since (wchar of /proc/PID/io)))
     held       = sum of Pss + tmpfs
     projected  = peak held + copies(epoch) - copies(samples at the peak)
                  + tmpfs growth per sample (median over the intervals) x samples left
@@ -30,7 +31,10 @@ fitted projection within 8 % of a real epoch's peak at 300,000 and a million dic
 and the bound 22-28 % above where the windows read 13,000-15,000 of a million.
 ``tmpfs`` is files the loader wrote to a tmpfs (/dev/shm, a memory-backed emptyDir) and left unmapped:
 no PSS holds them, yet the kernel charges them to the writer's cgroup and its limit counts them
-(moby/moby#47967, argonne-lcf/dlio_benchmark#165).
+(moby/moby#47967, argonne-lcf/dlio_benchmark#165). The cgroup's counter also counts what other processes in
+the cgroup write to a tmpfs meanwhile (a CI job's other steps; on a node without containers, the whole
+machine's root cgroup): only as much as the loader's own processes wrote is the loader's. A file a Dataset
+fills through a mapping it then drops passes no write() and is not counted.
 The limit is the tighter of the cgroup's (``memory.max`` / ``memory.limit_in_bytes``,
 ``cgroup_memory.memory_limit``) and the host's MemAvailable plus what the loader already holds.
 """
@@ -111,15 +115,39 @@ class Reading(NamedTuple):
         return sum(max(0, self.main.anonymous - w.private_dirty) for w in self.workers)
 
 
+def written(pid: int, proc: Path = PROC) -> int | None:
+    """Bytes ``pid`` has passed to write() and its kin since it started, its threads included (``wchar`` of
+    ``/proc/PID/io``, Documentation/filesystems/proc.rst: files on any filesystem, pipes and sockets alike);
+    None when the process is gone or its file unreadable (another user's process, no task I/O accounting)."""
+    try:
+        text = (proc / str(pid) / "io").read_text()
+    except OSError:
+        return None
+    fields = dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
+    return int(fields["wchar"]) if fields.get("wchar", "").strip().isdigit() else None
+
+
+def _written_since(main_pid: int, workers: Sequence[int], main_before: int | None, proc: Path) -> int | None:
+    """Bytes the main process wrote since it read ``main_before`` and the workers since they started (a new
+    process's counters start at 0); None when any of them is unreadable."""
+    main = written(main_pid, proc)
+    each = [written(pid, proc) for pid in workers]
+    if main is None or main_before is None or None in each:
+        return None
+    return main - main_before + sum(each)  # type: ignore[arg-type]
+
+
 def read(iterator: Any, delivered: int, main_pid: int, proc: Path = PROC, shmem_before: int | None = None,
-         shmem_now: int | None = None) -> Reading | None:
+         shmem_now: int | None = None, written_before: int | None = None) -> Reading | None:
     """The memory of ``main_pid`` and of the workers of a DataLoader ``iterator``; None when unreadable.
 
     The workers are torch's own record of the processes it started (``_workers``, set by
     ``_MultiProcessingDataLoaderIter`` since torch 1.0); a loader without workers has none.
     ``shmem_before``/``shmem_now``: the cgroup's tmpfs bytes (``cgroup_memory.shmem``) before the pool
     started and now; what they grew by less the loader's mapped shared memory (batches in flight,
-    already in PSS) is files on tmpfs, which no PSS counts and the cgroup's limit does.
+    already in PSS) is files on tmpfs, which no PSS counts and the cgroup's limit does, up to what the loader's
+    processes wrote since (``written_before``: the main process's ``written`` before the pool started): the rest
+    is other processes' of the cgroup. Without ``written_before`` the whole growth is the loader's.
     """
     main = rollup(main_pid, proc)
     if main is None:
@@ -131,6 +159,8 @@ def read(iterator: Any, delivered: int, main_pid: int, proc: Path = PROC, shmem_
     tmpfs = 0
     if shmem_before is not None and shmem_now is not None:
         tmpfs = max(0, shmem_now - shmem_before - main.pss_shmem - sum(w.pss_shmem for w in workers))
+        wrote = _written_since(main_pid, pids, written_before, proc)
+        tmpfs = tmpfs if wrote is None else min(tmpfs, wrote)
     return Reading(delivered, main, workers, tmpfs, tasks, main_tasks)
 
 
@@ -139,6 +169,7 @@ class Watched(BatchPuller):
 
     def __init__(self, *args: Any, main_pid: int, **kwargs: Any) -> None:
         self.shmem_before = cgroup_memory.shmem()  # before the workers start and write anything
+        self.written_before = written(main_pid)
         super().__init__(*args, **kwargs)
         self.main_pid = main_pid
         self.delivered = 0
@@ -155,7 +186,7 @@ class Watched(BatchPuller):
 
     def _read(self) -> Reading | None:
         return read(self.iterator, self.delivered, self.main_pid, shmem_before=self.shmem_before,
-                    shmem_now=cgroup_memory.shmem())
+                    shmem_now=cgroup_memory.shmem(), written_before=self.written_before)
 
     def ended_early(self) -> None:
         """The pass ended before any window was read (inside the warm-up, or inside the first window): its last

@@ -344,3 +344,26 @@ def test_a_pass_that_ends_inside_its_first_window_still_reads_the_loaders_memory
     assert measured["throughput"].stopped.startswith("the pass over the data ended after 19 batches")
     for metric in ("memory_peak", "memory_headroom", "pids_headroom"):
         assert measured[metric].value is not None and measured[metric].value > 0, (metric, measured[metric].reason)
+
+
+def test_tmpfs_growth_is_the_loader_s_only_up_to_what_its_processes_wrote(tmp_path):
+    # A CI run: another test in the same cgroup filled /dev/shm while the memory epoch test's loader was read, and
+    # the cgroup's shmem growth, all taken as the loader's files and projected per sample, put a 312 MiB epoch at
+    # 3,353 MiB. What no process of the loader wrote is not the loader's.
+    here = os.getpid()
+    mapped = memory.rollup(here)
+    before = memory.written(here)
+    with open(tmp_path / "written", "wb") as out:
+        out.write(b"x" * MiB)
+    grown = dict(shmem_before=5 * MiB, shmem_now=5 * MiB + mapped.pss_shmem + 3 * MiB)
+    capped = memory.read(None, 0, here, written_before=before, **grown).tmpfs
+    assert MiB <= capped < MiB + 64 * 1024  # the MiB written, and pytest's few bytes between
+    assert memory.read(None, 0, here, **grown).tmpfs == 3 * MiB  # unknown before: the whole growth, as before
+
+
+def test_written_reads_wchar_and_is_none_for_a_process_that_is_gone(tmp_path):
+    (tmp_path / "42").mkdir()
+    (tmp_path / "42" / "io").write_text("rchar: 9\nwchar: 4096\nsyscr: 1\nsyscw: 1\nread_bytes: 0\n"
+                                        "write_bytes: 0\ncancelled_write_bytes: 0\n")
+    assert memory.written(42, tmp_path) == 4096
+    assert memory.written(43, tmp_path) is None
