@@ -80,6 +80,15 @@ def sustained(deliveries: Sequence[Delivery], samples_per_s: float, mb_per_s: fl
     return min(samples_per_s, max(0.0, slope_samples)), min(mb_per_s, max(0.0, slope_bytes) / 1e6)
 
 
+def pool_rate(puller: BatchPuller, taken: Sequence[Window]) -> tuple[float, float, float]:
+    """(samples/s, MB/s, burst) of one pool: the ``sustained`` rates over ``puller``'s deliveries and its windows
+    ``taken``, and the fraction the samples/s fell below the windows' count over their time (0 for a steady loader)."""
+    window_s = [w.seconds for w in taken]
+    counted = time_weighted([w.samples_per_s for w in taken], window_s)
+    rate, mb_rate = sustained(puller.deliveries, counted, time_weighted([w.mb_per_s for w in taken], window_s))
+    return rate, mb_rate, 1 - rate / counted if counted > 0 else 0.0
+
+
 def time_weighted(rates: Sequence[float], seconds: Sequence[float]) -> float:
     """The mean of ``rates`` weighted by the ``seconds`` each was measured over: total samples / total time, the
     rate a loop reading through all of them sees. The plain mean where no time is known (every weight 0).
@@ -470,13 +479,11 @@ def pooled(start_pool: Callable[[], BatchPuller], take: Callable[[BatchPuller, B
             taken = _joined(taken, more)
             pool_s = max(pool_s, clock() - pool_began)
         stopped = taken.stopped
-        window_s = [w.seconds for w in taken]
-        counted = time_weighted([w.samples_per_s for w in taken], window_s)
-        rate, mb_rate = sustained(puller.deliveries, counted, time_weighted([w.mb_per_s for w in taken], window_s))
-        below = max(below, 1 - rate / counted if counted > 0 else 0.0)
+        rate, mb_rate, burst = pool_rate(puller, taken)
+        below = max(below, burst)
         rates.append(rate)
         mb_rates.append(mb_rate)
-        seconds.append(sum(window_s))
+        seconds.append(sum(w.seconds for w in taken))
         if puller.spent or handed_out() or taken.read_on:  # the pass is read or handed out (a further pool would
             break                                          # read it again), or the first pool had the duration
     spent = puller is not None and (puller.spent or handed_out())

@@ -16,9 +16,12 @@ import re
 
 import pytest
 
+from preflight.checks.base import Budget
 from preflight.checks.dataloader import sweep
+from preflight.checks.dataloader.loop import BatchPuller
 from preflight.checks.dataloader.sweep import Curve
 from preflight.host import cgroup
+from tests.checks.dataloader.test_windows import AtTimes, Clock, throttled_pass
 from tests.helpers import _remove_cgroup, job_package, run_check, run_cli, write_config
 
 DATASETS = """
@@ -157,6 +160,21 @@ def test_the_knee_is_the_fewest_workers_within_5_percent_of_the_best_and_the_hin
                                                      "num_workers 2 delivers within 5% of 8")
     # num_workers 0 loads in the main process, a count the sweep (from 1) has no figure for: still "raise"
     assert sweep.recommended(curve, 0, "m").hint == "raise num_workers from 0 to 2: 290 samples/s there"
+
+
+def test_a_count_whose_fresh_pool_a_throttle_served_a_burst_is_read_at_its_steady_rate():
+    # Issue 32 case 5 for the sweep: each count's pool starts after the last one closed, and the traced 286 MB/s
+    # throttle served the idle reader 6 batches at once; its first window read 3,282 samples/s, 1.28x the slices'
+    # 2,560. Each window is now at most the pool's sustained rate (the throughput's), so the count reads 2,524.
+    clock = Clock()
+    taken = sweep.pool_windows(BatchPuller(AtTimes(clock, throttled_pass(burst_batches=6, steps=10)), clock=clock),
+                               2, Budget(1.0, 60.0))
+    assert len(taken) >= 2 and max(taken) == pytest.approx(2560, rel=0.02) and min(taken) == max(taken)
+    # A steady loader keeps its windows as measured: no burst, no ceiling.
+    clock = Clock()
+    steady = sweep.pool_windows(BatchPuller(AtTimes(clock, [0.01 * i for i in range(1, 201)]), clock=clock),
+                                2, Budget(1.0, 60.0))
+    assert steady == pytest.approx((6400.0,) * len(steady))
 
 
 def test_counts_whose_windows_overlap_the_best_ones_are_not_told_apart():
