@@ -11,10 +11,11 @@ value near 2^63 meaning none; ``memory.oom_control`` holds ``oom_kill N`` since 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import NamedTuple
 
-from preflight.host import cgroup
+from preflight.host import cgroup, stuck
 from preflight.host.cgroup import CGROUP_ROOT, PROC_CGROUP
 from preflight.units import format_value
 
@@ -142,3 +143,38 @@ def shmem(root: Path = CGROUP_ROOT, membership: Path = PROC_CGROUP) -> int | Non
     if not directories:
         return None
     return _stat(directories[0] / "memory.stat", "shmem" if cgroup.unified(root) else "total_shmem")
+
+
+def shared_with_others(pid: int, root: Path = CGROUP_ROOT, membership: Path = PROC_CGROUP,
+                       proc: Path = Path("/proc")) -> bool | None:
+    """Whether this process's memory cgroup, its descendants included (as ``shmem`` counts them), holds a process
+    that is neither ``pid``, nor one of its ancestors (the shell or runtime that started it), nor one of its
+    descendants (its DataLoader workers and what they start): another program, whose tmpfs files the cgroup's
+    counters add to ``pid``'s. None where the cgroup's ``cgroup.procs`` cannot be read.
+
+    A container's or a Slurm step's cgroup holds the job's processes alone; a CI runner's, a login session's or a
+    bare node's root cgroup holds others (herdrdev/herdr#2178: 9.9 GB of shmem in a server's cgroup was a CUDA
+    benchmark started from one of its panes)."""
+    directories = cgroup.directories("memory", root, membership)
+    if not directories:
+        return None
+    members: set[int] = set()
+    for at, _, _ in os.walk(directories[0]):
+        try:
+            members.update(int(member) for member in Path(at, "cgroup.procs").read_text().split())
+        except (OSError, ValueError):
+            if at == str(directories[0]):
+                return None  # a descendant gone since the walk listed it is no member
+    ancestors = set(_lineage(pid, proc))
+    return any(member not in ancestors and pid not in _lineage(member, proc) for member in members)
+
+
+def _lineage(pid: int, proc: Path) -> list[int]:
+    """``pid`` and its ancestors up to the first process of its PID namespace, from ``/proc/PID/stat``'s ppid
+    (proc(5)); where a process is gone, its lineage ends there."""
+    lineage = []
+    while pid > 0 and pid not in lineage:
+        lineage.append(pid)
+        fields = stuck.stat_fields(str(proc / str(pid) / "stat"))
+        pid = int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else 0
+    return lineage

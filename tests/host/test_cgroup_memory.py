@@ -117,6 +117,32 @@ def test_v2_tmpfs_charged_to_the_cgroup_is_memory_stat_shmem(tmp_path):
     assert cgroup_memory.shmem(root, membership) == 8 << 20
 
 
+def fake_proc(tmp_path, parents):
+    """A /proc whose processes have the given ``{pid: ppid}``."""
+    proc = tmp_path / "proc"
+    for pid, ppid in parents.items():
+        (proc / str(pid)).mkdir(parents=True)
+        (proc / str(pid) / "stat").write_text(f"{pid} (python3 (a worker)) S {ppid} {pid} {pid} 0 -1\n")
+    return proc
+
+
+def test_a_cgroup_holding_only_the_loader_its_workers_and_its_ancestors_is_not_shared(tmp_path):
+    # 1 the container's shell, 7 the gate, 9 and 10 its workers, 11 a decoder a worker started.
+    root, membership, container = v2_tree(tmp_path)
+    proc = fake_proc(tmp_path, {1: 0, 7: 1, 9: 7, 10: 7, 11: 9, 20: 1})
+    (container / "cgroup.procs").write_text("1\n7\n9\n10\n")
+    (container / "sub").mkdir()
+    (container / "sub" / "cgroup.procs").write_text("11\n")  # descendants' cgroups: shmem counts them too
+    assert cgroup_memory.shared_with_others(7, root, membership, proc) is False
+    (container / "sub" / "cgroup.procs").write_text("11\n20\n")  # 20: another program the shell started
+    assert cgroup_memory.shared_with_others(7, root, membership, proc) is True
+    (container / "cgroup.procs").write_text("1\n7\n0\n")  # 0: a process outside this PID namespace
+    (container / "sub" / "cgroup.procs").write_text("")
+    assert cgroup_memory.shared_with_others(7, root, membership, proc) is True
+    (container / "cgroup.procs").unlink()
+    assert cgroup_memory.shared_with_others(7, root, membership, proc) is None
+
+
 def test_v2_memory_high_is_the_tightest_up_the_tree_and_none_on_v1(tmp_path):
     # Kubernetes MemoryQoS writes memory.high below memory.max: the kernel throttles from there (sqliteai/warp#14).
     root, membership, container = v2_tree(tmp_path)

@@ -17,8 +17,9 @@ all ``k`` (``Saturation``)::
                  Private_Dirty after each window (a copied page is the copier's own); per_worker at most
                  what building the dataset took in the main process (``user.Job.footprint``), else the
                  main process's anonymous memory; of the fits within the readings' noise, the largest
-    tmpfs      = max(0, min(the cgroup's shmem now - before the pool started - sum of Pss_Shmem,
-                            bytes the main process and the workers wrote since (wchar of /proc/PID/io)))
+    tmpfs      = max(0, the cgroup's shmem now - before the pool started - sum of Pss_Shmem)
+                 where the cgroup holds another program: at most the bytes the main process and the workers
+                 wrote since (wchar of /proc/PID/io)
     held       = sum of Pss + tmpfs
     projected  = peak held + copies(epoch) - copies(samples at the peak)
                  + tmpfs growth per sample (median over the intervals) x samples left
@@ -31,10 +32,12 @@ fitted projection within 8 % of a real epoch's peak at 300,000 and a million dic
 and the bound 22-28 % above where the windows read 13,000-15,000 of a million.
 ``tmpfs`` is files the loader wrote to a tmpfs (/dev/shm, a memory-backed emptyDir) and left unmapped:
 no PSS holds them, yet the kernel charges them to the writer's cgroup and its limit counts them
-(moby/moby#47967, argonne-lcf/dlio_benchmark#165). The cgroup's counter also counts what other processes in
-the cgroup write to a tmpfs meanwhile (a CI job's other steps; on a node without containers, the whole
-machine's root cgroup): only as much as the loader's own processes wrote is the loader's. A file a Dataset
-fills through a mapping it then drops passes no write() and is not counted.
+(moby/moby#47967, argonne-lcf/dlio_benchmark#165). The cgroup's counter also counts what other programs in
+the cgroup write to a tmpfs meanwhile (a CI runner's other jobs, a login session, a bare node's root cgroup:
+herdrdev/herdr#2178): where the cgroup holds a process that is neither the loader's nor one of its ancestors
+(``cgroup_memory.shared_with_others``), only as much as the loader's own processes wrote is the loader's. There
+a file a Dataset fills through a mapping it then drops, which passes no write(), is not counted; in a
+container's or a Slurm step's own cgroup it is.
 The limit is the tighter of the cgroup's (``memory.max`` / ``memory.limit_in_bytes``,
 ``cgroup_memory.memory_limit``) and the host's MemAvailable plus what the loader already holds.
 """
@@ -146,8 +149,9 @@ def read(iterator: Any, delivered: int, main_pid: int, proc: Path = PROC, shmem_
     ``shmem_before``/``shmem_now``: the cgroup's tmpfs bytes (``cgroup_memory.shmem``) before the pool
     started and now; what they grew by less the loader's mapped shared memory (batches in flight,
     already in PSS) is files on tmpfs, which no PSS counts and the cgroup's limit does, up to what the loader's
-    processes wrote since (``written_before``: the main process's ``written`` before the pool started): the rest
-    is other processes' of the cgroup. Without ``written_before`` the whole growth is the loader's.
+    processes wrote since (``written_before``: the main process's ``written`` before the pool started), where the
+    cgroup holds other programs whose files it counts too; None: the cgroup holds the loader alone, and the
+    whole growth is the loader's.
     """
     main = rollup(main_pid, proc)
     if main is None:
@@ -170,6 +174,7 @@ class Watched(BatchPuller):
     def __init__(self, *args: Any, main_pid: int, **kwargs: Any) -> None:
         self.shmem_before = cgroup_memory.shmem()  # before the workers start and write anything
         self.written_before = written(main_pid)
+        self.shared = bool(cgroup_memory.shared_with_others(main_pid))  # another program's tmpfs files count too
         super().__init__(*args, **kwargs)
         self.main_pid = main_pid
         self.delivered = 0
@@ -185,8 +190,9 @@ class Watched(BatchPuller):
         return samples, nbytes
 
     def _read(self) -> Reading | None:
+        self.shared = self.shared or bool(cgroup_memory.shared_with_others(self.main_pid))
         return read(self.iterator, self.delivered, self.main_pid, shmem_before=self.shmem_before,
-                    shmem_now=cgroup_memory.shmem(), written_before=self.written_before)
+                    shmem_now=cgroup_memory.shmem(), written_before=self.written_before if self.shared else None)
 
     def ended_early(self) -> None:
         """The pass ended before any window was read (inside the warm-up, or inside the first window): its last
