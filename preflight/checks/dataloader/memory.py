@@ -133,9 +133,11 @@ def written(pid: int, proc: Path = PROC) -> int | None:
 def _written_since(main_pid: int, workers: Sequence[int], main_before: int | None, proc: Path) -> int | None:
     """Bytes the main process wrote since it read ``main_before`` and the workers since they started (a new
     process's counters start at 0); None when any of them is unreadable."""
+    if main_before is None:
+        return None  # no cap asked (the cgroup holds the loader alone): the processes' files are not read
     main = written(main_pid, proc)
     each = [written(pid, proc) for pid in workers]
-    if main is None or main_before is None or None in each:
+    if main is None or None in each:
         return None
     return main - main_before + sum(each)  # type: ignore[arg-type]
 
