@@ -301,14 +301,31 @@ def device_of(index: int, props: Any) -> Device:
 
     ``pci_domain_id``/``pci_bus_id``/``pci_device_id`` exist only in recent torch (bound for
     torch.numa's binding; torch 2.2-2.4 have none) and ``uuid`` since torch 2.4 (pytorch#125083, a
-    ``_CUuuid`` whose ``bytes`` are cudaDeviceProp.uuid; its repr lacks NVML's ``GPU-`` prefix). A
-    torch without them gives "", and the NVML side matches the GPU another way (``nvml.locate``).
+    ``_CUuuid``: ``uuid_text`` reads it). A torch without them gives "", and the NVML side matches the GPU
+    another way (``nvml.locate``).
     """
     ids = [getattr(props, f"pci_{part}_id", None) for part in ("domain", "bus", "device")]
     bus_id = f"{ids[0]:04x}:{ids[1]:02x}:{ids[2]:02x}.0" if all(isinstance(i, int) for i in ids) else ""
-    raw = getattr(getattr(props, "uuid", None), "bytes", None)
-    text = str(uuid.UUID(bytes=raw)) if isinstance(raw, bytes) and len(raw) == 16 else ""
-    return Device(index, props.name, f"{props.major}.{props.minor}", int(props.total_memory), bus_id, text)
+    return Device(index, props.name, f"{props.major}.{props.minor}", int(props.total_memory), bus_id,
+                  uuid_text(getattr(props, "uuid", None)))
+
+
+def uuid_text(cu_uuid: Any) -> str:
+    """torch's ``_CUuuid`` as ``"ffc79498-8ff3-c2dc-3b0d-fafd804516ae"`` (NVML's UUID without ``GPU-``); "" for none.
+
+    torch binds its ``bytes`` as a ``std::vector<uint8_t>``, which pybind11 hands Python as a list of 16 ints
+    (torch/csrc/cuda/Module.cpp, registerCudaDeviceProperties); ``bytes`` and the object's own str (8-4-4-4-12
+    hex, pytorch#132863) are read too, so another binding of it still matches.
+    """
+    raw = getattr(cu_uuid, "bytes", None)
+    try:
+        if isinstance(raw, (bytes, bytearray, list, tuple)) and len(raw) == 16:
+            return str(uuid.UUID(bytes=bytes(raw)))
+        if cu_uuid is not None:
+            return str(uuid.UUID(str(cu_uuid).strip().lower().removeprefix("gpu-")))
+    except (TypeError, ValueError):  # ints outside 0-255, or a str that is no UUID
+        pass
+    return ""
 
 
 def tf32_exact(tensor: Any) -> Any:

@@ -330,14 +330,17 @@ TORCH_RELEASES = ("2.2.2", "2.3.1", "2.4.1", "2.13.0")
 
 
 class FakeUuid:
-    """torch's ``_CUuuid`` (torch 2.4+, pytorch#125083): ``bytes`` are cudaDeviceProp.uuid, the repr is
-    8-4-4-4-12 lower-case hex without NVML's ``GPU-`` prefix (pytorch#132863 made it printable)."""
+    """torch's ``_CUuuid`` (torch 2.4+, pytorch#125083): ``bytes`` are cudaDeviceProp.uuid as pybind11 hands a
+    ``std::vector<uint8_t>`` to Python, a list of 16 ints (torch/csrc/cuda/Module.cpp), never ``bytes``; its str
+    is 8-4-4-4-12 lower-case hex without NVML's ``GPU-`` prefix (pytorch#132863 made it printable)."""
 
     def __init__(self, text: str) -> None:
-        self.bytes = uuid.UUID(text.lower().removeprefix("gpu-")).bytes
+        self.bytes = list(uuid.UUID(text.lower().removeprefix("gpu-")).bytes)
 
     def __repr__(self) -> str:
-        return str(uuid.UUID(bytes=self.bytes))
+        return str(uuid.UUID(bytes=bytes(self.bytes)))
+
+    __str__ = __repr__
 
 
 class FakeProperties:

@@ -603,3 +603,32 @@ def test_the_fake_gpu_rounds_inputs_as_tf32_tensor_cores_do_so_the_test_above_ha
     assert 1e-5 < gpu.relative_error(fake.device_matmul(a, b, 0), a @ b) < 1e-3
     exact_a, exact_b = gpu.tf32_exact(a.clone()), gpu.tf32_exact(b.clone())
     assert torch.equal(tf32_rounded(exact_a), exact_a)  # TF32-exact inputs pass the rounding unchanged
+
+
+class _Uuid:
+    """A ``_CUuuid`` with ``bytes`` in the form given and an optional str."""
+
+    def __init__(self, raw, text=None):
+        self.bytes, self._text = raw, text
+
+    def __str__(self):
+        return self._text if self._text is not None else object.__repr__(self)
+
+
+_H200 = "5e3f0c1a-9b2d-4c6e-8f71-a2b3c4d5e6f7"
+_RAW = bytes.fromhex(_H200.replace("-", ""))
+
+
+@pytest.mark.parametrize("cu_uuid", [
+    _Uuid(list(_RAW)),           # torch: pybind11's std::vector<uint8_t> is a list of ints (issue 45 case 1)
+    _Uuid(_RAW),                 # a binding that gives bytes
+    _Uuid(None, _H200),          # only the str form
+    _Uuid(None, f"GPU-{_H200.upper()}"),  # NVML's form
+], ids=["list", "bytes", "str", "nvml-str"])
+def test_a_device_uuid_is_read_from_a_list_of_ints_bytes_or_its_string(cu_uuid):
+    assert gpu.uuid_text(cu_uuid) == _H200
+
+
+@pytest.mark.parametrize("cu_uuid", [None, _Uuid([1, 2, 3]), _Uuid([300] * 16), _Uuid(None, "not a uuid")])
+def test_a_device_uuid_that_is_no_uuid_reads_as_none(cu_uuid):
+    assert gpu.uuid_text(cu_uuid) == ""
