@@ -187,8 +187,10 @@ class Feed:
         self.iterator = iter(self.dataloader)
         self.fed = "no batch yet"
         self.waited_ms = 0.0  # host time spent in the loader's next batch and its copy to the device, all calls
-        self.round_steps = max(1, loader.workers)  # a window's steps: whole rounds of the workers' batches
+        # a window's steps: whole rounds of the workers' batches, at most an epoch's (learned when one ends)
+        self.round_steps = max(1, loader.workers)
         self.position = 0  # batches taken in this epoch: torch hands them out worker by worker from the first
+        self.epochs = 1  # epochs started, this one included
 
     def __call__(self) -> int:
         start = time.perf_counter()
@@ -217,29 +219,45 @@ class Feed:
         throttled one-worker loader measured 93 samples/s where it can make 50). Those batches are taken without
         training on them: stepping on them gave the workers the steps' time to make the next ones, which the
         window then found ready (2 workers at 2 ms a sample: 850 samples/s where a training loop gets 725,
-        bench/pipeline_vs_loop.py). The untimed steps after them are the loop's: a fast loader's workers refill
-        its queue there, as they do beside a job's steps, and a slow one's queue is empty when the window starts.
-        They go on to the end of a round of the workers' batches, so the window, whole rounds too
-        (``round_steps``), starts and ends where a round does.
+        bench/pipeline_vs_loop.py). Only the current epoch's batches can be prefetched: the next epoch's pool has
+        made none yet, so the draining stops at the epoch's end. The untimed steps after them are the loop's: a
+        fast loader's workers refill its queue there, as they do beside a job's steps, and a slow one's queue is
+        empty when the window starts. They go on to the end of a round of the workers' batches, or of the epoch,
+        so the window, whole rounds too (``round_steps``), starts and ends where a round does.
         """
         for _ in range(self.prefetched):
-            self._next()
+            if self._next(new_epoch=False) is _EPOCH_ENDED:
+                break
         for _ in range(self.prefetched):
             self()
-        while self.position % self.round_steps:
+        epoch = self.epochs
+        while self.position % self.round_steps and self.epochs == epoch:
             self()
 
-    def _next(self) -> Any:
-        try:
-            batch = next(self.iterator)
-        except StopIteration:  # an epoch ended: start the next, as a training loop does
-            self.iterator, self.position = iter(self.dataloader), 0
+    def _next(self, new_epoch: bool = True) -> Any:
+        """The loader's next batch; at an epoch's end the next epoch's first, as a training loop takes it, or
+        ``_EPOCH_ENDED`` where ``new_epoch`` is false."""
+        if self.iterator is not None:
             try:
                 batch = next(self.iterator)
             except StopIteration:
-                raise ValueError("the DataLoader yields no batch: the dataset is empty") from None
-        self.position += 1
+                # an epoch of fewer batches than workers holds one round of them: its batches are the round
+                self.iterator, self.round_steps = None, min(self.round_steps, max(1, self.position))
+            else:
+                self.position += 1
+                return batch
+        if not new_epoch:
+            return _EPOCH_ENDED
+        self.iterator, self.position, self.epochs = iter(self.dataloader), 0, self.epochs + 1
+        try:
+            batch = next(self.iterator)
+        except StopIteration:
+            raise ValueError("the DataLoader yields no batch: the dataset is empty") from None
+        self.position = 1
         return batch
+
+
+_EPOCH_ENDED = object()  # ``Feed._next``'s answer where an epoch ended and no new one was to start
 
 
 def _unmeasurable(names: Sequence[str], reason: str, device: str | None) -> list[Measurement]:

@@ -170,6 +170,33 @@ def test_settling_takes_the_prefetched_batches_without_training_on_them_then_ste
     assert stepped[-5:] == [14, 15, 16, 17, 18] and feed.position == 18
 
 
+def test_settling_an_epoch_of_fewer_batches_than_workers_ends_at_the_epoch_and_a_round_is_the_epochs_batches():
+    """A small dataset under many workers (256 files in batches of 64 under 11 workers: 4 batches an epoch) hung
+    here: the round of 11 never came, since each epoch starts counting again, and draining the queue started
+    epochs of batches that were never prefetched."""
+    from preflight.checks.dataloader.source import Counted, Loader
+    from preflight.checks.pipeline import measuring
+
+    epochs: list[list[int]] = []  # the batches each epoch handed out
+
+    class Epochs:  # a DataLoader of 3 batches an epoch: each iter() starts a new one, as a fresh pool of workers
+        def __iter__(self):
+            epochs.append([])
+            for number in range(3):
+                epochs[-1].append(number)
+                yield [number]
+
+    loader = Loader("m", 8, None, None, lambda: Counted(Epochs(), lambda batch: (len(batch), 0)))
+    feed = measuring.Feed(loader, lambda inputs=None: 1, (3, 8, 8), prefetched=16)  # type: ignore[arg-type]
+    feed.settle()
+    # draining took the first epoch's 3 batches and stopped at its end; the 16 untimed steps took epochs 2-6 and
+    # one batch of epoch 7; the round, learned at epoch 1's end, is the epoch's 3 batches: settling ends with it
+    assert [len(e) for e in epochs] == [3] * 7
+    assert (feed.round_steps, feed.position, feed.epochs) == (3, 3, 7)
+    feed.settle()  # epoch 7 is spent: nothing is drained, and no epoch is started for it
+    assert [len(e) for e in epochs] == [3] * 13 and (feed.position, feed.epochs) == (3, 13)
+
+
 def test_a_fed_window_runs_whole_rounds_of_the_workers_batches(monkeypatch):
     from types import SimpleNamespace
 
