@@ -12,7 +12,7 @@
 #                  whatever PIP_FIND_LINKS or pip's configuration names.
 #   --config FILE  the battery to run (default: scripts/gpu-smoke.yaml).
 #   --dry-run      check the imports, print the time budget below with the battery's own timeouts,
-#                  and stop: exit 0 when it fits in 8 minutes, 1 naming what does not. No GPU needed.
+#                  and stop: exit 0 when it fits in 9 minutes, 1 naming what does not. No GPU needed.
 #
 # It checks every import first (torch located, numpy, pynvml, six, junit_xml, yaml, preflight
 # imported) and stops within seconds, exit 2, naming what is missing. Missing dependencies go to
@@ -26,16 +26,16 @@
 # $OUT (a device call brings back at most 8 files from $OUT).
 #
 # Budget: a lent GPU gives one call of at most 10 minutes (15 in all), so every step is killed at
-# its bound (coreutils timeout) and the bounds add up to 8 minutes:
+# its bound (coreutils timeout) and the bounds add up to 9 minutes:
 #   step                                          bound (s)
 #   imports: every module, torch located             20
 #   wheels for what is missing (if any)              30
-#   environment and GPUs: torch, CUDA, NVML          45
+#   environment, GPUs and the ids probe             45
 #   data for the pipeline check                      15
-#   preflight run: the battery's own timeouts       305   (each check's timeout + 6 s kill grace, 20 s start)
+#   preflight run: the battery's own timeouts       340   (each check's timeout + 6 s kill grace, 20 s start)
 #   nvidia-smi: three queries                        25
 #   transfer against a plain copy loop               35
-#   total                                           475   (limit 480)
+#   total                                           510   (limit 540)
 # --dry-run adds up the battery's timeouts (scripts/gpu_smoke_budget.py) and fails when they overrun.
 #
 # It stops at once, before any check, when torch sees no GPU (a CPU-only machine, a container
@@ -67,8 +67,8 @@ while [ $# -gt 0 ]; do
     esac
 done
 # The budget (see the table above): seconds per step, and the limit they must add up to.
-LIMIT_S=480
-IMPORTS_S=20 WHEELS_S=30 ENVIRONMENT_S=45 DATA_S=15 PREFLIGHT_S=305 NVIDIA_SMI_S=25 REFERENCE_S=35
+LIMIT_S=540
+IMPORTS_S=20 WHEELS_S=30 ENVIRONMENT_S=45 DATA_S=15 PREFLIGHT_S=340 NVIDIA_SMI_S=25 REFERENCE_S=35
 budget=(imports:$IMPORTS_S wheels:$WHEELS_S environment:$ENVIRONMENT_S data:$DATA_S preflight:$PREFLIGHT_S
         nvidia-smi:$NVIDIA_SMI_S reference:$REFERENCE_S)
 bounded() {  # bounded SECONDS COMMAND...: run it, killed at its bound (then 5 s for it to go); 124 when killed
@@ -207,6 +207,47 @@ else:
     print(f"PCI ids in torch's device properties: present (torch {view.torch_version})")
 for device in view.devices:
     print(f"cuda:{device.index} {device.name}, compute capability {device.compute_capability}, PCI {device.bus_id or '?'}")
+# The probe: what this torch really binds, beside NVML's own view, so the ids preflight matches on are seen
+import os
+try:
+    import torch
+
+    props = torch.cuda.get_device_properties(0)
+    cu_uuid = getattr(props, "uuid", None)
+    raw = getattr(cu_uuid, "bytes", None)
+    print(f"probe: props.uuid is {type(cu_uuid).__name__}, str {str(cu_uuid)!r}; props.uuid.bytes is "
+          f"{type(raw).__name__}{f' of {len(raw)} {type(raw[0]).__name__}' if raw is not None and len(raw) else ''}")
+    print(f"probe: PCI ids bound: {[hasattr(props, f'pci_{p}_id') for p in ('domain', 'bus', 'device')]}")
+except Exception as error:  # noqa: BLE001  a probe prints what it finds
+    print(f"probe: torch's device properties: {type(error).__name__}: {error}")
+try:
+    import pynvml
+    pynvml.nvmlInit()
+    for i in range(pynvml.nvmlDeviceGetCount()):
+        handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+        bus = pynvml.nvmlDeviceGetPciInfo(handle).busId
+        print(f"probe: NVML GPU {i}: uuid {pynvml.nvmlDeviceGetUUID(handle)}, bus id "
+              f"{bus.decode() if isinstance(bus, bytes) else bus}")
+    pynvml.nvmlShutdown()
+except Exception as error:  # noqa: BLE001  a probe prints what it finds
+    print(f"probe: NVML: {type(error).__name__}: {error}")
+for device in view.devices:
+    print(f"probe: preflight's view of cuda:{device.index}: uuid {device.uuid or '(none)'}, bus id {device.bus_id or '(none)'}")
+try:
+    print(f"probe: /proc/driver/nvidia/gpus lists {sorted(os.listdir('/proc/driver/nvidia/gpus'))}")
+except OSError as error:
+    print(f"probe: /proc/driver/nvidia/gpus: {error}")
+try:
+    fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        record = os.read(fd, 8192)
+        print(f"probe: /dev/kmsg readable: first record of {len(record)} bytes")
+    except BlockingIOError:
+        print("probe: /dev/kmsg readable, and empty")
+    finally:
+        os.close(fd)
+except OSError as error:
+    print(f"probe: /dev/kmsg not readable: {error}")
 PY
 case $? in
     0) ;;
@@ -216,14 +257,14 @@ case $? in
 esac
 
 echo "== data and model for the model and pipeline checks (bound ${DATA_S}s)"
-# An ImageNet-shaped folder for the pipeline's DataLoader: 256 files of 110 kB (ImageNet's median
+# An ImageNet-shaped folder for the pipeline's DataLoader: 1024 files of 110 kB (ImageNet's median
 # JPEG) in 16 class folders, enough to be read as a dataset rather than a few cached files. Kept
 # between runs in OUTDIR; the bytes are random, since the pipeline reads files, it does not decode them.
 data="$work/imagenet-shaped"
 bounded "$DATA_S" "$py" - "$data" <<'PY' || problems+=("could not write the pipeline's data under $data in ${DATA_S}s")
 import os, sys
 
-root, files, size = sys.argv[1], 256, 110_000
+root, files, size = sys.argv[1], 1024, 110_000
 for index in range(files):
     folder = os.path.join(root, f"n{index % 16:08d}")
     os.makedirs(folder, exist_ok=True)
