@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from preflight.checks.dataloader import memory  # noqa: E402
+from preflight.loading.footprint import memory  # noqa: E402
 
 MiB = 2**20
 

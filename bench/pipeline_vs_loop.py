@@ -51,7 +51,7 @@ from bench.dataset_overhead import write_tensors  # noqa: E402
 from bench.founding_table import busy  # noqa: E402
 from preflight.checks import pipeline  # noqa: E402
 from preflight.checks.base import Budget  # noqa: E402
-from preflight.checks.model.build import tiny  # noqa: E402
+from preflight.training.build import tiny  # noqa: E402
 from preflight.config import coerce_option  # noqa: E402
 from preflight.io import dataset_pass  # noqa: E402
 from preflight.yaml_source import Located  # noqa: E402

@@ -28,7 +28,7 @@ x prefetch 4; ``dict`` samples {"image": float32 3x224x224, "label": int64 tenso
 RAM cache of 3x64x64 images (ultralytics/ultralytics#26086), batch 32 of float copies, 2 workers x prefetch 2,
 multiprocessing_context=spawn.
 
-What the first runs missed, and the model in preflight/checks/dataloader/shared_memory.py now counts:
+What the first runs missed, and the model in preflight/loading/footprint/shared_memory.py now counts:
 
 - 2 batches the loop holds, not 1 (``u8`` and ``dict`` peaked at prefetch x workers + 2 batches, ``f32`` at 9.8):
   torch/utils/data/dataloader.py ``_MultiProcessingDataLoaderIter._next_data`` hands the batch to

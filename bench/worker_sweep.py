@@ -23,8 +23,8 @@ import torch  # noqa: E402
 
 from preflight.checks.base import Budget  # noqa: E402
 from preflight.checks.dataloader import sweep  # noqa: E402
-from preflight.checks.dataloader.source import Source  # noqa: E402
-from preflight.checks.dataloader.user import Job  # noqa: E402
+from preflight.loading.source import Source  # noqa: E402
+from preflight.loading.user import Job  # noqa: E402
 from preflight.config import coerce_option  # noqa: E402
 from preflight.checks import dataloader  # noqa: E402
 

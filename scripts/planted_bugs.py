@@ -52,7 +52,7 @@ BUGS = (
     Bug("storage: random loop opens without O_DIRECT", "preflight/checks/storage/reads.py",
         "return open_uncached(name, self.bypass)", "return os.open(name, os.O_RDONLY)",
         ("tests/checks/storage/test_reads.py",)),
-    Bug("dataloader: warm-up batches not excluded", "preflight/checks/dataloader/loop.py",
+    Bug("dataloader: warm-up batches not excluded", "preflight/loading/loop.py",
         "puller.skip(workers * WARMUP_BATCHES_PER_WORKER)", "puller.skip(0)",
         ("tests/checks/dataloader/test_windows.py",)),
     Bug("gpu: elapsed_time read as seconds", "preflight/host/gpu.py",

@@ -1,9 +1,11 @@
 """The package's layers: no import runs upward and no module imports itself round a cycle.
 
 From the top: ``cli`` → ``commands`` → ``fleet``/``runner`` → ``report`` → ``verdict`` →
-``config`` → ``checks`` → ``host``/``io``/``measurement`` → ``units``/``errors``. A module may
-import its own layer or any layer below it. Imports inside functions count too: they are
-how the CLI stays fast, not a way round the layers.
+``config`` → ``checks``/``loading``/``training`` → ``host``/``io``/``measurement`` → ``units``/``errors``.
+A module may import its own layer or any layer below it. Imports inside functions count too: they are
+how the CLI stays fast, not a way round the layers. Within the checks' layer, a check imports no other
+check, and the rooms the checks share (``loading``: how samples reach a batch; ``training``: the step)
+import none.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ LAYERS = {
     "report": 3,
     "verdict": 4,
     "config": 5, "baseline": 5, "yaml_source": 5, "interpolation": 5,
-    "checks": 6,
+    "checks": 6, "loading": 6, "training": 6,
     "host": 7, "io": 7, "measurement": 7, "sampling": 7,
     "units": 8, "errors": 8, "__init__": 8,
 }
@@ -95,3 +97,22 @@ def test_the_package_root_holds_the_pipeline_only():
     assert len(root) <= 13, root
     assert set(root) <= {"__main__", "cli", "config", "yaml_source", "interpolation", "units", "runner", "worker",
                          "verdict", "measurement", "sampling", "errors", "baseline"}
+
+
+def _check_of(module: str) -> str | None:
+    """The check ``module`` belongs to (``preflight.checks.storage.reads`` -> ``storage``); None outside one.
+
+    The checks' shared protocol and helpers (``base``, ``usercode``, ``subject``, ``dataset_path``) are no check."""
+    from preflight.checks import CHECKS
+
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "checks" and parts[2] in CHECKS else None
+
+
+def test_no_check_imports_another_check_and_the_shared_rooms_import_none():
+    modules = _modules()
+    crossing = [f"{module} imports {target}" for module, path in sorted(modules.items())
+                for target in sorted(_imports(path, modules))
+                if _check_of(target) and _check_of(module) != _check_of(target)
+                and (_check_of(module) or module.split(".")[1] in ("loading", "training"))]
+    assert crossing == []

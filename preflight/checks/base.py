@@ -120,6 +120,11 @@ class Budget(NamedTuple):
         """The instance's name for a fix's ``NAME.option``, else ``check`` (the check's registry name)."""
         return self.instance or check
 
+    def split(self, phases: int) -> Budget:
+        """Each of ``phases`` equal shares of ``duration``: a check's phases (raw reads, the loader, a sweep) take one
+        each, and their pools, warm-ups and windows come out of it."""
+        return self._replace(duration_s=self.duration_s / phases)
+
     def wants(self, *metrics: str) -> bool:
         """Whether any of ``metrics`` is asked for (always, when ``metrics`` is ``None``)."""
         return self.metrics is None or any(m in self.metrics for m in metrics)

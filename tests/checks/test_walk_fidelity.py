@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from preflight.checks.dataloader.files import list_files
+from preflight.loading.files import list_files
 from preflight.checks.storage.data import survey
 from preflight.host.fsinfo import filesystem_of
 from tests import datasets

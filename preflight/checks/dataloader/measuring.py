@@ -12,12 +12,13 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 from preflight import sampling
 from preflight.checks import subject
 from preflight.checks.base import Budget, Metric
-from preflight.checks.dataloader import memory, phase_names, phases, shared_memory, sweep, tasks
-from preflight.checks.dataloader.loop import (BatchPuller, EmptyLoader, Pools, Taken, Window, explaining_worker_oom,
+from preflight.loading.footprint import memory, shared_memory, tasks
+from preflight.checks.dataloader import phase_names, phases, sweep
+from preflight.loading.loop import (BatchPuller, EmptyLoader, Pools, Taken, Window, explaining_worker_oom,
                                              pooled, windows)
 from preflight.checks.dataloader.required import Required, visible_gpus
-from preflight.checks.dataloader.source import Loader, Source, loader_for, opened
-from preflight.checks.dataloader.user import Uncountable
+from preflight.loading.source import Loader, Source, loader_for, opened
+from preflight.loading.user import Uncountable
 from preflight.host import pids
 from preflight.io import dataset_pass
 from preflight.measurement import Measurement, not_applicable, unmeasurable
@@ -100,7 +101,7 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits:
 
     results: list[Measurement] = []
     raw_rate = None
-    phase = phase_budget(options, budget)
+    phase = budget.split(phases(options))
     if decode == "image":
         raw_built = loader_for(options, source._replace(files=files[0::2]) if halves else source,  # type: ignore[index]
                                decode="none")
@@ -228,11 +229,6 @@ JOB_DATASET_HINT = ("the job's Dataset delivers {measured}: its own code sets th
                     "per-sample I/O in __getitem__): profile one worker (num_workers: 0 under py-spy or cProfile), "
                     "move decode or augmentation to the GPU (NVIDIA DALI, torchvision.transforms.v2 on tensors), "
                     "or raise num_workers if CPUs are idle")
-
-
-def phase_budget(options: Mapping[str, Any], budget: Budget) -> Budget:
-    """Each phase's equal share of ``duration`` (``dataloader.phases``): pools, warm-ups and windows come out of it."""
-    return budget._replace(duration_s=budget.duration_s / phases(options))
 
 
 def _puller(built: Loader, watch: memory.Watch | None = None) -> BatchPuller:

@@ -21,61 +21,14 @@ rate: the share of the model's samples/s the fed step keeps. ::
 from __future__ import annotations
 
 import math
-import statistics
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Mapping
 
 from preflight.checks.base import Budget
-from preflight.checks.dataloader.loop import BURST_NAMED, BatchPuller, pool_rate, windows
-from preflight.checks.dataloader.source import Source, loader_for
 from preflight.host.cpus import available_cpus
+from preflight.loading.loop import BURST_NAMED, BatchPuller, pool_rate, windows
+from preflight.loading.source import Source, loader_for
+from preflight.loading.sweep import KNEE_SHARE, Curve, counts, sweep
 from preflight.measurement import Measurement
-
-KNEE_SHARE = 0.95  # within 5 % of the best rate counts as the best: window-to-window noise is about that
-
-
-def counts(configured: int, cpus: float) -> list[int]:
-    """1, 2, 4, ... up to the larger of ``cpus`` (rounded down) and ``configured``, with both included."""
-    top = max(1, configured, math.floor(cpus))
-    powers = [2**k for k in range(top.bit_length()) if 2**k <= top]
-    return sorted({*powers, max(1, math.floor(cpus)), top} | ({configured} if configured >= 1 else set()))
-
-
-class Curve(NamedTuple):
-    """A rate at each worker count swept (higher is better: samples/s here), and each count's windows."""
-
-    counts: tuple[int, ...]
-    rates: tuple[float, ...]  # the centre of each count's windows: their mean (``sweep``'s default)
-    windows: tuple[tuple[float, ...], ...] = ()  # the rate of each window; () : each rate its only window
-
-    def knee(self) -> int:
-        """The fewest workers whose fastest window comes within ``KNEE_SHARE`` of the best count's slowest.
-
-        With one window per count: the fewest within 5 % of the best rate. With several, a count whose
-        windows overlap the best's is not told apart from it: on a busy machine a CPU-bound loader's
-        windows spread by 10-20 %, and a count that merely drew a quieter moment is no knee.
-        """
-        windows = self.windows or tuple((rate,) for rate in self.rates)
-        best = max(range(len(self.rates)), key=self.rates.__getitem__)
-        floor = KNEE_SHARE * min(windows[best])
-        return next(n for n, taken in zip(self.counts, windows) if max(taken) >= floor)
-
-    def rate(self, workers: int) -> float | None:
-        return dict(zip(self.counts, self.rates)).get(workers)
-
-    def shown(self) -> str:
-        """``samples/s at 1, 2, 4 workers: 95, 180, 186``"""
-        return (f"samples/s at {', '.join(map(str, self.counts))} workers: "
-                f"{', '.join(f'{rate:,.0f}' for rate in self.rates)}")
-
-
-def sweep(rate_at: Callable[[int, Budget], tuple[float, ...]], worker_counts: Sequence[int], budget: Budget,
-          centre: Callable[[Sequence[float]], float] = statistics.fmean) -> Curve:
-    """``rate_at(n, share)`` (each window's rate, higher is better) for each count in turn, each an equal share of
-    ``budget``; a count's rate is the ``centre`` of its windows (the mean: windows of equal length)."""
-    share = Budget(budget.duration_s / len(worker_counts), budget.timeout_s)
-    taken = tuple(rate_at(n, share) for n in worker_counts)
-    return Curve(tuple(worker_counts), tuple(centre(t) for t in taken), taken)
-
 
 def pool_windows(puller: BatchPuller, workers: int, share: Budget) -> tuple[float, ...]:
     """samples/s of each window of the fresh pool ``puller`` in ``share``; where the pool's sustained rate fell

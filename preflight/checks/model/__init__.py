@@ -26,30 +26,14 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from preflight.checks.base import Budget, Metric, Option
+from preflight.checks.base import Budget, Metric
+from preflight.training import options as training_options
 from preflight.measurement import Measurement
 
 NAME = "model"
 HELP = "training-step samples/s and step time p50/p99 of resnet18/50 or the job's own model on each GPU, compute only"
 DURATION = "timed windows of training steps on each device, after warm-up steps: duration per device"
-BUILTIN = ("resnet18", "resnet50", "tiny")  # names that are not "package.module:factory"
-OPTIONS = (
-    Option("model", "code", "resnet50", "resnet18 | resnet50 (torchvision, installed to match the image's torch, "
-           "random weights) | tiny (a built-in 3-conv CNN for smoke tests) | \"package.module:factory\" returning "
-           "the job's torch.nn.Module", choices=BUILTIN),
-    Option("model_args", "mapping", {}, "keyword arguments passed to the model factory ({depth: 50})",
-           for_factory=("model",)),
-    Option("python_path", "paths", [], "directories put first on sys.path to import the model factory (relative "
-           "to this file), e.g. [src]", for_factory=("model",)),
-    Option("input_shape", "shape", [3, 224, 224], "shape of one sample, without the batch dimension (C, H, W)"),
-    Option("batch_size", "int", 64, "samples per step, per device (compare published figures at their batch size)",
-           minimum=1),
-    Option("precision", "choice", "fp32", "fp32 | bf16 (torch.autocast) | fp16 (torch.autocast, GradScaler on CUDA)",
-           choices=("fp32", "bf16", "fp16")),
-    Option("channels_last", "bool", False, "NHWC memory format for the model and input (faster convolutions with "
-           "bf16/fp16 on Tensor Cores)"),
-    Option("num_classes", "int", 1000, "classes of the classifier head and of the random labels", minimum=1),
-)
+BUILTIN, OPTIONS = training_options.BUILTIN, training_options.OPTIONS
 METRICS = (
     Metric("samples_per_s", "samples/s", True, "training samples/s (forward, backward, SGD step) on synthetic input "
            "already on the device: batch_size x steps / time per window after warm-up steps, median of windows; "
@@ -66,11 +50,8 @@ METRICS = (
 
 
 def check_user_code(options: Mapping[str, Any]) -> None:
-    """The protocol's hook: ``preflight validate`` imports the job's model factory and builds it once, on the CPU."""
-    if options["model"] not in BUILTIN:
-        from preflight.checks.model import build
-
-        build.check_user_code(options)
+    """The protocol's hook: ``preflight validate`` builds the job's model once, on the CPU (``training.options``)."""
+    training_options.check_user_code(options)
 
 
 def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:

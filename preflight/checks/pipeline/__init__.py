@@ -38,7 +38,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from preflight.checks import dataloader, model
+from preflight.loading import options as loading_options
+from preflight.training import options as training_options
 from preflight.checks.base import DEFAULT_STARTUP_S, Budget, Metric, Timing
 from preflight.measurement import Measurement
 
@@ -48,8 +49,6 @@ HELP = ("end-to-end training samples/s with the job's DataLoader feeding the mod
 DURATION = ("the model alone and the model fed by the loader, interleaved window by window: each kind gets "
             "duration, so the check measures for about twice it per device; with worker_sweep, the windows at "
             "num_workers and the sweep's share it equally")
-# the dataloader's emulation, required rate, and pools (the pipeline feeds the model from one pool of workers)
-LOADER_ONLY = ("step_time", "samples_per_gpu", "gpus", "headroom", "worker_pools")
 _HELP = {
     "python_path": "directories put first on sys.path to import loader, dataset, collate_fn, count_samples, "
                    "sampler, worker_init_fn and model (relative to this file), e.g. [src]",
@@ -65,8 +64,8 @@ OPTIONS = (
                       for_factory=("dataset", "worker_init_fn", "loader", "model")
                       if option.name == "python_path"
                       else option.for_factory)
-      for option in dataloader.OPTIONS if option.name not in LOADER_ONLY),
-    *(option for option in model.OPTIONS if option.name not in ("batch_size", "python_path")),
+      for option in loading_options.OPTIONS),
+    *(option for option in training_options.OPTIONS if option.name not in ("batch_size", "python_path")),
 )
 METRICS = (
     Metric("samples_per_s", "samples/s", True, "end-to-end training samples/s: the job's DataLoader feeding the "
@@ -91,8 +90,8 @@ METRICS = (
 
 def check_user_code(options: Mapping[str, Any]) -> None:
     """The protocol's hook: ``preflight validate`` builds the job's dataset and model once (never iterates or trains)."""
-    dataloader.check_user_code(options)
-    model.check_user_code(options)
+    loading_options.check_user_code(options)
+    training_options.check_user_code(options)
 
 
 def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:

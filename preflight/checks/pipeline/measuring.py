@@ -1,7 +1,7 @@
 """The pipeline check's measuring: the step alone, then the step fed by the DataLoader, and the share lost waiting.
 
 Imported by ``pipeline.measure`` when the check runs (see the package's docstring for the method).
-The loader comes from ``dataloader.source``, the step and its timing from the model check.
+The loader comes from ``loading``, the step and its timing from ``training``.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from typing import Any, Callable, Mapping, Sequence
 
 from preflight.checks import usercode
 from preflight.checks.base import Budget, UserCodeError
-from preflight.checks.dataloader import shared_memory
-from preflight.checks.dataloader.loop import explaining_worker_oom
-from preflight.checks.dataloader.source import Loader, Source, loader_for, opened
-from preflight.checks.dataloader.user import Uncountable
-from preflight.checks.model import build
-from preflight.checks.model.measuring import describe, failing_step, interleaved, new_step, unsupported, user_step
-from preflight.checks.model.step import TrainingStep, Window, first_tensor
+from preflight.loading.footprint import shared_memory
+from preflight.loading.loop import explaining_worker_oom
+from preflight.loading.source import Loader, Source, loader_for, opened
+from preflight.loading.user import Uncountable
+from preflight.training import build
+from preflight.training.timed import describe, failing_step, interleaved, new_step, unsupported, user_step
+from preflight.training.step import TrainingStep, Window, first_tensor
 from preflight.checks.pipeline import phases, sweep
 from preflight.host import gpu
 from preflight.measurement import Measurement, unmeasurable
@@ -47,11 +47,6 @@ def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
 def _names(options: Mapping[str, Any]) -> tuple[str, ...]:
     """The metrics a run with ``options`` reports: ``recommended_num_workers`` only with ``worker_sweep``."""
     return NAMES + (("recommended_num_workers",) if options["worker_sweep"] else ())
-
-
-def phase_budget(options: Mapping[str, Any], budget: Budget) -> Budget:
-    """Each phase's equal share of ``duration`` (``pipeline.phases``): the check's own windows, and the worker sweep's."""
-    return budget._replace(duration_s=budget.duration_s / phases(options))
 
 
 def _measure(options: Mapping[str, Any], budget: Budget, device: str) -> list[Measurement]:
@@ -84,7 +79,7 @@ def _measure(options: Mapping[str, Any], budget: Budget, device: str) -> list[Me
                 return [_model_rate(alone, device, method, stopped),
                         *_unmeasurable(fed_names, shm.why_not_started(fix=True), device)]
             feed = Feed(loader, step, options["input_shape"], loader.workers * (loader.prefetch_factor or 0))
-            phase = phase_budget(options, budget)
+            phase = budget.split(phases(options))
             try:
                 pairs, stopped = interleaved((step, feed), device, phase)
             except Uncountable as error:  # the batches' samples cannot be counted: the model alone still can be

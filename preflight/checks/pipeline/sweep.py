@@ -22,8 +22,8 @@ import statistics
 from typing import Callable
 
 from preflight.checks.base import Budget
-from preflight.checks.dataloader import sweep as loader_sweep
-from preflight.checks.dataloader.sweep import Curve
+from preflight.loading import sweep as loader_sweep
+from preflight.loading.sweep import Curve
 from preflight.host.cpus import available_cpus
 from preflight.measurement import Measurement
 

@@ -1,4 +1,4 @@
-"""Issue 32: a claim of cold is verified, not assumed, for the job's own Dataset (``checks/dataloader/cold.py``).
+"""Issue 32: a claim of cold is verified, not assumed, for the job's own Dataset (``loading/cold.py``).
 
 A new user's Dataset read its files with plain ``open()``; the second of two back-to-back runs measured 2.3x the
 first, with no note: the files were in the page cache. Each test here builds the job's package and its files for
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from preflight.checks.dataloader import cold
+from preflight.loading import cold
 from preflight.io import residency
 from tests.helpers import job_package, judged, run_check, run_cli, write_config
 

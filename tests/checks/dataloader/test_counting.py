@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from preflight.checks.dataloader import user
-from preflight.checks.dataloader.loop import BatchPuller
-from preflight.checks.dataloader.source import Source, loader_for
+from preflight.loading import user
+from preflight.loading.loop import BatchPuller
+from preflight.loading.source import Source, loader_for
 from tests.helpers import Ticks, job_package, run_check, run_cli
 
 ITEM_S = 0.005  # each utterance sleeps this long: one worker delivers at most 200 utterances/s

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from preflight.checks.dataloader.cow import Saturation, fit
-from preflight.checks.dataloader.memory import Reading, Rollup
+from preflight.loading.footprint.cow import Saturation, fit
+from preflight.loading.footprint.memory import Reading, Rollup
 
 MiB = 2**20
 

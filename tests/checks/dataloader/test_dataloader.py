@@ -10,7 +10,7 @@ import pytest
 
 from preflight.errors import ConfigMistake
 from preflight.checks import dataloader
-from preflight.checks.dataloader.files import list_files
+from preflight.loading.files import list_files
 from preflight.io.dataset_walk import WALK_FACTOR
 from preflight.config import Instance, Threshold
 from preflight.verdict import Outcome, judge

@@ -16,8 +16,8 @@ import sys
 import pytest
 import torch.utils.data
 
-from preflight.checks.dataloader import shards
-from preflight.checks.dataloader.files import not_one_sample_each
+from preflight.loading import shards
+from preflight.loading.files import not_one_sample_each
 from preflight.io.dataset_walk import DataFile
 from preflight.io.uncached import bypass_for
 from tests import datasets
@@ -35,7 +35,7 @@ def _peak_rss_reading(name: str, size: int) -> tuple[str, int]:
     # VmHWM, not getrusage's ru_maxrss: Linux carries ru_maxrss over exec from the forked parent (pytest's
     # own peak, 240 MB after the DataLoader tests), while VmHWM is the peak of this program's memory alone.
     code = ("import re, sys\n"
-            "from preflight.checks.dataloader.files import FileSamples\n"
+            "from preflight.loading.files import FileSamples\n"
             "from preflight.io.dataset_walk import DataFile\n"
             "from preflight.io.uncached import bypass_for\n"
             "name, size = sys.argv[1], int(sys.argv[2])\n"

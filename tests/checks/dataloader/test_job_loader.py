@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from preflight.checks import usercode
-from preflight.checks.dataloader import job_loader
-from preflight.checks.dataloader.source import Source, loader_for
+from preflight.loading import job_loader
+from preflight.loading.source import Source, loader_for
 from tests.checks.dataloader.test_settings import _config, _run, _says, src  # noqa: F401  src: the fixture
 from tests.helpers import run_check, run_cli
 

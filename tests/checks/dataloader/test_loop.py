@@ -15,7 +15,7 @@ import torch
 
 from preflight.host import cgroup
 from preflight.host.cgroup_memory import OomWatch
-from preflight.checks.dataloader.loop import BatchPuller, WorkerOomKilled, explaining_worker_oom
+from preflight.loading.loop import BatchPuller, WorkerOomKilled, explaining_worker_oom
 from preflight.host.cpus import auto_workers
 from tests.helpers import REPO, memory_limited_cgroup, run_cli, write_config
 

@@ -16,8 +16,8 @@ from typing import Sequence
 
 import pytest
 
-from preflight.checks.dataloader import memory
-from preflight.checks.dataloader.memory import Limit, Reading, Rollup, project
+from preflight.loading.footprint import memory
+from preflight.loading.footprint.memory import Limit, Reading, Rollup, project
 from preflight.host import cgroup
 from tests.helpers import job_package, memory_limited_cgroup, run_cli, write_config
 
@@ -318,7 +318,7 @@ def test_persistent_workers_keep_their_copies_so_each_is_projected_to_hold_every
 def test_the_copies_bound_is_said_in_the_unit_each_size_fits_not_0_mib_beside_kib():
     """Issue 35: "each copies at most 0 MiB of 500 KiB": a copy rounded to 0 in MiB beside a bound in KiB. Every size
     in the message goes through one helper (``units.format_value``) that picks the unit for each."""
-    from preflight.checks.dataloader.cow import Saturation
+    from preflight.loading.footprint.cow import Saturation
 
     def said(per_worker: float) -> str:
         cow = Saturation(per_worker, 4.0, 2, False, 500 * 1024, "what building the dataset took in the main process")

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import torch
 
-from preflight.checks.dataloader import memory
+from preflight.loading.footprint import memory
 from preflight.host import cgroup, hostmem
 from tests.helpers import (REPO, in_mount_namespace, job_package, memory_cgroup_pair, memory_limited_cgroup, run_cli,
                            write_config)
@@ -33,7 +33,7 @@ MiB = 2**20
 # bytes, from inside the cgroup under test.
 LIMIT_INSIDE = """
 import json, sys
-from preflight.checks.dataloader import memory
+from preflight.loading.footprint import memory
 from preflight.host import hostmem
 projected = int(sys.argv[1]) if len(sys.argv) > 1 else 0
 the_limit = memory.limit(0)

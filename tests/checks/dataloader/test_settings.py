@@ -19,8 +19,8 @@ import torch
 
 from preflight.checks import usercode
 from preflight.checks.base import UserCodeError
-from preflight.checks.dataloader import settings, user
-from preflight.checks.dataloader.source import Source, loader_for
+from preflight.loading import settings, user
+from preflight.loading.source import Source, loader_for
 from tests.helpers import job_package, run_cli
 
 PACKAGE = '''
@@ -118,7 +118,7 @@ def mark(worker_id):
     name = os.path.join(os.environ["MARKS"], f"{os.getpid()}-{worker_id}")
     with open(name, "w") as out:
         json.dump({"worker": worker_id, "seed": info.seed,
-                   "forked": "preflight.checks.dataloader.source" in sys.modules}, out)
+                   "forked": "preflight.loading.source" in sys.modules}, out)
 '''
 
 

@@ -11,7 +11,7 @@ from collections import defaultdict
 import pytest
 import torch.utils.data
 
-from preflight.checks.dataloader import shards
+from preflight.loading import shards
 from preflight.io.dataset_walk import DataFile, Walk
 from preflight.io.uncached import aligned_buffer, bypass_for
 from tests import datasets

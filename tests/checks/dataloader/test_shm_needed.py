@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from preflight.checks.dataloader import shared_memory
+from preflight.loading.footprint import shared_memory
 from tests.helpers import in_mount_namespace, job_package, memory_limited_cgroup, run_check, write_config
 
 SAMPLE = 3 * 224 * 224 * 4  # bytes of one 3x224x224 float32 sample: 602,112

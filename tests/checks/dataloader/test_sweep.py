@@ -18,7 +18,7 @@ import pytest
 
 from preflight.checks.base import Budget
 from preflight.checks.dataloader import sweep
-from preflight.checks.dataloader.loop import BatchPuller
+from preflight.loading.loop import BatchPuller
 from preflight.checks.dataloader.sweep import Curve
 from preflight.host import cgroup
 from tests.checks.dataloader.test_windows import AtTimes, Clock, throttled_pass

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from preflight.checks.dataloader import tasks
+from preflight.loading.footprint import tasks
 from preflight.host.pids import Limits, Scope
 
 

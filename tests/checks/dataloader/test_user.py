@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from preflight.checks.dataloader.user import Uncountable, count_batch
+from preflight.loading.user import Uncountable, count_batch
 from tests.helpers import job_package, run_cli
 
 SAMPLE_S = 0.004  # each sample sleeps this long: one process delivers at most 250 samples/s

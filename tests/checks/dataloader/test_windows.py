@@ -14,7 +14,7 @@ import pytest
 from preflight.io.dataset_pass import Spent
 
 from preflight.checks.base import Budget
-from preflight.checks.dataloader.loop import (MIN_WINDOW_S, WARMUP_BATCHES_PER_WORKER, BatchPuller, EmptyLoader, Taken,
+from preflight.loading.loop import (MIN_WINDOW_S, WARMUP_BATCHES_PER_WORKER, BatchPuller, EmptyLoader, Taken,
                                               Window, pooled, windows)
 
 
@@ -97,7 +97,7 @@ def test_an_emulated_step_time_counts_as_compute_in_the_utilization(monkeypatch)
     clock = Clock()
     loader = Scripted(clock, warmup=0, samples=1, step_s=0.1)
     puller = BatchPuller(loader, step_time_s=0.1, clock=clock)
-    monkeypatch.setattr("preflight.checks.dataloader.loop.time.sleep", lambda s: setattr(clock, "now", clock.now + s))
+    monkeypatch.setattr("preflight.loading.loop.time.sleep", lambda s: setattr(clock, "now", clock.now + s))
     window = puller.window(1.0)
     # each step: 0.1 s waiting for the batch + 0.1 s of emulated compute; 5 steps reach 1.0 s
     assert window.utilization_pct == pytest.approx(50.0)
@@ -268,7 +268,7 @@ def test_utilization_is_capped_at_100_percent_when_the_clock_counts_less_than_th
     loader = Scripted(clock, warmup=0, samples=1, step_s=0.0)
     puller = BatchPuller(loader, step_time_s=0.1, clock=clock)
     # a coarse clock that sees only half of each emulated step: computed AU 200%, reported 100%
-    monkeypatch.setattr("preflight.checks.dataloader.loop.time.sleep", lambda s: setattr(clock, "now", clock.now + s / 2))
+    monkeypatch.setattr("preflight.loading.loop.time.sleep", lambda s: setattr(clock, "now", clock.now + s / 2))
     assert puller.window(1.0).utilization_pct == 100.0
 
 
@@ -433,7 +433,7 @@ def test_a_pool_read_on_does_not_warm_up_again():
 
 def test_windows_that_span_under_half_a_second_in_all_warn_short_and_name_the_dataset_that_would_span_it():
     from preflight.checks.dataloader.measuring import _short
-    from preflight.checks.dataloader.loop import Pools
+    from preflight.loading.loop import Pools
 
     quick = Pools(rates=(5800.0,), mb_rates=(646.7,), stopped="", last=None, seconds=(0.15,))  # type: ignore[arg-type]
     warning = _short(quick, files=[None] * 1000, halves=False)
@@ -582,7 +582,7 @@ def test_a_long_pass_keeps_a_bounded_record_of_its_deliveries_and_the_same_rate(
     """Batches of one sample, one a millisecond, for 2.5 s (the windows' spread ends them): past MAX_DELIVERIES
     records (256 here) every second one is dropped and the stride doubles, so the main process, whose memory the
     loader's projection reads, does not grow with the pass; the rate stays exact."""
-    monkeypatch.setattr("preflight.checks.dataloader.loop.MAX_DELIVERIES", 256)
+    monkeypatch.setattr("preflight.loading.loop.MAX_DELIVERIES", 256)
     clock = Clock()
     pools = one_pool(AtTimes(clock, [0.001 * i for i in range(1, 20_001)], samples=1), clock)
     puller = pools.last

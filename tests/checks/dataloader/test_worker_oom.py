@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from preflight.checks.dataloader import loop
-from preflight.checks.dataloader.loop import WorkerOomKilled, explaining_worker_oom, sizes_or_tensor
+from preflight.loading import loop
+from preflight.loading.loop import WorkerOomKilled, explaining_worker_oom, sizes_or_tensor
 
 DEAD = "DataLoader worker (pid(s) 4242) exited unexpectedly"
 EVIDENCE = "under the cgroup memory limit of 1.2 GiB (oom_kill in memory.events rose from 0 to 1)"

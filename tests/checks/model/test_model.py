@@ -18,8 +18,10 @@ import pytest
 import torch
 
 from preflight.checks.base import Budget
-from preflight.checks.model import build, measuring
-from preflight.checks.model import step as step_module
+from preflight.training import build
+from preflight.checks.model import measuring
+from preflight.training import timed
+from preflight.training import step as step_module
 from tests.helpers import job_package, run_check, run_cli, write_config
 
 SLEEP_S = 0.008  # the sleeping model's forward: a step takes at least this long
@@ -112,9 +114,9 @@ class _Stepper:
 
 
 def test_warm_up_steps_are_discarded_and_the_rate_is_samples_over_step_time(monkeypatch):
-    step = _Stepper(slow=measuring.WARMUP_STEPS, first_s=0.1, then_s=0.004)
+    step = _Stepper(slow=timed.WARMUP_STEPS, first_s=0.1, then_s=0.004)
     monkeypatch.setattr(step_module, "time", step)  # window() and HostTimeline read step.perf_counter
-    windows, stopped = measuring.timed(step, "cpu", Budget(0.5, 60))
+    windows, stopped = timed.timed(step, "cpu", Budget(0.5, 60))
     rows = {m.metric: m for m in measuring.step_rows(windows, stopped, "cpu", "fake")}
     # the three 100 ms warm-up steps are in no window: every timed step is one of 4 ms
     assert rows["step_time_p99"].value == rows["step_time_p50"].value == pytest.approx(4.0)
@@ -249,7 +251,7 @@ def test_bf16_counts_only_when_the_gpu_has_it_not_when_torch_can_emulate_it(monk
     monkeypatch.setattr(torch.cuda, "_maybe_exchange_device", lambda index: 0)
     assert torch.cuda.is_bf16_supported() is True  # what the default answers, emulation counted
     options = {"channels_last": False, "input_shape": [3, 32, 32], "precision": "bf16"}
-    assert measuring.unsupported(options, "cuda:0") == reason
+    assert timed.unsupported(options, "cuda:0") == reason
 
 
 def test_gpus_torch_counts_but_cannot_open_are_not_stood_in_for_by_the_cpu(monkeypatch):

@@ -12,7 +12,8 @@ import pytest
 
 from preflight.errors import ConfigMistake
 from preflight.checks import dataloader, model, pipeline
-from preflight.checks.model.step import Window
+from preflight.loading import options as loading_options
+from preflight.training.step import Window
 from preflight.checks.pipeline.measuring import input_bound
 from preflight.measurement import Measurement
 from tests.helpers import job_package, run_check, run_cli, write_config
@@ -142,7 +143,7 @@ def test_input_bound_on_the_cpu_is_the_fed_windows_measured_wait_not_what_the_wo
 
 
 def test_settling_takes_the_prefetched_batches_without_training_on_them_then_steps_on_new_ones():
-    from preflight.checks.dataloader.source import Counted, Loader
+    from preflight.loading.source import Counted, Loader
     from preflight.checks.pipeline import measuring
 
     handed: list[int] = []  # the batches the loader gave, by number
@@ -174,7 +175,7 @@ def test_settling_an_epoch_of_fewer_batches_than_workers_ends_at_the_epoch_and_a
     """A small dataset under many workers (256 files in batches of 64 under 11 workers: 4 batches an epoch) hung
     here: the round of 11 never came, since each epoch starts counting again, and draining the queue started
     epochs of batches that were never prefetched."""
-    from preflight.checks.dataloader.source import Counted, Loader
+    from preflight.loading.source import Counted, Loader
     from preflight.checks.pipeline import measuring
 
     epochs: list[list[int]] = []  # the batches each epoch handed out
@@ -200,8 +201,8 @@ def test_settling_an_epoch_of_fewer_batches_than_workers_ends_at_the_epoch_and_a
 def test_a_fed_window_runs_whole_rounds_of_the_workers_batches(monkeypatch):
     from types import SimpleNamespace
 
-    from preflight.checks.model import step as step_module
-    from preflight.checks.model.step import HostTimeline, window
+    from preflight.training import step as step_module
+    from preflight.training.step import HostTimeline, window
 
     now = [0.0]
 
@@ -222,8 +223,8 @@ def test_a_fed_window_runs_whole_rounds_of_the_workers_batches(monkeypatch):
 def test_a_window_counts_what_its_step_says_it_waited_and_the_feed_counts_only_its_wait_for_the_batch(monkeypatch):
     from types import SimpleNamespace
 
-    from preflight.checks.dataloader.source import Counted, Loader
-    from preflight.checks.model.step import HostTimeline, window
+    from preflight.loading.source import Counted, Loader
+    from preflight.training.step import HostTimeline, window
     from preflight.checks.pipeline import measuring
 
     now = [0.0]  # a fake host clock: the loader's next batch takes 7 ms of it, the training step 30 ms
@@ -274,7 +275,8 @@ def test_a_loader_with_nothing_to_read_still_measures_the_model(tmp_path):
 def test_the_options_are_the_dataloaders_and_the_models_each_declared_once():
     names = [option.name for option in pipeline.OPTIONS]
     assert len(names) == len(set(names))
-    loader = {o.name for o in dataloader.OPTIONS} - set(pipeline.LOADER_ONLY)
+    loader = {o.name for o in loading_options.OPTIONS}  # the dataloader's, less its emulation and pools
+    assert loader < {o.name for o in dataloader.OPTIONS}
     assert set(names) == loader | {o.name for o in model.OPTIONS}
     shared = {o.name: o for o in pipeline.OPTIONS}
     assert shared["batch_size"].default == 64 and "training step's batch" in shared["batch_size"].help

@@ -49,8 +49,8 @@ import statistics
 from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
-from preflight.checks.dataloader.cow import Saturation, fit
-from preflight.checks.dataloader.loop import BatchPuller, Window
+from preflight.loading.footprint.cow import Saturation, fit
+from preflight.loading.loop import BatchPuller, Window
 from preflight.host import cgroup_memory, hostmem
 from preflight.host import pids as pids_limit
 from preflight.measurement import Measurement, unmeasurable

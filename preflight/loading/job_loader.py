@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from preflight.checks import usercode
-from preflight.checks.dataloader import settings, user
+from preflight.loading import settings, user
 
 
 def build(options: Mapping[str, Any]) -> tuple[Any, user.Job]:

@@ -59,7 +59,7 @@ def build(options: Mapping[str, Any]) -> Job:
     """
     import torch.utils.data
 
-    from preflight.checks.dataloader import memory
+    from preflight.loading.footprint import memory
 
     spec = options["dataset"]
     before = memory.rollup(os.getpid())
@@ -111,7 +111,7 @@ def check_user_code(options: Mapping[str, Any]) -> None:
         UserCodeError: as ``build``; on ``in_order`` where this torch lacks it; on the option naming an object
             that cannot be pickled.
     """
-    from preflight.checks.dataloader import settings
+    from preflight.loading import settings
     from preflight.host.cpus import auto_workers
 
     settings.refuse_unsupported(options)

@@ -45,7 +45,7 @@ from typing import Iterator, NamedTuple, Sequence
 
 import torch.utils.data  # this module is imported only when the check measures (see measuring)
 
-from preflight.checks.dataloader.files import decode_image
+from preflight.loading.files import decode_image
 from preflight.io.dataset_walk import LOST, DataFile
 from preflight.io.uncached import Bypass, aligned_buffer, open_uncached
 

@@ -141,7 +141,7 @@ def window(step: Callable[[], int], timeline: Any, seconds: float) -> Window:
     by construction; the timeline is read (synchronised) once, at the end. A step that counts the
     host time it waits for its input (``waited_ms``, a running total: ``pipeline.Feed``) gives the
     window's share of it in ``wait_ms``; one fed by ``round_steps`` workers runs whole rounds of
-    that many steps, as the dataloader check's windows do (``dataloader.loop``): the workers'
+    that many steps, as the dataloader check's windows do (``loading.loop``): the workers'
     batches arrive a round together, and a window cut inside a round keeps the round's wait
     without all of its batches.
     """

@@ -148,7 +148,7 @@ def _holds_python(directory: str) -> bool:
 
 
 def _walked(directory: str) -> list[str]:
-    from preflight.checks.dataloader.files import list_files
+    from preflight.loading.files import list_files
 
     files, _ = list_files(directory, "*", "", WALKED, WALK_S)
     return [f.name for f in files]

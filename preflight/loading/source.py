@@ -26,9 +26,9 @@ from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 
 from preflight.checks import dataset_path, subject, usercode
 from preflight.checks.base import UserCodeError
-from preflight.checks.dataloader import cold, settings, shards, user
-from preflight.checks.dataloader.files import FileSamples, collate_sizes, list_files, not_one_sample_each
-from preflight.checks.dataloader.loop import sizes_or_tensor
+from preflight.loading import cold, settings, shards, user
+from preflight.loading.files import FileSamples, collate_sizes, list_files, not_one_sample_each
+from preflight.loading.loop import sizes_or_tensor
 from preflight.host.cpus import auto_workers
 from preflight.host.fsinfo import Filesystem, filesystem_of
 from preflight.io.dataset_walk import MIN_SAMPLES, SKIPPED, DataFile, Walk, filesystems, too_few
@@ -224,7 +224,7 @@ def _job_dataset(options: Mapping[str, Any], check: str) -> Iterator[Source]:
 @contextlib.contextmanager
 def _job_loader(options: Mapping[str, Any], check: str) -> Iterator[Source]:
     """The job's own DataLoader (``job_loader``), its Dataset the samples; its code's errors named as the dataset's."""
-    from preflight.checks.dataloader import job_loader
+    from preflight.loading import job_loader
 
     with usercode.on_path(options["python_path"]), _blamed(check, "loader", waits="loader"):
         loader, job = job_loader.build(options)
@@ -362,7 +362,7 @@ def _seed(options: Mapping[str, Any]) -> int:
 
 def _jobs_own(options: Mapping[str, Any], source: Source) -> Loader:
     """The job's own DataLoader object (``loader``), measured as it is: each fresh pool a new iterator of it."""
-    from preflight.checks.dataloader import job_loader
+    from preflight.loading import job_loader
 
     job = source.job
     loader = job.loader  # type: ignore[union-attr]
