@@ -75,7 +75,7 @@ def _matches(relative: str, name: str, globs: list[str]) -> bool:
     return any(fnmatch.fnmatch(relative, g) or fnmatch.fnmatch(name, g) for g in globs)
 
 
-def not_one_sample_each(files: Sequence[DataFile], where: str, check: str = "dataloader") -> str:
+def not_one_sample_each(files: Sequence[DataFile], where: str, instance: str = "dataloader") -> str:
     """Why ``files`` are containers of many samples rather than one sample each, with the fix; "" when they
     are samples (what ``FileSamples`` measures).
 
@@ -100,10 +100,10 @@ def not_one_sample_each(files: Sequence[DataFile], where: str, check: str = "dat
         extension = ""
         why = (f" of {format_value(median / 1e6, 'MB')} median size, above the {LARGE_FILE >> 20} MiB a file read "
                f"whole as one sample can be (whole arrays, checkpoints and archives hold many samples)")
-    shards = (f"if they are WebDataset shards, set {check}.format: tar; else "
+    shards = (f"if they are WebDataset shards, set {instance}.format: tar; else "
               if extension in ("tar", "tar.gz", "tgz") else "")
     return (f"{where} holds {describe_files(files)}{why}, not one sample per file: a samples/s of whole files is "
-            f"not the job's: {shards}measure the job's own reader with {check}.dataset: \"package.module:factory\" "
+            f"not the job's: {shards}measure the job's own reader with {instance}.dataset: \"package.module:factory\" "
             f"(a Dataset over these files)")
 
 

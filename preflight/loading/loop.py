@@ -147,6 +147,51 @@ def sizes_or_tensor(batch: Any) -> tuple[int, int]:
     return len(batch), batch.element_size() * batch.nelement()
 
 
+EPOCH_ENDED = object()  # ``Epochs.next``'s answer where an epoch ended and no new one is to start
+
+
+class Epochs:
+    """A DataLoader's batches as a training loop takes them, epoch after epoch; the caller decides each epoch's end.
+
+    ``next(new_epoch=True)`` gives the next batch and, at an epoch's end, the next epoch's first (a fresh
+    ``iter()``: a fresh pool of workers where they are not persistent), as the pipeline's fed step goes on;
+    ``next(new_epoch=False)`` gives ``EPOCH_ENDED`` there instead, as the dataloader check's one pass stops.
+    ``position`` counts the batches taken in the current epoch (torch hands them out worker by worker from the
+    first); ``epoch_batches`` is an epoch's count once one ended.
+    """
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+        self.iterator: Iterator[Any] = iter(loader)  # the current epoch's, kept past its end (its workers are read)
+        self.ended = False  # the current epoch's iterator is exhausted
+        self.position, self.epochs = 0, 1
+        self.epoch_batches: int | None = None
+
+    def next(self, new_epoch: bool = True) -> Any:
+        """The next batch, or ``EPOCH_ENDED`` (see the class).
+
+        Raises:
+            EmptyLoader: a new epoch yields no batch at all.
+        """
+        if not self.ended:
+            try:
+                batch = next(self.iterator)
+            except StopIteration:
+                self.ended, self.epoch_batches = True, self.position
+            else:
+                self.position += 1
+                return batch
+        if not new_epoch:
+            return EPOCH_ENDED
+        self.iterator, self.ended, self.position, self.epochs = iter(self.loader), False, 0, self.epochs + 1
+        try:
+            batch = next(self.iterator)
+        except StopIteration:
+            raise EmptyLoader("the DataLoader yields no batch: the dataset is empty") from None
+        self.position = 1
+        return batch
+
+
 class BatchPuller:
     """Pulls batches from a loader iterator over one pass of the data; counts samples, bytes and compute time.
 
@@ -164,7 +209,7 @@ class BatchPuller:
         self.step_time_s = step_time_s
         self.count = count
         self.clock = clock  # seconds; the tests' fake clock makes window rates exact
-        self.iterator: Iterator[Any] = iter(loader)
+        self.epochs = Epochs(loader)
         self.epochs_ended = 0  # epochs read to their end: every sample (every shard) reached ``count``
         self.batches = self.samples_total = self.bytes_total = 0  # delivered so far, warm-up included
         self.spent = False  # the pass ended: every sample this loader will deliver was delivered
@@ -173,6 +218,11 @@ class BatchPuller:
         self.mark: float | None = None  # where the next window starts: the last one's end (``window``)
         self.deliveries: list[Delivery] = []  # the windows' start and each ``stride``-th batch (``sustained``)
         self.stride, self._unrecorded = 1, 0
+
+    @property
+    def iterator(self) -> Iterator[Any]:
+        """The loader's iterator of the pass (torch's holds the workers ``memory`` reads)."""
+        return self.epochs.iterator
 
     def restart_clock(self) -> None:
         """Start the next windows afresh: a new measurement on this warmed-up pool (the utilization phase, after
@@ -202,11 +252,10 @@ class BatchPuller:
             shutdown()
 
     def _next(self) -> tuple[int, int]:
-        try:
-            batch = next(self.iterator)
-        except StopIteration:
+        batch = self.epochs.next(new_epoch=False)
+        if batch is EPOCH_ENDED:
             if not self.batches:
-                raise EmptyLoader("the DataLoader yields no batch: the dataset is empty") from None
+                raise EmptyLoader("the DataLoader yields no batch: the dataset is empty")
             self.epochs_ended += 1
             self.spent = True
             raise Spent(f"the pass over the data ended after {self.batches} batches") from None

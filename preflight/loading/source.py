@@ -78,30 +78,30 @@ class Loader(NamedTuple):
 
 
 @contextlib.contextmanager
-def opened(options: Mapping[str, Any], check: str = "dataloader", walk_s: float = math.inf) -> Iterator[Source | str]:
+def opened(options: Mapping[str, Any], instance: str = "dataloader", walk_s: float = math.inf) -> Iterator[Source | str]:
     """Yield what the loader built from ``options`` reads, or why nothing can be read (one line, with the fix).
 
-    ``check`` names the instance's check in the fixes ("set dataloader.path"); the walk for files stops
+    ``instance`` is the instance's name in the fixes ("set val_loader.path", ``Budget.named``); the walk for files stops
     after ``walk_s`` seconds (``Budget.walk_s``).
 
     Raises:
         usercode.UserCodeRaised: the job's dataset cannot be built, or raised while the block read it.
     """
     if options.get("loader"):
-        with _job_loader(options, check) as source:
+        with _job_loader(options, instance) as source:
             yield source
         return
     if options["dataset"]:
-        with _job_dataset(options, check) as source:
+        with _job_dataset(options, instance) as source:
             yield source
         return
-    with usercode.on_path(options["python_path"]), _blamed(check, "worker_init_fn", ours=True):
-        with _ours(options, check, walk_s) as source:
+    with usercode.on_path(options["python_path"]), _blamed(instance, "worker_init_fn", ours=True):
+        with _ours(options, instance, walk_s) as source:
             yield source
 
 
 @contextlib.contextmanager
-def _ours(options: Mapping[str, Any], check: str, walk_s: float) -> Iterator[Source | str]:
+def _ours(options: Mapping[str, Any], instance: str, walk_s: float) -> Iterator[Source | str]:
     """Synthetic samples, or the files under ``path`` (``_files``) labelled as the dataset or not (``opened``)."""
     if options["synthetic"]:
         shape = "x".join(map(str, synthetic_shape(options)))
@@ -109,17 +109,17 @@ def _ours(options: Mapping[str, Any], check: str, walk_s: float) -> Iterator[Sou
                      "synthetic")
         return
     options, dataset_named = subject.named(options)
-    with _files(options, check, walk_s, dataset_named) as source:
+    with _files(options, instance, walk_s, dataset_named) as source:
         if dataset_named:
             yield source
         elif isinstance(source, str):
-            yield f"{subject.no_dataset_fix(check)} (the working directory: {source})"
+            yield f"{subject.no_dataset_fix(instance)} (the working directory: {source})"
         else:
             yield source._replace(subject="no_dataset")
 
 
 @contextlib.contextmanager
-def _files(options: Mapping[str, Any], check: str, walk_s: float, named: bool = True) -> Iterator[Source | str]:
+def _files(options: Mapping[str, Any], instance: str, walk_s: float, named: bool = True) -> Iterator[Source | str]:
     """The files under ``path``, tar shards, or a scratch set beside a path with too few files.
 
     Without a dataset ``named`` (the working directory), files are stray files, never judged as
@@ -131,7 +131,7 @@ def _files(options: Mapping[str, Any], check: str, walk_s: float, named: bool = 
     ``open()`` lands (``Walk`` follows links onto other filesystems).
     """
     path = options["path"]
-    missing = dataset_path.reason(path, check, directory=True)  # ConfigMistake where it is the config's (issue 35)
+    missing = dataset_path.reason(path, instance, directory=True)  # ConfigMistake where it is the config's (issue 35)
     if missing:
         yield missing
         return
@@ -143,34 +143,34 @@ def _files(options: Mapping[str, Any], check: str, walk_s: float, named: bool = 
     if not files:
         yield (f"no readable files under {path} match include={options['include']!r} "
                f"exclude={options['exclude']!r}" + (f" ({walk.summary()} skipped)" if walk.summary() else "")
-               + f": point {check}.path at the dataset")
+               + f": point {instance}.path at the dataset")
         return
     passed_over = note  # for the note or the reason: what the walk skipped, and where it stopped early
     listed = f" ({skipped} skipped)" if skipped else ""  # for the method column
     globs = f" (include={options['include']!r} exclude={options['exclude']!r})"
     where = path + (globs if (options["include"], options["exclude"]) != ("*", "") else "")
     if options.get("format") == "tar":
-        refused = _too_few_shards(files, where, check, walk)
+        refused = _too_few_shards(files, where, instance, walk)
         yield _also(refused, passed_over) if refused else Source(
             files, f"{len(files)} tar shards (WebDataset) under {path}{listed}, each streamed whole, cold",
             passed_over, "dataset")
         return
     too_little = too_few(files, where, walk=walk)
     # Containers whatever their number: a scratch set of small files would not stand for them either.
-    refused = not_one_sample_each(files, where, check) if named else ""
+    refused = not_one_sample_each(files, where, instance) if named else ""
     if not refused and not too_little:
         yield Source(files, f"{len(files)} files under {path}{filesystems(files)}{listed}, cold cache per file",
                      passed_over, "dataset")
         return
     if refused or options["decode"] == "image":
-        yield _also(refused or f"{too_little}: point {check}.path at the dataset (scratch bytes cannot be decoded as "
+        yield _also(refused or f"{too_little}: point {instance}.path at the dataset (scratch bytes cannot be decoded as "
                     f"images)", passed_over)
         return
-    parent, no_scratch = choose_parent(path, options["scratch_dir"], f"{check}.scratch_dir")
+    parent, no_scratch = choose_parent(path, options["scratch_dir"], f"{instance}.scratch_dir")
     count, size = SCRATCH_SET
     no_room = no_scratch or room_for(parent, count * (size + 4096))  # type: ignore[arg-type]
     if no_room:
-        yield _also(f"{too_little}: point {check}.path at the dataset; no scratch set either: {no_room}", passed_over)
+        yield _also(f"{too_little}: point {instance}.path at the dataset; no scratch set either: {no_room}", passed_over)
         return
     with scratch_dir(parent, protect=path) as directory:  # type: ignore[arg-type]
         scratch = write_small_files(directory, count, size)
@@ -181,7 +181,7 @@ def _files(options: Mapping[str, Any], check: str, walk_s: float, named: bool = 
                      measured_on)
 
 
-def _too_few_shards(files: list[DataFile], where: str, check: str, walk: Walk | None = None) -> str:
+def _too_few_shards(files: list[DataFile], where: str, instance: str, walk: Walk | None = None) -> str:
     """Why the tar shards ``files`` cannot stand for the dataset, with the fix; "" when they can.
 
     Few shards are judged by the samples inside them (``shards.count_samples``, headers only), never
@@ -193,10 +193,10 @@ def _too_few_shards(files: list[DataFile], where: str, check: str, walk: Walk | 
     samples, damage = shards.count_samples([f.name for f in files], MIN_SAMPLES)
     if not samples:
         return (f"no sample in the {len(files)} files under {where}" + (f" (first: {damage})" if damage else "")
-                + f": point {check}.path at WebDataset tar shards, and include at their names (\"*.tar\")")
+                + f": point {instance}.path at WebDataset tar shards, and include at their names (\"*.tar\")")
     too_little = too_few(files, where, samples=samples, walk=walk)
     return too_little and (f"{too_little}: so few samples are re-read from caches, not from the storage: if the "
-                           f"dataset has more shards, widen {check}.path or include to them all; if not, it fits in "
+                           f"dataset has more shards, widen {instance}.path or include to them all; if not, it fits in "
                            f"the page cache and needs no storage gate (required: false on this check)")
 
 
@@ -206,27 +206,27 @@ def _also(text: str, passed_over: str) -> str:
 
 
 @contextlib.contextmanager
-def _job_dataset(options: Mapping[str, Any], check: str) -> Iterator[Source]:
+def _job_dataset(options: Mapping[str, Any], instance: str) -> Iterator[Source]:
     """The job's own Dataset; what its code raises becomes one line naming it (``UserCodeRaised``)."""
     with usercode.on_path(options["python_path"]):
         try:
             job = user.build(options)
         except UserCodeError as error:
-            raise usercode.UserCodeRaised(f"{check}.{error.option}: {error}", error.option) from None
+            raise usercode.UserCodeRaised(f"{instance}.{error.option}: {error}", error.option) from None
         kind = "iterable" if user.iterable(job.dataset) else f"{len(job.dataset)} samples"  # a sampler needs len()
         description = (f"{options['dataset']}(**dataset_args) ({type(job.dataset).__name__}, {kind}), collate_fn="
                        f"{options['collate_fn'] or 'default_collate'}")
-        with _blamed(check, "dataset"):
+        with _blamed(instance, "dataset"):
             made_cold = cold.verified(job.dataset, options.get("dataset_args") or {})
             yield Source(None, description, made_cold.note, "job_dataset", job, made_cold.warm, made_cold.method)
 
 
 @contextlib.contextmanager
-def _job_loader(options: Mapping[str, Any], check: str) -> Iterator[Source]:
+def _job_loader(options: Mapping[str, Any], instance: str) -> Iterator[Source]:
     """The job's own DataLoader (``job_loader``), its Dataset the samples; its code's errors named as the dataset's."""
     from preflight.loading import job_loader
 
-    with usercode.on_path(options["python_path"]), _blamed(check, "loader", waits="loader"):
+    with usercode.on_path(options["python_path"]), _blamed(instance, "loader", waits="loader"):
         loader, job = job_loader.build(options)
         made_cold = cold.verified(loader.dataset, options.get("loader_args") or {})
         yield Source(None, job_loader.describe(options, loader), made_cold.note, "job_dataset",
@@ -234,7 +234,7 @@ def _job_loader(options: Mapping[str, Any], check: str) -> Iterator[Source]:
 
 
 @contextlib.contextmanager
-def _blamed(check: str, option: str, ours: bool = False, waits: str = "loader_timeout") -> Iterator[None]:
+def _blamed(instance: str, option: str, ours: bool = False, waits: str = "loader_timeout") -> Iterator[None]:
     """Re-word what the job's code raises in the block as one line naming it (``UserCodeRaised``): a
     ``UserCodeError`` (its count_samples, a setting ``loader_for`` refuses, an object its start method cannot
     pickle) on its own option; an exception from the job's frames, or from a worker, on ``option``. Over
@@ -244,10 +244,10 @@ def _blamed(check: str, option: str, ours: bool = False, waits: str = "loader_ti
     try:
         yield
     except UserCodeError as error:
-        raise usercode.UserCodeRaised(f"{check}.{error.option}: {error}", error.option) from None
+        raise usercode.UserCodeRaised(f"{instance}.{error.option}: {error}", error.option) from None
     except Exception as error:  # noqa: BLE001  only the job's own exceptions are re-worded
         if isinstance(error, RuntimeError) and str(error).startswith("DataLoader timed out after"):  # torch's own
-            raise usercode.UserCodeRaised(f"{check}.{waits}: {error}: no batch came from the workers within the "
+            raise usercode.UserCodeRaised(f"{instance}.{waits}: {error}: no batch came from the workers within the "
                                           f"DataLoader's timeout, and the job's DataLoader raises the same: find "
                                           f"what stalls a worker (a hung mount, a slow __getitem__), or raise the "
                                           f"timeout", waits) from None
@@ -255,7 +255,7 @@ def _blamed(check: str, option: str, ours: bool = False, waits: str = "loader_ti
             not ours or " (at " in usercode.blame(error)))
         if not theirs:
             raise  # preflight's or torch's own failure (a dead worker): as it is
-        raise usercode.UserCodeRaised(f"{check}.{option}: {usercode.blame(error)}: raised while the "
+        raise usercode.UserCodeRaised(f"{instance}.{option}: {usercode.blame(error)}: raised while the "
                                       f"DataLoader loaded batches", option) from None
 
 

@@ -33,7 +33,7 @@ def measure(options: Mapping[str, Any], budget: Budget, metrics: Sequence[Metric
     unmeasurable with "pids limit N reached (FILE)" and the fix (``tasks.refused``)."""
     limits = pids.read()  # before the walk's and the loader's threads: what the job's loader starts from
     try:
-        with opened(options, walk_s=budget.walk_s) as source:
+        with opened(options, budget.named("dataloader"), budget.walk_s) as source:
             if isinstance(source, str):
                 results = [unmeasurable(m.name, source, m.unit) for m in metrics]
             else:

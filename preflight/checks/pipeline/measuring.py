@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping, Sequence
 from preflight.checks import usercode
 from preflight.checks.base import Budget, UserCodeError
 from preflight.loading.footprint import shared_memory
-from preflight.loading.loop import explaining_worker_oom
+from preflight.loading.loop import EPOCH_ENDED, Epochs, explaining_worker_oom
 from preflight.loading.source import Loader, Source, loader_for, opened
 from preflight.loading.user import Uncountable
 from preflight.training import build
@@ -68,7 +68,7 @@ def _measure(options: Mapping[str, Any], budget: Budget, device: str) -> list[Me
         if failed:
             return _unmeasurable(names, failed[0], device)
         fed_names = tuple(name for name in names if name != "model_samples_per_s")
-        with opened(options, "pipeline", budget.walk_s) as source:
+        with opened(options, budget.named("pipeline"), budget.walk_s) as source:
             if isinstance(source, str):
                 alone, stopped = interleaved((step,), device, budget)
                 return [_model_rate(alone, device, method, stopped), *_unmeasurable(fed_names, source, device)]
@@ -177,19 +177,16 @@ class Feed:
     def __init__(self, loader: Loader, step: TrainingStep, input_shape: Sequence[int], prefetched: int = 0) -> None:
         self.loader, self.step, self.shape = loader, step, tuple(input_shape)
         self.prefetched = prefetched  # batches the workers hold ready at most: workers x prefetch_factor
-        # one for the whole run: its workers persist across epochs, as a job's
-        self.dataloader, self.count = loader.fresh()
-        self.iterator = iter(self.dataloader)
+        # one for the whole run, read epoch after epoch as a job's loop reads it
+        dataloader, self.count = loader.fresh()
+        self.epochs = Epochs(dataloader)
         self.fed = "no batch yet"
         self.waited_ms = 0.0  # host time spent in the loader's next batch and its copy to the device, all calls
-        # a window's steps: whole rounds of the workers' batches, at most an epoch's (learned when one ends)
-        self.round_steps = max(1, loader.workers)
-        self.position = 0  # batches taken in this epoch: torch hands them out worker by worker from the first
-        self.epochs = 1  # epochs started, this one included
+        self.workers = max(1, loader.workers)
 
     def __call__(self) -> int:
         start = time.perf_counter()
-        batch = self._next()
+        batch = self.epochs.next()
         samples, _ = self.count(batch)
         inputs = first_tensor(batch)
         if inputs is not None and tuple(inputs.shape[1:]) == self.shape:
@@ -221,38 +218,19 @@ class Feed:
         so the window, whole rounds too (``round_steps``), starts and ends where a round does.
         """
         for _ in range(self.prefetched):
-            if self._next(new_epoch=False) is _EPOCH_ENDED:
+            if self.epochs.next(new_epoch=False) is EPOCH_ENDED:
                 break
         for _ in range(self.prefetched):
             self()
-        epoch = self.epochs
-        while self.position % self.round_steps and self.epochs == epoch:
+        epoch = self.epochs.epochs
+        while self.epochs.position % self.round_steps and self.epochs.epochs == epoch:
             self()
 
-    def _next(self, new_epoch: bool = True) -> Any:
-        """The loader's next batch; at an epoch's end the next epoch's first, as a training loop takes it, or
-        ``_EPOCH_ENDED`` where ``new_epoch`` is false."""
-        if self.iterator is not None:
-            try:
-                batch = next(self.iterator)
-            except StopIteration:
-                # an epoch of fewer batches than workers holds one round of them: its batches are the round
-                self.iterator, self.round_steps = None, min(self.round_steps, max(1, self.position))
-            else:
-                self.position += 1
-                return batch
-        if not new_epoch:
-            return _EPOCH_ENDED
-        self.iterator, self.position, self.epochs = iter(self.dataloader), 0, self.epochs + 1
-        try:
-            batch = next(self.iterator)
-        except StopIteration:
-            raise ValueError("the DataLoader yields no batch: the dataset is empty") from None
-        self.position = 1
-        return batch
-
-
-_EPOCH_ENDED = object()  # ``Feed._next``'s answer where an epoch ended and no new one was to start
+    @property
+    def round_steps(self) -> int:
+        """A window's steps: whole rounds of the workers' batches, at most an epoch's (an epoch of fewer batches
+        than workers holds one round of them), known once an epoch ended."""
+        return min(self.workers, self.epochs.epoch_batches or self.workers)
 
 
 def _unmeasurable(names: Sequence[str], reason: str, device: str | None) -> list[Measurement]:

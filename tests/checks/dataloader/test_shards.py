@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import tarfile
@@ -15,7 +16,7 @@ from preflight.loading import shards
 from preflight.io.dataset_walk import DataFile, Walk
 from preflight.io.uncached import aligned_buffer, bypass_for
 from tests import datasets
-from tests.helpers import run_check
+from tests.helpers import run_check, run_cli, write_config
 
 SIZE = 1000  # bytes of each sample's .jpg member; its .cls member is 1 byte ("0".."9")
 SAMPLE_ON_DISK = 512 + 1024 + 512 + 512  # tar header + data padded to 512, for the .jpg and the .cls
@@ -211,3 +212,30 @@ def test_decode_image_decodes_each_samples_image_member_and_skips_a_sample_witho
     key = first[len("shard-"):-len(".tar")] + "0001"
     assert measured["throughput"].note == (f"1 samples without an image member not counted (first: {first}: "
                                            f"sample {key} has no image member (jpg, jpeg, png, webp): not counted)")
+
+
+def test_a_second_instance_is_told_to_fix_its_own_path_not_the_dataloaders(tmp_path):
+    """An instance ``val_loader: {check: dataloader, format: tar}`` over plain files was told to point
+    ``dataloader.path`` at shards (issue 41): a fix names the instance the user wrote."""
+    data = tmp_path / "val"
+    data.mkdir()
+    for index in range(40):
+        (data / f"{index}.jpg").write_bytes(os.urandom(20_000))
+    config = write_config(tmp_path, f"""
+        version: 1
+        checks:
+          val_loader:
+            check: dataloader
+            path: {data}
+            format: tar
+            num_workers: 1
+            batch_size: 8
+            duration: 0.3s
+            throughput: {{min: 1 samples/s}}
+        """)
+    run = run_cli("run", "-c", str(config), "--json", str(tmp_path / "report.json"), cwd=tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr
+    reasons = {r["id"]: r["message"] for r in json.loads((tmp_path / "report.json").read_text())["results"]}
+    assert ': point val_loader.path at WebDataset tar shards, and include at their names ("*.tar")' in \
+        reasons["val_loader.throughput"], reasons
+    assert "dataloader.path" not in reasons["val_loader.throughput"]

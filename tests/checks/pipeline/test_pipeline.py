@@ -168,7 +168,7 @@ def test_settling_takes_the_prefetched_batches_without_training_on_them_then_ste
     assert handed == list(range(1, 9)) and stepped == [5, 6, 7, 8]
     assert feed() == 1 and stepped[-1] == 9  # the window's first step trains on the next batch
     feed.settle()  # after a window that ended inside a round of the 2 workers' batches: one step more, to its end
-    assert stepped[-5:] == [14, 15, 16, 17, 18] and feed.position == 18
+    assert stepped[-5:] == [14, 15, 16, 17, 18] and feed.epochs.position == 18
 
 
 def test_settling_an_epoch_of_fewer_batches_than_workers_ends_at_the_epoch_and_a_round_is_the_epochs_batches():
@@ -193,9 +193,9 @@ def test_settling_an_epoch_of_fewer_batches_than_workers_ends_at_the_epoch_and_a
     # draining took the first epoch's 3 batches and stopped at its end; the 16 untimed steps took epochs 2-6 and
     # one batch of epoch 7; the round, learned at epoch 1's end, is the epoch's 3 batches: settling ends with it
     assert [len(e) for e in epochs] == [3] * 7
-    assert (feed.round_steps, feed.position, feed.epochs) == (3, 3, 7)
+    assert (feed.round_steps, feed.epochs.position, feed.epochs.epochs) == (3, 3, 7)
     feed.settle()  # epoch 7 is spent: nothing is drained, and no epoch is started for it
-    assert [len(e) for e in epochs] == [3] * 13 and (feed.position, feed.epochs) == (3, 13)
+    assert [len(e) for e in epochs] == [3] * 13 and (feed.epochs.position, feed.epochs.epochs) == (3, 13)
 
 
 def test_a_fed_window_runs_whole_rounds_of_the_workers_batches(monkeypatch):
