@@ -53,7 +53,7 @@ from preflight.checks import pipeline  # noqa: E402
 from preflight.checks.base import Budget  # noqa: E402
 from preflight.training.build import tiny  # noqa: E402
 from preflight.config import coerce_option  # noqa: E402
-from preflight.io import dataset_pass  # noqa: E402
+from preflight.io.dataset import Dataset  # noqa: E402
 from preflight.yaml_source import Located  # noqa: E402
 
 BATCH, SIZE, CLASSES = 32, 64, 10
@@ -163,8 +163,8 @@ def by_check(root: str, src: str, latency_ms: float, workers: int, seconds: floa
              "num_classes": CLASSES}
     options = {o.name: coerce_option(o, Located(given[o.name], "bench") if o.name in given else None, o.name)
                for o in pipeline.OPTIONS}
-    with scratch_root() as temp, dataset_pass.started(temp):  # a run of its own: its pass starts fresh
-        measured = {m.metric: m for m in pipeline.measure(options, Budget(seconds, 600))}
+    with scratch_root() as temp, Dataset.started(temp) as dataset:  # a run of its own: its pass starts fresh
+        measured = {m.metric: m for m in pipeline.measure(options, Budget(seconds, 600, dataset=dataset))}
     for name in ("samples_per_s", "input_bound", "model_samples_per_s"):
         if measured[name].value is None:
             raise SystemExit(f"bench: the check measured no {name}: {measured[name].reason}")

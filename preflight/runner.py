@@ -48,7 +48,8 @@ import time
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from preflight.host import node_lock, pids, orphans, stuck
-from preflight.io import dataset_pass, scratch, tempdir
+from preflight.io import scratch, tempdir
+from preflight.io.dataset import Dataset
 from preflight.host.cgroup_memory import OomWatch
 from preflight.checks import CHECKS
 from preflight.config import Config, Instance
@@ -293,12 +294,13 @@ def run(config: Config, progress: ProgressCallback = lambda instance, results: N
             the lock file cannot be opened.
     """
     temp_dir = temp_dir or tempdir.choose()
-    with dataset_pass.started(temp_dir):  # every check continues one pass over the dataset: each file read once
-        return _run(config, progress, temp_dir, lock)
+    with Dataset.started(temp_dir) as dataset:  # every check continues one pass over the dataset: each file read once
+        return _run(config, progress, temp_dir, lock, dataset)
 
 
-def _run(config: Config, progress: ProgressCallback, temp_dir: str, lock: node_lock.Settings | None) -> list[Result]:
-    """``run``'s body, inside the run's pass over the dataset (``io.dataset_pass``)."""
+def _run(config: Config, progress: ProgressCallback, temp_dir: str, lock: node_lock.Settings | None,
+         dataset: Dataset) -> list[Result]:
+    """``run``'s body, inside the run's pass over the ``dataset``."""
     node = node_lock.NodeLock.open(lock or node_lock.settings())
     results: list[Result] = []
     worker: Worker | None = None
@@ -335,7 +337,7 @@ def _run(config: Config, progress: ProgressCallback, temp_dir: str, lock: node_l
             earlier: list[list[Result]] = []
             while True:
                 abandoned = len(ABANDONED)
-                outcome, worker = _measure(worker, instance, temp_dir)
+                outcome, worker = _measure(worker, instance, temp_dir, dataset)
                 left = [orphans.orphan(a.threads[0], instance.name) for a in ABANDONED[abandoned:] if a.threads]
                 if left:
                     known += left
@@ -471,7 +473,8 @@ def _figure(producer: str, metric: str, done: Done) -> dict[str, Any]:
                                             f"device{'s' if len(values) != 1 else ''}"}
 
 
-def _measure(worker: Worker | None, instance: Instance, temp_dir: str) -> tuple[Outcome, Worker | None]:
+def _measure(worker: Worker | None, instance: Instance, temp_dir: str,
+             dataset: Dataset) -> tuple[Outcome, Worker | None]:
     """Run ``instance`` ``repeats`` times and combine each metric's runs (median of their values).
 
     Any run's error is the outcome (fail closed); returns the worker to reuse, if any.
@@ -480,7 +483,7 @@ def _measure(worker: Worker | None, instance: Instance, temp_dir: str) -> tuple[
     for _ in range(instance.repeats):
         if worker is None or worker.process.poll() is not None:
             worker = Worker(temp_dir)
-        outcome, worker = _run_instance(worker, instance)
+        outcome, worker = _run_instance(worker, instance, dataset)
         if outcome.error:
             return outcome, worker
         runs.append(outcome)
@@ -494,7 +497,7 @@ def _measure(worker: Worker | None, instance: Instance, temp_dir: str) -> tuple[
     return Outcome(combined, duration_s=sum(outcome.duration_s for outcome in runs)), worker
 
 
-def _run_instance(worker: Worker, instance: Instance) -> tuple[Outcome, Worker | None]:
+def _run_instance(worker: Worker, instance: Instance, dataset: Dataset) -> tuple[Outcome, Worker | None]:
     """Run one instance; returns its outcome and the worker to reuse (None if it was killed)."""
     job = {
         "module": CHECKS[instance.check].__name__,
@@ -504,6 +507,7 @@ def _run_instance(worker: Worker, instance: Instance) -> tuple[Outcome, Worker |
         "instance": instance.name,  # for the fixes a check names ("set checkpoints.scratch_dir")
         "metrics": list(instance.budget.metrics or ()),  # the judged ones: a costly part only they need runs
         "option_where": dict(instance.option_where),  # FILE:LINE:COL, to name where the job's code was named
+        "dataset": dataset.ledger,  # the run's one pass over the dataset, continued by every check
     }
     scratch_dirs: list[str] = []
     start = time.monotonic()

@@ -11,7 +11,7 @@ import math
 import time
 from typing import Callable, NamedTuple
 
-from preflight.io.dataset_pass import Spent
+from preflight.io.dataset import Spent
 from preflight.measurement import Stats
 
 
@@ -81,7 +81,7 @@ def sample(
     fio's ``time_based`` idea: a throughput is measured over a stated time, not over as
     few operations as possible.
 
-    A reader of the dataset's files raises ``dataset_pass.Spent`` when the files it may read once are all
+    A reader of the dataset's files raises ``io.dataset.Spent`` when the files it may read once are all
     read: sampling stops there, whatever the rules above (its reason is the stop), and where the pass was
     spent before any kept sample, the warm-up's sample is kept: it too was a first touch.
     """

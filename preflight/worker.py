@@ -7,7 +7,7 @@ whatever a check (or a C library under it) prints can never corrupt the protocol
 Protocol, one JSON object per line:
     runner -> worker (stdin):  {"module": "preflight.checks.storage", "options": {...},
                                 "duration_s": 5.0, "timeout_s": 120.0, "instance": "storage",
-                                "metrics": ["seq_read"]}
+                                "metrics": ["seq_read"], "dataset": "/tmp/preflight-pass-x1y2.log"}
     worker -> runner:          {"scratch": "/data/.preflight-scratch-x1y2"}   (zero or more)
                                {"measurements": [...]} or {"error": "ValueError: ..."}
                                (with "config_error": true where it is the config's or the job's code's)
@@ -24,6 +24,7 @@ from typing import Any, TextIO
 
 from preflight.host import pids
 from preflight.io import scratch
+from preflight.io.dataset import Dataset
 from preflight.checks.base import Budget
 from preflight.checks.usercode import node_fault
 from preflight.errors import ConfigMistake
@@ -53,8 +54,9 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     try:
         check = importlib.import_module(job["module"])
         metrics = job.get("metrics")
+        dataset = Dataset.attached(job["dataset"]) if job.get("dataset") else None
         budget = Budget(job["duration_s"], job["timeout_s"], None if metrics is None else tuple(metrics),
-                        job.get("instance", ""))
+                        job.get("instance", ""), dataset)
         measurements = check.measure(job["options"], budget)
         return {"measurements": [m.to_dict() for m in measurements]}
     except ConfigMistake as error:  # the config's or the job's own code: say where the config named it

@@ -17,7 +17,7 @@ from typing import Any, Iterator, Sequence
 import pytest
 
 from preflight.host import cgroup
-from preflight.io import dataset_pass
+from preflight.io.dataset import Dataset
 from preflight import config
 from preflight.checks import CHECKS
 from preflight.checks.base import Budget
@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 def run_check(name: str, duration_s: float = 1.0, *, judged: Sequence[str] | None = None,
               **options: Any) -> dict[str, Measurement]:
     """Measure check ``name`` in-process with its defaults overridden by ``options`` (written as in YAML), as a run
-    of its own: no file it reads counts as read by another call (``dataset_pass``).
+    of its own: no file it reads counts as read by another call (``io.dataset``).
 
     ``judged`` names the metrics a configuration would judge (``Budget.metrics``; None: all).
     Returns the measurements keyed by metric (``metric[device]`` for per-device ones).
@@ -46,8 +46,9 @@ def run_check(name: str, duration_s: float = 1.0, *, judged: Sequence[str] | Non
         )
         for option in check.OPTIONS
     }
-    with dataset_pass.started(tempfile.gettempdir()):  # a run of its own: its pass over the data starts fresh
-        return keyed(check.measure(parsed, Budget(duration_s, 60.0, None if judged is None else tuple(judged))))
+    with Dataset.started(tempfile.gettempdir()) as dataset:  # a run of its own: its pass over the data starts fresh
+        return keyed(check.measure(parsed, Budget(duration_s, 60.0, None if judged is None else tuple(judged),
+                                                  dataset=dataset)))
 
 
 def _located(value: Any) -> Located:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal, Mapping, NamedTuple, Protocol, U
 from preflight.units import UNITS, Dimension
 
 if TYPE_CHECKING:
+    from preflight.io.dataset import Dataset
     from preflight.measurement import Measurement
 
 Scope = Literal["node", "fleet"]
@@ -115,6 +116,17 @@ class Budget(NamedTuple):
     # The instance's name in thresholds.yaml (``checkpoints`` for a second storage instance), for the fixes a
     # check names ("set checkpoints.scratch_dir"); "" (a bench, a test): the check's own name is used.
     instance: str = ""
+    # The run's dataset (``io.dataset``): its one pass over the files and the faults met, shared by every check of
+    # the run; None outside a run, where ``with_dataset`` gives the check one of its own.
+    dataset: Dataset | None = None
+
+    def with_dataset(self) -> Budget:
+        """This budget with a dataset: the run's, else (a bench, a test calling a check) one of its own."""
+        if self.dataset is not None:
+            return self
+        from preflight.io.dataset import Dataset
+
+        return self._replace(dataset=Dataset.private())
 
     def named(self, check: str) -> str:
         """The instance's name for a fix's ``NAME.option``, else ``check`` (the check's registry name)."""

@@ -54,6 +54,7 @@ The walk is ``find -L PATH -type f -size +0 -readable`` in Python, with a sample
 from __future__ import annotations
 
 import errno
+import fnmatch
 import math
 import os
 import stat
@@ -398,6 +399,29 @@ class Walk:
         skipped = self.summary(tuple(SKIPPED))
         return "; ".join(part for part in (self.reached(files, where),
                                            f"skipped under {where}: {skipped}" if skipped else "") if part)
+
+
+def listing(path: str, max_files: int, seconds: float = math.inf, include: str = "*",
+            exclude: str = "") -> tuple[list[DataFile], Walk]:
+    """The data files under ``path`` a job would read (``Walk``), at most ``max_files`` of them, spread over the
+    tree and matching the globs, and the walk (what it skipped, and whether it stopped early).
+
+    ``include``/``exclude`` are comma-separated fnmatch globs tested against the path relative to ``path`` and
+    against the file name ("*.jpg", "train/*").
+    """
+    includes = [g.strip() for g in include.split(",") if g.strip()] or ["*"]
+    excludes = [g.strip() for g in exclude.split(",") if g.strip()]
+    walk = Walk.for_files(path, max_files, seconds)
+
+    def wanted(candidate: DataFile) -> bool:
+        relative, name = os.path.relpath(candidate.name, path), os.path.basename(candidate.name)
+        return _matches(relative, name, includes) and not _matches(relative, name, excludes)
+
+    return walk.take(max_files, wanted), walk  # walk.stopped says when it stopped at max_files
+
+
+def _matches(relative: str, name: str, globs: list[str]) -> bool:
+    return any(fnmatch.fnmatch(relative, g) or fnmatch.fnmatch(name, g) for g in globs)
 
 
 def _spread(count: int) -> list[int]:

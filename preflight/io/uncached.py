@@ -13,9 +13,10 @@ from __future__ import annotations
 import errno
 import mmap
 import os
-from typing import Literal, Sequence
+from typing import TYPE_CHECKING, Literal, Sequence
 
-from preflight.io import dataset_pass
+if TYPE_CHECKING:
+    from preflight.io.dataset import Dataset
 
 Bypass = Literal["O_DIRECT", "fadvise", "none"]
 ALIGNMENT = 4096
@@ -26,19 +27,19 @@ def aligned_buffer(size: int) -> mmap.mmap:
     return mmap.mmap(-1, max(ALIGNMENT, -(-size // ALIGNMENT) * ALIGNMENT))
 
 
-def bypass_for(names: str | Sequence[str], memory_backed: bool) -> Bypass:
+def bypass_for(names: str | Sequence[str], memory_backed: bool, dataset: Dataset | None = None) -> Bypass:
     """How reads of ``names`` (one file, or files on one filesystem) can avoid the page cache here.
 
     Probes one aligned O_DIRECT read of the first file that still exists (EINVAL means the
     filesystem refuses it: tmpfs, some FUSE and overlay setups). Raises OSError for any other
-    failure to open or read, or when every file has vanished. Among several files it probes one not read
-    yet in this run, and that one then counts as read in the run's pass (``dataset_pass``): a client that
-    fetches whole files holds it now, so no reader measures it.
+    failure to open or read, or when every file has vanished. Among several files of the run's ``dataset`` it
+    probes one not read yet, and that one then counts as read in its pass: a client that fetches whole files
+    holds it now, so no reader measures it.
     """
     if memory_backed:
         return "none"
     candidates = [names] if isinstance(names, str) else list(names)
-    untouched = dataset_pass.fresh(candidates)  # probe what no reader measured yet: a probe is a read too
+    untouched = dataset.fresh(candidates) if dataset is not None else candidates  # probe what no reader measured: a probe reads
     candidates = untouched + [name for name in candidates if name not in untouched]
     for name in candidates[:-1]:
         try:
@@ -49,7 +50,8 @@ def bypass_for(names: str | Sequence[str], memory_backed: bool) -> Bypass:
             if error.errno != errno.EIO:
                 raise
             continue  # a bad sector or a lost object: the readers count it; the next file answers for the bypass
-        dataset_pass.record(name)
+        if dataset is not None:
+            dataset.record(name)
         return found
     return _probe(candidates[-1])
 
@@ -72,15 +74,15 @@ def _probe(name: str) -> Bypass:
         os.close(fd)
 
 
-def open_uncached(name: str, bypass: Bypass, record: bool = True) -> int:
+def open_uncached(name: str, bypass: Bypass, dataset: Dataset | None = None) -> int:
     """Open ``name`` read-only so its next reads come from the device (see module doc).
 
-    Every open of a dataset file comes here, and is recorded in the run's pass (``dataset_pass``), so no
-    reader takes for cold a file this run already read; ``record=False`` for a reader that records the
-    file itself when it first reads from it (random reads open every file up front and read few).
+    Every open of a dataset file comes here, and is recorded in the run's ``dataset``, so no reader takes
+    for cold a file this run already read; None for a file of no dataset (scratch), or for a reader that
+    records the file itself when it first reads from it (random reads open every file up front and read few).
     """
-    if record:
-        dataset_pass.record(name)
+    if dataset is not None:
+        dataset.record(name)
     if bypass == "O_DIRECT":
         return os.open(name, os.O_RDONLY | os.O_DIRECT)
     fd = os.open(name, os.O_RDONLY)
@@ -94,18 +96,19 @@ def drop_cached(fd: int, offset: int = 0, length: int = 0) -> None:
     os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
 
 
-def read_file(name: str, bypass: Bypass, buffer: mmap.mmap, keep: bytearray | None = None) -> int:
+def read_file(name: str, bypass: Bypass, buffer: mmap.mmap, keep: bytearray | None = None,
+              dataset: Dataset | None = None) -> int:
     """Read all of ``name`` through ``buffer``, one buffer-full per read, uncached; returns the bytes read.
 
     Memory stays the buffer's size whatever the file's: a 1.2 GB file is about 1,150 reads of a
     1 MiB buffer, never a 1.2 GB buffer (issue 21, case 6: a worker sized its buffer to the largest
     file and was OOM-killed under a 1 GiB limit). ``keep``, when given, receives the bytes read
-    (a decoder needs the whole file, as the job's own would).
+    (a decoder needs the whole file, as the job's own would). The open is recorded in ``dataset``.
 
     Raises:
         OSError: a read failed, also after a short read part way through the file (EIO after 128 KiB).
     """
-    fd = open_uncached(name, bypass)
+    fd = open_uncached(name, bypass, dataset)
     try:
         size, total = os.fstat(fd).st_size, 0
         while True:

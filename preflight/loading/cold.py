@@ -21,6 +21,7 @@ from typing import Any, Mapping, NamedTuple
 
 from preflight.host.fsinfo import Filesystem, filesystem_of
 from preflight.io import residency
+from preflight.io.dataset_walk import listing
 
 WARM_SHARE = 0.05  # resident after the drop above this share of the pages probed: the figure is read from memory
 MAX_FILES = 100_000  # of the files a Dataset lists, at most these are taken (``evict`` stops after EVICT_S anyway)
@@ -148,7 +149,5 @@ def _holds_python(directory: str) -> bool:
 
 
 def _walked(directory: str) -> list[str]:
-    from preflight.loading.files import list_files
-
-    files, _ = list_files(directory, "*", "", WALKED, WALK_S)
+    files, _ = listing(directory, WALKED, WALK_S)
     return [f.name for f in files]

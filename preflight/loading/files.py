@@ -10,7 +10,7 @@ per sample, as slow storage would. A file that vanished or turned unreadable sin
 sample of 0 bytes that is not counted (``collate_sizes``), so another process rewriting the
 dataset cannot end the measurement. A file whose read fails with an I/O error (EIO), or whose
 image Pillow cannot decode (truncated, zero-filled), is counted the same way and recorded in the
-run's pass (``dataset_pass.record_failure``): the row names it, and the measurement goes on.
+run's dataset (``io.dataset``): the row names it, and the measurement goes on.
 
 The walk (``dataset_walk.Walk``) follows symbolic links as the job's ``open()`` does and is
 bounded: it stops after ``max_files`` matching files, ``Walk.for_files``' limit on entries or
@@ -25,17 +25,15 @@ sample each, and ``not_one_sample_each`` says so, with the fix: the rule is in i
 
 from __future__ import annotations
 
-import fnmatch
 import io
-import math
 import os
 import re
 import statistics
 import time
 from typing import Sequence
 
-from preflight.io import dataset_pass
-from preflight.io.dataset_walk import LOST, DataFile, Walk, describe_files
+from preflight.io.dataset import Dataset
+from preflight.io.dataset_walk import LOST, DataFile, describe_files
 from preflight.io.uncached import Bypass, aligned_buffer, read_file
 from preflight.units import format_value
 
@@ -50,29 +48,6 @@ CONTAINERS = {
     "mds": "MosaicML MDS", "beton": "FFCV", "zip": "zip", "tar": "tar", "tar.gz": "tar", "tgz": "tar",
 }
 LARGE_FILE = 64 << 20  # median file size above which files hold many samples (whole arrays, checkpoints), not one
-
-
-def list_files(path: str, include: str, exclude: str, max_files: int,
-               seconds: float = math.inf) -> tuple[list[DataFile], Walk]:
-    """Files under ``path`` (as ``dataset_walk.Walk`` finds them) matching the globs, at most ``max_files``,
-    and the walk (what it skipped).
-
-    ``include``/``exclude`` are comma-separated fnmatch globs tested against the path
-    relative to ``path`` and against the file name ("*.jpg", "train/*").
-    """
-    includes = [g.strip() for g in include.split(",") if g.strip()] or ["*"]
-    excludes = [g.strip() for g in exclude.split(",") if g.strip()]
-    walk = Walk.for_files(path, max_files, seconds)
-
-    def wanted(candidate: DataFile) -> bool:
-        relative, name = os.path.relpath(candidate.name, path), os.path.basename(candidate.name)
-        return _matches(relative, name, includes) and not _matches(relative, name, excludes)
-
-    return walk.take(max_files, wanted), walk  # walk.stopped says when it stopped at max_files
-
-
-def _matches(relative: str, name: str, globs: list[str]) -> bool:
-    return any(fnmatch.fnmatch(relative, g) or fnmatch.fnmatch(name, g) for g in globs)
 
 
 def not_one_sample_each(files: Sequence[DataFile], where: str, instance: str = "dataloader") -> str:
@@ -120,9 +95,11 @@ class FileSamples:
     only ``decode="image"`` keeps a file's bytes, as the job's decoder would.
     """
 
-    def __init__(self, files: list[DataFile], bypass: Bypass, decode: str = "none", delay_s: float = 0.0) -> None:
+    def __init__(self, files: list[DataFile], bypass: Bypass, decode: str = "none", delay_s: float = 0.0,
+                 dataset: Dataset | None = None) -> None:
         self.files = [f.name for f in files]
         self.bypass, self.decode, self.delay_s = bypass, decode, delay_s
+        self.dataset = dataset  # the run's: its pass records each file opened, and each that failed
         self.buffer = None  # allocated in each worker: an mmap cannot be pickled
 
     def __len__(self) -> int:
@@ -136,11 +113,11 @@ class FileSamples:
         kept = bytearray() if self.decode == "image" else None
         name = self.files[index]
         try:
-            size = read_file(name, self.bypass, self.buffer, kept)
+            size = read_file(name, self.bypass, self.buffer, kept, self.dataset)
         except LOST:
             return 0, 0
         except OSError as error:  # EIO: the job's worker raises here; counted and named, the pass goes on
-            dataset_pass.record_failure(name, f"cannot be read: {error.strerror or error}")
+            self._failed(name, f"cannot be read: {error.strerror or error}")
             return 0, 0
         if kept is not None:
             try:
@@ -150,9 +127,13 @@ class FileSamples:
             except Exception as error:  # noqa: BLE001  whatever Pillow refuses a sample with, the job's worker raises
                 # there: OSError (truncated, zero-filled), ValueError, SyntaxError, and DecompressionBombError, an
                 # Exception only (junyanz/pytorch-CycleGAN-and-pix2pix#1592); struct.error from an older Pillow
-                dataset_pass.record_failure(name, f"cannot be decoded: {type(error).__name__}: {error}")
+                self._failed(name, f"cannot be decoded: {type(error).__name__}: {error}")
                 return 0, 0
         return 1, size
+
+    def _failed(self, name: str, why: str) -> None:
+        if self.dataset is not None:
+            self.dataset.record_failure(name, why)
 
 
 def decode_image(data: bytes | bytearray) -> int:

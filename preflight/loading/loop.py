@@ -23,7 +23,7 @@ import numpy as np
 from preflight.checks.base import Budget
 from preflight.host.cgroup_memory import OomWatch
 from preflight.host.cpus import auto_workers
-from preflight.io.dataset_pass import Spent
+from preflight.io.dataset import Spent
 from preflight.sampling import sample
 
 T = TypeVar("T")
@@ -199,7 +199,7 @@ class BatchPuller:
     datasets; for the job's, what ``user.batching`` made for this loader (its batch sampler's record of
     the indices each batch holds). The loader is never restarted: its end is the end of the job's first
     epoch, and reading on would read the same samples again, served by whatever cache now holds them
-    (``dataset_pass``); the next batch then raises ``dataset_pass.Spent`` and ``spent`` is set.
+    (``io.dataset``); the next batch then raises ``Spent`` and ``spent`` is set.
     """
 
     def __init__(self, loader: Any, step_time_s: float = 0.0,

@@ -35,6 +35,7 @@ stops there silently).
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import posixpath
@@ -45,9 +46,10 @@ from typing import Iterator, NamedTuple, Sequence
 
 import torch.utils.data  # this module is imported only when the check measures (see measuring)
 
-from preflight.loading.files import decode_image
+from preflight.io.dataset import Dataset
 from preflight.io.dataset_walk import LOST, DataFile
 from preflight.io.uncached import Bypass, aligned_buffer, open_uncached
+from preflight.loading.files import decode_image
 
 CHUNK = 1 << 20  # bytes per device read: a sequential stream, as fio's --bs=1M
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
@@ -109,8 +111,8 @@ def split_key(name: str) -> tuple[str, str] | None:
 class _DeviceStream:
     """A file read front to back in ``CHUNK`` blocks into an aligned buffer (O_DIRECT-safe); ``read(n)`` as a file."""
 
-    def __init__(self, name: str, bypass: Bypass, buffer: mmap.mmap) -> None:
-        self.fd = open_uncached(name, bypass)
+    def __init__(self, name: str, bypass: Bypass, buffer: mmap.mmap, dataset: Dataset | None = None) -> None:
+        self.fd = open_uncached(name, bypass, dataset)
         self.buffer, self.offset = buffer, 0  # offset: the file position of the next device read
         self.pending = memoryview(b"")
 
@@ -133,9 +135,10 @@ class _DeviceStream:
         os.close(self.fd)
 
 
-def read_shard(name: str, bypass: Bypass, buffer: mmap.mmap) -> Iterator[Sample]:
+def read_shard(name: str, bypass: Bypass, buffer: mmap.mmap, dataset: Dataset | None = None) -> Iterator[Sample]:
     """The runs of each key's adjacent members in shard ``name``, in stored order, read from the device
-    (``buffer``: an aligned ``CHUNK``); a key seen again after others comes back with ``again`` set.
+    (``buffer``: an aligned ``CHUNK``); a key seen again after others comes back with ``again`` set. The open
+    is recorded in the run's ``dataset``.
 
     Raises:
         ShardError: the shard is damaged or vanished; the samples yielded before stay valid,
@@ -143,7 +146,7 @@ def read_shard(name: str, bypass: Bypass, buffer: mmap.mmap) -> Iterator[Sample]
     """
     stream = None
     try:
-        stream = _DeviceStream(name, bypass, buffer)
+        stream = _DeviceStream(name, bypass, buffer, dataset)
         # tarfile's default bufsize (10 KiB), as webdataset opens shards: with 1 MiB, its stream buffer is
         # re-sliced on every header read and the loader ran at half the rate (bench/loose_vs_shards.py)
         with tarfile.open(fileobj=stream, mode="r|*") as tar:  # type: ignore[call-overload]
@@ -177,29 +180,31 @@ def count_samples(names: Sequence[str], enough: int) -> tuple[int, str]:
     Only the headers are read (``tarfile``'s listing seeks over the payloads of an uncompressed shard),
     a key counted once per shard wherever its members lie, shards in turn until ``enough`` samples are
     counted: the cost is bounded by ``enough``, not by the shards. A shard that cannot be listed to its
-    end counts the samples listed before the damage.
+    end counts the samples listed before the damage. The headers are read before the run's pass, through the
+    opener but not recorded in it: the shards' streaming is the pass's read of them.
     """
     samples, problem = 0, ""
     for name in names:
         keys: set[str] = set()
-        try:
-            tar = tarfile.open(name, "r:*")
-        except tarfile.ReadError:  # tarfile's own words list every compression it tried, over five lines
-            problem = problem or f"{os.path.basename(name)}: not a tar archive, plain or compressed"
-            continue
-        except DAMAGE as error:
-            problem = problem or f"{os.path.basename(name)}: {_words(error)}"
-            continue
-        try:
-            with tar:
+        with contextlib.ExitStack() as opened:
+            try:
+                raw = opened.enter_context(os.fdopen(open_uncached(name, "none"), "rb"))
+                tar = opened.enter_context(tarfile.open(fileobj=raw, mode="r:*"))
+            except tarfile.ReadError:  # tarfile's own words list every compression it tried, over five lines
+                problem = problem or f"{os.path.basename(name)}: not a tar archive, plain or compressed"
+                continue
+            except DAMAGE as error:
+                problem = problem or f"{os.path.basename(name)}: {_words(error)}"
+                continue
+            try:
                 for member in tar:
                     split = split_key(member.name) if member.isreg() else None
                     if split is not None:
                         keys.add(split[0])
                     if samples + len(keys) >= enough:
                         break
-        except DAMAGE as error:
-            problem = problem or f"{os.path.basename(name)}: {_words(error)}"
+            except DAMAGE as error:
+                problem = problem or f"{os.path.basename(name)}: {_words(error)}"
         samples += len(keys)
         if samples >= enough:
             break
@@ -211,7 +216,7 @@ def _check_end(name: str, tar: tarfile.TarFile) -> None:
     if getattr(tar.fileobj, "comptype", "tar") != "tar":
         return  # a compressed stream's own end check (gzip's trailer) catches a cut shard
     end = tar.offset  # where the member headers stopped
-    fd = os.open(name, os.O_RDONLY)  # 1 KiB at any 512-byte offset: no O_DIRECT alignment to meet
+    fd = open_uncached(name, "none")  # 1 KiB at any 512-byte offset: no O_DIRECT alignment to meet
     try:
         tail = os.pread(fd, END_OF_ARCHIVE, end)
     finally:
@@ -250,9 +255,10 @@ class ShardSamples(torch.utils.data.IterableDataset):
     """
 
     def __init__(self, shards: Sequence[DataFile], bypass: Bypass, decode: str = "none",
-                 delay_s: float = 0.0) -> None:
+                 delay_s: float = 0.0, dataset: Dataset | None = None) -> None:
         self.shards = [s.name for s in shards]
         self.bypass, self.decode, self.delay_s = bypass, decode, delay_s
+        self.dataset = dataset  # the run's, whose pass records each shard opened
         self.buffer = None  # allocated in each worker: an mmap cannot be pickled
 
     def mine(self) -> list[str]:
@@ -270,7 +276,7 @@ class ShardSamples(torch.utils.data.IterableDataset):
         shard, ungrouped = os.path.basename(name), False
         waiting: dict[str, None] = {}  # with decode: keys whose members so far hold no image
         try:
-            for sample in read_shard(name, self.bypass, self.buffer):  # type: ignore[arg-type]
+            for sample in read_shard(name, self.bypass, self.buffer, self.dataset):  # type: ignore[arg-type]
                 item = self._item(shard, sample, waiting)
                 if sample.again and not ungrouped:
                     ungrouped = True

@@ -20,19 +20,19 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import math
 import os
 from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 
 from preflight.checks import dataset_path, subject, usercode
-from preflight.checks.base import UserCodeError
+from preflight.checks.base import Budget, UserCodeError
 from preflight.loading import cold, settings, shards, user
-from preflight.loading.files import FileSamples, collate_sizes, list_files, not_one_sample_each
+from preflight.loading.files import FileSamples, collate_sizes, not_one_sample_each
+from preflight.loading.sampler import PassSampler
 from preflight.loading.loop import sizes_or_tensor
 from preflight.host.cpus import auto_workers
 from preflight.host.fsinfo import Filesystem, filesystem_of
 from preflight.io.dataset_walk import MIN_SAMPLES, SKIPPED, DataFile, Walk, filesystems, too_few
-from preflight.io import dataset_pass
+from preflight.io.dataset import Dataset
 from preflight.io.scratch import choose_parent, room_for, scratch_dir, write_small_files
 from preflight.io.uncached import Bypass, bypass_for
 
@@ -52,6 +52,7 @@ class Source(NamedTuple):
     # rows are memory's figures (``Measurement.cache_bound``)
     cache_bound: bool = False
     cold: str = ""  # for the method's end: what the page cache held of the job's files, and what was dropped
+    data: Dataset | None = None  # the run's dataset (``io.dataset``): its one pass, continued by every loader made
 
 
 class Counted(NamedTuple):
@@ -74,34 +75,40 @@ class Loader(NamedTuple):
     replays: user.Replays | None = None  # an IterableDataset read by several workers: its repeated batches
     batch_size: int | None = None  # samples per batch the loader asks for (None: the job's loader batches none)
     prefetch_factor: int | None = None  # batches each worker loads ahead (None without workers)
-    first_pass: dataset_pass.PassSampler | None = None  # files: the one pass every DataLoader of it continues
+    first_pass: PassSampler | None = None  # files: the one pass every DataLoader of it continues
 
 
 @contextlib.contextmanager
-def opened(options: Mapping[str, Any], instance: str = "dataloader", walk_s: float = math.inf) -> Iterator[Source | str]:
+def opened(options: Mapping[str, Any], budget: Budget, check: str) -> Iterator[Source | str]:
     """Yield what the loader built from ``options`` reads, or why nothing can be read (one line, with the fix).
 
-    ``instance`` is the instance's name in the fixes ("set val_loader.path", ``Budget.named``); the walk for files stops
-    after ``walk_s`` seconds (``Budget.walk_s``).
+    The fixes name the instance (``Budget.named``: "set val_loader.path"); the walk for files stops after
+    ``Budget.walk_s``; the source continues the run's dataset (``Budget.dataset``), one of its own outside a run.
 
     Raises:
         usercode.UserCodeRaised: the job's dataset cannot be built, or raised while the block read it.
     """
+    instance, data = budget.named(check), budget.with_dataset().dataset
+    assert data is not None
     if options.get("loader"):
         with _job_loader(options, instance) as source:
-            yield source
-        return
-    if options["dataset"]:
+            yield _continuing(source, data)
+    elif options["dataset"]:
         with _job_dataset(options, instance) as source:
-            yield source
-        return
-    with usercode.on_path(options["python_path"]), _blamed(instance, "worker_init_fn", ours=True):
-        with _ours(options, instance, walk_s) as source:
-            yield source
+            yield _continuing(source, data)
+    else:
+        with usercode.on_path(options["python_path"]), _blamed(instance, "worker_init_fn", ours=True), \
+                _ours(options, instance, budget.walk_s, data) as source:
+            yield _continuing(source, data)
+
+
+def _continuing(source: Source | str, data: Dataset) -> Source | str:
+    """``source`` reading on in the run's dataset ``data``; a reason stays as it is."""
+    return source if isinstance(source, str) else source._replace(data=data)
 
 
 @contextlib.contextmanager
-def _ours(options: Mapping[str, Any], instance: str, walk_s: float) -> Iterator[Source | str]:
+def _ours(options: Mapping[str, Any], instance: str, walk_s: float, data: Dataset) -> Iterator[Source | str]:
     """Synthetic samples, or the files under ``path`` (``_files``) labelled as the dataset or not (``opened``)."""
     if options["synthetic"]:
         shape = "x".join(map(str, synthetic_shape(options)))
@@ -109,7 +116,7 @@ def _ours(options: Mapping[str, Any], instance: str, walk_s: float) -> Iterator[
                      "synthetic")
         return
     options, dataset_named = subject.named(options)
-    with _files(options, instance, walk_s, dataset_named) as source:
+    with _files(options, instance, walk_s, data, dataset_named) as source:
         if dataset_named:
             yield source
         elif isinstance(source, str):
@@ -119,7 +126,8 @@ def _ours(options: Mapping[str, Any], instance: str, walk_s: float) -> Iterator[
 
 
 @contextlib.contextmanager
-def _files(options: Mapping[str, Any], instance: str, walk_s: float, named: bool = True) -> Iterator[Source | str]:
+def _files(options: Mapping[str, Any], instance: str, walk_s: float, data: Dataset,
+           named: bool = True) -> Iterator[Source | str]:
     """The files under ``path``, tar shards, or a scratch set beside a path with too few files.
 
     Without a dataset ``named`` (the working directory), files are stray files, never judged as
@@ -138,7 +146,7 @@ def _files(options: Mapping[str, Any], instance: str, walk_s: float, named: bool
     if options["decode"] == "image" and importlib.util.find_spec("PIL") is None:
         yield "decode: image needs Pillow: pip install pillow in this image (or drop decode: image)"
         return
-    files, walk = list_files(path, options["include"], options["exclude"], int(options["max_files"]), walk_s)
+    files, walk = data.files(path, int(options["max_files"]), walk_s, options["include"], options["exclude"])
     skipped, note = walk.summary(tuple(SKIPPED)), walk.note(files, path)  # note: what was skipped, and any stop
     if not files:
         yield (f"no readable files under {path} match include={options['include']!r} "
@@ -282,6 +290,7 @@ def loader_for(options: Mapping[str, Any], source: Source, decode: str | None = 
 
     if source.job is not None and source.job.loader is not None:
         return _jobs_own(options, source)
+    data = source.data if source.data is not None else Dataset.private()  # a Source made outside ``opened``
     # Each forked worker seeds numpy.random (torch's _worker_loop). Imported here, once, not lazily in every
     # child: a fork taken while another thread held an import lock fails that import with a KeyError
     # (importlib's _ModuleLock after fork), and the worker "exited unexpectedly with exit code 1".
@@ -304,7 +313,8 @@ def loader_for(options: Mapping[str, Any], source: Source, decode: str | None = 
             replays = user.Replays(workers)
             description += ", a batch that repeats an earlier one counting no sample"
         if not user.iterable(dataset) and job.sampler is None:  # fresh pools continue one epoch, never restart it
-            first_pass = dataset_pass.PassSampler(len(dataset), bool(options.get("shuffle", True)), _seed(options))
+            first_pass = PassSampler(data, len(dataset), shuffle=bool(options.get("shuffle", True)),
+                                     seed=_seed(options))
     elif source.files is None:
         dataset = SyntheticImages(synthetic_shape(options))
     else:
@@ -312,19 +322,21 @@ def loader_for(options: Mapping[str, Any], source: Source, decode: str | None = 
         # Where open() lands (a link's target), by its directory: that stays when a file vanishes.
         fs = filesystem_of(os.path.dirname(os.path.realpath(files[0].name)))
         names = [f.name for f in files]
-        read_before = dataset_pass.touched_count(names)  # by checks before this one, not the probe
-        bypass = bypass_for(names[:1000], fs.memory_backed)  # it probes a file not read before
-        probed = dataset_pass.touched_count(names) - read_before  # that file: said apart in the pass's note
+        read_before = data.touched_count(names)  # by checks before this one, not the probe
+        bypass = bypass_for(names[:1000], fs.memory_backed, data)  # it probes a file not read before
+        probed = data.touched_count(names) - read_before  # that file: said apart in the pass's note
         if options.get("format") == "tar":  # an IterableDataset: each worker streams its own shards, in order
-            dataset = shards.ShardSamples(files, bypass, decode or options["decode"], float(options["sample_delay"]))
+            dataset = shards.ShardSamples(files, bypass, decode or options["decode"], float(options["sample_delay"]),
+                                          data)
             tally = shards.ShardTally()
             shuffle, collate, count = False, shards.collate_items, tally
         else:
-            dataset = FileSamples(files, bypass, decode or options["decode"], float(options["sample_delay"]))
+            dataset = FileSamples(files, bypass, decode or options["decode"], float(options["sample_delay"]),
+                                  data)
             collate = collate_sizes
             # One pass over the files for every DataLoader made here: fresh pools continue it, never restart it.
-            first_pass = dataset_pass.PassSampler(names, bool(shuffle), _seed(options), read_before,
-                                                  probed)
+            first_pass = PassSampler(data, len(names), names, bool(shuffle), _seed(options), read_before,
+                                     probed)
         description += f" ({bypass})"
     # Under spawn and forkserver each worker is sent these pickled: one that cannot be is the job's failure at its
     # first batch ("Can't pickle local object"), told here before a worker starts, naming the object.

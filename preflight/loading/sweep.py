@@ -55,6 +55,6 @@ def sweep(rate_at: Callable[[int, Budget], tuple[float, ...]], worker_counts: Se
           centre: Callable[[Sequence[float]], float] = statistics.fmean) -> Curve:
     """``rate_at(n, share)`` (each window's rate, higher is better) for each count in turn, each an equal share of
     ``budget``; a count's rate is the ``centre`` of its windows (the mean: windows of equal length)."""
-    share = Budget(budget.duration_s / len(worker_counts), budget.timeout_s)
+    share = budget.split(len(worker_counts))
     taken = tuple(rate_at(n, share) for n in worker_counts)
     return Curve(tuple(worker_counts), tuple(centre(t) for t in taken), taken)

@@ -138,7 +138,7 @@ def batching(job: Job, batch_size: int, replays: Replays | None = None, *, shuff
 
     A map-style Dataset is sampled by the job's sampler, else shuffled (``shuffle``, with ``generator``) as a
     training job's loader is, else read in order, through an explicit batch sampler (``RecordedBatches``,
-    with ``drop_last``) whose record counts the batches; ``first_pass`` (a ``dataset_pass.PassSampler``), where
+    with ``drop_last``) whose record counts the batches; ``first_pass`` (a ``sampler.PassSampler``), where
     given, stands for the shuffle so that every DataLoader continues one pass; call this once per DataLoader, as its
     record serves that DataLoader's batches alone. An IterableDataset's batches go through
     ``replays`` when given (several workers), so a repeated batch counts no sample.
@@ -173,7 +173,7 @@ class Replays:
     without ``with_epoch``: webdataset/webdataset#269) repeats only after every one of the ``workers`` delivered
     distinct batches; one that does not shard repeats at once (the second worker's first batch is the first's).
     The first is the end of the stream's first pass, the job's first epoch: the count raises
-    ``dataset_pass.Spent`` there, and the sharding fix is not named.
+    ``io.dataset.Spent`` there, and the sharding fix is not named.
     """
 
     REMEMBERED = 65536
@@ -194,7 +194,7 @@ class Replays:
             if self.repeated == 1 and self.batches - 1 >= self.workers:  # every worker's first batch was new
                 self.started_over = self.batches - 1
             if self.started_over:
-                from preflight.io.dataset_pass import Spent
+                from preflight.io.dataset import Spent
 
                 raise Spent(f"the stream started over after {self.started_over} batches (a repeated or resampled "
                             f"IterableDataset): its first pass is the job's first epoch")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from preflight.loading.files import list_files
+from preflight.io.dataset_walk import listing
 from preflight.checks.storage.data import survey
 from preflight.host.fsinfo import filesystem_of
 from tests import datasets
@@ -118,7 +118,7 @@ def sorted_sources(tmp_path_factory) -> Path:
 def test_a_capped_walk_samples_every_folder_not_the_first_in_sorted_order(sorted_sources):
     """machinelearning#3778: with max_files 1000 the first 1000 files in sorted order were all a_cifar's. The walk
     now takes one file from each folder in turn: all 40 of b_hires, and a_cifar's share of the rest."""
-    files, walk = list_files(str(sorted_sources), "*", "", 1000)
+    files, walk = listing(str(sorted_sources), 1000, include="*", exclude="")
     assert _per_directory(files, sorted_sources) == {"a_cifar": 960, "b_hires": 40}
     assert walk.stopped == "max_files"
     found = survey(str(sorted_sources), 32 << 20, 128 << 10, 1000)

@@ -39,7 +39,7 @@ file matches at all is unmeasurable (a wrong path or glob must fail, not pass on
 Whatever a row shows, its note (or the reason it has no figure) says what the walk skipped
 under ``path`` and why ("skipped under PATH: 1 unreadable directory"), the scratch set's too.
 
-Method: the run reads the data as the job's first epoch does (``io.dataset_pass``, docs/checks.md "How a
+Method: the run reads the data as the job's first epoch does (``io.dataset``, docs/checks.md "How a
 run reads the data"): one pass, each sample once. ``worker_pools`` fresh worker pools are measured in
 turn, continuing that pass (one permutation and its cursor, not a new shuffle each), each in an equal
 share of the duration that pays for its start and warm-up too; in each, warm-up batches are discarded,

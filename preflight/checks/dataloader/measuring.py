@@ -20,7 +20,7 @@ from preflight.checks.dataloader.required import Required, visible_gpus
 from preflight.loading.source import Loader, Source, loader_for, opened
 from preflight.loading.user import Uncountable
 from preflight.host import pids
-from preflight.io import dataset_pass
+from preflight.io.dataset import failures_note
 from preflight.measurement import Measurement, not_applicable, unmeasurable
 from preflight.units import format_value
 
@@ -33,7 +33,7 @@ def measure(options: Mapping[str, Any], budget: Budget, metrics: Sequence[Metric
     unmeasurable with "pids limit N reached (FILE)" and the fix (``tasks.refused``)."""
     limits = pids.read()  # before the walk's and the loader's threads: what the job's loader starts from
     try:
-        with opened(options, budget.named("dataloader"), budget.walk_s) as source:
+        with opened(options, budget, "dataloader") as source:
             if isinstance(source, str):
                 results = [unmeasurable(m.name, source, m.unit) for m in metrics]
             else:
@@ -73,7 +73,7 @@ class _ShmShort(Exception):
 def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits: pids.Limits) -> list[Measurement]:
     """The loader over ``source``; every measured row carrying its note."""
     # With decode: image the raw reads and the decoded loader each read half the files, once: a decoded pass over
-    # files the raw phase just read would be a second touch (``dataset_pass``), not the job's first epoch.
+    # files the raw phase just read would be a second touch (``io.dataset``), not the job's first epoch.
     halves = source.files is not None and options["decode"] == "image" and options["format"] != "tar"
     built = loader_for(options, source._replace(files=source.files[1::2]) if halves else source)  # type: ignore[index]
     # One batch loaded in this process, before any worker: a projection past /dev/shm's free space starts no pool,
@@ -179,10 +179,11 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits:
         results = [dataclasses.replace(m, cache_bound=True) if m.measured and m.metric in READ_ROWS else m
                    for m in results]
     if files is not None and not tar:  # per-sample failures: counted where the sample was read, the first named
-        failed = dataset_pass.failures([f.name for f in files])
+        assert source.data is not None  # ``opened`` gives every source the run's dataset
+        failed = source.data.failures([f.name for f in files])
         results.append(Measurement("unreadable_samples", float(len(failed)), "", method=method + ", each sample of "
                                    "the pass read (and decoded) by the workers; a failure counted, not raised"))
-        said = dataset_pass.failures_note(failed, len(files), len(files[1::2]) if halves else None)
+        said = failures_note(failed, len(files), len(files[1::2]) if halves else None)
         note = "; ".join(part for part in (note, said) if part)
     else:  # no file the loader reads itself: the bundled {max: 0} must not fail on a row that cannot exist here
         results.append(not_applicable("unreadable_samples", _no_sample_files(source, tar)))

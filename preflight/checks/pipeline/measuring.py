@@ -68,7 +68,7 @@ def _measure(options: Mapping[str, Any], budget: Budget, device: str) -> list[Me
         if failed:
             return _unmeasurable(names, failed[0], device)
         fed_names = tuple(name for name in names if name != "model_samples_per_s")
-        with opened(options, budget.named("pipeline"), budget.walk_s) as source:
+        with opened(options, budget, "pipeline") as source:
             if isinstance(source, str):
                 alone, stopped = interleaved((step,), device, budget)
                 return [_model_rate(alone, device, method, stopped), *_unmeasurable(fed_names, source, device)]

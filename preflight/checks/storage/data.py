@@ -25,7 +25,8 @@ from __future__ import annotations
 import math
 from typing import NamedTuple, Sequence
 
-from preflight.io.dataset_walk import DataFile, Walk, by_device, data_extents
+from preflight.io.dataset import Dataset
+from preflight.io.dataset_walk import DataFile, Walk, by_device, data_extents, listing
 from preflight.io.uncached import ALIGNMENT
 
 LARGE_FILE = 8 << 20
@@ -41,11 +42,11 @@ class Found(NamedTuple):
     devices: list[list[DataFile]]  # ``files`` by the device holding their bytes, most bytes first
 
 
-def survey(path: str, wanted_bytes: int, small_size: int, max_files: int, seconds: float = math.inf) -> Found:
-    """Files under ``path`` as ``dataset_walk.Walk`` finds them (at most ``max_files`` of them, walked for
-    ``seconds`` at most); ``large`` and ``small`` come from the device that holds most of their bytes."""
-    walk = Walk.for_files(path, max_files, seconds)
-    seen = walk.take(max_files)  # spread over the tree; walk.stopped says when the rest was not looked at
+def survey(path: str, wanted_bytes: int, small_size: int, max_files: int, seconds: float = math.inf,
+           dataset: Dataset | None = None) -> Found:
+    """Files under ``path`` as the run's ``dataset`` lists them (``dataset_walk.listing``: at most ``max_files``,
+    walked for ``seconds`` at most); ``large`` and ``small`` come from the device that holds most of their bytes."""
+    seen, walk = (dataset.files if dataset is not None else listing)(path, max_files, seconds)
     devices = by_device(seen)
     measured = devices[0] if devices else []
     small = [f for f in measured if f.size <= small_size]

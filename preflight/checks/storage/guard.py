@@ -22,7 +22,7 @@ from pathlib import Path
 from preflight.checks.storage import reads
 from preflight.checks.storage.data import Segment
 from preflight.io.parallel import run_loops
-from preflight.io.uncached import drop_cached
+from preflight.io.uncached import drop_cached, open_uncached
 
 CACHE_SHARE = 0.8
 PROBE_BYTES = 16 << 20
@@ -61,9 +61,11 @@ def _first_bytes(run: list[Segment], nbytes: int) -> list[Segment]:
 
 
 def _cache(run: list[Segment], drop: bool) -> None:
+    """Fill the page cache with ``run``'s bytes, or drop them. Not recorded in the run's dataset: these are bytes
+    seq_read just read, read again buffered on purpose, to time the cache that serves them."""
     for name, low, high in run:
         try:
-            fd = os.open(name, os.O_RDONLY)
+            fd = open_uncached(name, "none")
         except OSError:
             continue
         try:

@@ -32,7 +32,7 @@ from preflight.checks.storage import guard, reads, small_files, writes
 from preflight.checks.storage.data import LARGE_FILE, Found, Segment, data_bytes, segments
 from preflight.checks.storage.facts import READ_ONLY_VOLUME
 from preflight.checks.storage.parts import MIN_WINDOW_S, MIN_WINDOWS, part_s, timed_parts
-from preflight.io import dataset_pass
+from preflight.io.dataset import MIN_SHARE, SHARE, WARM, Spent, warm_note
 from preflight.io.dataset_walk import DataFile, data_extents, too_few
 from preflight.host import pids
 from preflight.host.fsinfo import Filesystem, filesystem_of
@@ -68,6 +68,7 @@ class IO:
     def __init__(self, options: Mapping[str, Any], budget: Budget, fs: Filesystem, scratch: str | None,
                  why_no_scratch: str, dataset_device: tuple[int, str] = (-1, ""), dataset_named: bool = True) -> None:
         self.options, self.budget, self.fs = options, budget, fs  # fs: the one holding the dataset's bytes
+        self.dataset = budget.with_dataset().dataset  # the run's: its one pass over the files
         self.dataset_named = dataset_named  # else ``path`` is the working directory (``subject.named``)
         self.scratch, self.why_no_scratch = scratch, why_no_scratch
         self.dataset_device = dataset_device  # (st_dev, mount source) of the dataset's bytes
@@ -86,18 +87,18 @@ class IO:
         if isinstance(chosen, str):
             return [unmeasurable(n, chosen, u) for n, u in READ_METRICS]
         fs = chosen.fs
-        bypass = bypass_for([name for name, _, _ in chosen.parts[:100]], fs.memory_backed)
+        bypass = bypass_for([name for name, _, _ in chosen.parts[:100]], fs.memory_backed, self.dataset)
         where = f"{chosen.where} on {fs.describe()}; {describe(bypass)}"
         seq = self.seq_read(chosen.parts, bypass, where, chosen.whole_files, fs)
         # Small files read whole: random reads take their own share of files not read yet, so small_files and
-        # the DataLoader still find first touches (``dataset_pass.share``); large files are read at random offsets.
+        # the DataLoader still find first touches (``Dataset.share``); large files are read at random offsets.
         random_parts, reread = chosen.parts, ""
         if chosen.whole_files:
-            random_parts = dataset_pass.share(chosen.parts, len(chosen.parts), _segment_name) or chosen.parts
+            random_parts = self.dataset.share(chosen.parts, len(chosen.parts), _segment_name) or chosen.parts
         elif fs.may_cache_below:  # the bytes seq_read's one stream did not reach; none left: a reread, said so
             random_parts = self.unstreamed or chosen.parts
             files = len({name for name, _, _ in chosen.parts})
-            reread = "" if self.unstreamed else dataset_pass.warm_note(files, files)
+            reread = "" if self.unstreamed else warm_note(files, files)
         randoms = [_noted(m, reread) for m in self.rand_read(random_parts, bypass, where, fs, once=chosen.whole_files)]
         results = [seq, *randoms]
         return [self._about(_noted(m, chosen.note), chosen.subject) for m in results]
@@ -147,17 +148,17 @@ class IO:
         processes, threads = self._split(readers) if whole_files else (1, readers)
         runs = reads.spans(parts, processes * threads, block)
         lost: list[int] = []
-        before = dataset_pass.opened()
+        before = self.dataset.mark()
         # Small files read whole: one pass, windows continuing it, leaving the rest of a small dataset to small_files
         # and the DataLoader. Large files are streamed from each span's start in every window, as fio does, except
         # where a cache can sit below the page cache (a FUSE client's own: s3fs use_cache, gcsfuse's file cache):
         # there a span read again is served by that cache, so each window continues the stream where the last
         # stopped, and its end is the end of the pass (kahing/goofys#581, s3fs-fuse/s3fs-fuse#829).
         streamed_once = not whole_files and fs.may_cache_below
-        remaining = (dataset_pass.share(parts, len(parts), _segment_name) if whole_files
-                     else dataset_pass.fresh(parts, _segment_name) if streamed_once else list(parts))
+        remaining = (self.dataset.share(parts, len(parts), _segment_name) if whole_files
+                     else self.dataset.fresh(parts, _segment_name) if streamed_once else list(parts))
         files = len({name for name, _, _ in parts})
-        warm = dataset_pass.warm_note(files, files) if not remaining else ""
+        warm = warm_note(files, files) if not remaining else ""
         remaining = remaining or list(parts)
         share = len({name for name, _, _ in remaining})
         self.unstreamed = list(remaining) if streamed_once and not warm else []
@@ -165,16 +166,17 @@ class IO:
         def window() -> float:
             nonlocal remaining
             if not remaining or streamed_once and sum(high - low for _, low, high in remaining) < block:
-                raise dataset_pass.Spent(f"each of its {share} files read once" if whole_files
-                                         else f"each byte of its {share} files streamed once")
+                raise Spent(f"each of its {share} files read once" if whole_files
+                            else f"each byte of its {share} files streamed once")
             readers = processes * threads  # files read whole are dealt out whole; large files split in spans
             runs = ([remaining[i::readers] for i in range(readers)] if whole_files
                     else reads.spans(remaining, readers, block))
             left: list[list[Segment]] | None = [[] for _ in runs] if streamed_once else None
-            loops = reads.sequential_loop(runs, bypass, block, once=whole_files or streamed_once, left=left)
+            loops = reads.sequential_loop(runs, bypass, block, once=whole_files or streamed_once, left=left,
+                                          dataset=self.dataset)
             tally = run_loops(loops, processes, threads, self.window)
             if whole_files:
-                remaining = dataset_pass.unread_since(remaining, before, _segment_name)
+                remaining = self.dataset.unread_since(remaining, before, _segment_name)
             elif left is not None:
                 remaining = [segment for run in left for segment in run]
                 self.unstreamed = remaining
@@ -190,7 +192,7 @@ class IO:
         # O_DIRECT on a local block filesystem is honoured by the kernel: this host's page cache
         # cannot serve it, and a cache probe would only add noise (a loaded CPU slows it, never the
         # device). Where the bypass can fail silently (fadvise, FUSE, network, overlay), it is probed.
-        # Small files read whole are read once each (``dataset_pass``): no cache of this run holds them, and the
+        # Small files read whole are read once each (``io.dataset``): no cache of this run holds them, and the
         # probe's own rereads would be what a FUSE client's cache serves.
         trusted = bypass == "O_DIRECT" and fs.kind == "block" or whole_files or streamed_once
         return self._honest(m, bypass, fs, None if trusted else guard.page_cache_rate(runs, block, processes))
@@ -211,7 +213,8 @@ class IO:
         processes, threads = self._split(depth)
         parts = _within_descriptors(parts, min(MAX_RANDOM_FILES, _open_files_limit() // 4))
         run = ContinuousRun(self.window, self.part_s - self.window)
-        loops = reads.random_loop(parts, bypass, block, seed=0, once_of=processes * threads if once else 0)
+        loops = reads.random_loop(parts, bypass, block, seed=0, once_of=processes * threads if once else 0,
+                                  dataset=self.dataset)
         tally = run_loops(loops, processes, threads, run.seconds)
         self.failed.update(tally.failed)
         intervals = run.intervals(tally)
@@ -253,25 +256,26 @@ class IO:
             note = f"on {source} {self._scratch_place()}: {too_little}"
             source += f" in {self.scratch}"
             fs, measured_on = self.scratch_fs, self._scratch_subject()
-        bypass = bypass_for([f.name for f in files[:1000]], fs.memory_backed)  # it probes a file not read before
+        bypass = bypass_for([f.name for f in files[:1000]], fs.memory_backed, self.dataset)  # probes one not read
         processes, threads = self._split(int(self.options["file_readers"]))
         rates: list[float] = []
         lost: list[int] = []
         spans: list[tuple[int, float]] = []  # each window's files read and seconds
-        before = dataset_pass.opened()
+        before = self.dataset.mark()
         # One pass: windows continue it; the dataset's own files leave the rest of a small dataset to later readers.
-        remaining = dataset_pass.fresh(files, _name) if too_little else dataset_pass.share(files, len(found.files), _name)
-        warm = dataset_pass.warm_note(len(files), len(files)) if not remaining else ""
+        remaining = self.dataset.fresh(files, _name) if too_little else self.dataset.share(files, len(found.files), _name)
+        warm = warm_note(len(files), len(files)) if not remaining else ""
         remaining = remaining or list(files)
         share = len(remaining)
 
         def window() -> float:
             nonlocal remaining
             if not remaining:
-                raise dataset_pass.Spent(f"each of its {share} files read once")
-            tally = run_loops(small_files.file_loop(remaining, processes * threads, bypass), processes, threads,
+                raise Spent(f"each of its {share} files read once")
+            loops = small_files.file_loop(remaining, processes * threads, bypass, self.dataset)
+            tally = run_loops(loops, processes, threads,
                               self.window)
-            remaining = dataset_pass.unread_since(remaining, before, _name)
+            remaining = self.dataset.unread_since(remaining, before, _name)
             rates.append(tally.nbytes / tally.elapsed_s / 1e6)
             spans.append((tally.ops, tally.elapsed_s))
             lost.append(tally.lost)
@@ -282,8 +286,7 @@ class IO:
         note = "; ".join(n for n in (note, warm, _lost_note(sum(lost))) if n)
         if share < len(files):  # the first-epoch rule left the rest of the dataset to later readers: say so
             source = (f"up to {share} of {source}, each once (its share of the first epoch: "
-                      f"{dataset_pass.SHARE:.0%} of the dataset's {len(found.files)} files, at least "
-                      f"{dataset_pass.MIN_SHARE})")
+                      f"{SHARE:.0%} of the dataset's {len(found.files)} files, at least {MIN_SHARE})")
         method = (f"{processes} processes x {threads} threads, open+read+close of {source} on "
                   f"{fs.describe()}; {describe(bypass)}")
         warnings = _short(spans[-len(taken.values):], share < len(files))
@@ -358,7 +361,7 @@ class IO:
         is scratch elsewhere: the only way such a figure can pass is scratch on the dataset's device."""
         if not m.measured:
             return m
-        if measured_on == "dataset" and dataset_pass.WARM in m.note and self.fs.may_cache_below:
+        if measured_on == "dataset" and WARM in m.note and self.fs.may_cache_below:
             measured_on = "reread"
         if measured_on == "scratch_elsewhere":
             return dataclasses.replace(m, subject=measured_on, hint=self.scratch_hint())
@@ -420,7 +423,7 @@ def _short(kept: Sequence[tuple[int, float]], shared: bool) -> tuple[str, ...]:
     if not files or not span_s:
         return ()
     rate = files / span_s
-    fix = (f"a dataset of about {sampling.files_for_span(rate, dataset_pass.SHARE)} files gives it "
+    fix = (f"a dataset of about {sampling.files_for_span(rate, SHARE)} files gives it "
            f"{sampling.MIN_SPAN_S:g} s at this rate" if shared
            else f"about {sampling.files_for_span(rate, 1.0)} small files would give it {sampling.MIN_SPAN_S:g} s "
                 f"(small_file_count)")

@@ -23,7 +23,7 @@ from preflight.checks.storage import measure_io
 from preflight.checks.storage.data import Found, survey
 from preflight.checks.storage.facts import facts, os_error_reason
 from preflight.host.fsinfo import Filesystem, filesystem_of
-from preflight.io import dataset_pass
+from preflight.io.dataset import Spent
 from preflight.io.dataset_walk import UNREADABLE, DataFile, describe_files
 from preflight.io.scratch import choose_parent, ran_out, scratch_dir
 from preflight.measurement import Measurement, unmeasurable
@@ -47,8 +47,9 @@ def measure(options: Mapping[str, Any], budget: Budget, metrics: Sequence[Metric
         if int(options[option]) % 4096:
             reason = f"{instance}.{option} must be a multiple of 4 KiB for O_DIRECT, found {options[option]} B"
             return [unmeasurable(m.name, reason, m.unit) for m in metrics]
+    budget = budget.with_dataset()
     found = survey(path, int(options["data_size"]), int(options["small_file_size"]), int(options["max_files"]),
-                   budget.walk_s)
+                   budget.walk_s, budget.dataset)
     home = subject.bytes_home(found.files, path)
     fs, device = _filesystem(home, path), subject.device_of(home)
     results = facts(fs, path if subject.device_of(path) == device else fs.mount_point, _where_note(found, path, fs))
@@ -159,10 +160,10 @@ def _isolated(measure_group: Callable[[], list[Measurement]], metrics: Sequence[
               path: str, instance: str, scratch: str | None) -> list[Measurement]:
     """Run one group of metrics; an OSError makes just that group unmeasurable, with its reason and fix (naming
     ``instance``'s options, and on ENOSPC whether inodes or bytes ran out in ``scratch``), and so does a pass
-    with nothing left for the group to read once (``dataset_pass.Spent`` before its first sample)."""
+    with nothing left for the group to read once (``Spent`` before its first sample)."""
     try:
         return measure_group()
-    except dataset_pass.Spent as spent:
+    except Spent as spent:
         reason = (f"nothing left to read for the first time under {path} ({spent}): the checks before it read the "
                   f"whole dataset; point {instance}.path at more of it or run {instance} alone (--only)")
         return [unmeasurable(name, reason, unit) for name, unit in metrics]

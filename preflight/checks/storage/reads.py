@@ -31,7 +31,7 @@ from typing import Callable, Sequence
 
 from preflight.checks.storage.data import Segment
 from preflight.io.parallel import Tally
-from preflight.io import dataset_pass
+from preflight.io.dataset import Dataset
 from preflight.io.dataset_walk import LOST
 from preflight.io.uncached import Bypass, aligned_buffer, drop_cached, open_uncached
 
@@ -62,10 +62,12 @@ def _locate(parts: Sequence[Segment], start: int, end: int) -> list[Segment]:
 
 
 def sequential_loop(runs: list[list[Segment]], bypass: Bypass, block: int, once: bool = False,
-                    left: list[list[Segment]] | None = None) -> Callable[[int], Callable[[float], Tally]]:
+                    left: list[list[Segment]] | None = None,
+                    dataset: Dataset | None = None) -> Callable[[int], Callable[[float], Tally]]:
     """A loop factory for ``io.parallel.run_loops``: reader i reads ``runs[i]`` over and over until the deadline;
     with ``once``, one time only (small files read whole: a second read of a file is served by whatever cache
-    holds it, ``dataset_pass``, and ``measure_io`` gives each window the files no earlier read touched).
+    holds it, and ``measure_io`` gives each window the files no earlier read touched); each open is recorded in
+    the run's ``dataset``.
 
     With ``left`` (loops run as threads of this process), reader i puts there the part of ``runs[i]`` it did not
     read before the deadline, so that the next window continues the stream instead of starting it again.
@@ -84,7 +86,7 @@ def sequential_loop(runs: list[list[Segment]], bypass: Bypass, block: int, once:
                 for item in list(run):
                     name, low, high = item
                     try:
-                        fd = open_uncached(name, bypass)
+                        fd = open_uncached(name, bypass, dataset)
                     except LOST:
                         run.remove(item)
                         lost += 1
@@ -163,18 +165,19 @@ class SharedFiles:
 
     def _open(self, name: str) -> int | None:
         try:
-            return open_uncached(name, self.bypass, record=False)  # recorded when first read (``random_loop``)
+            return open_uncached(name, self.bypass)  # recorded in the dataset when first read (``random_loop``)
         except LOST:
             return None
 
 
-def random_loop(parts: Sequence[Segment], bypass: Bypass, block: int, seed: int,
-                once_of: int = 0) -> Callable[[int], Callable[[float], Tally]]:
+def random_loop(parts: Sequence[Segment], bypass: Bypass, block: int, seed: int, once_of: int = 0,
+                dataset: Dataset | None = None) -> Callable[[int], Callable[[float], Tally]]:
     """A loop factory: each loop reads uniformly random ``block``-aligned blocks of all segments.
 
     With ``once_of`` (the number of loops, for small files read whole), loop i reads one random block of each of
     its own files (every ``once_of``-th from i) in random order, then ends: a file read a second time would be
-    served by whatever cache its first read filled (``dataset_pass``), a FUSE client's below the page cache.
+    served by whatever cache its first read filled, a FUSE client's below the page cache. A file is recorded in
+    the run's ``dataset`` when first read.
     """
     names = sorted({name for name, _, _ in parts})
     shared = SharedFiles(names, bypass)
@@ -210,7 +213,8 @@ def random_loop(parts: Sequence[Segment], bypass: Bypass, block: int, seed: int,
                         offset = low + (pick - (ends[which - 1] if which else 0)) * block
                     if which not in read_from:
                         read_from.add(which)
-                        dataset_pass.record(names_of[which])
+                        if dataset is not None:
+                            dataset.record(names_of[which])
                     before = time.perf_counter()
                     try:
                         nbytes += os.preadv(fd, buffers, offset)

@@ -8,7 +8,7 @@ reports the same files/s and MB/s for its file-per-sample workloads. One descrip
 per loop at a time, whatever the number of files; a file that vanished or turned unreadable
 since the walk is dropped and counted (``Tally.lost``). Each file is read at most once per loop
 run, as a job's first epoch reads it: the loops do not wrap around their files (``measure_io.small``
-gives each window the files no earlier window or check read, ``dataset_pass``).
+gives each window the files no earlier window or check read, ``io.dataset``).
 """
 
 from __future__ import annotations
@@ -19,11 +19,14 @@ from typing import Callable, Sequence
 
 from preflight.io.dataset_walk import LOST, DataFile
 from preflight.io.parallel import Tally
+from preflight.io.dataset import Dataset
 from preflight.io.uncached import Bypass, aligned_buffer, read_file
 
 
-def file_loop(files: Sequence[DataFile], loops: int, bypass: Bypass) -> Callable[[int], Callable[[float], Tally]]:
-    """A loop factory: loop i reads files i, i+loops, i+2*loops ... once each, until the deadline or its last."""
+def file_loop(files: Sequence[DataFile], loops: int, bypass: Bypass,
+              dataset: Dataset | None = None) -> Callable[[int], Callable[[float], Tally]]:
+    """A loop factory: loop i reads files i, i+loops, i+2*loops ... once each, until the deadline or its last;
+    each open is recorded in the run's ``dataset``."""
     largest = max(f.size for f in files)
 
     def make(index: int) -> Callable[[float], Tally]:
@@ -38,7 +41,7 @@ def file_loop(files: Sequence[DataFile], loops: int, bypass: Bypass) -> Callable
                 if now >= deadline:
                     break
                 try:
-                    nbytes += read_file(name, bypass, buffer)
+                    nbytes += read_file(name, bypass, buffer, dataset=dataset)
                     count += 1
                 except LOST:
                     lost += 1

@@ -360,7 +360,7 @@ def first_batch(built: Any) -> tuple[int, int, int | None]:
     loaded as ``num_workers=0`` loads it (``split_held``).
 
     The loader object is made (``Loader.fresh``) but never iterated, so no worker starts. Its batch sampler's first
-    index list is drawn here, so a run's pass (``dataset_pass``) moves past those samples and no later pool reads
+    index list is drawn here, so a run's pass (``io.dataset``) moves past those samples and no later pool reads
     them again; the samples are fetched and collated in a child process started as the job's workers are (its
     ``multiprocessing_context``), as torch's ``_MapDatasetFetcher`` / ``_IterableDatasetFetcher`` do. In the child,
     not here: a Dataset that opens a handle or draws a seed on its first ``__getitem__`` (h5py's lazy open) would

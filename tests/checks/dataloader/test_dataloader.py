@@ -10,7 +10,7 @@ import pytest
 
 from preflight.errors import ConfigMistake
 from preflight.checks import dataloader
-from preflight.loading.files import list_files
+from preflight.io.dataset_walk import listing
 from preflight.io.dataset_walk import WALK_FACTOR
 from preflight.config import Instance, Threshold
 from preflight.verdict import Outcome, judge
@@ -71,9 +71,9 @@ def test_include_and_exclude_globs_and_a_bounded_walk(tmp_path):
     for name in ("a.jpg", "b.jpg", "c.txt", "sub/d.jpg", "sub/skip/e.jpg"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes(b"x" * 10)
-    listed, _ = list_files(str(tmp_path), "*.jpg", "sub/skip/*", 100)
+    listed, _ = listing(str(tmp_path), 100, include="*.jpg", exclude="sub/skip/*")
     assert [os.path.relpath(f.name, tmp_path) for f in listed] == ["a.jpg", "b.jpg", "sub/d.jpg"]
-    two, walk = list_files(str(tmp_path), "*", "", 2)
+    two, walk = listing(str(tmp_path), 2, include="*", exclude="")
     # the first the walk reaches: its sorted entries in bit-reversed order (a.jpg, c.txt, b.jpg, sub) span them
     assert [os.path.relpath(f.name, tmp_path) for f in two] == ["a.jpg", "c.txt"]
     assert walk.looked_at <= 2 * WALK_FACTOR and walk.stopped == "max_files"

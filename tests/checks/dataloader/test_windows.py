@@ -11,7 +11,7 @@ import itertools
 
 import pytest
 
-from preflight.io.dataset_pass import Spent
+from preflight.io.dataset import Spent
 
 from preflight.checks.base import Budget
 from preflight.loading.loop import (MIN_WINDOW_S, WARMUP_BATCHES_PER_WORKER, BatchPuller, EmptyLoader, Taken,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from preflight.checks.storage.measuring import _isolated
-from preflight.io.dataset_pass import Spent
+from preflight.io.dataset import Spent
 
 
 def test_a_group_that_finds_its_pass_spent_before_its_first_sample_is_unmeasurable_with_the_reason():

@@ -160,11 +160,11 @@ def _read_blocks(monkeypatch) -> list[int]:
     """
     seen, real, real_open, opens = [], os.preadv, reads.open_uncached, []
 
-    def open_uncached(name, bypass, record=True):
+    def open_uncached(name, bypass, dataset=None):
         opens.append(name)
         if len(opens) > 10_000:
             raise RuntimeError("the loop keeps opening files without reading them")
-        return real_open(name, bypass, record)
+        return real_open(name, bypass, dataset)
 
     def spy(fd, buffers, offset):
         got = real(fd, buffers, offset)

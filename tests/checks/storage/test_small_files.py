@@ -28,9 +28,9 @@ def _spy(monkeypatch) -> tuple[list[str], list[int]]:
     """The names the loops open and the byte count of every read, from now on; the fake clock installed."""
     opened, reads, real_read, real_preadv = [], [], small_files.read_file, os.preadv
 
-    def read_file(name, bypass, buffer):
+    def read_file(name, bypass, buffer, dataset=None):
         opened.append(os.path.basename(name))
-        return real_read(name, bypass, buffer)
+        return real_read(name, bypass, buffer, dataset=dataset)
 
     def preadv(fd, buffers, offset):
         got = real_preadv(fd, buffers, offset)
@@ -72,10 +72,10 @@ def test_a_file_whose_read_fails_with_eio_is_named_and_the_others_still_read(tmp
     files = _files(tmp_path, [100, 200, 300])
     real = small_files.read_file
 
-    def read_file(name, bypass, buffer):
+    def read_file(name, bypass, buffer, dataset=None):
         if name.endswith("f1"):
             raise OSError(errno.EIO, "Input/output error", name)
-        return real(name, bypass, buffer)
+        return real(name, bypass, buffer, dataset=dataset)
 
     monkeypatch.setattr(small_files, "read_file", read_file)
     tally = small_files.file_loop(files, 1, "O_DIRECT")(0)(1e12)
