@@ -54,7 +54,7 @@ BUGS = (
         ("tests/checks/storage/test_reads.py",)),
     Bug("dataloader: warm-up batches not excluded", "preflight/loading/loop.py",
         "puller.skip(workers * WARMUP_BATCHES_PER_WORKER)", "puller.skip(0)",
-        ("tests/checks/dataloader/test_windows.py",)),
+        ("tests/loading/test_loop_windows.py",)),
     Bug("gpu: elapsed_time read as seconds", "preflight/host/gpu.py",
         "(start.elapsed_time(end) / 1e3)", "start.elapsed_time(end)", ("tests/host/test_gpu.py",)),
     Bug("gpu: GB/s computed with 2**30", "preflight/host/gpu.py",

@@ -8,7 +8,7 @@ import types
 import pytest
 
 from preflight.io import dataset_walk
-from preflight.io.dataset_walk import DataFile, Walk, by_device, too_few
+from preflight.io.dataset_walk import WALK_FACTOR, DataFile, Walk, by_device, listing, too_few
 from tests import datasets
 from tests.helpers import REPO, in_mount_namespace
 
@@ -332,3 +332,15 @@ def test_a_hard_link_and_a_second_symbolic_link_are_named_as_such(tmp_path):
     assert [os.path.basename(f.name) for f in walk] in (["a.jpg"], ["b.jpg"])
     assert walk.skipped == {"hard_link": 1, "symlink_duplicate": 1}
     assert walk.summary() == "1 hard link to a file already counted, 1 symbolic link to a file already counted"
+
+
+def test_include_and_exclude_globs_and_a_bounded_walk(tmp_path):
+    for name in ("a.jpg", "b.jpg", "c.txt", "sub/d.jpg", "sub/skip/e.jpg"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x" * 10)
+    listed, _ = listing(str(tmp_path), 100, include="*.jpg", exclude="sub/skip/*")
+    assert [os.path.relpath(f.name, tmp_path) for f in listed] == ["a.jpg", "b.jpg", "sub/d.jpg"]
+    two, walk = listing(str(tmp_path), 2, include="*", exclude="")
+    # the first the walk reaches: its sorted entries in bit-reversed order (a.jpg, c.txt, b.jpg, sub) span them
+    assert [os.path.relpath(f.name, tmp_path) for f in two] == ["a.jpg", "c.txt"]
+    assert walk.looked_at <= 2 * WALK_FACTOR and walk.stopped == "max_files"

@@ -21,7 +21,7 @@ from preflight.checks.dataloader import sweep
 from preflight.loading.loop import BatchPuller
 from preflight.checks.dataloader.sweep import Curve
 from preflight.host import cgroup
-from tests.checks.dataloader.test_windows import AtTimes, Clock, throttled_pass
+from tests.loading.test_loop_windows import AtTimes, Clock, throttled_pass
 from tests.helpers import _remove_cgroup, job_package, run_check, run_cli, write_config
 
 DATASETS = """

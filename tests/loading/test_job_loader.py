@@ -11,7 +11,7 @@ import pytest
 from preflight.checks import usercode
 from preflight.loading import job_loader
 from preflight.loading.source import Source, loader_for
-from tests.checks.dataloader.test_settings import _config, _run, _says, src  # noqa: F401  src: the fixture
+from tests.loading.test_settings import _config, _run, _says, src  # noqa: F401  src: the fixture
 from tests.helpers import run_check, run_cli
 
 LOADER = """
