@@ -76,6 +76,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Order the collected tests longest file first (see ``LONGEST_FIRST``), keeping each file's own order."""
+    """Order the collected tests longest file first (see ``LONGEST_FIRST``), keeping each file's own order, and
+    mark those files ``slow``: ``-m "not slow"`` leaves them out of a quick loop (CI runs them all)."""
     rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+    for item in items:
+        if item.nodeid.split("::", 1)[0] in rank:
+            item.add_marker(pytest.mark.slow)
