@@ -12,7 +12,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from preflight.checks import xid
 from preflight.checks.base import Budget
 from preflight.host import kmsg, nvml, xid_catalog
 from preflight.measurement import unmeasurable
+from tests import nobody
 from tests.fakes.gpu import FakeGpu, FakeNvml
 from tests.helpers import REPO, judged, keyed
 
@@ -361,13 +361,14 @@ def _restrict(value: str) -> str:
 def test_an_unprivileged_reader_under_dmesg_restrict_is_unmeasurable_with_the_fix(tmp_path):
     script = ("import json; from tests.helpers import run_check; "
               "print(json.dumps({k: [m.value, m.reason] for k, m in run_check('xid').items()}))")
-    old = _restrict("1")
-    try:
-        done = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--inh-caps=-all",
-                               "--bounding-set=-all", sys.executable, "-c", script], cwd=REPO, capture_output=True,
-                              text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
-    finally:
-        _restrict(old)
+    with nobody.child() as child:  # the checkout may lie in a folder nobody cannot enter: a readable copy
+        old = _restrict("1")
+        try:
+            done = subprocess.run([*nobody.SWITCH, "--inh-caps=-all", "--bounding-set=-all", child.python, "-c",
+                                   script], cwd=child.cwd, capture_output=True, text=True, timeout=120,
+                                  env={**os.environ, "PYTHONPATH": child.pythonpath})
+        finally:
+            _restrict(old)
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)
     assert set(rows) == {"xid_drain", "xid_application", "xid_other_gpus"}
