@@ -78,7 +78,10 @@ class Outside(NamedTuple):
     """The node's NVIDIA GPUs this process was not given, where it can tell: empty where it sees them all."""
 
     buses: tuple[str, ...]  # bus ids on the PCI bus that neither NVML nor the driver lists here
-    said: str  # "this container is given 1 of the node's 2 NVIDIA GPUs (...)", "" where ``buses`` is empty
+    said: str  # "this container is given 1 of the node's 2 NVIDIA GPUs (...)", or why no GPU is another's
+
+
+UNREAD = Outside((), "the node's PCI bus was not read")
 
 
 class Gpu(NamedTuple):
@@ -142,14 +145,17 @@ def outside(devices: nvml.Devices, listed: Mapping[str, Gpu], pci: list[str]) ->
     # Without NVML, the driver's list alone places this process's GPUs; with it, every GPU it counts must be listed.
     placed = bool(listed) if devices.reason else len(listed) >= (devices.count or 0)
     others = tuple(bus for bus in pci if bus not in listed)
-    if not placed or not others:
-        return Outside((), "")
+    if not others:
+        return Outside((), "the PCI bus holds no NVIDIA GPU that NVML and the driver do not list here")
+    if not placed:
+        return Outside((), f"not every GPU NVML counts is listed here, so {', '.join(others)} on the PCI bus may be "
+                           f"this container's own")
     given = ", ".join(listed) or "none"
     return Outside(others, f"this container is given {len(listed)} of the node's {len(listed) + len(others)} NVIDIA "
                            f"GPUs (its own: {given}; the PCI bus also holds {', '.join(others)})")
 
 
-def unlisted(devices: nvml.Devices, root: str = "/", others: Outside = Outside((), "")) -> str:
+def unlisted(devices: nvml.Devices, root: str = "/", others: Outside = UNREAD) -> str:
     """What a bus id none of the node's listed GPUs has means, by what could list them: NVML (``devices``) and the
     driver (``/proc/driver/nvidia/gpus`` under ``root``). With neither, the bus id cannot be checked at all; where
     this container is given part of the node (``others``), the GPU may be another container's.
@@ -160,13 +166,13 @@ def unlisted(devices: nvml.Devices, root: str = "/", others: Outside = Outside((
         return (f"cannot be checked against this node's GPUs: NVML not available ({devices.reason}), and no "
                 f"NVIDIA driver lists GPUs here (no /{_PROC})")
     missing = f"; NVML not available: {devices.reason}" if devices.reason else ""
-    partial = f"; {others.said}: it may also be another container's" if others.said else ""
+    partial = f"; {others.said}: it may also be another container's" if others.buses else ""
     return (f"not a GPU this node lists now: {' and '.join(listers)} {'do' if len(listers) > 1 else 'does'} not "
             f"know it{missing}; a GPU that fell off the bus{partial}")
 
 
 def measurements(options: Mapping[str, Any], log: kmsg.Log, listed: Mapping[str, Gpu],
-                 unknown: str = _UNLISTED, others: Outside = Outside((), "")) -> list[Measurement]:
+                 unknown: str = _UNLISTED, others: Outside = UNREAD) -> list[Measurement]:
     """The two metrics per GPU, from ``log`` (the records read, or why not) and the GPUs this node ``listed``;
     ``unknown`` (``unlisted``) is what a bus id no listed GPU has means here, said in its rows. A line on one of
     ``others`` (another container's GPU) is counted in ``xid_other_gpus`` unless ``other_gpus`` is ``judge``.
@@ -178,13 +184,11 @@ def measurements(options: Mapping[str, Any], log: kmsg.Log, listed: Mapping[str,
     lines = _deduplicated([(record, xid) for record in records
                            for xid in [xid_catalog.parse(record.message)] if xid is not None])
     method = _method(log, records, since)
-    if options["other_gpus"] == "show":
-        shown = [(record, xid) for record, xid in lines if xid.bus_id in others.buses]
-        lines = [(record, xid) for record, xid in lines if xid.bus_id not in others.buses]
-    else:
-        shown = []
+    judging = options["other_gpus"] == "judge"
+    shown = [] if judging else [(record, xid) for record, xid in lines if xid.bus_id in others.buses]
+    lines = [(record, xid) for record, xid in lines if judging or xid.bus_id not in others.buses]
     targets = list(listed) + sorted({xid.bus_id for _, xid in lines} - set(listed))
-    elsewhere = _elsewhere(shown, others, method)
+    elsewhere = _elsewhere(shown, others, judging, method)
     if not targets:
         note = f"no NVRM Xid lines {'since boot' if since == 0 else f'from seq {since} on'}, and no NVIDIA GPU listed"
         return [Measurement(metric, 0.0, "", method=method, note=note)
@@ -203,8 +207,16 @@ def measurements(options: Mapping[str, Any], log: kmsg.Log, listed: Mapping[str,
     return results + elsewhere
 
 
-def _elsewhere(shown: list[tuple[kmsg.Record, xid_catalog.Xid]], others: Outside, method: str) -> list[Measurement]:
-    """One ``xid_other_gpus`` row per GPU of another container with Xid lines (``shown``): every class, unjudged."""
+def _elsewhere(shown: list[tuple[kmsg.Record, xid_catalog.Xid]], others: Outside, judging: bool,
+               method: str) -> list[Measurement]:
+    """One ``xid_other_gpus`` row per GPU of another container with Xid lines (``shown``), every class counted;
+    else one row of 0 saying why there is none, so that a threshold on the metric always meets a value."""
+    if judging and others.buses:
+        note = f"counted in xid_drain and xid_application as this node's own (other_gpus: judge); {others.said}"
+        return [Measurement("xid_other_gpus", 0.0, "", method=method, note=note)]
+    if not shown:
+        note = f"no Xid lines on another container's GPU: {others.said}"
+        return [Measurement("xid_other_gpus", 0.0, "", method=method, note=note)]
     rows = []
     for bus in sorted({xid.bus_id for _, xid in shown}):
         mine = [(record, xid) for record, xid in shown if xid.bus_id == bus]

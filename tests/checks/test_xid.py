@@ -113,6 +113,8 @@ def test_an_xid_on_another_containers_gpu_is_shown_not_judged(tmp_path, one_of_t
     # The setting judges it anyway, as this node's own, and says whose GPU it is.
     judging = run(log, str(one_of_two), other_gpus="judge")
     assert "xid_other_gpus[0000:3c:00.0]" not in judging
+    assert judging["xid_other_gpus"].value == 0.0
+    assert judging["xid_other_gpus"].note.startswith("counted in xid_drain and xid_application as this node's own")
     assert judging["xid_drain[0000:3c:00.0]"].value == 1.0
     assert judging["xid_drain[0000:3c:00.0]"].note.startswith(
         "0000:3c:00.0 (another container's GPU: this container is given 1 of the node's 2 NVIDIA GPUs")
@@ -131,7 +133,13 @@ def test_a_container_with_every_gpu_of_the_node_judges_each(tmp_path, one_of_two
     assert "xid_other_gpus[0000:3c:00.0]" not in measured
     assert measured["xid_drain[0000:3c:00.0]"].value == 1.0
     assert measured["xid_drain[0000:3c:00.0]"].note.startswith("GPU 1 NVIDIA H200 at 0000:3c:00.0: Xid 79 x1")
-    assert judged(tmp_path, "xid", GATE, list(measured.values()))["xid.xid_drain[0000:3c:00.0]"].verdict == "fail"
+    # One row of 0 says why no GPU is another's, so a threshold on xid_other_gpus meets a value, not a gap.
+    assert (measured["xid_other_gpus"].value, measured["xid_other_gpus"].note) == (
+        0.0, "no Xid lines on another container's GPU: the PCI bus holds no NVIDIA GPU that NVML and the driver do "
+             "not list here")
+    results = judged(tmp_path, "xid", GATE + "\nxid_other_gpus: {max: 0}", list(measured.values()))
+    assert results["xid.xid_drain[0000:3c:00.0]"].verdict == "fail"
+    assert results["xid.xid_other_gpus"].verdict == "pass"
 
 
 def test_a_gpu_nvml_counts_but_cannot_place_keeps_every_line_judged(tmp_path, one_of_two, monkeypatch):
@@ -142,6 +150,9 @@ def test_a_gpu_nvml_counts_but_cannot_place_keeps_every_line_judged(tmp_path, on
     log = kernel_log(tmp_path / "kmsg", "NVRM: Xid (PCI:0000:3c:00): 79, pid=1234, GPU has fallen off the bus.")
     measured = run(log, str(one_of_two))
     assert "xid_other_gpus[0000:3c:00.0]" not in measured
+    assert measured["xid_other_gpus"].note == ("no Xid lines on another container's GPU: not every GPU NVML counts "
+                                               "is listed here, so 0000:3c:00.0 on the PCI bus may be this "
+                                               "container's own")
     assert measured["xid_drain[0000:3c:00.0]"].value == 1.0
     assert measured["xid_drain[0000:3c:00.0]"].note.startswith("0000:3c:00.0 (not a GPU this node lists now: NVML "
                                                                "and the driver do not know it; a GPU that fell off")

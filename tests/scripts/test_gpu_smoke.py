@@ -172,7 +172,7 @@ def test_a_check_that_errors_fails_the_smoke_test_and_its_errors_come_first(tmp_
         f"error in model.samples_per_s and 2 more: model {timed_out}",
         f"error in model_bf16.samples_per_s and 2 more: model {timed_out}",
         f"error in pipeline.samples_per_s and 3 more: pipeline {timed_out}",
-        f"error in xid.xid_drain and 1 more: xid {timed_out}",
+        f"error in xid.xid_drain and 2 more: xid {timed_out}",
     ]
     assert len(reasons) == 8 and reasons[7].startswith("bench/transfer_reference.py exited 1")
 
