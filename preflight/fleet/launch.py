@@ -14,7 +14,8 @@ MASTER_PORT held by another job made node 0's torchrun exit 1 within a second (p
     others: wait for node 0's verdict (node 0 unreachable within fleet.timeout: it is the missing one)
     a node missing: stop torchrun, write the report naming it (node 0; another node only when node 0 is the
         missing one), exit 1
-    all joined: wait for torchrun; exit with the fleet's code, which local rank 0 leaves in FLEET_STATUS_FILE
+    all joined (one node: nothing to join): wait for torchrun; exit with the fleet's code, which local rank 0
+        leaves in FLEET_STATUS_FILE
 
 After the join the fleet's own waits (``orchestrate``) bound every later step by ``fleet.timeout``.
 """
@@ -83,7 +84,9 @@ def launch(plan: Plan, run_args: Sequence[str], environ: Mapping[str, str]) -> E
     child = subprocess.Popen(torchrun_command(plan, run_args), env={**environ, FLEET_STATUS_FILE: status.name},
                              start_new_session=True)  # its own process group: stopped whole, spared our terminal's ^C
     try:
-        ending = _join(plan, child, started + plan.timeout_s)
+        ending = _join(plan, child, started + plan.timeout_s) if plan.nnodes > 1 else None
+        if child.poll() is not None and os.path.exists(status.name):  # the run ended before this launcher saw it
+            return _finished(plan, child.returncode, status.name)     # join (a slow import here, a quick run there)
         if ending is not None:
             _stop(child, grace_s=0)  # torchrun starts its workers only once every node joined: none to wind down
             return ending
