@@ -1,4 +1,5 @@
-"""Command line: parses ``preflight run|list|validate|schema|explain|diff|make-dataset`` and holds the one error boundary.
+"""Command line: parses ``preflight run|fleet|list|validate|schema|explain|diff|make-dataset`` and holds
+the one error boundary.
 
 Exit codes: 0 nothing failed or errored (warnings allowed); 1 the gate failed; 2 a usage
 or configuration error, with nothing measured; 3 an internal error (a bug: the message
@@ -14,7 +15,7 @@ import os
 import sys
 
 from preflight import __version__
-from preflight.errors import EXIT_USAGE, UsageError
+from preflight.errors import EXIT_USAGE, FLEET_STATUS_FILE, UsageError
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (1.5 ms of a 20 ms start)
 if TYPE_CHECKING:
@@ -25,6 +26,21 @@ EXIT_INTERNAL = 3
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command ``argv`` names and return its exit code; under ``preflight fleet``, local rank 0 also
+    leaves the code where the launcher reads it (torchrun itself exits 1 for any code but 0)."""
+    code = _main(argv)
+    status = os.environ.get(FLEET_STATUS_FILE)
+    if status and os.environ.get("LOCAL_RANK", "0") == "0":
+        try:
+            with open(status, "w") as handle:
+                handle.write(f"{code}\n")
+        except OSError as error:
+            print(f"preflight: could not leave the exit code for `preflight fleet` in {status}: {error}",
+                  file=sys.stderr)
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     if list(sys.argv[1:] if argv is None else argv) in (["--version"], ["-V"]):  # answered before argparse is imported
         print(f"preflight {__version__}")
         return 0
@@ -35,6 +51,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from preflight.commands import run
 
             return run.main(args)
+        if args.command == "fleet":
+            from preflight.commands import fleet
+
+            return fleet.main(args, list(sys.argv[1:] if argv is None else argv))
         if args.command == "list":
             from preflight.commands import list_checks
 
@@ -160,6 +180,10 @@ def _parser() -> argparse.ArgumentParser:
         return commands.add_parser(name, help=help, formatter_class=_formatter)
 
     run.add_arguments(add("run", "run the checks and gate on their thresholds"))
+    from preflight.commands import fleet
+
+    fleet.add_arguments(add("fleet", "run the checks on every node of a fleet: torchrun on this node, its "
+                                     "rendezvous bounded by fleet.timeout (then `run`'s options)"))
     listing = add("list", "list every check with its parameters and metrics")
     listing.add_argument("checks", metavar="CHECK", nargs="*",
                          help="only these checks (`preflight list dataloader`); by default every one")

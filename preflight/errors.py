@@ -10,6 +10,9 @@ if TYPE_CHECKING:
     T = TypeVar("T")
 
 EXIT_USAGE = 2  # a usage or configuration error, with nothing measured (here, not in verdict: `--help` stays light)
+# Where ``preflight fleet`` asks local rank 0 of its node to leave the exit code (an environment variable naming a
+# file): torchrun exits 1 for any failing worker, so a configuration error's 2 would read as the node's failure.
+FLEET_STATUS_FILE = "PREFLIGHT_FLEET_STATUS_FILE"
 
 
 class UsageError(Exception):

@@ -4,15 +4,19 @@
 # small dependencies (numpy, nvidia-ml-py, junit-xml and six, PyYAML) are taken from the image when
 # it has them, else installed from local wheels, never from an index: GPU nodes often reach none.
 #
-#   scripts/gpu-smoke.sh [--wheels DIR] [--config FILE] [--dry-run] [OUTDIR]
-#                        (OUTDIR default: $OUT when set, as on a lent device, else ./gpu-smoke-out)
+#   scripts/gpu-smoke.sh [--wheels DIR] [--config FILE] [--work DIR] [--budget SECONDS] [--dry-run] [OUTDIR]
+#                        (OUTDIR default: ./gpu-smoke-out)
 #
 #   --wheels DIR   wheels for the missing dependencies (pip --no-index --find-links DIR). Default:
 #                  the wheels/ folder that scripts/gpu-smoke-bundle.sh puts beside scripts/, else
 #                  whatever PIP_FIND_LINKS or pip's configuration names.
 #   --config FILE  the battery to run (default: scripts/gpu-smoke.yaml).
+#   --work DIR     where the generated data and the installed wheels go (default: OUTDIR), so that
+#                  OUTDIR holds only the reports.
+#   --budget SECONDS  the wall time the run must end within (default 540): the steps' bounds below
+#                  must fit in it, or the run stops before measuring (exit 2).
 #   --dry-run      check the imports, print the time budget below with the battery's own timeouts,
-#                  and stop: exit 0 when it fits in 9 minutes, 1 naming what does not. No GPU needed.
+#                  and stop: exit 0 when it fits in the budget, 1 naming what does not. No GPU needed.
 #
 # It checks every import first (torch located, numpy, pynvml, six, junit_xml, yaml, preflight
 # imported) and stops within seconds, exit 2, naming what is missing. Missing dependencies go to
@@ -22,11 +26,11 @@
 # properties carry PCI ids (torch 2.2 and 2.3 do not bind them: NVML is then matched another way).
 #
 # Reports (report.json, report.xml, problems.txt, nvidia-smi.csv, topology.txt, transfer-reference.txt)
-# go to OUTDIR; the generated data and pydeps go to WORK: OUTDIR, or under $TMPDIR when OUTDIR is
-# $OUT (a device call brings back at most 8 files from $OUT).
+# go to OUTDIR; the generated data and pydeps go to WORK (--work, default OUTDIR).
 #
-# Budget: a lent GPU gives one call of at most 10 minutes (15 in all), so every step is killed at
-# its bound (coreutils timeout) and the bounds add up to 9 minutes:
+# Budget: the run ends within --budget seconds (default 540, 9 minutes: a CI job or a batch
+# allocation with a 10-minute limit), whatever the node does: every step is killed at its bound
+# (coreutils timeout), and the bounds must add up to the budget:
 #   step                                          bound (s)
 #   imports: every module, torch located             20
 #   wheels for what is missing (if any)              30
@@ -35,8 +39,9 @@
 #   preflight run: the battery's own timeouts       340   (each check's timeout + 6 s kill grace, 20 s start)
 #   nvidia-smi: three queries                        25
 #   transfer against a plain copy loop               35
-#   total                                           510   (limit 540)
-# --dry-run adds up the battery's timeouts (scripts/gpu_smoke_budget.py) and fails when they overrun.
+#   total                                           510   (default budget 540)
+# A run whose steps overrun the budget stops before measuring (exit 2); --dry-run also adds up the
+# battery's timeouts (scripts/gpu_smoke_budget.py) against the preflight step's bound.
 #
 # It stops at once, before any check, when torch sees no GPU (a CPU-only machine, a container
 # started without --gpus): the battery would only train models on the CPU. Dependencies are
@@ -53,21 +58,27 @@ usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 out=""
 wheels=""
 config=""
+work=""
 dry_run=""
+LIMIT_S=540
 while [ $# -gt 0 ]; do
     case "$1" in
         --wheels) [ $# -ge 2 ] || { echo "--wheels needs a folder" >&2; exit 2; }; wheels=$2; shift 2 ;;
         --wheels=*) wheels=${1#*=}; shift ;;
         --config) [ $# -ge 2 ] || { echo "--config needs a file" >&2; exit 2; }; config=$2; shift 2 ;;
         --config=*) config=${1#*=}; shift ;;
+        --work) [ $# -ge 2 ] || { echo "--work needs a folder" >&2; exit 2; }; work=$2; shift 2 ;;
+        --work=*) work=${1#*=}; shift ;;
+        --budget) [ $# -ge 2 ] || { echo "--budget needs seconds" >&2; exit 2; }; LIMIT_S=$2; shift 2 ;;
+        --budget=*) LIMIT_S=${1#*=}; shift ;;
         --dry-run) dry_run=1; shift ;;
         -h|--help) usage; exit 0 ;;
         -*) echo "unknown option $1; see $0 --help" >&2; exit 2 ;;
         *) out=$1; shift ;;
     esac
 done
-# The budget (see the table above): seconds per step, and the limit they must add up to.
-LIMIT_S=540
+[[ "$LIMIT_S" =~ ^[1-9][0-9]*$ ]] || { echo "--budget $LIMIT_S: give whole seconds, such as --budget 540" >&2; exit 2; }
+# The budget (see the table above): seconds per step; they must add up to LIMIT_S (--budget).
 IMPORTS_S=20 WHEELS_S=30 ENVIRONMENT_S=45 DATA_S=15 PREFLIGHT_S=340 NVIDIA_SMI_S=25 REFERENCE_S=35
 budget=(imports:$IMPORTS_S wheels:$WHEELS_S environment:$ENVIRONMENT_S data:$DATA_S preflight:$PREFLIGHT_S
         nvidia-smi:$NVIDIA_SMI_S reference:$REFERENCE_S)
@@ -82,11 +93,6 @@ fi
 if [ -n "$config" ]; then
     [ -f "$config" ] || { echo "--config $config: no such file" >&2; exit 2; }
     config=$(cd "$(dirname "$config")" && pwd)/$(basename "$config")
-fi
-work=""
-if [ -z "$out" ] && [ -n "${OUT:-}" ]; then  # a lent device brings back $OUT: reports there, the rest beside
-    out=$OUT
-    work=${TMPDIR:-/tmp}/gpu-smoke-work
 fi
 out=${out:-gpu-smoke-out}
 mkdir -p "$out" && out=$(cd "$out" && pwd)
@@ -173,6 +179,13 @@ if [ -n "$dry_run" ]; then
     echo "== dry run: the time budget of this run, with the battery's timeouts (${config#"$PWD"/})"
     "$py" scripts/gpu_smoke_budget.py "$config" "$LIMIT_S" "${budget[@]}"
     exit $?
+fi
+steps_s=0
+for step in "${budget[@]}"; do steps_s=$((steps_s + ${step#*:})); done
+if [ "$steps_s" -gt "$LIMIT_S" ]; then
+    echo "cannot run within --budget ${LIMIT_S}s: its steps are bounded at ${steps_s}s in all; raise --budget" \
+         "(--dry-run shows the table)"
+    exit 2
 fi
 
 echo "== environment and GPUs torch sees (preflight.host.gpu, the checks' own view; bound ${ENVIRONMENT_S}s)"

@@ -2,8 +2,8 @@
 
     python3 scripts/gpu_smoke_budget.py CONFIG LIMIT_S STEP:SECONDS... (one STEP named ``preflight``)
 
-A lent GPU gives one call of 10 minutes and 15 in all, so the smoke run must end inside 9 minutes
-(``LIMIT_S``, 540), whatever the node does: every step of the script is killed at its bound, and the
+The smoke run must end inside its budget (``LIMIT_S``, the script's ``--budget``, 540 s by default),
+whatever the node does: every step of the script is killed at its bound, and the
 ``preflight`` step's bound must hold the battery's own worst case. ``preflight run`` kills a check at its
 ``timeout`` and then waits up to ``runner.STUCK_BOUND_S`` for its process group; it starts within
 ``START_S``. So that step needs, at most, ``START_S + sum(timeout + STUCK_BOUND_S)`` over the battery's

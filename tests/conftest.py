@@ -56,12 +56,14 @@ def one_intra_op_thread() -> Iterator[None]:
 # The files that take longest, started first: the suite runs on xdist workers a whole file each
 # (--dist loadfile), and a long file drawn last leaves the other workers idle while one finishes it.
 # Ordered by their wall time on a four-worker idle run (seconds: 156, 134, 130, 108, 107, 84, 67, 67, 48, 38,
-# 32, 32, 30, 29, 28, 26). xdist would re-sort the files by their number of tests (its --loadscope-reorder,
-# on by default), which puts these few-test, long files last: ``pytest_configure`` turns that off.
+# 32, 32, 30, 29, 28, 26; tests/fleet/test_launch.py, added later: 52 on two busy workers). xdist would
+# re-sort the files by their number of tests (its --loadscope-reorder, on by default), which puts these
+# few-test, long files last: ``pytest_configure`` turns that off.
 LONGEST_FIRST = (
     "tests/loading/test_user.py", "tests/fleet/test_orchestrate.py",
     "tests/checks/dataloader/test_counting.py", "tests/checks/test_real_datasets.py", "tests/test_install.py",
-    "tests/test_slurm.py", "tests/test_cli.py", "tests/scripts/test_gpu_smoke.py", "tests/checks/model/test_model.py",
+    "tests/test_slurm.py", "tests/test_cli.py", "tests/fleet/test_launch.py", "tests/scripts/test_gpu_smoke.py",
+    "tests/checks/model/test_model.py",
     "tests/checks/storage/test_where_bytes_are.py",
     "tests/test_runner.py", "tests/loading/test_loop.py", "tests/checks/test_walk_fidelity.py",
     "tests/checks/dataloader/test_dataset_shapes.py", "tests/loading/footprint/test_memory.py",

@@ -49,12 +49,14 @@ def test_help_and_list_do_not_import_torch():
         subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, capture_output=True)
 
 
-# What `--help` and `--version` may import of preflight: the parser and the argument table of `run`, no check,
-# no config, no YAML, no torch (bench/cli_startup.py times them against a bare interpreter).
-_LIGHT = {"preflight", "preflight.cli", "preflight.errors", "preflight.commands", "preflight.commands.run"}
+# What `--help` and `--version` may import of preflight: the parser and the argument tables of `run` and `fleet`,
+# no check, no config, no YAML, no torch (bench/cli_startup.py times them against a bare interpreter).
+_LIGHT = {"preflight", "preflight.cli", "preflight.errors", "preflight.commands", "preflight.commands.run",
+          "preflight.commands.fleet"}
 
 
 @pytest.mark.parametrize("args, allowed", [(["--help"], _LIGHT), (["run", "--help"], _LIGHT),
+                                           (["fleet", "--help"], _LIGHT),
                                            (["validate", "--help"], _LIGHT),
                                            (["--version"], {"preflight", "preflight.cli", "preflight.errors"}),
                                            (["-V"], {"preflight", "preflight.cli", "preflight.errors"})])

@@ -199,3 +199,20 @@ def test_every_per_gpu_sizing_figure_is_the_one_cited_source():
                 elif SIZING_SOURCE not in text and "docs/checks.md#published-figures" not in text:
                     wrong.append(f"{path.relative_to(REPO)}:{number}: no source named")
     assert not wrong, wrong
+
+
+# How a development team borrows machines (their minutes, transfer folders, sessions) is not the project's; the docs
+# describe what a user of preflight can run anywhere. Wording that once crept in, in the docs pages and the README.
+OUTSIDE_WORDING = re.compile(r"\blent\b|\blend(s|ing)?\b|\bborrow|\$OUT\b|\bsessions?'|\b(this|a|other|earlier) "
+                             r"sessions?\b|device time|\.library/|other engineers", re.IGNORECASE)
+
+
+def test_the_docs_speak_of_the_project_alone() -> None:
+    pages = [*PAGES, *sorted((REPO / "docs").glob("*/*.md"))]
+    found = [f"{page.relative_to(REPO)}:{number}: {match.group(0)!r}" for page in pages
+             for number, line in enumerate(page.read_text().splitlines(), 1)
+             for match in [OUTSIDE_WORDING.search(line)] if match]
+    assert found == []
+    assert OUTSIDE_WORDING.search("A session that is lent a GPU gets about 15 minutes of it")
+    assert OUTSIDE_WORDING.search("under other sessions' tests (load average 6)")
+    assert not OUTSIDE_WORDING.search("the load was other work on the machine; a Slurm allocation's time limit")

@@ -14,6 +14,11 @@ NVML nor the driver's /proc/driver/nvidia/gpus can list GPUs (no driver, no nvid
 id could not be checked against the node's GPUs, not that the GPU fell off. The log keeps its lines until
 reboot, also after the GPU was reset: ``since_seq`` starts the count at a later record, for the whole node, so
 each row's fix names one value, past the last drain line of every GPU.
+
+/dev/kmsg is the whole host's log, while libnvidia-container gives a container only its own GPUs under NVML and
+/proc/driver/nvidia/gpus. Where the PCI bus (sysfs, the host's whole tree) holds NVIDIA GPUs neither lists, the
+gate sees part of the node: a line on one of those is another container's GPU, shown in ``xid_other_gpus`` and
+not judged (``other_gpus: judge`` counts it as the node's own).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from collections import Counter
 from typing import Any, Mapping, NamedTuple
 
 from preflight.checks.base import Budget, Metric, Option, Timing
-from preflight.host import kmsg, nvml, xid_catalog
+from preflight.host import gpu_visibility, kmsg, nvml, xid_catalog
 from preflight.measurement import Measurement, unmeasurable
 
 NAME = "xid"
@@ -33,6 +38,10 @@ OPTIONS = (
     Option("since_seq", "int", 0, "count kernel log records from this sequence number on (0: since boot), for "
            "every GPU of the node; after fixing the GPUs, the one value the failing rows name, as the log keeps Xid "
            "lines until reboot", minimum=0),
+    Option("other_gpus", "choice", "show", "an Xid line on a GPU of the node that this container was not given "
+           "(the PCI bus holds NVIDIA GPUs that NVML and the driver do not list here): `show` counts it in "
+           "xid_other_gpus, never judged; `judge` counts it in xid_drain and xid_application as this node's own",
+           choices=("show", "judge")),
 )
 _CATALOG = "NVIDIA's Xid catalog, docs.nvidia.com/deploy/xid-errors"
 METRICS = (
@@ -43,6 +52,10 @@ METRICS = (
                 "reboot: after a GPU reset, set xid.since_seq past them"),
     Metric("xid_application", "", False, f"Xid lines since boot whose catalog action is restarting the application "
            f"or none (13, 31, 43, 45: the job's fault, not the GPU's); /dev/kmsg ({_CATALOG})", per_device=True),
+    Metric("xid_other_gpus", "", False, "Xid lines since boot, of every class, on a GPU of the node's PCI bus that "
+           "NVML and the driver do not list here: another container's GPU (libnvidia-container lists only the "
+           "container's own; /dev/kmsg is the host's); shown, never judged by the bundled gate (other_gpus: judge "
+           "counts them in xid_drain and xid_application instead)", per_device=True),
 )
 _PROC = "proc/driver/nvidia/gpus"  # the driver's per-GPU directory, under the root
 # What a bus id no listed GPU has means where NVML and the driver both list GPUs (``unlisted`` says it for each case).
@@ -61,6 +74,16 @@ _ACTIONS = {
 }
 
 
+class Outside(NamedTuple):
+    """The node's NVIDIA GPUs this process was not given, where it can tell: empty where it sees them all."""
+
+    buses: tuple[str, ...]  # bus ids on the PCI bus that neither NVML nor the driver lists here
+    said: str  # "this container is given 1 of the node's 2 NVIDIA GPUs (...)", or why no GPU is another's
+
+
+UNREAD = Outside((), "the node's PCI bus was not read")
+
+
 class Gpu(NamedTuple):
     """A GPU this node lists at a PCI bus id: NVML's index (None where NVML cannot say) and the driver's name."""
 
@@ -71,15 +94,18 @@ class Gpu(NamedTuple):
 def measure(options: Mapping[str, Any], budget: Budget, log: str = kmsg.DEVICE, root: str = "/") -> list[Measurement]:
     """Read the kernel log and this node's GPUs, and count the Xid lines per GPU and class.
 
-    ``log`` (the kernel log's path, ``/dev/kmsg``) and ``root`` (where ``/proc/driver/nvidia`` is looked for)
-    are for tests: a file of records in /dev/kmsg's format that the test wrote, and a directory of its own.
+    ``log`` (the kernel log's path, ``/dev/kmsg``) and ``root`` (where ``/proc/driver/nvidia`` and
+    ``/sys/bus/pci`` are looked for) are for tests: a file of records in /dev/kmsg's format that the test wrote,
+    and a directory of its own.
     """
     session = nvml.open_session(nvml.library())
     try:
         devices = nvml.handles_by_bus(session)
     finally:
         nvml.close(session)
-    return measurements(options, kmsg.read(log), gpus(nvml_indices(devices), root), unlisted(devices, root))
+    listed = gpus(nvml_indices(devices), root)
+    others = outside(devices, listed, gpu_visibility.nvidia_pci_gpus(root))
+    return measurements(options, kmsg.read(log), listed, unlisted(devices, root, others), others)
 
 
 def nvml_indices(devices: nvml.Devices) -> dict[str, int]:
@@ -109,9 +135,30 @@ def gpus(indices: Mapping[str, int], root: str = "/") -> dict[str, Gpu]:
     return dict(sorted(found.items(), key=lambda item: (item[1].index is None, item[1].index or 0, item[0])))
 
 
-def unlisted(devices: nvml.Devices, root: str = "/") -> str:
+def outside(devices: nvml.Devices, listed: Mapping[str, Gpu], pci: list[str]) -> Outside:
+    """The GPUs on the PCI bus (``pci``, the host's whole set) that this process was not given: neither NVML
+    (``devices``) nor the driver lists them here (``listed``, from ``gpus``).
+
+    Said only where this process's own GPUs are all placed: NVML or the driver answered, and every GPU NVML counts
+    has a bus id here (an own GPU that NVML lost and the driver does not list might be any of the others).
+    """
+    # Without NVML, the driver's list alone places this process's GPUs; with it, every GPU it counts must be listed.
+    placed = bool(listed) if devices.reason else len(listed) >= (devices.count or 0)
+    others = tuple(bus for bus in pci if bus not in listed)
+    if not others:
+        return Outside((), "the PCI bus holds no NVIDIA GPU that NVML and the driver do not list here")
+    if not placed:
+        return Outside((), f"not every GPU NVML counts is listed here, so {', '.join(others)} on the PCI bus may be "
+                           f"this container's own")
+    given = ", ".join(listed) or "none"
+    return Outside(others, f"this container is given {len(listed)} of the node's {len(listed) + len(others)} NVIDIA "
+                           f"GPUs (its own: {given}; the PCI bus also holds {', '.join(others)})")
+
+
+def unlisted(devices: nvml.Devices, root: str = "/", others: Outside = UNREAD) -> str:
     """What a bus id none of the node's listed GPUs has means, by what could list them: NVML (``devices``) and the
-    driver (``/proc/driver/nvidia/gpus`` under ``root``). With neither, the bus id cannot be checked at all.
+    driver (``/proc/driver/nvidia/gpus`` under ``root``). With neither, the bus id cannot be checked at all; where
+    this container is given part of the node (``others``), the GPU may be another container's.
     """
     listers = (["NVML"] if not devices.reason else []) + (["the driver"] if os.path.isdir(os.path.join(root, _PROC))
                                                          else [])
@@ -119,14 +166,16 @@ def unlisted(devices: nvml.Devices, root: str = "/") -> str:
         return (f"cannot be checked against this node's GPUs: NVML not available ({devices.reason}), and no "
                 f"NVIDIA driver lists GPUs here (no /{_PROC})")
     missing = f"; NVML not available: {devices.reason}" if devices.reason else ""
+    partial = f"; {others.said}: it may also be another container's" if others.buses else ""
     return (f"not a GPU this node lists now: {' and '.join(listers)} {'do' if len(listers) > 1 else 'does'} not "
-            f"know it{missing}; a GPU that fell off the bus")
+            f"know it{missing}; a GPU that fell off the bus{partial}")
 
 
 def measurements(options: Mapping[str, Any], log: kmsg.Log, listed: Mapping[str, Gpu],
-                 unknown: str = _UNLISTED) -> list[Measurement]:
+                 unknown: str = _UNLISTED, others: Outside = UNREAD) -> list[Measurement]:
     """The two metrics per GPU, from ``log`` (the records read, or why not) and the GPUs this node ``listed``;
-    ``unknown`` (``unlisted``) is what a bus id no listed GPU has means here, said in its rows.
+    ``unknown`` (``unlisted``) is what a bus id no listed GPU has means here, said in its rows. A line on one of
+    ``others`` (another container's GPU) is counted in ``xid_other_gpus`` unless ``other_gpus`` is ``judge``.
     """
     if log.reason:
         return [unmeasurable(metric.name, log.reason) for metric in METRICS]
@@ -135,21 +184,45 @@ def measurements(options: Mapping[str, Any], log: kmsg.Log, listed: Mapping[str,
     lines = _deduplicated([(record, xid) for record in records
                            for xid in [xid_catalog.parse(record.message)] if xid is not None])
     method = _method(log, records, since)
+    judging = options["other_gpus"] == "judge"
+    shown = [] if judging else [(record, xid) for record, xid in lines if xid.bus_id in others.buses]
+    lines = [(record, xid) for record, xid in lines if judging or xid.bus_id not in others.buses]
     targets = list(listed) + sorted({xid.bus_id for _, xid in lines} - set(listed))
+    elsewhere = _elsewhere(shown, others, judging, method)
     if not targets:
         note = f"no NVRM Xid lines {'since boot' if since == 0 else f'from seq {since} on'}, and no NVIDIA GPU listed"
-        return [Measurement(metric.name, 0.0, "", method=method, note=note) for metric in METRICS]
+        return [Measurement(metric, 0.0, "", method=method, note=note)
+                for metric in ("xid_drain", "xid_application")] + elsewhere
     drained = [(record, xid) for record, xid in lines if xid.xid_class == "drain"]
     results = []
     for bus in targets:
         mine = [(record, xid) for record, xid in lines if xid.bus_id == bus]
-        who = _who(bus, listed.get(bus), unknown)
+        who = (f"{bus} (another container's GPU: {others.said}; judged as this node's own, xid.other_gpus: judge)"
+               if bus in others.buses else _who(bus, listed.get(bus), unknown))
         for metric, kind in (("xid_drain", "drain"), ("xid_application", "application")):
             found = [(record, xid) for record, xid in mine if xid.xid_class == kind]
             note = f"{who}: " + (_groups(found) if found else f"no {kind} Xid lines")
             hint = _hint(found, drained) if kind == "drain" and found else ""
             results.append(Measurement(metric, float(len(found)), "", device=bus, method=method, note=note, hint=hint))
-    return results
+    return results + elsewhere
+
+
+def _elsewhere(shown: list[tuple[kmsg.Record, xid_catalog.Xid]], others: Outside, judging: bool,
+               method: str) -> list[Measurement]:
+    """One ``xid_other_gpus`` row per GPU of another container with Xid lines (``shown``), every class counted;
+    else one row of 0 saying why there is none, so that a threshold on the metric always meets a value."""
+    if judging and others.buses:
+        note = f"counted in xid_drain and xid_application as this node's own (other_gpus: judge); {others.said}"
+        return [Measurement("xid_other_gpus", 0.0, "", method=method, note=note)]
+    if not shown:
+        note = f"no Xid lines on another container's GPU: {others.said}"
+        return [Measurement("xid_other_gpus", 0.0, "", method=method, note=note)]
+    rows = []
+    for bus in sorted({xid.bus_id for _, xid in shown}):
+        mine = [(record, xid) for record, xid in shown if xid.bus_id == bus]
+        note = f"{bus}, another container's GPU ({others.said}): {_groups(mine)}"
+        rows.append(Measurement("xid_other_gpus", float(len(mine)), "", device=bus, method=method, note=note))
+    return rows
 
 
 def _deduplicated(lines: list[tuple[kmsg.Record, xid_catalog.Xid]]) -> list[tuple[kmsg.Record, xid_catalog.Xid]]:

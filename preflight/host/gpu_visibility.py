@@ -65,6 +65,24 @@ def nvidia_evidence(root: str = "/", lib: Any = None) -> str:
         nvml.close(session)
         if session.lib is not None:
             return "NVML starts"
+    for bus, kind in _nvidia_display_devices(root):
+        return f"PCI {bus} (class {kind})"
+    return ""
+
+
+def nvidia_pci_gpus(root: str = "/") -> list[str]:
+    """The bus ids (normalised, ``0000:3b:00.0``) of every NVIDIA display controller in sysfs, in bus order.
+
+    sysfs shows the host's whole PCI tree also inside a container, where NVML and ``/proc/driver/nvidia/gpus``
+    list only the GPUs the container was given (libnvidia-container): this is the node's set. [] where
+    ``/sys/bus/pci`` cannot be read.
+    """
+    return [nvml.normalise_bus_id(bus) for bus, _ in _nvidia_display_devices(root)]
+
+
+def _nvidia_display_devices(root: str) -> list[tuple[str, str]]:
+    """(bus id as sysfs names it, PCI class) of each NVIDIA display controller under ``root``'s /sys/bus/pci."""
+    found = []
     for device in sorted(Path(root, "sys", "bus", "pci", "devices").glob("*")):
         try:
             vendor = (device / "vendor").read_text().strip().lower()
@@ -72,5 +90,5 @@ def nvidia_evidence(root: str = "/", lib: Any = None) -> str:
         except OSError:
             continue
         if vendor == NVIDIA_VENDOR and kind.startswith(DISPLAY_CLASS):
-            return f"PCI {device.name} (class {kind})"
-    return ""
+            found.append((device.name, kind))
+    return found

@@ -172,7 +172,7 @@ def test_a_check_that_errors_fails_the_smoke_test_and_its_errors_come_first(tmp_
         f"error in model.samples_per_s and 2 more: model {timed_out}",
         f"error in model_bf16.samples_per_s and 2 more: model {timed_out}",
         f"error in pipeline.samples_per_s and 3 more: pipeline {timed_out}",
-        f"error in xid.xid_drain and 1 more: xid {timed_out}",
+        f"error in xid.xid_drain and 2 more: xid {timed_out}",
     ]
     assert len(reasons) == 8 and reasons[7].startswith("bench/transfer_reference.py exited 1")
 
@@ -265,13 +265,24 @@ def test_a_battery_whose_timeouts_overrun_the_budget_fails_the_dry_run(tmp_path)
            in run.stdout
 
 
-def test_on_a_device_reports_go_to_OUT_and_the_bulk_beside_it(tmp_path):
-    out, scratch = tmp_path / "OUT", tmp_path / "tmp"
-    out.mkdir()
-    scratch.mkdir()
-    run = script("gpu-smoke.sh", "--config", str(battery(tmp_path, "cuda")),
-                 env={**FAKE_GPU, "OUT": str(out), "TMPDIR": str(scratch)}, cwd=tmp_path)
+def test_reports_go_to_outdir_and_the_bulk_to_work(tmp_path):
+    out, scratch = tmp_path / "reports", tmp_path / "scratch"
+    run = script("gpu-smoke.sh", "--config", str(battery(tmp_path, "cuda")), "--work", str(scratch), str(out),
+                 env=FAKE_GPU, cwd=tmp_path)
     assert run.returncode == 1, run.stdout + run.stderr  # the reference needs a real GPU
     assert {p.name for p in out.iterdir()} == {"report.json", "report.xml", "problems.txt", "transfer-reference.txt"}
-    assert (scratch / "gpu-smoke-work" / "imagenet-shaped").is_dir() and not (tmp_path / "gpu-smoke-out").exists()
-    assert f"== done: files in {out}, status 1, " in run.stdout
+    assert (scratch / "imagenet-shaped").is_dir() and not (tmp_path / "gpu-smoke-out").exists()
+    assert f"== done: files in {out}, status 1, " in run.stdout and "s of the 540s budget" in run.stdout
+
+
+def test_a_budget_the_battery_overruns_stops_the_run_before_measuring(tmp_path):
+    # The default battery's step bounds add up to 510 s: a 300 s budget cannot hold them, so nothing runs.
+    run = script("gpu-smoke.sh", "--budget", "300", str(tmp_path / "out"), env=FAKE_GPU, cwd=tmp_path)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert run.stdout.splitlines()[-1] == ("cannot run within --budget 300s: its steps are bounded at 510s in all; "
+                                           "raise --budget (--dry-run shows the table)")
+    dry = script("gpu-smoke.sh", "--budget", "300", "--dry-run", env={})
+    assert dry.returncode == 1 and "over budget: the steps add up to 510 s, over the 300 s limit" in dry.stdout
+    assert "== environment" not in run.stdout and not (tmp_path / "out" / "report.json").exists()
+    bad = script("gpu-smoke.sh", "--budget", "9 min", "--dry-run", env={})
+    assert (bad.returncode, bad.stderr.strip()) == (2, "--budget 9 min: give whole seconds, such as --budget 540")

@@ -19,16 +19,14 @@ import json
 import os
 import re
 import shutil
-import site
 import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
+from tests import nobody
 from tests.checks.dataloader.test_pids_limit import pids_limited_cgroup
-from tests.helpers import REPO, job_package, run_cli, write_config
+from tests.helpers import job_package, run_cli, write_config
 
 PACKAGE = '''
 import threading
@@ -83,18 +81,17 @@ checks:
 
 
 def gate(tmp_path: Path, prefix: list[str], pool: int = 0, per_call: int = 0, workers: int = 4,
-         python: str = "") -> tuple[int, dict, str]:
-    """``preflight run`` of the job's Dataset under ``prefix``; ``python``: another interpreter, with this venv's
-    packages."""
+         child: nobody.Child | None = None) -> tuple[int, dict, str]:
+    """``preflight run`` of the job's Dataset under ``prefix``; ``child``: as another user, from a copy it reads."""
     if not (tmp_path / "src").exists():
         job_package(tmp_path / "src", "jobpkg", {"data": PACKAGE})
     config = write_config(tmp_path, CONFIG.format(pool=pool, per_call=per_call, workers=workers))
     report = tmp_path / "report.json"
     args = ("run", "-c", str(config), "--json", str(report))
-    if python:
-        path = os.pathsep.join([str(REPO), *site.getsitepackages()])
-        run = subprocess.run([*prefix, "env", f"PYTHONPATH={path}", "NO_COLOR=1", "PREFLIGHT_LOCK=off", python, "-m",
-                              "preflight", *args], cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    if child:
+        run = subprocess.run([*prefix, "env", f"PYTHONPATH={child.pythonpath}", "NO_COLOR=1", "PREFLIGHT_LOCK=off",
+                              child.python, "-m", "preflight", *args], cwd=tmp_path, capture_output=True, text=True,
+                             timeout=240)
     else:
         run = run_cli(*args, cwd=tmp_path, prefix=prefix, timeout=240)
     output = run.stdout + run.stderr
@@ -144,17 +141,13 @@ def test_fmriprep_3059_the_per_user_process_limit_is_read_and_named(tmp_path):
         pytest.skip("needs root, setpriv and prlimit to run the gate as an unprivileged user")
     if subprocess.run(["pgrep", "-u", "nobody"], capture_output=True).returncode == 0:
         pytest.skip("other processes of user nobody run here: RLIMIT_NPROC would count them too")
-    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-    # this venv's interpreter may lie under /root (pyenv): then the same version's system one, with its packages
-    python = next((p for p in (sys.executable, f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}")
-                   if subprocess.run([*nobody, "env", p, "-c", "pass"], capture_output=True).returncode == 0), None)
-    if python is None:
-        pytest.skip(f"no Python {sys.version_info[0]}.{sys.version_info[1]} that user nobody may run")
-    work = Path(tempfile.mkdtemp(prefix="preflight-nproc-"))  # pytest's tmp_path is root's alone (0700)
-    os.chmod(work, 0o777)
-    try:
+    # The checkout and its venv may lie in a folder nobody cannot enter (a clone in `mktemp -d`): a readable copy.
+    with nobody.child("torch", "numpy", "yaml") as child:
+        work = Path(child.cwd) / "work"  # pytest's tmp_path is root's alone (0700)
+        work.mkdir(mode=0o777)
+        os.chmod(work, 0o777)
         for limit, passes in ((120, True), (16, False)):
-            code, results, output = gate(work, ["prlimit", f"--nproc={limit}:{limit}", *nobody], python=python)
+            code, results, output = gate(work, ["prlimit", f"--nproc={limit}:{limit}", *nobody.SWITCH], child=child)
             if passes or "pids_available" in results:  # a killed, hung check reports no row at all
                 assert results["pids_available"]["method"].startswith(
                     f"tightest: RLIMIT_NPROC {limit} (getrlimit(RLIMIT_NPROC), per user"), output
@@ -170,5 +163,3 @@ def test_fmriprep_3059_the_per_user_process_limit_is_read_and_named(tmp_path):
                 assert (message.startswith(f"could not measure: RLIMIT_NPROC limit {limit} reached (getrlimit(") or
                         f"timed out after 30s and was killed; RLIMIT_NPROC limit {limit} reached (getrlimit("
                         in message), message
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
