@@ -27,7 +27,7 @@ from preflight import baseline as baselines
 from preflight import yaml_source
 from preflight.checks import CHECKS, usercode
 from preflight.checks.base import Budget, Metric, Option
-from preflight.errors import INVALID, ConfigError, ConfigErrors, Found, UsageError
+from preflight.errors import INVALID, ConfigError, ConfigErrors, Found, UsageError, suggest
 from preflight.units import UNITS, Dimension, UnitError, example, parse_quantity, to_unit
 from preflight.yaml_source import OVERRIDE_PREFIX, Located
 
@@ -136,7 +136,7 @@ class Config(NamedTuple):
         names = [instance.name for instance in self.instances]
         for name in wanted:
             if name not in names:
-                raise UsageError(f"{flag} {name}: no such check instance in {self.path}{_suggest(name, names)}")
+                raise UsageError(f"{flag} {name}: no such check instance in {self.path}{suggest(name, names)}")
         return wanted
 
 
@@ -250,7 +250,7 @@ def _fleet(root: Located, found: Found) -> FleetSettings:
     backend = given["backend"].value if "backend" in given else "auto"
     if backend not in BACKENDS:
         found.add(ConfigError(given["backend"].where, f"`fleet.backend` must be one of {', '.join(BACKENDS)}, "
-                              f"found {backend!r}{_suggest(str(backend), BACKENDS)}"))
+                              f"found {backend!r}{suggest(str(backend), BACKENDS)}"))
     ratio = given["median_ratio"].value if "median_ratio" in given else FLEET_DEFAULTS["median_ratio"]
     if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio < 1:
         found.add(ConfigError(given["median_ratio"].where, "`fleet.median_ratio` must be a number between 0 and 1, "
@@ -275,7 +275,7 @@ def _instance(name: str, node: Located, defaults: Mapping[str, Any], baseline: b
     check_name = _text(body["check"]) if "check" in body else name
     if check_name not in CHECKS:
         where = body["check"].where if "check" in body else node.key_location
-        suggestion = _suggest(check_name, CHECKS)
+        suggestion = suggest(check_name, CHECKS)
         raise ConfigError(where, f"unknown check `{check_name}`" + (f"{suggestion} Or add" if suggestion else ": add")
                           + f" `check: <name>` to make `{name}` an instance of a known check")
     check = CHECKS[check_name]
@@ -461,7 +461,7 @@ def coerce_option(option: Option, node: Located | None, label: str, base: str = 
             result = str(value)
             if kind == "choice" and result not in option.choices:
                 raise UnitError(f"expected one of {', '.join(option.choices)}, found {result!r}"
-                                f"{_suggest(result, option.choices)}")
+                                f"{suggest(result, option.choices)}")
             if kind == "path" and not result and option.default != "":  # "" names no dataset (checks.subject)
                 raise UnitError("expected a path, found an empty string")
             if kind == "code" and result not in option.choices and (result or option.default):
@@ -484,7 +484,7 @@ def _refuse_malformed_code(spec: str, builtin: tuple[str, ...]) -> None:
     """
     if usercode.spec_error(spec):
         names = f"{', '.join(builtin)} or " if builtin else ""
-        raise UnitError(f"expected {names}\"package.module:callable\", found {spec!r}{_suggest(spec, builtin)}")
+        raise UnitError(f"expected {names}\"package.module:callable\", found {spec!r}{suggest(spec, builtin)}")
 
 
 def _producer(option: Option, node: Located, label: str) -> dict[str, str]:
@@ -520,7 +520,7 @@ def _producers(instances: tuple[Instance, ...], path: str, found: Found) -> None
                 found.add(ConfigError(where, f"`{instance.name}.{option.name}` reads {metric} from a `{check}` "
                                       f"instance, but {named}: add `{check}:` under checks, or name one with "
                                       f"`{option.name}: {{from: <instance>}}`"
-                                      f"{_suggest(producer, [n for n, c in kinds.items() if c == check])}"))
+                                      f"{suggest(producer, [n for n, c in kinds.items() if c == check])}"))
 
 
 def _shape(value: Any) -> list[int]:
@@ -689,17 +689,10 @@ def _reject_unknown(body: Mapping[str, Located], allowed: Iterable[str]) -> None
         ConfigError: one unknown key; ``ConfigErrors`` for several.
     """
     allowed = tuple(allowed)
-    errors = [ConfigError(node.key_location, f"unknown key `{key}`{_suggest(key, allowed)}"
+    errors = [ConfigError(node.key_location, f"unknown key `{key}`{suggest(key, allowed)}"
                           + (f" (merged here by the `<<` at {node.merged_at})" if node.merged_at else ""))
               for key, node in body.items() if key not in allowed]
     if len(errors) > 1:
         raise ConfigErrors(errors)
     if errors:
         raise errors[0]
-
-
-def _suggest(word: str, candidates: Iterable[str]) -> str:
-    import difflib  # only for a mistake: `validate` of a good file never pays for it
-
-    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
-    return f": did you mean `{close[0]}`?" if close else ""

@@ -10,8 +10,7 @@ from typing import Iterable, NamedTuple, Sequence
 
 from preflight.checks import CHECKS
 from preflight.checks.base import Check, Metric, Option, duration_help
-from preflight.config import _suggest
-from preflight.errors import UsageError
+from preflight.errors import UsageError, suggest
 from preflight.report.console import terminal_width, wrap
 from preflight.units import Dimension, example
 
@@ -81,7 +80,7 @@ def chosen(names: Sequence[str]) -> dict[str, Check]:
     """
     for name in names:
         if name not in CHECKS:
-            raise UsageError(f"list {name}: no such check{_suggest(name, CHECKS)} (`preflight list` shows them all; "
+            raise UsageError(f"list {name}: no such check{suggest(name, CHECKS)} (`preflight list` shows them all; "
                              f"an instance of your file is listed under its check)")
     return {name: check for name, check in CHECKS.items() if not names or name in names}
 
