@@ -27,6 +27,7 @@ from preflight import baseline as baselines
 from preflight import yaml_source
 from preflight.checks import CHECKS, usercode
 from preflight.checks.base import Budget, Metric, Option
+from preflight.checks.option_kinds import KINDS
 from preflight.errors import INVALID, ConfigError, ConfigErrors, Found, UsageError, suggest
 from preflight.units import UNITS, Dimension, UnitError, example, parse_quantity, to_unit
 from preflight.yaml_source import OVERRIDE_PREFIX, Located
@@ -415,57 +416,21 @@ def _refuse_without_factory(name: str, option: Option, options: Mapping[str, Any
 
 
 def coerce_option(option: Option, node: Located | None, label: str, base: str = ".") -> Any:
-    """Parse one option value (or its default, written as a user would) into its type.
-
-    Quantities become base units (bytes, seconds); ``int_or_auto`` gives an int or "auto";
-    ``paths`` gives absolute directories, relative ones taken from ``base`` (the config file's
-    directory; the working directory for a ``--set`` value); ``mapping`` gives plain values.
+    """Parse one option value (or its default, written as a user would) with its kind's parser
+    (``option_kinds.KINDS``): a quantity in base units (bytes, seconds), ``paths`` made absolute from ``base``
+    (the config file's directory; the working directory for a ``--set`` value), and so on.
 
     Raises:
-        ConfigError: the value does not fit the option's kind, choices or minimum.
+        ConfigError: the value does not fit the option's kind, choices or limits.
     """
     if node is None:
         node = Located(option.default, f"default of {label}")
-    value, where, kind = node.value, node.where, option.kind
+    value, where = node.value, node.where
     if option.measured_by and (value == "measured" or isinstance(value, dict)):
         return _producer(option, node, label)
+    base = os.getcwd() if where.startswith(OVERRIDE_PREFIX) else base
     try:
-        if isinstance(kind, Dimension):
-            result: Any = parse_quantity(value, kind)
-        elif kind == "bool":
-            if not isinstance(value, bool):
-                raise UnitError(f"expected true or false, found {value!r}")
-            result = value
-        elif kind == "paths":
-            return _directories(node, label, os.getcwd() if where.startswith(OVERRIDE_PREFIX) else base)
-        elif kind == "mapping":
-            if not isinstance(value, dict):
-                raise UnitError(f"expected a mapping of names to values, like {{root: /data, size: 224}}, "
-                                f"found {value!r}")
-            return plain(node)
-        elif kind == "shape":
-            return _shape([v.value if isinstance(v, Located) else v for v in value] if isinstance(value, list)
-                          else value)
-        elif kind in ("int", "int_or_auto"):
-            if kind == "int_or_auto" and value == "auto":
-                return "auto"
-            if isinstance(value, str) and value.strip().isdigit():
-                value = int(value)
-            if isinstance(value, bool) or not isinstance(value, int):
-                expected = "a whole number or `auto`" if kind == "int_or_auto" else "a whole number"
-                raise UnitError(f"expected {expected}, found {value!r}")
-            result = value
-        else:
-            if value is None or isinstance(value, (bool, dict, list)):
-                raise UnitError(f"expected text, found {value!r}")
-            result = str(value)
-            if kind == "choice" and result not in option.choices:
-                raise UnitError(f"expected one of {', '.join(option.choices)}, found {result!r}"
-                                f"{suggest(result, option.choices)}")
-            if kind == "path" and not result and option.default != "":  # "" names no dataset (checks.subject)
-                raise UnitError("expected a path, found an empty string")
-            if kind == "code" and result not in option.choices and (result or option.default):
-                _refuse_malformed_code(result, option.choices)
+        result = KINDS[option.kind].parse(option, node, label, base)
     except UnitError as error:
         measured = f", or `measured` (the `{option.measured_by[0]}` instance's figure)" if option.measured_by else ""
         raise ConfigError(where, f"`{label}`: {error}{measured}") from None
@@ -474,17 +439,6 @@ def coerce_option(option: Option, node: Located | None, label: str, base: str = 
     if option.maximum is not None and isinstance(result, (int, float)) and result > option.maximum:
         raise ConfigError(where, f"`{label}` must be at most {option.maximum:g}, found {value!r}")
     return result
-
-
-def _refuse_malformed_code(spec: str, builtin: tuple[str, ...]) -> None:
-    """A ``code`` option's value that is not a built-in name must name the job's code, ``"package.module:callable"``.
-
-    Raises:
-        UnitError: it does not have that form (a typo of a built-in name is suggested).
-    """
-    if usercode.spec_error(spec):
-        names = f"{', '.join(builtin)} or " if builtin else ""
-        raise UnitError(f"expected {names}\"package.module:callable\", found {spec!r}{suggest(spec, builtin)}")
 
 
 def _producer(option: Option, node: Located, label: str) -> dict[str, str]:
@@ -521,43 +475,6 @@ def _producers(instances: tuple[Instance, ...], path: str, found: Found) -> None
                                       f"instance, but {named}: add `{check}:` under checks, or name one with "
                                       f"`{option.name}: {{from: <instance>}}`"
                                       f"{suggest(producer, [n for n, c in kinds.items() if c == check])}"))
-
-
-def _shape(value: Any) -> list[int]:
-    """A ``shape`` option: ``[3, 224, 224]``, or ``"3,224,224"`` as ``--set`` and ``${VAR}`` give it."""
-    parts = value.split(",") if isinstance(value, str) else value
-    if isinstance(parts, list) and parts and all(isinstance(p, int) and not isinstance(p, bool) or
-                                                 isinstance(p, str) and p.strip().isdigit() for p in parts):
-        shape = [int(p) for p in parts]
-        if all(size > 0 for size in shape):
-            return shape
-    raise UnitError(f"expected a shape, a list of positive whole numbers like [3, 224, 224], found {value!r}")
-
-
-def _directories(node: Located, label: str, base: str) -> list[str]:
-    """A ``paths`` option: a list of directories (or one, as ``--set`` gives it), each made absolute from ``base``."""
-    entries = node.value if isinstance(node.value, list) else [node]
-    found = []
-    for entry in entries:
-        if not isinstance(entry, Located) or not isinstance(entry.value, str) or not entry.value:
-            shown = entry.value if isinstance(entry, Located) else entry
-            raise ConfigError(getattr(entry, "where", node.where), f"`{label}`: expected a list of directories, "
-                              f"like [src], found {shown!r}")
-        directory = os.path.normpath(os.path.join(base, os.path.expanduser(entry.value)))
-        if not os.path.isdir(directory):
-            raise ConfigError(entry.where, f"`{label}`: {entry.value} ({directory}) is not a directory: paths here "
-                              f"are relative to the config file's directory ({base})")
-        found.append(directory)
-    return found
-
-
-def plain(node: Located) -> Any:
-    """The plain value of a ``Located`` tree (mappings, lists and scalars), where each was written forgotten."""
-    if isinstance(node.value, dict):
-        return {key: plain(child) for key, child in node.value.items()}
-    if isinstance(node.value, list):
-        return [plain(child) for child in node.value]
-    return node.value
 
 
 def _threshold(metric: Metric, node: Located, default_severity: Severity, instance: str,

@@ -40,6 +40,17 @@ class Located(NamedTuple):
     def key_location(self) -> str:
         return self.key_where or self.where
 
+    def plain(self) -> Any:
+        """This tree's mappings, lists and scalars, where each was written forgotten (a default from a check's
+        table holds plain values already)."""
+        def strip(item: Any) -> Any:
+            value = item.value if isinstance(item, Located) else item
+            if isinstance(value, dict):
+                return {key: strip(child) for key, child in value.items()}
+            return [strip(child) for child in value] if isinstance(value, list) else value
+
+        return strip(self)
+
     def __repr__(self) -> str:  # as NamedTuple writes it, `merged_at` only when set (messages quote values)
         fields = [f"{name}={getattr(self, name)!r}" for name in self._fields
                   if name != "merged_at" or self.merged_at is not None]

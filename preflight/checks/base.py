@@ -16,14 +16,7 @@ if TYPE_CHECKING:
     from preflight.measurement import Measurement
 
 Scope = Literal["node", "fleet"]
-# "paths": a list of directories, relative to the config file's directory (``python_path``);
-# "mapping": keys to plain YAML values, passed on as they are (``dataset_args``);
-# "shape": a tensor shape, a list of positive whole numbers ([3, 224, 224]; "3,224,224" from --set);
-# "code": the job's code, "package.module:callable" (``usercode.spec_error``), or one of ``choices`` (built-in
-# names), or "" where that is the default: a malformed one is a config error before anything is imported.
-OptionKind = Union[Literal["path", "paths", "text", "int", "int_or_auto", "bool", "choice", "mapping", "shape",
-                           "code"],
-                   Dimension]
+OptionKind = Union[str, Dimension]  # a row of ``option_kinds.KINDS``: "int", "path", ..., or a quantity's dimension
 # What a performance figure is measured in: a rate or a latency. Only these are compared with
 # the fleet median; sizes, counts, flags, percentages, temperatures, versions and texts are facts
 # (or figures derived from a compared rate) and a node is never judged by its peers' facts.

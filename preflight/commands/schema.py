@@ -1,8 +1,8 @@
 """``preflight schema``: the draft-07 JSON Schema of thresholds.yaml, generated, never written.
 
 Built from the same definitions ``config.py`` validates with: the check registry's
-OPTIONS and METRICS tables, ``units.UNITS`` for the quantities each dimension accepts,
-and config's key constants. Editors use it through the yaml-language-server modeline
+OPTIONS and METRICS tables, each option's row of ``checks.option_kinds.KINDS``, and
+config's key constants. Editors use it through the yaml-language-server modeline
 ``# yaml-language-server: $schema=thresholds.schema.json``. Strings may hold environment
 references anywhere (``$VAR``, ``${VAR:-default}``, ...: see ``interpolation``, expanded
 before validation), so every string schema also accepts a string containing one.
@@ -11,28 +11,20 @@ before validation), so every string schema also accepts a string containing one.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from preflight import config
 from preflight.checks import CHECKS
 from preflight.checks.base import Metric, Option
-from preflight.units import UNITS, Dimension, example, with_article
+from preflight.checks.option_kinds import ENV_REFERENCE, KINDS, quantity
+from preflight.units import UNITS, Dimension
 
 DRAFT_07 = "http://json-schema.org/draft-07/schema#"
-# A "$" (after an even run of "$$", each a literal "$") starting $NAME or ${NAME...
-ENV_REFERENCE = {"type": "string", "pattern": r"(^|[^$])(\$\$)*\$\{?[A-Za-z_]",
-                 "description": "expanded from the environment before validation"}
-# The job's code, "package.module:callable" (usercode.spec_error; ASCII names here, as JSON Schema's \w).
-CODE_SPEC = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$"
-_NUMBER = r"[+]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?"
 _VERSION = r"^\d+(\.\d+)*$"
 _SETTING_DIMENSIONS = {"timeout": Dimension.DURATION, "duration": Dimension.DURATION,
                        "retry_margin": Dimension.PERCENT}
 _WHOLE_SETTINGS = {"repeats": (1, config.MAX_REPEATS, "runs of the check; the median of their values is judged"),
                    "retries": (0, config.MAX_RETRIES, "re-measurements of a miss within retry_margin of its bound")}
-_RELATIVE = {"type": "string", "pattern": r"^\s*(\d+(\.\d*)?|\.\d+)\s*%\s*of\s+baseline\s*$",
-             "description": "relative to the baseline file (--baseline or `baseline:`)", "examples": ["90% of baseline"]}
 
 
 def build() -> dict[str, Any]:
@@ -78,28 +70,6 @@ def build() -> dict[str, Any]:
 
 def render() -> str:
     return json.dumps(build(), indent=2, ensure_ascii=False) + "\n"
-
-
-def quantity(dimension: Dimension, relative: bool = False) -> dict[str, Any]:
-    """A quantity of ``dimension`` as units.parse_quantity accepts it (bare numbers only for counts); with
-    ``relative``, also ``90% of baseline``.
-
-    One schema with one ``pattern``, not an ``anyOf`` of forms: an editor then says what is wrong with a
-    bad unit (``patternErrorMessage``, which VS Code's and yaml-language-server's JSON service show, with the
-    units of the dimension) instead of "is not valid under any of the given schemas".
-    """
-    symbols = sorted((s for s, u in UNITS.items() if u.dimension is dimension and s), key=len, reverse=True)
-    unit = "(" + "|".join(re.escape(s) for s in symbols) + ")" if symbols else ""
-    forms = [rf"^\s*{_NUMBER}\s*{unit}\s*$", ENV_REFERENCE["pattern"]] + ([_RELATIVE["pattern"]] if relative else [])
-    units = ", ".join(sorted(symbols, key=lambda s: (UNITS[s].factor, s))) or "a plain number"
-    said = f"{with_article(dimension.value)} like `{example(dimension)}` (units: {units})" + (
-        ", or `90% of baseline`" if relative else "")
-    found: dict[str, Any] = {"type": "string", "pattern": "|".join(f"(?:{form})" for form in forms),
-                             "patternErrorMessage": f"expected {said}; a $VAR or ${{VAR:-default}} is expanded first",
-                             "examples": [example(dimension)]}
-    if dimension is Dimension.COUNT:
-        found.update(type=["number", "string"], minimum=0)
-    return found
 
 
 def _fleet() -> dict[str, Any]:
@@ -168,34 +138,7 @@ def _without_factory(options: Any) -> list[dict[str, Any]]:
 
 
 def _option(option: Option) -> dict[str, Any]:
-    kind = option.kind
-    if isinstance(kind, Dimension):
-        schema: dict[str, Any] = quantity(kind)
-    elif kind == "bool":
-        schema = {"type": "boolean"}
-    elif kind in ("int", "int_or_auto"):
-        whole: dict[str, Any] = {"type": "integer"}
-        if option.minimum is not None:
-            whole["minimum"] = option.minimum
-        if option.maximum is not None:
-            whole["maximum"] = option.maximum
-        forms = [whole, {"type": "string", "pattern": r"^\s*\d+\s*$"}, ENV_REFERENCE]
-        schema = {"anyOf": forms + ([{"const": "auto"}] if kind == "int_or_auto" else [])}
-    elif kind == "choice":
-        schema = {"anyOf": [{"enum": list(option.choices)}, ENV_REFERENCE]}
-    elif kind == "code":  # a built-in name, "" where that is the default, or the job's "package.module:callable"
-        names = [*option.choices, *([""] if option.default == "" else [])]
-        schema = {"anyOf": [{"enum": names}, {"type": "string", "pattern": CODE_SPEC}, ENV_REFERENCE]}
-    elif kind == "paths":
-        directory = {"type": "string", "minLength": 1}
-        schema = {"anyOf": [{"type": "array", "items": directory}, directory]}
-    elif kind == "mapping":
-        schema = {"type": "object"}
-    elif kind == "shape":
-        schema = {"anyOf": [{"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1},
-                            {"type": "string", "pattern": r"^\s*\d+(\s*,\s*\d+)*\s*$"}, ENV_REFERENCE]}
-    else:
-        schema = {"type": "string", "minLength": 1 if kind == "path" and option.default != "" else 0}
+    schema = KINDS[option.kind].schema(option)
     if option.measured_by:  # `measured`, or `{from: <instance>}` of the producing check
         producer = {"type": "object", "additionalProperties": False, "required": ["from"],
                     "properties": {"from": {"type": "string", "minLength": 1}}}
