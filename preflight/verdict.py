@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Mapping, Sequence
 
-from preflight.checks import CHECKS
+from preflight.checks import CHECKS, metric_of
 from preflight.checks.base import Metric
 from preflight.config import Instance, Threshold
 from preflight.errors import EXIT_USAGE
@@ -92,6 +92,11 @@ class Result:
     def id(self) -> str:
         base = f"{self.instance}.{self.metric}" if self.metric else self.instance
         return f"{base}[{self.device}]" if self.device else base
+
+    @property
+    def declared(self) -> Metric | None:
+        """The metric's row in its check's table; None for no metric (a crash, a fleet comparison)."""
+        return metric_of(self.check, self.metric)
 
 
 def judge(instance: Instance, outcome: Outcome) -> list[Result]:
@@ -327,7 +332,7 @@ def storage_first(results: Sequence[Result]) -> list[Result]:
     the volume is slow as well and comes first. Nothing else changes: no verdict, no value.
     """
     slow = [r for r in results if r.check == "storage" and r.verdict in ("fail", "warn") and r.value is not None
-            and _metric_of(r).is_performance]
+            and r.declared is not None and r.declared.is_performance]
     if not slow:
         return list(results)
     said = ", ".join(f"{r.id} {format_value(r.value, r.unit)} (required {r.required})" for r in slow[:2])
@@ -335,10 +340,6 @@ def storage_first(results: Sequence[Result]) -> list[Result]:
              f"Dataset's own code if the loader is still slow")
     return [replace(r, hint=first) if r.check == "dataloader" and r.metric == "throughput"
             and r.subject == "job_dataset" and r.verdict in ("fail", "warn") else r for r in results]
-
-
-def _metric_of(result: Result) -> Metric:
-    return next(m for m in CHECKS[result.check].METRICS if m.name == result.metric)
 
 
 def judge_against_fleet(result: Result, median: float, nodes: int, ratio: float, severity: str) -> Result:
@@ -350,8 +351,8 @@ def judge_against_fleet(result: Result, median: float, nodes: int, ratio: float,
     Only a performance metric (``Metric.is_performance``) with a ``median`` above 0 is judged
     so (``report.merge`` chooses them); anything else is a ValueError.
     """
-    metric = next(m for m in CHECKS[result.check].METRICS if m.name == result.metric)
-    if not metric.is_performance or median <= 0:
+    metric = result.declared
+    if metric is None or not metric.is_performance or median <= 0:
         raise ValueError(f"{result.id} cannot be compared with a fleet median of {median}: "
                          f"only a performance metric with a median above 0 can")
     higher = metric.higher_is_better

@@ -57,17 +57,14 @@ def tally(counts: Mapping[str, int], info: bool = True) -> str:
 def shown_value(result: Result) -> str:
     """``result``'s value as a person reads it: ``982 MB/s``, a version or a name as it is, ``yes``/``no`` for a
     flag (``Metric.flag``: ``storage.read_only``); ``-`` when there is none."""
-    if isinstance(result.value, (int, float)) and is_flag(result.check, result.metric):
+    if isinstance(result.value, (int, float)) and is_flag(result):
         return "yes" if result.value else "no"
     return format_value(result.value, "" if result.unit in ("version", "text") else result.unit)
 
 
-def is_flag(check: str, metric: str) -> bool:
-    """Whether ``check``'s ``metric`` is a yes/no fact measured as 1 or 0."""
-    from preflight.checks import CHECKS
-
-    found = next((m for m in getattr(CHECKS.get(check), "METRICS", ()) if m.name == metric), None)
-    return bool(found and found.flag)
+def is_flag(result: Result) -> bool:
+    """Whether ``result``'s metric is a yes/no fact measured as 1 or 0."""
+    return bool(result.declared and result.declared.flag)
 
 
 def build(config_path: str, config_digest: str, results: Sequence[Result], started: datetime,

@@ -29,8 +29,7 @@ import math
 from typing import Any, Mapping, NamedTuple, Sequence
 
 from preflight.report import noise
-from preflight.checks import CHECKS
-from preflight.checks.base import Metric
+from preflight.checks import metric_of
 from preflight.errors import UsageError
 from preflight.sampling import SHORT
 from preflight.units import UNITS, Dimension
@@ -218,16 +217,11 @@ def change(old: Entry, new: Entry) -> Change:
     return Change(new.id, old, new, ratio, width, direction, short_of(old, new))
 
 
-def _metric(check: str, name: str) -> Metric | None:
-    """``check.name``'s row of its check's metric table; None for a metric this version does not know."""
-    return next((m for m in getattr(CHECKS.get(check), "METRICS", ()) if m.name == name), None)
-
-
 def exact_count(check: str, name: str) -> bool:
     """Whether ``check.name`` is an exact count (``Metric.is_count``: GPUs, Xid lines, unreadable files, workers, a
     flag's 1 or 0): it changed or it did not, so no noise band (issue 35: ``cuda.device_count`` 8 -> 7 was "within
     noise (±7%)"). A metric this version does not know is compared as a measured figure."""
-    metric = _metric(check, name)
+    metric = metric_of(check, name)
     return metric is not None and metric.is_count
 
 
@@ -235,7 +229,7 @@ def read_size(check: str, name: str) -> bool:
     """Whether ``check.name`` is a size (``Dimension.SIZE``: /dev/shm's size, what it allocated, free space); one read
     once from the system, with no samples, has no noise between runs: a new user cut shm.size 20% in a report and
     ``diff --fail-on 10%`` called it "within noise (±21%)", the band of a metric never measured run to run."""
-    metric = _metric(check, name)
+    metric = metric_of(check, name)
     unit = UNITS.get(metric.unit) if metric is not None else None
     return unit is not None and unit.dimension is Dimension.SIZE
 
@@ -257,7 +251,7 @@ def judged_direction(check: str, name: str, threshold: Mapping[str, Any] | None)
     """Whether a change of ``check.name`` is judged, and which way is better: True (higher), False (lower), None
     (a fact, not judged). A performance metric is judged in its own direction; a metric the user gated
     (``threshold``) in its own direction where it has one, else in the threshold's (``min``: higher is better)."""
-    metric = _metric(check, name)
+    metric = metric_of(check, name)
     if metric is not None and metric.is_performance:
         return metric.higher_is_better
     if not threshold or (metric is not None and (metric.is_version or metric.is_text)):

@@ -126,8 +126,7 @@ def _drawing(result: Result, measured: str) -> str:
     numbers = numbers_of(result.value, result.threshold, result.samples)
     value = result.value if isinstance(result.value, (int, float)) and not isinstance(result.value, bool) else None
     bounded = any(isinstance(b, (int, float)) for k, b in (result.threshold or {}).items() if k in ("min", "max"))
-    drawn = (value is not None or result.samples) and (bounded or result.samples) and not is_flag(
-        result.check, result.metric)
+    drawn = (value is not None or result.samples) and (bounded or result.samples) and not is_flag(result)
     axis = Axis.fit(numbers) if numbers and drawn else None
     if axis is None:
         return ""
