@@ -53,7 +53,7 @@ from preflight.host.cgroup_memory import OomWatch
 from preflight.checks import CHECKS
 from preflight.config import Config, Instance
 from preflight.measurement import Measurement, combine
-from preflight.verdict import Outcome, Result, judge, near_miss, record_attempts
+from preflight.verdict import Outcome, Result, judge, near_miss, record_attempts, storage_first
 
 LOG_TAIL_BYTES = 2000  # of a dead worker's output, quoted in its error
 KILL_GRACE_S = 5.0  # a killed worker's process group has this long to go; what is left is stuck, and abandoned
@@ -366,7 +366,8 @@ def _run(config: Config, progress: ProgressCallback, temp_dir: str, lock: node_l
             worker.stop()
         node.close()
     place = {instance.name: index for index, instance in enumerate(config.instances)}
-    return sorted(results, key=lambda result: place.get(result.instance, len(place)))  # stable: config order
+    # stable: config order; then the one hint that reads another instance's verdict (``verdict.storage_first``)
+    return storage_first(sorted(results, key=lambda result: place.get(result.instance, len(place))))
 
 
 def _in_the_way(instance: Instance, known: list[orphans.Orphan]) -> str:

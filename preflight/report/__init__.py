@@ -21,7 +21,7 @@ from typing import Mapping, Sequence
 from preflight import __version__
 from preflight.errors import UsageError
 from preflight.units import format_value
-from preflight.verdict import Result, exit_code, storage_first
+from preflight.verdict import Result, exit_code
 
 
 @dataclass(frozen=True)
@@ -69,8 +69,7 @@ def is_flag(result: Result) -> bool:
 
 def build(config_path: str, config_digest: str, results: Sequence[Result], started: datetime,
           duration_s: float) -> RunReport:
-    """Assemble the report; host facts come from ``host_facts`` and the cuda check's results. A slow job's
-    Dataset's fix names the volume first when storage missed too (``verdict.storage_first``)."""
+    """Assemble the report; host facts come from ``host_facts`` and the cuda check's results."""
     facts = host_facts(config_path, config_digest)
     gpus: list[str] = []
     for result in results:
@@ -85,7 +84,6 @@ def build(config_path: str, config_digest: str, results: Sequence[Result], start
             gpus.append(str(result.value))
     if gpus:
         facts["gpu"] = ", ".join(f"{count}x {name}" for name, count in collections.Counter(gpus).items())
-    results = storage_first(results)
     return RunReport(facts["hostname"], started, duration_s, config_path, config_digest, tuple(results), facts)
 
 
