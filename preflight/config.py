@@ -26,7 +26,7 @@ from typing import Any, Iterable, Literal, Mapping, NamedTuple
 from preflight import baseline as baselines
 from preflight import yaml_source
 from preflight.checks import CHECKS, usercode
-from preflight.checks.base import Budget, Metric, Option
+from preflight.checks.base import Budget, Metric, Option, Produced
 from preflight.checks.option_kinds import KINDS
 from preflight.errors import INVALID, ConfigError, ConfigErrors, Found, UsageError, suggest
 from preflight.units import UNITS, Dimension, UnitError, example, parse_quantity, to_unit
@@ -441,7 +441,7 @@ def coerce_option(option: Option, node: Located | None, label: str, base: str = 
     return result
 
 
-def _producer(option: Option, node: Located, label: str) -> dict[str, str]:
+def _producer(option: Option, node: Located, label: str) -> Produced:
     """``measured`` or ``{from: <instance>}``: the instance whose figure supplies the option (checked in ``_producers``)."""
     check, metric = option.measured_by
     if node.value == "measured":

@@ -51,6 +51,7 @@ from preflight.host import node_lock, pids, orphans, stuck
 from preflight.io import dataset_pass, scratch, tempdir
 from preflight.host.cgroup_memory import OomWatch
 from preflight.checks import CHECKS
+from preflight.checks.base import Produced
 from preflight.config import Config, Instance
 from preflight.measurement import Measurement, combine
 from preflight.verdict import Outcome, Result, judge, near_miss, record_attempts, storage_first
@@ -439,7 +440,7 @@ Done = Mapping[str, "tuple[Sequence[Result], Outcome]"]  # instance name -> its 
 def resolve(instance: Instance, done: Done) -> Instance:
     """``instance`` with each option that reads a producer filled in from the producer's run in ``done``.
 
-    The option's ``{"from", "metric"}`` gains ``value`` (the fastest device's figure, in the metric's
+    The option's ``Produced`` gains ``value`` (the fastest device's figure, in the metric's
     unit) and ``source``, or ``reason`` when the producer did not run, errored, failed its own
     threshold or could not measure: the consumer then reports its dependent metrics unmeasurable
     with that reason (fail closed), never a figure from another run.
@@ -448,28 +449,29 @@ def resolve(instance: Instance, done: Done) -> Instance:
     for option in CHECKS[instance.check].OPTIONS:
         wanted = options[option.name]
         if option.measured_by and isinstance(wanted, dict):
-            options[option.name] = {**wanted, **_figure(wanted["from"], wanted["metric"], done)}
+            options[option.name] = _figure(wanted, done)
     return instance._replace(options=options)
 
 
-def _figure(producer: str, metric: str, done: Done) -> dict[str, Any]:
+def _figure(wanted: Produced, done: Done) -> Produced:
+    producer, metric = wanted["from"], wanted["metric"]
     if producer not in done:
-        return {"reason": f"the `{producer}` instance did not run (left out with --only?): run both"}
+        return {**wanted, "reason": f"the `{producer}` instance did not run (left out with --only?): run both"}
     judged, outcome = done[producer]
     if outcome.error:
-        return {"reason": f"the `{producer}` instance errored: {outcome.error}"}
+        return {**wanted, "reason": f"the `{producer}` instance errored: {outcome.error}"}
     failed = next((r for r in judged if r.metric == metric and r.verdict == "fail"), None)
     if failed is not None:
-        return {"reason": f"`{failed.id}` failed: {failed.message}"}
+        return {**wanted, "reason": f"`{failed.id}` failed: {failed.message}"}
     rows = [m for m in outcome.measurements if m.metric == metric]
     missing = next((m for m in rows if not isinstance(m.value, (int, float))), None)
     if missing is not None or not rows:
         where = f"[{missing.device}]" if missing is not None and missing.device else ""
         why = missing.reason if missing is not None else "the check reported no value"
-        return {"reason": f"`{producer}.{metric}{where}` was not measured: {why}"}
+        return {**wanted, "reason": f"`{producer}.{metric}{where}` was not measured: {why}"}
     values = [float(m.value) for m in rows]  # type: ignore[arg-type]
-    return {"value": max(values), "source": f"{producer}.{metric}, fastest of {len(values)} "
-                                            f"device{'s' if len(values) != 1 else ''}"}
+    return {**wanted, "value": max(values), "source": f"{producer}.{metric}, fastest of {len(values)} "
+                                                       f"device{'s' if len(values) != 1 else ''}"}
 
 
 def _measure(worker: Worker | None, instance: Instance, temp_dir: str) -> tuple[Outcome, Worker | None]:

@@ -8,7 +8,7 @@ from the same tables. A check measures; it never sees a threshold.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, Mapping, NamedTuple, Protocol, Union, cast
+from typing import TYPE_CHECKING, Any, Literal, Mapping, NamedTuple, Protocol, TypedDict, Union, cast
 
 from preflight.units import UNITS, Dimension
 
@@ -43,8 +43,21 @@ class Option(NamedTuple):
     for_factory: tuple[str, ...] = ()
     # (check, metric) that may supply the value from another instance of the same run: written
     # `measured` (the instance named after that check) or `{from: <instance>}`; the runner runs
-    # that instance first and passes its judged figure (``runner.resolve``). () for none.
+    # that instance first and passes its judged figure (``Produced``). () for none.
     measured_by: tuple[str, str] = ()
+
+
+_Named = TypedDict("_Named", {"from": str, "metric": str})
+
+
+class Produced(_Named, total=False):
+    """What an option read from a producer (``Option.measured_by``) holds: the instance and metric config names, then
+    from ``runner.resolve`` the figure (in the metric's unit) and its ``source``, or the ``reason`` there is none.
+    A dict, not a tuple: options reach the worker as JSON."""
+
+    value: float
+    source: str
+    reason: str
 
 
 class Metric(NamedTuple):
