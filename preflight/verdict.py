@@ -60,9 +60,14 @@ class Attempt:
     samples: tuple[float, ...]
 
 
+# The fields a result takes from its measurement as they are, in ``Result.of`` alone.
+MEASURED = ("device", "value", "samples", "method", "stopped", "warnings", "runs", "note", "subject", "cache_bound")
+
+
 @dataclass(frozen=True)
 class Result:
-    """One judged (or reported) metric on one target; the unit every report renders."""
+    """One judged (or reported) metric on one target; the unit every report renders, whole without its
+    ``Measurement`` (a report read back, a fleet's gathered rows), so it keeps the fields in ``MEASURED``."""
 
     instance: str
     check: str
@@ -87,6 +92,14 @@ class Result:
     stopped: str = ""  # why sampling stopped ("spread 2% <= 3% after 5 samples", "the pass over the data ended ...")
     # an ``error`` that is the config's or the job's code's mistake, no fault of the node's (``exit_code``)
     config_error: bool = False
+    cache_bound: bool = False  # the value may come from memory, not the device (``Measurement.cache_bound``)
+
+    @classmethod
+    def of(cls, instance: Instance, m: Measurement, verdict: Verdict, message: str, unit: str, duration_s: float,
+           **judged: Any) -> Result:
+        """``m`` as ``instance`` reports it, with what judging it added (``judged``: threshold, hint, ...)."""
+        return cls(instance.name, instance.check, m.metric, verdict, message, unit=unit, duration_s=duration_s,
+                   **{name: getattr(m, name) for name in MEASURED}, **judged)
 
     @property
     def id(self) -> str:
@@ -206,30 +219,25 @@ def _judge_one(instance: Instance, metric: Metric, threshold: Threshold, m: Meas
     result_id = f"{instance.name}.{metric.name}" + (f"[{m.device}]" if m.device else "")
     absolute = against_baseline(threshold, result_id)
     if absolute is None:
-        return Result(instance.name, instance.check, metric.name, "error",
-                      f"the baseline has no value for {result_id}: save a baseline on a run that measured it",
-                      device=m.device, value=m.value, unit=metric.unit, samples=m.samples, duration_s=duration_s,
-                      method=m.method, stopped=m.stopped, where=threshold.where, required=requirement(threshold, metric.unit))
+        return Result.of(instance, m, "error", f"the baseline has no value for {result_id}: save a baseline on a run "
+                         f"that measured it", metric.unit, duration_s, where=threshold.where,
+                         required=requirement(threshold, metric.unit))
     required = requirement(absolute, metric.unit if not metric.is_version else "")
     if threshold.relative:
         shown = " and ".join(f"{fraction:.0%}" for fraction in threshold.relative.values())
         required += f" ({shown} of baseline {format_value(threshold.baseline[result_id], metric.unit)})"
     threshold = absolute
-    common: dict[str, Any] = dict(
-        instance=instance.name, check=instance.check, metric=metric.name, device=m.device, unit=metric.unit,
-        threshold=_bounds(threshold),
-        samples=m.samples, duration_s=duration_s, method=m.method, stopped=m.stopped, where=threshold.where, warnings=m.warnings,
-        required=required, runs=m.runs, note=m.note, subject=m.subject,
-    )
+    common: dict[str, Any] = dict(unit=metric.unit, duration_s=duration_s, threshold=_bounds(threshold),
+                                  where=threshold.where, required=required)
     if not m.measured and not m.applicable:
-        return Result(verdict="skip", message=f"not applicable: {m.reason}", **common)
+        return Result.of(instance, m, "skip", f"not applicable: {m.reason}", **common)
     if not m.measured:
         # A warn-severity threshold never blocks: unmeasured, it warns too (a fail one fails, DESIGN.md).
         verdict: Verdict = threshold.severity if instance.required else "skip"
         message = f"could not measure: {m.reason}; required {required}"
         # No metric hint here: it names the fix for a bad value ("replace the GPU"), and nothing was
         # measured; the reason says what stopped the measurement and how to fix that.
-        return Result(verdict=verdict, message=message, **common)
+        return Result.of(instance, m, verdict, message, **common)
     measured = _said(m.value, metric, "" if metric.is_version else metric.unit)
     ok = _within(m.value, threshold, metric)
     verdict = "pass" if ok else threshold.severity
@@ -261,7 +269,7 @@ def _judge_one(instance: Instance, metric: Metric, threshold: Threshold, m: Meas
     # A figure of the working directory, measured because the config named no dataset, judges the config, not the
     # node: like a path that does not exist (issue 35), its failure exits 2 and takes no node out of rotation.
     config_error = m.subject == "no_dataset" and verdict in GATING
-    return Result(verdict=verdict, message=message, value=m.value, hint=hint, config_error=config_error, **common)
+    return Result.of(instance, m, verdict, message, hint=hint, config_error=config_error, **common)
 
 
 def _said(value: float | str | None, metric: Metric, unit: str) -> str:
@@ -299,9 +307,7 @@ def _hint(metric: Metric, instance: Instance, measured: str, required: str, thre
 def _info(instance: Instance, metric: Metric, m: Measurement, duration_s: float) -> Result:
     text = _said(m.value, metric, m.unit)
     message = f"measured {text} (no threshold)" + (f"; {m.note}" if m.note else "")
-    return Result(instance.name, instance.check, m.metric, "info", message,
-                  device=m.device, value=m.value, unit=m.unit, samples=m.samples, duration_s=duration_s,
-                  method=m.method, stopped=m.stopped, warnings=m.warnings, runs=m.runs, note=m.note, subject=m.subject)
+    return Result.of(instance, m, "info", message, m.unit, duration_s)
 
 
 def _errors(instance: Instance, outcome: Outcome, thresholds: Mapping[str, Threshold]) -> list[Result]:

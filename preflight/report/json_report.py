@@ -2,8 +2,8 @@
 
 Shape: ``{"schema": 1, "host", "started", "duration_s", "exit_code", "counts", "failed", "config",
 "facts": {...}, "error", "results": [{"id", "check", "instance", "metric", "device", "value",
-"unit", "verdict", "threshold", "message", "hint", "note", "subject", "samples", "runs", "attempts",
-"method", "warnings", "where", "duration_s"}]}``. ``samples`` holds every sample of the
+"unit", "verdict", "threshold", "message", "hint", "note", "subject", "cache_bound", "samples", "runs",
+"attempts", "method", "warnings", "where", "duration_s"}]}``. ``samples`` holds every sample of the
 judged measurement (of every run with ``repeats``), ``runs`` each run's value, and
 ``attempts`` the earlier measurements a ``retries`` re-measurement replaced, each with
 its value, verdict and samples. ``counts`` holds how many results had each verdict (every
@@ -58,6 +58,7 @@ def to_dict(report: RunReport) -> dict[str, Any]:
                 "hint": r.hint,
                 "note": r.note,
                 "subject": r.subject or None,
+                "cache_bound": r.cache_bound,
                 "samples": list(r.samples),
                 "runs": list(r.runs),
                 "attempts": [{"value": a.value, "verdict": a.verdict, "samples": list(a.samples)}
