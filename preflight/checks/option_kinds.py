@@ -1,8 +1,7 @@
 """The kinds of option a check declares (``Option.kind``), one row each: its parser, JSON Schema and name in ``list``.
 
-fio declares every option once, in a table; here every kind of option is a row of ``KINDS``, which
-``config.coerce_option``, ``preflight schema`` and ``preflight list`` all read; a quantity of any
-``units.Dimension`` is one row too. A new kind is one row here, nothing elsewhere.
+As fio declares each option once in a table, ``KINDS`` is read by ``config.coerce_option``, ``preflight schema``
+and ``preflight list`` alike (a quantity of any ``units.Dimension`` is one row): a new kind is one row here.
 """
 
 from __future__ import annotations
@@ -37,8 +36,8 @@ class Located(Protocol):
 class Kind(NamedTuple):
     """One kind of option, as config reads it, an editor checks it and ``list`` names it."""
 
-    # (option, node, label, base) -> the value a check receives. Raises UnitError, said at the option, or a
-    # located ConfigError; relative paths are taken from ``base`` (``config.coerce_option`` chooses it).
+    # (option, node, label, base) -> the value a check receives, or UnitError (said at the option) or a located
+    # ConfigError; relative paths start at ``base``, which ``config.coerce_option`` chooses.
     parse: Callable[[Option, Located, str, str], Any]
     schema: Callable[[Option], dict[str, Any]]  # draft-07; ``commands.schema`` adds `measured`, help and default
     shown: Callable[[Option, bool], str]  # (option, markdown): `list`'s column, or docs/configuration.md's
@@ -152,19 +151,6 @@ def _quantity(option: Option, node: Located, label: str, base: str) -> float:
     return parse_quantity(node.value, option.kind)  # type: ignore[arg-type]
 
 
-def _fixed(schema: dict[str, Any]) -> Callable[[Option], dict[str, Any]]:
-    return lambda option: schema
-
-
-def _named(name: str) -> Callable[[Option, bool], str]:
-    return lambda option, markdown: name
-
-
-_PATHS = {"anyOf": [{"type": "array", "items": {"type": "string", "minLength": 1}}, {"type": "string", "minLength": 1}]}
-_SHAPE = {"anyOf": [{"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1},
-                    {"type": "string", "pattern": r"^\s*\d+(\s*,\s*\d+)*\s*$"}, ENV_REFERENCE]}
-
-
 def _whole(option: Option) -> dict[str, Any]:
     bounds = {"minimum": option.minimum, "maximum": option.maximum}
     whole = {"type": "integer", **{key: bound for key, bound in bounds.items() if bound is not None}}
@@ -175,10 +161,6 @@ def _code_schema(option: Option) -> dict[str, Any]:
     """A built-in name, "" where that is the default, or the job's "package.module:callable"."""
     names = [*option.choices, *([""] if option.default == "" else [])]
     return {"anyOf": [{"enum": names}, {"type": "string", "pattern": CODE_SPEC}, ENV_REFERENCE]}
-
-
-def _alternatives(option: Option, markdown: bool) -> str:
-    return " \\| ".join(option.choices) if markdown else "|".join(option.choices)
 
 
 def _code_shown(option: Option, markdown: bool) -> str:
@@ -194,17 +176,22 @@ def _quantity_shown(option: Option, markdown: bool) -> str:
     return "number" if dimension is Dimension.COUNT else f"{dimension.value} (`{example(dimension)}`)"
 
 
+_PATHS = {"anyOf": [{"type": "array", "items": {"type": "string", "minLength": 1}}, {"type": "string", "minLength": 1}]}
+_SHAPE = {"anyOf": [{"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1},
+                    {"type": "string", "pattern": r"^\s*\d+(\s*,\s*\d+)*\s*$"}, ENV_REFERENCE]}
+# Each row: how config parses the kind, its JSON Schema, and its name in `list` (plain) and in the docs (markdown).
 KINDS: dict[OptionKind, Kind] = {
-    "path": Kind(_path, lambda o: {"type": "string", "minLength": 1 if o.default != "" else 0}, _named("path")),
-    "paths": Kind(_paths, _fixed(_PATHS), _named("list of paths")),
-    "text": Kind(_text, _fixed({"type": "string", "minLength": 0}), _named("text")),
-    "int": Kind(_int, _whole, _named("int")),
+    "path": Kind(_path, lambda o: {"type": "string", "minLength": 1 if o.default != "" else 0}, lambda o, md: "path"),
+    "paths": Kind(_paths, lambda o: _PATHS, lambda o, md: "list of paths"),
+    "text": Kind(_text, lambda o: {"type": "string", "minLength": 0}, lambda o, md: "text"),
+    "int": Kind(_int, _whole, lambda o, md: "int"),
     "int_or_auto": Kind(_int_or_auto, lambda o: {"anyOf": [*_whole(o)["anyOf"], {"const": "auto"}]},
-                        _named("int or auto")),
-    "bool": Kind(_bool, _fixed({"type": "boolean"}), _named("bool")),
-    "choice": Kind(_choice, lambda o: {"anyOf": [{"enum": list(o.choices)}, ENV_REFERENCE]}, _alternatives),
-    "mapping": Kind(_mapping, _fixed({"type": "object"}), _named("mapping")),
-    "shape": Kind(_shape, _fixed(_SHAPE), _named("list of ints")),
+                        lambda o, md: "int or auto"),
+    "bool": Kind(_bool, lambda o: {"type": "boolean"}, lambda o, md: "bool"),
+    "choice": Kind(_choice, lambda o: {"anyOf": [{"enum": list(o.choices)}, ENV_REFERENCE]},
+                   lambda o, md: (" \\| " if md else "|").join(o.choices)),
+    "mapping": Kind(_mapping, lambda o: {"type": "object"}, lambda o, md: "mapping"),
+    "shape": Kind(_shape, lambda o: _SHAPE, lambda o, md: "list of ints"),
     "code": Kind(_code, _code_schema, _code_shown),
     **dict.fromkeys(Dimension, Kind(_quantity, lambda o: quantity(o.kind), _quantity_shown)),  # type: ignore[arg-type]
 }
