@@ -21,10 +21,18 @@ from preflight.units import UNITS, Dimension
 
 DRAFT_07 = "http://json-schema.org/draft-07/schema#"
 _VERSION = r"^\d+(\.\d+)*$"
-_SETTING_DIMENSIONS = {"timeout": Dimension.DURATION, "duration": Dimension.DURATION,
-                       "retry_margin": Dimension.PERCENT}
-_WHOLE_SETTINGS = {"repeats": (1, config.MAX_REPEATS, "runs of the check; the median of their values is judged"),
-                   "retries": (0, config.MAX_RETRIES, "re-measurements of a miss within retry_margin of its bound")}
+# Each instance setting (config.INSTANCE_KEYS but `check`), also the keys of `defaults:`.
+_SETTINGS = {
+    "timeout": {**quantity(Dimension.DURATION), "description": "timeout of each check"},
+    "duration": {**quantity(Dimension.DURATION), "description": "duration of each check"},
+    "severity": {"enum": list(config.SEVERITIES), "description": "fail: a miss fails the gate; warn: reported only"},
+    "required": {"type": "boolean", "description": "false: an unmeasurable metric is skipped, not failed"},
+    "repeats": {"type": "integer", "minimum": 1, "maximum": config.MAX_REPEATS,
+                "description": "runs of the check; the median of their values is judged"},
+    "retries": {"type": "integer", "minimum": 0, "maximum": config.MAX_RETRIES,
+                "description": "re-measurements of a miss within retry_margin of its bound"},
+    "retry_margin": {**quantity(Dimension.PERCENT), "description": "retry_margin of each check"},
+}
 
 
 def build() -> dict[str, Any]:
@@ -51,7 +59,7 @@ def build() -> dict[str, Any]:
     }
     top = {"version": {"const": 1, "description": "format of this file"},
            "defaults": {"type": "object", "additionalProperties": False,
-                        "properties": {key: _setting(key) for key in config.DEFAULTS}},
+                        "properties": {key: _SETTINGS[key] for key in config.DEFAULTS}},
            "fleet": _fleet(),
            "checks": checks,
            "baseline": {"type": "string", "minLength": 1,
@@ -79,31 +87,16 @@ def _fleet() -> dict[str, Any]:
         "backend": {"enum": list(config.BACKENDS), "description": "auto: nccl when every local rank has a GPU"},
         "median_ratio": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1,
                          "description": "flag a node below this fraction of the fleet median"},
-        "severity": _setting("severity"),
+        "severity": _SETTINGS["severity"],
     }
     assert tuple(properties) == tuple(config.FLEET_DEFAULTS), "config's fleet keys changed: update the schema"
     return {"type": "object", "additionalProperties": False, "properties": properties,
             "description": "how a torchrun fleet run joins, waits and compares nodes"}
 
 
-def _setting(key: str) -> dict[str, Any]:
-    if key == "severity":
-        return {"enum": list(config.SEVERITIES), "description": "fail: a miss fails the gate; warn: reported only"}
-    if key == "required":
-        return {"type": "boolean", "description": "false: an unmeasurable metric is skipped, not failed"}
-    if key == "check":
-        raise KeyError(key)
-    if key in _WHOLE_SETTINGS:
-        low, high, help = _WHOLE_SETTINGS[key]
-        return {"type": "integer", "minimum": low, "maximum": high, "description": help}
-    return {**quantity(_SETTING_DIMENSIONS[key]), "description": f"{key} of each check"}
-
-
 def _instance(name: str, check: Any) -> dict[str, Any]:
     properties: dict[str, Any] = {"check": {"const": name, "description": f"run the `{name}` check"}}
-    for key in config.INSTANCE_KEYS:
-        if key != "check":
-            properties[key] = _setting(key)
+    properties.update({key: _SETTINGS[key] for key in config.INSTANCE_KEYS if key != "check"})
     properties.update({option.name: _option(option) for option in check.OPTIONS})
     properties.update({metric.name: _threshold(metric) for metric in check.METRICS})
     found = {"type": "object", "description": check.HELP, "additionalProperties": False, "properties": properties}
@@ -148,7 +141,7 @@ def _option(option: Option) -> dict[str, Any]:
 
 def _threshold(metric: Metric) -> dict[str, Any]:
     description = f"{metric.help} [{metric.unit or 'count'}]"
-    severity = _setting("severity")
+    severity = _SETTINGS["severity"]
     if metric.is_text:
         match = {"type": "string", "minLength": 1, "format": "regex",
                  "description": "a regular expression searched in the text (re.search)"}
