@@ -238,7 +238,7 @@ def _judge_one(instance: Instance, metric: Metric, threshold: Threshold, m: Meas
         # No metric hint here: it names the fix for a bad value ("replace the GPU"), and nothing was
         # measured; the reason says what stopped the measurement and how to fix that.
         return Result.of(instance, m, verdict, message, **common)
-    measured = _said(m.value, metric, "" if metric.is_version else metric.unit)
+    measured = said(m.value, metric, "" if metric.is_version else metric.unit)
     ok = _within(m.value, threshold, metric)
     verdict = "pass" if ok else threshold.severity
     message = f"measured {measured}, required {required}"
@@ -272,9 +272,10 @@ def _judge_one(instance: Instance, metric: Metric, threshold: Threshold, m: Meas
     return Result.of(instance, m, verdict, message, hint=hint, config_error=config_error, **common)
 
 
-def _said(value: float | str | None, metric: Metric, unit: str) -> str:
-    """A measured value in a message: ``yes``/``no`` for a flag (``Metric.flag``), else ``format_value``'s words."""
-    if metric.flag and isinstance(value, (int, float)):
+def said(value: float | str | None, metric: Metric | None, unit: str) -> str:
+    """A value as people read it, in messages and reports: ``yes``/``no`` for a flag (``Metric.flag``), a version
+    or a name as it is, else ``format_value``'s words (``-`` for none)."""
+    if metric is not None and metric.flag and isinstance(value, (int, float)):
         return "yes" if value else "no"
     return format_value(value, "" if unit in ("version", "text") else unit)
 
@@ -305,7 +306,7 @@ def _hint(metric: Metric, instance: Instance, measured: str, required: str, thre
 
 
 def _info(instance: Instance, metric: Metric, m: Measurement, duration_s: float) -> Result:
-    text = _said(m.value, metric, m.unit)
+    text = said(m.value, metric, m.unit)
     message = f"measured {text} (no threshold)" + (f"; {m.note}" if m.note else "")
     return Result.of(instance, m, "info", message, m.unit, duration_s)
 

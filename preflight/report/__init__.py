@@ -20,8 +20,7 @@ from typing import Mapping, Sequence
 
 from preflight import __version__
 from preflight.errors import UsageError
-from preflight.units import format_value
-from preflight.verdict import Result, exit_code
+from preflight.verdict import Result, exit_code, said
 
 
 @dataclass(frozen=True)
@@ -55,16 +54,8 @@ def tally(counts: Mapping[str, int], info: bool = True) -> str:
 
 
 def shown_value(result: Result) -> str:
-    """``result``'s value as a person reads it: ``982 MB/s``, a version or a name as it is, ``yes``/``no`` for a
-    flag (``Metric.flag``: ``storage.read_only``); ``-`` when there is none."""
-    if isinstance(result.value, (int, float)) and is_flag(result):
-        return "yes" if result.value else "no"
-    return format_value(result.value, "" if result.unit in ("version", "text") else result.unit)
-
-
-def is_flag(result: Result) -> bool:
-    """Whether ``result``'s metric is a yes/no fact measured as 1 or 0."""
-    return bool(result.declared and result.declared.flag)
+    """``result``'s value as a person reads it (``verdict.said``): ``982 MB/s``, ``yes`` for ``storage.read_only``."""
+    return said(result.value, result.declared, result.unit)
 
 
 def build(config_path: str, config_digest: str, results: Sequence[Result], started: datetime,
