@@ -1,15 +1,4 @@
-"""Load and validate thresholds.yaml into instances of checks with their thresholds.
-
-The file's shape (see DESIGN.md and docs/configuration.md)::
-
-    version: 1
-    defaults: {timeout: 120s, duration: 5s, severity: fail}
-    fleet: {timeout: 300s, backend: auto, median_ratio: 0.5, severity: fail}   # torchrun runs only
-    checks:
-      <instance>:                 # the instance name is the check name...
-        check: <check>            # ...unless `check:` names another
-        <option>: <value>         # from the check's OPTIONS table
-        <metric>: {min: <quantity>, max: <quantity>, severity: fail|warn}
+"""Load and validate thresholds.yaml (its shape: docs/configuration.md) into instances of checks with thresholds.
 
 Every error is a ``ConfigError`` located at ``FILE:LINE:COL`` with the fix; ``load`` gathers every one
 the file has (``errors.Found``) and raises them together, so one run reports them all.

@@ -44,13 +44,9 @@ class Kind(NamedTuple):
 
 
 def quantity(dimension: Dimension, relative: bool = False) -> dict[str, Any]:
-    """A quantity of ``dimension`` as units.parse_quantity accepts it (bare numbers only for counts); with
-    ``relative``, also ``90% of baseline``.
-
-    One schema with one ``pattern``, not an ``anyOf`` of forms: an editor then says what is wrong with a
-    bad unit (``patternErrorMessage``, which VS Code's and yaml-language-server's JSON service show, with the
-    units of the dimension) instead of "is not valid under any of the given schemas".
-    """
+    """The schema of a quantity of ``dimension`` as units.parse_quantity reads it (``relative``: or ``90% of
+    baseline``). One ``pattern``, not an ``anyOf`` of forms, so that an editor names the units a bad one missed
+    (``patternErrorMessage``, shown by yaml-language-server) instead of "not valid under any of the given schemas"."""
     symbols = sorted((s for s, u in UNITS.items() if u.dimension is dimension and s), key=len, reverse=True)
     unit = "(" + "|".join(re.escape(s) for s in symbols) + ")" if symbols else ""
     forms = [rf"^\s*{_NUMBER}\s*{unit}\s*$", ENV_REFERENCE["pattern"]] + ([_RELATIVE] if relative else [])

@@ -1,11 +1,8 @@
 """``preflight schema``: the draft-07 JSON Schema of thresholds.yaml, generated, never written.
 
-Built from the same definitions ``config.py`` validates with: the check registry's
-OPTIONS and METRICS tables, each option's row of ``checks.option_kinds.KINDS``, and
-config's key constants. Editors use it through the yaml-language-server modeline
-``# yaml-language-server: $schema=thresholds.schema.json``. Strings may hold environment
-references anywhere (``$VAR``, ``${VAR:-default}``, ...: see ``interpolation``, expanded
-before validation), so every string schema also accepts a string containing one.
+Built from what ``config.py`` validates with (the checks' OPTIONS and METRICS, each option's row of
+``checks.option_kinds.KINDS``, config's keys), for editors (docs/configuration.md, "Editor support").
+A string may hold an environment reference (``interpolation``), so every string schema accepts one.
 """
 
 from __future__ import annotations

@@ -6,20 +6,10 @@ so two fleets pair node by node; a single node's report set against a fleet's is
 each of its nodes. Two single-node reports pair by id whatever their hosts: the same node over
 time, or two nodes side by side.
 
-A change is *beyond noise* when the new value differs from the old by more than the metric's
-band (``noise.band``: three standard deviations of the difference between two runs, from the
-metric's measured run-to-run floor, each run's repeats and both runs' samples). Judged are the
-performance metrics (a measured rate or latency, ``Metric.is_performance``) and any numeric
-metric the user gated (a threshold in either run, such as ``throughput_vs_required``), in the
-direction its threshold or the metric says is better; a fact (no threshold and no rate: a count,
-a size, a version) is shown and never judged. An exact count (``Metric.is_count``: GPUs, Xid
-lines, unreadable files, workers, a flag) has no noise band: any difference is a change, and a
-gated one that got worse is judged by ``fail_on`` as a rate is (8 GPUs to 7 is 12.5% worse; a count
-that leaves 0 is worse by more than any ``fail_on``); so has a gated size read once, with no samples
-(``read_size``: /dev/shm's size, free space). A judged metric *regressed* when it moved the
-wrong way beyond noise and by more than ``fail_on`` (a fraction). A figure either run sampled over
-under ``sampling.MIN_SPAN_S`` (its row warns ``short: ``) is *too short to compare*: shown, never
-judged, since the scheduler, not the device, set it (``short_of``).
+A change is *beyond noise* past the metric's band (``noise.band``); what is judged and in which
+direction, exact counts and sizes read once (no band), *regressed* (beyond noise and past
+``fail_on``) and figures *too short to compare* (``short_of``) are as docs/reports.md
+("Comparing two runs") says, with the measurements behind each rule.
 """
 
 from __future__ import annotations
