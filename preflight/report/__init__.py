@@ -79,11 +79,8 @@ def build(config_path: str, config_digest: str, results: Sequence[Result], start
 
 
 def host_facts(config_path: str, config_digest: str = "") -> dict[str, str]:
-    """What every report says about the host, without importing torch.
-
-    Keys: hostname, preflight, python, platform, torch, cuda (torch's CUDA runtime, read
-    from ``torch/version.py``), config, config_sha256 (empty when the config was unreadable).
-    """
+    """What every report says about the host, without importing torch (config_sha256 is "" for an unreadable
+    config)."""
     return {
         "hostname": socket.gethostname(),
         "preflight": __version__,
