@@ -405,9 +405,8 @@ def _refuse_without_factory(name: str, option: Option, options: Mapping[str, Any
 
 
 def coerce_option(option: Option, node: Located | None, label: str, base: str = ".") -> Any:
-    """Parse one option value (or its default, written as a user would) with its kind's parser
-    (``option_kinds.KINDS``): a quantity in base units (bytes, seconds), ``paths`` made absolute from ``base``
-    (the config file's directory; the working directory for a ``--set`` value), and so on.
+    """Parse one option value (or its default, written as a user would) with its kind's parser (``option_kinds``),
+    relative paths from ``base`` (the config file's directory; the working directory for a ``--set`` value).
 
     Raises:
         ConfigError: the value does not fit the option's kind, choices or limits.

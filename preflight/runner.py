@@ -438,13 +438,9 @@ Done = Mapping[str, "tuple[Sequence[Result], Outcome]"]  # instance name -> its 
 
 
 def resolve(instance: Instance, done: Done) -> Instance:
-    """``instance`` with each option that reads a producer filled in from the producer's run in ``done``.
-
-    The option's ``Produced`` gains ``value`` (the fastest device's figure, in the metric's
-    unit) and ``source``, or ``reason`` when the producer did not run, errored, failed its own
-    threshold or could not measure: the consumer then reports its dependent metrics unmeasurable
-    with that reason (fail closed), never a figure from another run.
-    """
+    """``instance`` with each option that reads a producer (``Produced``) given the fastest device's figure of the
+    producer's run in ``done``, or the reason there is none (it did not run, errored, failed its own threshold or
+    could not measure): the consumer then fails closed with that reason, never takes a figure from another run."""
     options = dict(instance.options)
     for option in CHECKS[instance.check].OPTIONS:
         wanted = options[option.name]

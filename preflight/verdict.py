@@ -60,14 +60,13 @@ class Attempt:
     samples: tuple[float, ...]
 
 
-# The fields a result takes from its measurement as they are, in ``Result.of`` alone.
 MEASURED = ("device", "value", "samples", "method", "stopped", "warnings", "runs", "note", "subject", "cache_bound")
 
 
 @dataclass(frozen=True)
 class Result:
     """One judged (or reported) metric on one target; the unit every report renders, whole without its
-    ``Measurement`` (a report read back, a fleet's gathered rows), so it keeps the fields in ``MEASURED``."""
+    ``Measurement`` (a report read back, a fleet's gathered rows): ``Result.of`` alone copies its ``MEASURED``."""
 
     instance: str
     check: str

@@ -41,15 +41,12 @@ class Located(NamedTuple):
         return self.key_where or self.where
 
     def plain(self) -> Any:
-        """This tree's mappings, lists and scalars, where each was written forgotten (a default from a check's
-        table holds plain values already)."""
-        def strip(item: Any) -> Any:
-            value = item.value if isinstance(item, Located) else item
-            if isinstance(value, dict):
-                return {key: strip(child) for key, child in value.items()}
-            return [strip(child) for child in value] if isinstance(value, list) else value
-
-        return strip(self)
+        """This tree's mappings, lists and scalars, where each was written forgotten (a check's default is plain)."""
+        def of(item: Any) -> Any:
+            return item.plain() if isinstance(item, Located) else item
+        if isinstance(self.value, dict):
+            return {key: of(child) for key, child in self.value.items()}
+        return [of(child) for child in self.value] if isinstance(self.value, list) else self.value
 
     def __repr__(self) -> str:  # as NamedTuple writes it, `merged_at` only when set (messages quote values)
         fields = [f"{name}={getattr(self, name)!r}" for name in self._fields

@@ -51,9 +51,9 @@ _Named = TypedDict("_Named", {"from": str, "metric": str})
 
 
 class Produced(_Named, total=False):
-    """What an option read from a producer (``Option.measured_by``) holds: the instance and metric config names, then
-    from ``runner.resolve`` the figure (in the metric's unit) and its ``source``, or the ``reason`` there is none.
-    A dict, not a tuple: options reach the worker as JSON."""
+    """An option read from a producer (``Option.measured_by``): the instance and metric config names, then, from
+    ``runner.resolve``, the figure in the metric's unit and its ``source``, or the ``reason`` there is none.
+    A dict: options reach the worker as JSON."""
 
     value: float
     source: str

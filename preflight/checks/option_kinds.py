@@ -143,10 +143,6 @@ def _paths(option: Option, node: Located, label: str, base: str) -> list[str]:
     return found
 
 
-def _quantity(option: Option, node: Located, label: str, base: str) -> float:
-    return parse_quantity(node.value, option.kind)  # type: ignore[arg-type]
-
-
 def _whole(option: Option) -> dict[str, Any]:
     bounds = {"minimum": option.minimum, "maximum": option.maximum}
     whole = {"type": "integer", **{key: bound for key, bound in bounds.items() if bound is not None}}
@@ -189,7 +185,8 @@ KINDS: dict[OptionKind, Kind] = {
     "mapping": Kind(_mapping, lambda o: {"type": "object"}, lambda o, md: "mapping"),
     "shape": Kind(_shape, lambda o: _SHAPE, lambda o, md: "list of ints"),
     "code": Kind(_code, _code_schema, _code_shown),
-    **dict.fromkeys(Dimension, Kind(_quantity, lambda o: quantity(o.kind), _quantity_shown)),  # type: ignore[arg-type]
+    **dict.fromkeys(Dimension, Kind(lambda o, node, label, base: parse_quantity(node.value, o.kind),  # type: ignore
+                                    lambda o: quantity(o.kind), _quantity_shown)),  # type: ignore[arg-type]
 }
 
 
