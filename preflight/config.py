@@ -1,15 +1,4 @@
-"""Load and validate thresholds.yaml into instances of checks with their thresholds.
-
-The file's shape (see DESIGN.md and docs/configuration.md)::
-
-    version: 1
-    defaults: {timeout: 120s, duration: 5s, severity: fail}
-    fleet: {timeout: 300s, backend: auto, median_ratio: 0.5, severity: fail}   # torchrun runs only
-    checks:
-      <instance>:                 # the instance name is the check name...
-        check: <check>            # ...unless `check:` names another
-        <option>: <value>         # from the check's OPTIONS table
-        <metric>: {min: <quantity>, max: <quantity>, severity: fail|warn}
+"""Load and validate thresholds.yaml (its shape: docs/configuration.md) into instances of checks with thresholds.
 
 Every error is a ``ConfigError`` located at ``FILE:LINE:COL`` with the fix; ``load`` gathers every one
 the file has (``errors.Found``) and raises them together, so one run reports them all.
@@ -26,8 +15,9 @@ from typing import Any, Iterable, Literal, Mapping, NamedTuple
 from preflight import baseline as baselines
 from preflight import yaml_source
 from preflight.checks import CHECKS, usercode
-from preflight.checks.base import Budget, Metric, Option
-from preflight.errors import INVALID, ConfigError, ConfigErrors, Found, UsageError
+from preflight.checks.base import Budget, Metric, Option, Produced
+from preflight.checks.option_kinds import KINDS
+from preflight.errors import INVALID, ConfigError, ConfigErrors, Found, UsageError, suggest
 from preflight.units import UNITS, Dimension, UnitError, example, parse_quantity, to_unit
 from preflight.yaml_source import OVERRIDE_PREFIX, Located
 
@@ -136,7 +126,7 @@ class Config(NamedTuple):
         names = [instance.name for instance in self.instances]
         for name in wanted:
             if name not in names:
-                raise UsageError(f"{flag} {name}: no such check instance in {self.path}{_suggest(name, names)}")
+                raise UsageError(f"{flag} {name}: no such check instance in {self.path}{suggest(name, names)}")
         return wanted
 
 
@@ -250,7 +240,7 @@ def _fleet(root: Located, found: Found) -> FleetSettings:
     backend = given["backend"].value if "backend" in given else "auto"
     if backend not in BACKENDS:
         found.add(ConfigError(given["backend"].where, f"`fleet.backend` must be one of {', '.join(BACKENDS)}, "
-                              f"found {backend!r}{_suggest(str(backend), BACKENDS)}"))
+                              f"found {backend!r}{suggest(str(backend), BACKENDS)}"))
     ratio = given["median_ratio"].value if "median_ratio" in given else FLEET_DEFAULTS["median_ratio"]
     if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio < 1:
         found.add(ConfigError(given["median_ratio"].where, "`fleet.median_ratio` must be a number between 0 and 1, "
@@ -275,7 +265,7 @@ def _instance(name: str, node: Located, defaults: Mapping[str, Any], baseline: b
     check_name = _text(body["check"]) if "check" in body else name
     if check_name not in CHECKS:
         where = body["check"].where if "check" in body else node.key_location
-        suggestion = _suggest(check_name, CHECKS)
+        suggestion = suggest(check_name, CHECKS)
         raise ConfigError(where, f"unknown check `{check_name}`" + (f"{suggestion} Or add" if suggestion else ": add")
                           + f" `check: <name>` to make `{name}` an instance of a known check")
     check = CHECKS[check_name]
@@ -415,57 +405,20 @@ def _refuse_without_factory(name: str, option: Option, options: Mapping[str, Any
 
 
 def coerce_option(option: Option, node: Located | None, label: str, base: str = ".") -> Any:
-    """Parse one option value (or its default, written as a user would) into its type.
-
-    Quantities become base units (bytes, seconds); ``int_or_auto`` gives an int or "auto";
-    ``paths`` gives absolute directories, relative ones taken from ``base`` (the config file's
-    directory; the working directory for a ``--set`` value); ``mapping`` gives plain values.
+    """Parse one option value (or its default, written as a user would) with its kind's parser (``option_kinds``),
+    relative paths from ``base`` (the config file's directory; the working directory for a ``--set`` value).
 
     Raises:
-        ConfigError: the value does not fit the option's kind, choices or minimum.
+        ConfigError: the value does not fit the option's kind, choices or limits.
     """
     if node is None:
         node = Located(option.default, f"default of {label}")
-    value, where, kind = node.value, node.where, option.kind
+    value, where = node.value, node.where
     if option.measured_by and (value == "measured" or isinstance(value, dict)):
         return _producer(option, node, label)
+    base = os.getcwd() if where.startswith(OVERRIDE_PREFIX) else base
     try:
-        if isinstance(kind, Dimension):
-            result: Any = parse_quantity(value, kind)
-        elif kind == "bool":
-            if not isinstance(value, bool):
-                raise UnitError(f"expected true or false, found {value!r}")
-            result = value
-        elif kind == "paths":
-            return _directories(node, label, os.getcwd() if where.startswith(OVERRIDE_PREFIX) else base)
-        elif kind == "mapping":
-            if not isinstance(value, dict):
-                raise UnitError(f"expected a mapping of names to values, like {{root: /data, size: 224}}, "
-                                f"found {value!r}")
-            return plain(node)
-        elif kind == "shape":
-            return _shape([v.value if isinstance(v, Located) else v for v in value] if isinstance(value, list)
-                          else value)
-        elif kind in ("int", "int_or_auto"):
-            if kind == "int_or_auto" and value == "auto":
-                return "auto"
-            if isinstance(value, str) and value.strip().isdigit():
-                value = int(value)
-            if isinstance(value, bool) or not isinstance(value, int):
-                expected = "a whole number or `auto`" if kind == "int_or_auto" else "a whole number"
-                raise UnitError(f"expected {expected}, found {value!r}")
-            result = value
-        else:
-            if value is None or isinstance(value, (bool, dict, list)):
-                raise UnitError(f"expected text, found {value!r}")
-            result = str(value)
-            if kind == "choice" and result not in option.choices:
-                raise UnitError(f"expected one of {', '.join(option.choices)}, found {result!r}"
-                                f"{_suggest(result, option.choices)}")
-            if kind == "path" and not result and option.default != "":  # "" names no dataset (checks.subject)
-                raise UnitError("expected a path, found an empty string")
-            if kind == "code" and result not in option.choices and (result or option.default):
-                _refuse_malformed_code(result, option.choices)
+        result = KINDS[option.kind].parse(option, node, label, base)
     except UnitError as error:
         measured = f", or `measured` (the `{option.measured_by[0]}` instance's figure)" if option.measured_by else ""
         raise ConfigError(where, f"`{label}`: {error}{measured}") from None
@@ -476,18 +429,7 @@ def coerce_option(option: Option, node: Located | None, label: str, base: str = 
     return result
 
 
-def _refuse_malformed_code(spec: str, builtin: tuple[str, ...]) -> None:
-    """A ``code`` option's value that is not a built-in name must name the job's code, ``"package.module:callable"``.
-
-    Raises:
-        UnitError: it does not have that form (a typo of a built-in name is suggested).
-    """
-    if usercode.spec_error(spec):
-        names = f"{', '.join(builtin)} or " if builtin else ""
-        raise UnitError(f"expected {names}\"package.module:callable\", found {spec!r}{_suggest(spec, builtin)}")
-
-
-def _producer(option: Option, node: Located, label: str) -> dict[str, str]:
+def _producer(option: Option, node: Located, label: str) -> Produced:
     """``measured`` or ``{from: <instance>}``: the instance whose figure supplies the option (checked in ``_producers``)."""
     check, metric = option.measured_by
     if node.value == "measured":
@@ -520,44 +462,7 @@ def _producers(instances: tuple[Instance, ...], path: str, found: Found) -> None
                 found.add(ConfigError(where, f"`{instance.name}.{option.name}` reads {metric} from a `{check}` "
                                       f"instance, but {named}: add `{check}:` under checks, or name one with "
                                       f"`{option.name}: {{from: <instance>}}`"
-                                      f"{_suggest(producer, [n for n, c in kinds.items() if c == check])}"))
-
-
-def _shape(value: Any) -> list[int]:
-    """A ``shape`` option: ``[3, 224, 224]``, or ``"3,224,224"`` as ``--set`` and ``${VAR}`` give it."""
-    parts = value.split(",") if isinstance(value, str) else value
-    if isinstance(parts, list) and parts and all(isinstance(p, int) and not isinstance(p, bool) or
-                                                 isinstance(p, str) and p.strip().isdigit() for p in parts):
-        shape = [int(p) for p in parts]
-        if all(size > 0 for size in shape):
-            return shape
-    raise UnitError(f"expected a shape, a list of positive whole numbers like [3, 224, 224], found {value!r}")
-
-
-def _directories(node: Located, label: str, base: str) -> list[str]:
-    """A ``paths`` option: a list of directories (or one, as ``--set`` gives it), each made absolute from ``base``."""
-    entries = node.value if isinstance(node.value, list) else [node]
-    found = []
-    for entry in entries:
-        if not isinstance(entry, Located) or not isinstance(entry.value, str) or not entry.value:
-            shown = entry.value if isinstance(entry, Located) else entry
-            raise ConfigError(getattr(entry, "where", node.where), f"`{label}`: expected a list of directories, "
-                              f"like [src], found {shown!r}")
-        directory = os.path.normpath(os.path.join(base, os.path.expanduser(entry.value)))
-        if not os.path.isdir(directory):
-            raise ConfigError(entry.where, f"`{label}`: {entry.value} ({directory}) is not a directory: paths here "
-                              f"are relative to the config file's directory ({base})")
-        found.append(directory)
-    return found
-
-
-def plain(node: Located) -> Any:
-    """The plain value of a ``Located`` tree (mappings, lists and scalars), where each was written forgotten."""
-    if isinstance(node.value, dict):
-        return {key: plain(child) for key, child in node.value.items()}
-    if isinstance(node.value, list):
-        return [plain(child) for child in node.value]
-    return node.value
+                                      f"{suggest(producer, [n for n, c in kinds.items() if c == check])}"))
 
 
 def _threshold(metric: Metric, node: Located, default_severity: Severity, instance: str,
@@ -689,17 +594,10 @@ def _reject_unknown(body: Mapping[str, Located], allowed: Iterable[str]) -> None
         ConfigError: one unknown key; ``ConfigErrors`` for several.
     """
     allowed = tuple(allowed)
-    errors = [ConfigError(node.key_location, f"unknown key `{key}`{_suggest(key, allowed)}"
+    errors = [ConfigError(node.key_location, f"unknown key `{key}`{suggest(key, allowed)}"
                           + (f" (merged here by the `<<` at {node.merged_at})" if node.merged_at else ""))
               for key, node in body.items() if key not in allowed]
     if len(errors) > 1:
         raise ConfigErrors(errors)
     if errors:
         raise errors[0]
-
-
-def _suggest(word: str, candidates: Iterable[str]) -> str:
-    import difflib  # only for a mistake: `validate` of a good file never pays for it
-
-    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
-    return f": did you mean `{close[0]}`?" if close else ""

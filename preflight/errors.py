@@ -5,7 +5,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: the CLI imports this module to start
 if TYPE_CHECKING:
-    from typing import Callable, TypeVar
+    from typing import Callable, Iterable, TypeVar
 
     T = TypeVar("T")
 
@@ -109,3 +109,11 @@ def _position(where: str, found: int) -> tuple[int, int, int, int]:
     if head and line.isdigit() and tail.isdigit():
         return (0, int(line), int(tail), found)
     return (1, 0, 0, found)
+
+
+def suggest(word: str, candidates: Iterable[str]) -> str:
+    """``: did you mean `seq_read`?`` for the candidate closest to a mistyped ``word``; "" when none is close."""
+    import difflib  # only for a mistake: `validate` of a good file never pays for it
+
+    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return f": did you mean `{close[0]}`?" if close else ""

@@ -52,9 +52,10 @@ from preflight.io import scratch, tempdir
 from preflight.io.dataset import Dataset
 from preflight.host.cgroup_memory import OomWatch
 from preflight.checks import CHECKS
+from preflight.checks.base import Produced
 from preflight.config import Config, Instance
 from preflight.measurement import Measurement, combine
-from preflight.verdict import Outcome, Result, judge, near_miss, record_attempts
+from preflight.verdict import Outcome, Result, judge, near_miss, record_attempts, storage_first
 
 LOG_TAIL_BYTES = 2000  # of a dead worker's output, quoted in its error
 KILL_GRACE_S = 5.0  # a killed worker's process group has this long to go; what is left is stuck, and abandoned
@@ -368,7 +369,8 @@ def _run(config: Config, progress: ProgressCallback, temp_dir: str, lock: node_l
             worker.stop()
         node.close()
     place = {instance.name: index for index, instance in enumerate(config.instances)}
-    return sorted(results, key=lambda result: place.get(result.instance, len(place)))  # stable: config order
+    # stable: config order; then the one hint that reads another instance's verdict (``verdict.storage_first``)
+    return storage_first(sorted(results, key=lambda result: place.get(result.instance, len(place))))
 
 
 def _in_the_way(instance: Instance, known: list[orphans.Orphan]) -> str:
@@ -438,39 +440,36 @@ Done = Mapping[str, "tuple[Sequence[Result], Outcome]"]  # instance name -> its 
 
 
 def resolve(instance: Instance, done: Done) -> Instance:
-    """``instance`` with each option that reads a producer filled in from the producer's run in ``done``.
-
-    The option's ``{"from", "metric"}`` gains ``value`` (the fastest device's figure, in the metric's
-    unit) and ``source``, or ``reason`` when the producer did not run, errored, failed its own
-    threshold or could not measure: the consumer then reports its dependent metrics unmeasurable
-    with that reason (fail closed), never a figure from another run.
-    """
+    """``instance`` with each option that reads a producer (``Produced``) given the fastest device's figure of the
+    producer's run in ``done``, or the reason there is none (it did not run, errored, failed its own threshold or
+    could not measure): the consumer then fails closed with that reason, never takes a figure from another run."""
     options = dict(instance.options)
     for option in CHECKS[instance.check].OPTIONS:
         wanted = options[option.name]
         if option.measured_by and isinstance(wanted, dict):
-            options[option.name] = {**wanted, **_figure(wanted["from"], wanted["metric"], done)}
+            options[option.name] = _figure(wanted, done)
     return instance._replace(options=options)
 
 
-def _figure(producer: str, metric: str, done: Done) -> dict[str, Any]:
+def _figure(wanted: Produced, done: Done) -> Produced:
+    producer, metric = wanted["from"], wanted["metric"]
     if producer not in done:
-        return {"reason": f"the `{producer}` instance did not run (left out with --only?): run both"}
+        return {**wanted, "reason": f"the `{producer}` instance did not run (left out with --only?): run both"}
     judged, outcome = done[producer]
     if outcome.error:
-        return {"reason": f"the `{producer}` instance errored: {outcome.error}"}
+        return {**wanted, "reason": f"the `{producer}` instance errored: {outcome.error}"}
     failed = next((r for r in judged if r.metric == metric and r.verdict == "fail"), None)
     if failed is not None:
-        return {"reason": f"`{failed.id}` failed: {failed.message}"}
+        return {**wanted, "reason": f"`{failed.id}` failed: {failed.message}"}
     rows = [m for m in outcome.measurements if m.metric == metric]
     missing = next((m for m in rows if not isinstance(m.value, (int, float))), None)
     if missing is not None or not rows:
         where = f"[{missing.device}]" if missing is not None and missing.device else ""
         why = missing.reason if missing is not None else "the check reported no value"
-        return {"reason": f"`{producer}.{metric}{where}` was not measured: {why}"}
+        return {**wanted, "reason": f"`{producer}.{metric}{where}` was not measured: {why}"}
     values = [float(m.value) for m in rows]  # type: ignore[arg-type]
-    return {"value": max(values), "source": f"{producer}.{metric}, fastest of {len(values)} "
-                                            f"device{'s' if len(values) != 1 else ''}"}
+    return {**wanted, "value": max(values), "source": f"{producer}.{metric}, fastest of {len(values)} "
+                                                       f"device{'s' if len(values) != 1 else ''}"}
 
 
 def _measure(worker: Worker | None, instance: Instance, temp_dir: str,

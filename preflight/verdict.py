@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Mapping, Sequence
 
-from preflight.checks import CHECKS
+from preflight.checks import CHECKS, metric_of
 from preflight.checks.base import Metric
 from preflight.config import Instance, Threshold
 from preflight.errors import EXIT_USAGE
@@ -60,9 +60,13 @@ class Attempt:
     samples: tuple[float, ...]
 
 
+MEASURED = ("device", "value", "samples", "method", "stopped", "warnings", "runs", "note", "subject", "cache_bound")
+
+
 @dataclass(frozen=True)
 class Result:
-    """One judged (or reported) metric on one target; the unit every report renders."""
+    """One judged (or reported) metric on one target; the unit every report renders, whole without its
+    ``Measurement`` (a report read back, a fleet's gathered rows): ``Result.of`` alone copies its ``MEASURED``."""
 
     instance: str
     check: str
@@ -87,11 +91,24 @@ class Result:
     stopped: str = ""  # why sampling stopped ("spread 2% <= 3% after 5 samples", "the pass over the data ended ...")
     # an ``error`` that is the config's or the job's code's mistake, no fault of the node's (``exit_code``)
     config_error: bool = False
+    cache_bound: bool = False  # the value may come from memory, not the device (``Measurement.cache_bound``)
+
+    @classmethod
+    def of(cls, instance: Instance, m: Measurement, verdict: Verdict, message: str, unit: str, duration_s: float,
+           **judged: Any) -> Result:
+        """``m`` as ``instance`` reports it, with what judging it added (``judged``: threshold, hint, ...)."""
+        return cls(instance.name, instance.check, m.metric, verdict, message, unit=unit, duration_s=duration_s,
+                   **{name: getattr(m, name) for name in MEASURED}, **judged)
 
     @property
     def id(self) -> str:
         base = f"{self.instance}.{self.metric}" if self.metric else self.instance
         return f"{base}[{self.device}]" if self.device else base
+
+    @property
+    def declared(self) -> Metric | None:
+        """The metric's row in its check's table; None for no metric (a crash, a fleet comparison)."""
+        return metric_of(self.check, self.metric)
 
 
 def judge(instance: Instance, outcome: Outcome) -> list[Result]:
@@ -201,31 +218,26 @@ def _judge_one(instance: Instance, metric: Metric, threshold: Threshold, m: Meas
     result_id = f"{instance.name}.{metric.name}" + (f"[{m.device}]" if m.device else "")
     absolute = against_baseline(threshold, result_id)
     if absolute is None:
-        return Result(instance.name, instance.check, metric.name, "error",
-                      f"the baseline has no value for {result_id}: save a baseline on a run that measured it",
-                      device=m.device, value=m.value, unit=metric.unit, samples=m.samples, duration_s=duration_s,
-                      method=m.method, stopped=m.stopped, where=threshold.where, required=requirement(threshold, metric.unit))
+        return Result.of(instance, m, "error", f"the baseline has no value for {result_id}: save a baseline on a run "
+                         f"that measured it", metric.unit, duration_s, where=threshold.where,
+                         required=requirement(threshold, metric.unit))
     required = requirement(absolute, metric.unit if not metric.is_version else "")
     if threshold.relative:
         shown = " and ".join(f"{fraction:.0%}" for fraction in threshold.relative.values())
         required += f" ({shown} of baseline {format_value(threshold.baseline[result_id], metric.unit)})"
     threshold = absolute
-    common: dict[str, Any] = dict(
-        instance=instance.name, check=instance.check, metric=metric.name, device=m.device, unit=metric.unit,
-        threshold=_bounds(threshold),
-        samples=m.samples, duration_s=duration_s, method=m.method, stopped=m.stopped, where=threshold.where, warnings=m.warnings,
-        required=required, runs=m.runs, note=m.note, subject=m.subject,
-    )
+    common: dict[str, Any] = dict(unit=metric.unit, duration_s=duration_s, threshold=_bounds(threshold),
+                                  where=threshold.where, required=required)
     if not m.measured and not m.applicable:
-        return Result(verdict="skip", message=f"not applicable: {m.reason}", **common)
+        return Result.of(instance, m, "skip", f"not applicable: {m.reason}", **common)
     if not m.measured:
         # A warn-severity threshold never blocks: unmeasured, it warns too (a fail one fails, DESIGN.md).
         verdict: Verdict = threshold.severity if instance.required else "skip"
         message = f"could not measure: {m.reason}; required {required}"
         # No metric hint here: it names the fix for a bad value ("replace the GPU"), and nothing was
         # measured; the reason says what stopped the measurement and how to fix that.
-        return Result(verdict=verdict, message=message, **common)
-    measured = _said(m.value, metric, "" if metric.is_version else metric.unit)
+        return Result.of(instance, m, verdict, message, **common)
+    measured = said(m.value, metric, "" if metric.is_version else metric.unit)
     ok = _within(m.value, threshold, metric)
     verdict = "pass" if ok else threshold.severity
     message = f"measured {measured}, required {required}"
@@ -256,12 +268,13 @@ def _judge_one(instance: Instance, metric: Metric, threshold: Threshold, m: Meas
     # A figure of the working directory, measured because the config named no dataset, judges the config, not the
     # node: like a path that does not exist (issue 35), its failure exits 2 and takes no node out of rotation.
     config_error = m.subject == "no_dataset" and verdict in GATING
-    return Result(verdict=verdict, message=message, value=m.value, hint=hint, config_error=config_error, **common)
+    return Result.of(instance, m, verdict, message, hint=hint, config_error=config_error, **common)
 
 
-def _said(value: float | str | None, metric: Metric, unit: str) -> str:
-    """A measured value in a message: ``yes``/``no`` for a flag (``Metric.flag``), else ``format_value``'s words."""
-    if metric.flag and isinstance(value, (int, float)):
+def said(value: float | str | None, metric: Metric | None, unit: str) -> str:
+    """A value as people read it, in messages and reports: ``yes``/``no`` for a flag (``Metric.flag``), a version
+    or a name as it is, else ``format_value``'s words (``-`` for none)."""
+    if metric is not None and metric.flag and isinstance(value, (int, float)):
         return "yes" if value else "no"
     return format_value(value, "" if unit in ("version", "text") else unit)
 
@@ -292,11 +305,9 @@ def _hint(metric: Metric, instance: Instance, measured: str, required: str, thre
 
 
 def _info(instance: Instance, metric: Metric, m: Measurement, duration_s: float) -> Result:
-    text = _said(m.value, metric, m.unit)
+    text = said(m.value, metric, m.unit)
     message = f"measured {text} (no threshold)" + (f"; {m.note}" if m.note else "")
-    return Result(instance.name, instance.check, m.metric, "info", message,
-                  device=m.device, value=m.value, unit=m.unit, samples=m.samples, duration_s=duration_s,
-                  method=m.method, stopped=m.stopped, warnings=m.warnings, runs=m.runs, note=m.note, subject=m.subject)
+    return Result.of(instance, m, "info", message, m.unit, duration_s)
 
 
 def _errors(instance: Instance, outcome: Outcome, thresholds: Mapping[str, Threshold]) -> list[Result]:
@@ -327,7 +338,7 @@ def storage_first(results: Sequence[Result]) -> list[Result]:
     the volume is slow as well and comes first. Nothing else changes: no verdict, no value.
     """
     slow = [r for r in results if r.check == "storage" and r.verdict in ("fail", "warn") and r.value is not None
-            and _metric_of(r).is_performance]
+            and r.declared is not None and r.declared.is_performance]
     if not slow:
         return list(results)
     said = ", ".join(f"{r.id} {format_value(r.value, r.unit)} (required {r.required})" for r in slow[:2])
@@ -335,10 +346,6 @@ def storage_first(results: Sequence[Result]) -> list[Result]:
              f"Dataset's own code if the loader is still slow")
     return [replace(r, hint=first) if r.check == "dataloader" and r.metric == "throughput"
             and r.subject == "job_dataset" and r.verdict in ("fail", "warn") else r for r in results]
-
-
-def _metric_of(result: Result) -> Metric:
-    return next(m for m in CHECKS[result.check].METRICS if m.name == result.metric)
 
 
 def judge_against_fleet(result: Result, median: float, nodes: int, ratio: float, severity: str) -> Result:
@@ -350,8 +357,8 @@ def judge_against_fleet(result: Result, median: float, nodes: int, ratio: float,
     Only a performance metric (``Metric.is_performance``) with a ``median`` above 0 is judged
     so (``report.merge`` chooses them); anything else is a ValueError.
     """
-    metric = next(m for m in CHECKS[result.check].METRICS if m.name == result.metric)
-    if not metric.is_performance or median <= 0:
+    metric = result.declared
+    if metric is None or not metric.is_performance or median <= 0:
         raise ValueError(f"{result.id} cannot be compared with a fleet median of {median}: "
                          f"only a performance metric with a median above 0 can")
     higher = metric.higher_is_better

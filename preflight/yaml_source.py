@@ -40,6 +40,14 @@ class Located(NamedTuple):
     def key_location(self) -> str:
         return self.key_where or self.where
 
+    def plain(self) -> Any:
+        """This tree's mappings, lists and scalars, where each was written forgotten (a check's default is plain)."""
+        def of(item: Any) -> Any:
+            return item.plain() if isinstance(item, Located) else item
+        if isinstance(self.value, dict):
+            return {key: of(child) for key, child in self.value.items()}
+        return [of(child) for child in self.value] if isinstance(self.value, list) else self.value
+
     def __repr__(self) -> str:  # as NamedTuple writes it, `merged_at` only when set (messages quote values)
         fields = [f"{name}={getattr(self, name)!r}" for name in self._fields
                   if name != "merged_at" or self.merged_at is not None]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from preflight.checks import collective, cuda, dataloader, model, p2p, pipeline, shm, storage, transfer, xid
-from preflight.checks.base import Check
+from preflight.checks.base import Check, Metric
 
 CHECKS: dict[str, Check] = {
     "cuda": cuda,
@@ -17,3 +17,8 @@ CHECKS: dict[str, Check] = {
     "p2p": p2p,
     "collective": collective,
 }
+
+
+def metric_of(check: str, name: str) -> Metric | None:
+    """``check``'s metric ``name``, from its table; None for a check or metric this version does not know."""
+    return next((m for m in getattr(CHECKS.get(check), "METRICS", ()) if m.name == name), None)

@@ -8,7 +8,7 @@ from the same tables. A check measures; it never sees a threshold.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, Mapping, NamedTuple, Protocol, Union, cast
+from typing import TYPE_CHECKING, Any, Literal, Mapping, NamedTuple, Protocol, TypedDict, Union, cast
 
 from preflight.units import UNITS, Dimension
 
@@ -17,14 +17,7 @@ if TYPE_CHECKING:
     from preflight.measurement import Measurement
 
 Scope = Literal["node", "fleet"]
-# "paths": a list of directories, relative to the config file's directory (``python_path``);
-# "mapping": keys to plain YAML values, passed on as they are (``dataset_args``);
-# "shape": a tensor shape, a list of positive whole numbers ([3, 224, 224]; "3,224,224" from --set);
-# "code": the job's code, "package.module:callable" (``usercode.spec_error``), or one of ``choices`` (built-in
-# names), or "" where that is the default: a malformed one is a config error before anything is imported.
-OptionKind = Union[Literal["path", "paths", "text", "int", "int_or_auto", "bool", "choice", "mapping", "shape",
-                           "code"],
-                   Dimension]
+OptionKind = Union[str, Dimension]  # a row of ``option_kinds.KINDS``: "int", "path", ..., or a quantity's dimension
 # What a performance figure is measured in: a rate or a latency. Only these are compared with
 # the fleet median; sizes, counts, flags, percentages, temperatures, versions and texts are facts
 # (or figures derived from a compared rate) and a node is never judged by its peers' facts.
@@ -51,8 +44,21 @@ class Option(NamedTuple):
     for_factory: tuple[str, ...] = ()
     # (check, metric) that may supply the value from another instance of the same run: written
     # `measured` (the instance named after that check) or `{from: <instance>}`; the runner runs
-    # that instance first and passes its judged figure (``runner.resolve``). () for none.
+    # that instance first and passes its judged figure (``Produced``). () for none.
     measured_by: tuple[str, str] = ()
+
+
+_Named = TypedDict("_Named", {"from": str, "metric": str})
+
+
+class Produced(_Named, total=False):
+    """An option read from a producer (``Option.measured_by``): the instance and metric config names, then, from
+    ``runner.resolve``, the figure in the metric's unit and its ``source``, or the ``reason`` there is none.
+    A dict: options reach the worker as JSON."""
+
+    value: float
+    source: str
+    reason: str
 
 
 class Metric(NamedTuple):

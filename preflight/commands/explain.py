@@ -15,8 +15,8 @@ from preflight.checks import CHECKS
 from preflight.checks.base import Check, Metric, duration_help
 from preflight.commands.list_checks import Columns, metric_lines, option_lines, unit_name
 from preflight import config
-from preflight.config import Config, Instance, Threshold, _suggest
-from preflight.errors import UsageError
+from preflight.config import Config, Instance, Threshold
+from preflight.errors import UsageError, suggest
 from preflight.report.console import terminal_width, wrap
 from preflight.units import UNITS, example
 
@@ -43,14 +43,14 @@ def render(name: str, width: int | None = None, loaded: Config | None = None) ->
     else:
         known = {**dict.fromkeys(CHECKS), **instances}
         read = f", nor an instance of {loaded.path}" if loaded else ""
-        raise UsageError(f"unknown check `{head}`{read}{_suggest(head, known)} (`preflight list` shows the checks; "
+        raise UsageError(f"unknown check `{head}`{read}{suggest(head, known)} (`preflight list` shows the checks; "
                          f"`preflight explain {name} -c FILE` reads the instances of the file the run read)")
     check = CHECKS[check_name]
     if not metric_name:
         return _check(check_name, check, width, _thresholds(loaded, chosen, check.METRICS))
     metrics = {metric.name: metric for metric in check.METRICS}
     if metric_name not in metrics:
-        raise UsageError(f"`{head}` has no metric `{metric_name}`{_suggest(metric_name, metrics)} "
+        raise UsageError(f"`{head}` has no metric `{metric_name}`{suggest(metric_name, metrics)} "
                          f"(`preflight explain {head}` lists them)")
     return _metric(check_name, check, metrics[metric_name], width,
                    _thresholds(loaded, chosen, [metrics[metric_name]]))

@@ -10,10 +10,9 @@ from typing import Iterable, NamedTuple, Sequence
 
 from preflight.checks import CHECKS
 from preflight.checks.base import Check, Metric, Option, duration_help
-from preflight.config import _suggest
-from preflight.errors import UsageError
+from preflight.checks.option_kinds import shown
+from preflight.errors import UsageError, suggest
 from preflight.report.console import terminal_width, wrap
-from preflight.units import Dimension, example
 
 _DIRECTION = {True: "higher is better", False: "lower is better", None: "text"}
 
@@ -55,14 +54,14 @@ class Columns(NamedTuple):
         checks = list(checks)
         options = [option for check in checks for option in check.OPTIONS]
         metrics = [metric for check in checks for metric in check.METRICS]
-        return cls(max(len(o.name) for o in options), max(len(_kind(o, plain=True)) for o in options),
+        return cls(max(len(o.name) for o in options), max(len(shown(o)) for o in options),
                    max(len(_default(o)) for o in options), max(len(m.name) for m in metrics),
                    max(len(unit_name(m)) for m in metrics))
 
 
 def option_lines(option: Option, columns: Columns, width: int, indent: str) -> list[str]:
     """``name  kind  default D``, then the help beneath (``list`` and ``explain``)."""
-    head = (f"{indent}{option.name:<{columns.option}}  {_kind(option, plain=True):<{columns.kind}}  "
+    head = (f"{indent}{option.name:<{columns.option}}  {shown(option):<{columns.kind}}  "
             f"default {_default(option)}")
     return wrap(head, width, "", indent + "  ") + wrap(option.help, width, indent + "    ", indent + "    ")
 
@@ -81,7 +80,7 @@ def chosen(names: Sequence[str]) -> dict[str, Check]:
     """
     for name in names:
         if name not in CHECKS:
-            raise UsageError(f"list {name}: no such check{_suggest(name, CHECKS)} (`preflight list` shows them all; "
+            raise UsageError(f"list {name}: no such check{suggest(name, CHECKS)} (`preflight list` shows them all; "
                              f"an instance of your file is listed under its check)")
     return {name: check for name, check in CHECKS.items() if not names or name in names}
 
@@ -94,28 +93,13 @@ def render_markdown(checks: Sequence[str] = ()) -> str:
                   f"`duration`: {_escape(duration_help(check))}.", ""]
         if check.OPTIONS:
             lines += ["| parameter | kind | default | meaning |", "| --- | --- | --- | --- |"]
-            lines += [f"| `{o.name}` | {_kind(o)} | `{_default(o)}` | {_escape(o.help)} |" for o in check.OPTIONS]
+            lines += [f"| `{o.name}` | {shown(o, markdown=True)} | `{_default(o)}` | {_escape(o.help)} |"
+                      for o in check.OPTIONS]
             lines.append("")
         lines += ["| metric | unit | direction | what and how |", "| --- | --- | --- | --- |"]
         lines += [f"| `{m.name}` | {unit_name(m)} | {direction(m)} | {_escape(m.help)} |" for m in check.METRICS]
         lines.append("")
     return "\n".join(lines)
-
-
-def _kind(option: Option, plain: bool = False) -> str:
-    if isinstance(option.kind, Dimension):
-        measured = " or measured" if option.measured_by else ""
-        if plain:
-            return option.kind.value + measured
-        if option.kind is Dimension.COUNT:
-            return "number" + measured
-        return f"{option.kind.value} (`{example(option.kind)}`){' or `measured`' if measured else ''}"
-    if option.kind == "choice":
-        return "|".join(option.choices) if plain else " \\| ".join(option.choices)
-    if option.kind == "code":  # the job's code, or a built-in name (the help names them)
-        return ("callable" + " or name" * bool(option.choices) if plain
-                else " \\| ".join([*option.choices, "package.module:callable"]))
-    return {"int_or_auto": "int or auto", "paths": "list of paths", "shape": "list of ints"}.get(option.kind, option.kind)
 
 
 def _default(option: Option) -> str:

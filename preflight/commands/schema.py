@@ -1,38 +1,35 @@
 """``preflight schema``: the draft-07 JSON Schema of thresholds.yaml, generated, never written.
 
-Built from the same definitions ``config.py`` validates with: the check registry's
-OPTIONS and METRICS tables, ``units.UNITS`` for the quantities each dimension accepts,
-and config's key constants. Editors use it through the yaml-language-server modeline
-``# yaml-language-server: $schema=thresholds.schema.json``. Strings may hold environment
-references anywhere (``$VAR``, ``${VAR:-default}``, ...: see ``interpolation``, expanded
-before validation), so every string schema also accepts a string containing one.
+Built from what ``config.py`` validates with (the checks' OPTIONS and METRICS, each option's row of
+``checks.option_kinds.KINDS``, config's keys), for editors (docs/configuration.md, "Editor support").
+A string may hold an environment reference (``interpolation``), so every string schema accepts one.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from preflight import config
 from preflight.checks import CHECKS
 from preflight.checks.base import Metric, Option
-from preflight.units import UNITS, Dimension, example, with_article
+from preflight.checks.option_kinds import ENV_REFERENCE, KINDS, quantity
+from preflight.units import UNITS, Dimension
 
 DRAFT_07 = "http://json-schema.org/draft-07/schema#"
-# A "$" (after an even run of "$$", each a literal "$") starting $NAME or ${NAME...
-ENV_REFERENCE = {"type": "string", "pattern": r"(^|[^$])(\$\$)*\$\{?[A-Za-z_]",
-                 "description": "expanded from the environment before validation"}
-# The job's code, "package.module:callable" (usercode.spec_error; ASCII names here, as JSON Schema's \w).
-CODE_SPEC = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$"
-_NUMBER = r"[+]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?"
 _VERSION = r"^\d+(\.\d+)*$"
-_SETTING_DIMENSIONS = {"timeout": Dimension.DURATION, "duration": Dimension.DURATION,
-                       "retry_margin": Dimension.PERCENT}
-_WHOLE_SETTINGS = {"repeats": (1, config.MAX_REPEATS, "runs of the check; the median of their values is judged"),
-                   "retries": (0, config.MAX_RETRIES, "re-measurements of a miss within retry_margin of its bound")}
-_RELATIVE = {"type": "string", "pattern": r"^\s*(\d+(\.\d*)?|\.\d+)\s*%\s*of\s+baseline\s*$",
-             "description": "relative to the baseline file (--baseline or `baseline:`)", "examples": ["90% of baseline"]}
+# Each instance setting (config.INSTANCE_KEYS but `check`), also the keys of `defaults:`.
+_SETTINGS = {
+    "timeout": {**quantity(Dimension.DURATION), "description": "timeout of each check"},
+    "duration": {**quantity(Dimension.DURATION), "description": "duration of each check"},
+    "severity": {"enum": list(config.SEVERITIES), "description": "fail: a miss fails the gate; warn: reported only"},
+    "required": {"type": "boolean", "description": "false: an unmeasurable metric is skipped, not failed"},
+    "repeats": {"type": "integer", "minimum": 1, "maximum": config.MAX_REPEATS,
+                "description": "runs of the check; the median of their values is judged"},
+    "retries": {"type": "integer", "minimum": 0, "maximum": config.MAX_RETRIES,
+                "description": "re-measurements of a miss within retry_margin of its bound"},
+    "retry_margin": {**quantity(Dimension.PERCENT), "description": "retry_margin of each check"},
+}
 
 
 def build() -> dict[str, Any]:
@@ -59,7 +56,7 @@ def build() -> dict[str, Any]:
     }
     top = {"version": {"const": 1, "description": "format of this file"},
            "defaults": {"type": "object", "additionalProperties": False,
-                        "properties": {key: _setting(key) for key in config.DEFAULTS}},
+                        "properties": {key: _SETTINGS[key] for key in config.DEFAULTS}},
            "fleet": _fleet(),
            "checks": checks,
            "baseline": {"type": "string", "minLength": 1,
@@ -80,28 +77,6 @@ def render() -> str:
     return json.dumps(build(), indent=2, ensure_ascii=False) + "\n"
 
 
-def quantity(dimension: Dimension, relative: bool = False) -> dict[str, Any]:
-    """A quantity of ``dimension`` as units.parse_quantity accepts it (bare numbers only for counts); with
-    ``relative``, also ``90% of baseline``.
-
-    One schema with one ``pattern``, not an ``anyOf`` of forms: an editor then says what is wrong with a
-    bad unit (``patternErrorMessage``, which VS Code's and yaml-language-server's JSON service show, with the
-    units of the dimension) instead of "is not valid under any of the given schemas".
-    """
-    symbols = sorted((s for s, u in UNITS.items() if u.dimension is dimension and s), key=len, reverse=True)
-    unit = "(" + "|".join(re.escape(s) for s in symbols) + ")" if symbols else ""
-    forms = [rf"^\s*{_NUMBER}\s*{unit}\s*$", ENV_REFERENCE["pattern"]] + ([_RELATIVE["pattern"]] if relative else [])
-    units = ", ".join(sorted(symbols, key=lambda s: (UNITS[s].factor, s))) or "a plain number"
-    said = f"{with_article(dimension.value)} like `{example(dimension)}` (units: {units})" + (
-        ", or `90% of baseline`" if relative else "")
-    found: dict[str, Any] = {"type": "string", "pattern": "|".join(f"(?:{form})" for form in forms),
-                             "patternErrorMessage": f"expected {said}; a $VAR or ${{VAR:-default}} is expanded first",
-                             "examples": [example(dimension)]}
-    if dimension is Dimension.COUNT:
-        found.update(type=["number", "string"], minimum=0)
-    return found
-
-
 def _fleet() -> dict[str, Any]:
     """The ``fleet:`` section (config.FleetSettings): used only by a torchrun fleet run."""
     properties = {
@@ -109,31 +84,16 @@ def _fleet() -> dict[str, Any]:
         "backend": {"enum": list(config.BACKENDS), "description": "auto: nccl when every local rank has a GPU"},
         "median_ratio": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1,
                          "description": "flag a node below this fraction of the fleet median"},
-        "severity": _setting("severity"),
+        "severity": _SETTINGS["severity"],
     }
     assert tuple(properties) == tuple(config.FLEET_DEFAULTS), "config's fleet keys changed: update the schema"
     return {"type": "object", "additionalProperties": False, "properties": properties,
             "description": "how a torchrun fleet run joins, waits and compares nodes"}
 
 
-def _setting(key: str) -> dict[str, Any]:
-    if key == "severity":
-        return {"enum": list(config.SEVERITIES), "description": "fail: a miss fails the gate; warn: reported only"}
-    if key == "required":
-        return {"type": "boolean", "description": "false: an unmeasurable metric is skipped, not failed"}
-    if key == "check":
-        raise KeyError(key)
-    if key in _WHOLE_SETTINGS:
-        low, high, help = _WHOLE_SETTINGS[key]
-        return {"type": "integer", "minimum": low, "maximum": high, "description": help}
-    return {**quantity(_SETTING_DIMENSIONS[key]), "description": f"{key} of each check"}
-
-
 def _instance(name: str, check: Any) -> dict[str, Any]:
     properties: dict[str, Any] = {"check": {"const": name, "description": f"run the `{name}` check"}}
-    for key in config.INSTANCE_KEYS:
-        if key != "check":
-            properties[key] = _setting(key)
+    properties.update({key: _SETTINGS[key] for key in config.INSTANCE_KEYS if key != "check"})
     properties.update({option.name: _option(option) for option in check.OPTIONS})
     properties.update({metric.name: _threshold(metric) for metric in check.METRICS})
     found = {"type": "object", "description": check.HELP, "additionalProperties": False, "properties": properties}
@@ -168,34 +128,7 @@ def _without_factory(options: Any) -> list[dict[str, Any]]:
 
 
 def _option(option: Option) -> dict[str, Any]:
-    kind = option.kind
-    if isinstance(kind, Dimension):
-        schema: dict[str, Any] = quantity(kind)
-    elif kind == "bool":
-        schema = {"type": "boolean"}
-    elif kind in ("int", "int_or_auto"):
-        whole: dict[str, Any] = {"type": "integer"}
-        if option.minimum is not None:
-            whole["minimum"] = option.minimum
-        if option.maximum is not None:
-            whole["maximum"] = option.maximum
-        forms = [whole, {"type": "string", "pattern": r"^\s*\d+\s*$"}, ENV_REFERENCE]
-        schema = {"anyOf": forms + ([{"const": "auto"}] if kind == "int_or_auto" else [])}
-    elif kind == "choice":
-        schema = {"anyOf": [{"enum": list(option.choices)}, ENV_REFERENCE]}
-    elif kind == "code":  # a built-in name, "" where that is the default, or the job's "package.module:callable"
-        names = [*option.choices, *([""] if option.default == "" else [])]
-        schema = {"anyOf": [{"enum": names}, {"type": "string", "pattern": CODE_SPEC}, ENV_REFERENCE]}
-    elif kind == "paths":
-        directory = {"type": "string", "minLength": 1}
-        schema = {"anyOf": [{"type": "array", "items": directory}, directory]}
-    elif kind == "mapping":
-        schema = {"type": "object"}
-    elif kind == "shape":
-        schema = {"anyOf": [{"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1},
-                            {"type": "string", "pattern": r"^\s*\d+(\s*,\s*\d+)*\s*$"}, ENV_REFERENCE]}
-    else:
-        schema = {"type": "string", "minLength": 1 if kind == "path" and option.default != "" else 0}
+    schema = KINDS[option.kind].schema(option)
     if option.measured_by:  # `measured`, or `{from: <instance>}` of the producing check
         producer = {"type": "object", "additionalProperties": False, "required": ["from"],
                     "properties": {"from": {"type": "string", "minLength": 1}}}
@@ -205,7 +138,7 @@ def _option(option: Option) -> dict[str, Any]:
 
 def _threshold(metric: Metric) -> dict[str, Any]:
     description = f"{metric.help} [{metric.unit or 'count'}]"
-    severity = _setting("severity")
+    severity = _SETTINGS["severity"]
     if metric.is_text:
         match = {"type": "string", "minLength": 1, "format": "regex",
                  "description": "a regular expression searched in the text (re.search)"}

@@ -20,8 +20,7 @@ from typing import Mapping, Sequence
 
 from preflight import __version__
 from preflight.errors import UsageError
-from preflight.units import format_value
-from preflight.verdict import Result, exit_code, storage_first
+from preflight.verdict import Result, exit_code, said
 
 
 @dataclass(frozen=True)
@@ -55,25 +54,13 @@ def tally(counts: Mapping[str, int], info: bool = True) -> str:
 
 
 def shown_value(result: Result) -> str:
-    """``result``'s value as a person reads it: ``982 MB/s``, a version or a name as it is, ``yes``/``no`` for a
-    flag (``Metric.flag``: ``storage.read_only``); ``-`` when there is none."""
-    if isinstance(result.value, (int, float)) and is_flag(result.check, result.metric):
-        return "yes" if result.value else "no"
-    return format_value(result.value, "" if result.unit in ("version", "text") else result.unit)
-
-
-def is_flag(check: str, metric: str) -> bool:
-    """Whether ``check``'s ``metric`` is a yes/no fact measured as 1 or 0."""
-    from preflight.checks import CHECKS
-
-    found = next((m for m in getattr(CHECKS.get(check), "METRICS", ()) if m.name == metric), None)
-    return bool(found and found.flag)
+    """``result``'s value as a person reads it (``verdict.said``): ``982 MB/s``, ``yes`` for ``storage.read_only``."""
+    return said(result.value, result.declared, result.unit)
 
 
 def build(config_path: str, config_digest: str, results: Sequence[Result], started: datetime,
           duration_s: float) -> RunReport:
-    """Assemble the report; host facts come from ``host_facts`` and the cuda check's results. A slow job's
-    Dataset's fix names the volume first when storage missed too (``verdict.storage_first``)."""
+    """Assemble the report; host facts come from ``host_facts`` and the cuda check's results."""
     facts = host_facts(config_path, config_digest)
     gpus: list[str] = []
     for result in results:
@@ -88,16 +75,12 @@ def build(config_path: str, config_digest: str, results: Sequence[Result], start
             gpus.append(str(result.value))
     if gpus:
         facts["gpu"] = ", ".join(f"{count}x {name}" for name, count in collections.Counter(gpus).items())
-    results = storage_first(results)
     return RunReport(facts["hostname"], started, duration_s, config_path, config_digest, tuple(results), facts)
 
 
 def host_facts(config_path: str, config_digest: str = "") -> dict[str, str]:
-    """What every report says about the host, without importing torch.
-
-    Keys: hostname, preflight, python, platform, torch, cuda (torch's CUDA runtime, read
-    from ``torch/version.py``), config, config_sha256 (empty when the config was unreadable).
-    """
+    """What every report says about the host, without importing torch (config_sha256 is "" for an unreadable
+    config)."""
     return {
         "hostname": socket.gethostname(),
         "preflight": __version__,

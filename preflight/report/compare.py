@@ -6,20 +6,10 @@ so two fleets pair node by node; a single node's report set against a fleet's is
 each of its nodes. Two single-node reports pair by id whatever their hosts: the same node over
 time, or two nodes side by side.
 
-A change is *beyond noise* when the new value differs from the old by more than the metric's
-band (``noise.band``: three standard deviations of the difference between two runs, from the
-metric's measured run-to-run floor, each run's repeats and both runs' samples). Judged are the
-performance metrics (a measured rate or latency, ``Metric.is_performance``) and any numeric
-metric the user gated (a threshold in either run, such as ``throughput_vs_required``), in the
-direction its threshold or the metric says is better; a fact (no threshold and no rate: a count,
-a size, a version) is shown and never judged. An exact count (``Metric.is_count``: GPUs, Xid
-lines, unreadable files, workers, a flag) has no noise band: any difference is a change, and a
-gated one that got worse is judged by ``fail_on`` as a rate is (8 GPUs to 7 is 12.5% worse; a count
-that leaves 0 is worse by more than any ``fail_on``); so has a gated size read once, with no samples
-(``read_size``: /dev/shm's size, free space). A judged metric *regressed* when it moved the
-wrong way beyond noise and by more than ``fail_on`` (a fraction). A figure either run sampled over
-under ``sampling.MIN_SPAN_S`` (its row warns ``short: ``) is *too short to compare*: shown, never
-judged, since the scheduler, not the device, set it (``short_of``).
+A change is *beyond noise* past the metric's band (``noise.band``); what is judged and in which
+direction, exact counts and sizes read once (no band), *regressed* (beyond noise and past
+``fail_on``) and figures *too short to compare* (``short_of``) are as docs/reports.md
+("Comparing two runs") says, with the measurements behind each rule.
 """
 
 from __future__ import annotations
@@ -29,8 +19,7 @@ import math
 from typing import Any, Mapping, NamedTuple, Sequence
 
 from preflight.report import noise
-from preflight.checks import CHECKS
-from preflight.checks.base import Metric
+from preflight.checks import metric_of
 from preflight.errors import UsageError
 from preflight.sampling import SHORT
 from preflight.units import UNITS, Dimension
@@ -218,16 +207,11 @@ def change(old: Entry, new: Entry) -> Change:
     return Change(new.id, old, new, ratio, width, direction, short_of(old, new))
 
 
-def _metric(check: str, name: str) -> Metric | None:
-    """``check.name``'s row of its check's metric table; None for a metric this version does not know."""
-    return next((m for m in getattr(CHECKS.get(check), "METRICS", ()) if m.name == name), None)
-
-
 def exact_count(check: str, name: str) -> bool:
     """Whether ``check.name`` is an exact count (``Metric.is_count``: GPUs, Xid lines, unreadable files, workers, a
     flag's 1 or 0): it changed or it did not, so no noise band (issue 35: ``cuda.device_count`` 8 -> 7 was "within
     noise (±7%)"). A metric this version does not know is compared as a measured figure."""
-    metric = _metric(check, name)
+    metric = metric_of(check, name)
     return metric is not None and metric.is_count
 
 
@@ -235,7 +219,7 @@ def read_size(check: str, name: str) -> bool:
     """Whether ``check.name`` is a size (``Dimension.SIZE``: /dev/shm's size, what it allocated, free space); one read
     once from the system, with no samples, has no noise between runs: a new user cut shm.size 20% in a report and
     ``diff --fail-on 10%`` called it "within noise (±21%)", the band of a metric never measured run to run."""
-    metric = _metric(check, name)
+    metric = metric_of(check, name)
     unit = UNITS.get(metric.unit) if metric is not None else None
     return unit is not None and unit.dimension is Dimension.SIZE
 
@@ -257,7 +241,7 @@ def judged_direction(check: str, name: str, threshold: Mapping[str, Any] | None)
     """Whether a change of ``check.name`` is judged, and which way is better: True (higher), False (lower), None
     (a fact, not judged). A performance metric is judged in its own direction; a metric the user gated
     (``threshold``) in its own direction where it has one, else in the threshold's (``min``: higher is better)."""
-    metric = _metric(check, name)
+    metric = metric_of(check, name)
     if metric is not None and metric.is_performance:
         return metric.higher_is_better
     if not threshold or (metric is not None and (metric.is_version or metric.is_text)):

@@ -18,7 +18,7 @@ from __future__ import annotations
 from html import escape
 from typing import Iterable, Mapping, Sequence
 
-from preflight.report import RunReport, is_flag, tally, write_atomic
+from preflight.report import RunReport, tally, write_atomic
 from preflight.report.console import grouped_fixes, run_note, skip_reason
 from preflight.report.heatmap import fleet_body
 from preflight.report.page import MISSES, badge, banner, measured_text, page
@@ -126,8 +126,8 @@ def _drawing(result: Result, measured: str) -> str:
     numbers = numbers_of(result.value, result.threshold, result.samples)
     value = result.value if isinstance(result.value, (int, float)) and not isinstance(result.value, bool) else None
     bounded = any(isinstance(b, (int, float)) for k, b in (result.threshold or {}).items() if k in ("min", "max"))
-    drawn = (value is not None or result.samples) and (bounded or result.samples) and not is_flag(
-        result.check, result.metric)
+    flag = result.declared is not None and result.declared.flag
+    drawn = (value is not None or result.samples) and (bounded or result.samples) and not flag
     axis = Axis.fit(numbers) if numbers and drawn else None
     if axis is None:
         return ""

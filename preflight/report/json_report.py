@@ -1,18 +1,7 @@
-"""The JSON report (schema 1), documented in docs/reports.md ("JSON").
+"""The JSON report (schema 1): its shape and what each key holds are documented once, in docs/reports.md ("JSON").
 
-Shape: ``{"schema": 1, "host", "started", "duration_s", "exit_code", "counts", "failed", "config",
-"facts": {...}, "error", "results": [{"id", "check", "instance", "metric", "device", "value",
-"unit", "verdict", "threshold", "message", "hint", "note", "subject", "samples", "runs", "attempts",
-"method", "warnings", "where", "duration_s"}]}``. ``samples`` holds every sample of the
-judged measurement (of every run with ``repeats``), ``runs`` each run's value, and
-``attempts`` the earlier measurements a ``retries`` re-measurement replaced, each with
-its value, verdict and samples. ``counts`` holds how many results had each verdict (every
-verdict, 0 when none) and ``failed`` the ids of the results that failed the gate (``fail`` and
-``error``), so a pipeline need not walk ``results``. ``value`` is in the metric's canonical ``unit``, whatever unit
-the threshold was written in; a change that removes or renames a key bumps ``schema``.
-``error`` is null, except for a config that could not be loaded (exit code 2): then it is
-the one-line error and ``results`` is empty (``render_config_error``), so the file a
-pipeline or dashboard reads never keeps an earlier run's verdict.
+A change that removes or renames a key bumps ``SCHEMA``. A config that could not be loaded still
+writes the file (``render_config_error``), so a pipeline never reads an earlier run's verdict.
 """
 
 from __future__ import annotations
@@ -58,6 +47,7 @@ def to_dict(report: RunReport) -> dict[str, Any]:
                 "hint": r.hint,
                 "note": r.note,
                 "subject": r.subject or None,
+                "cache_bound": r.cache_bound,
                 "samples": list(r.samples),
                 "runs": list(r.runs),
                 "attempts": [{"value": a.value, "verdict": a.verdict, "samples": list(a.samples)}

@@ -76,7 +76,7 @@ def _comparable(result: Result) -> bool:
     check = CHECKS.get(result.check)
     if check is None or scope(check) == "fleet" or result.verdict not in _COMPARABLE:
         return False
-    metric = next((m for m in check.METRICS if m.name == result.metric), None)
+    metric = result.declared
     return (metric is not None and metric.is_performance
             and isinstance(result.value, (int, float)) and not isinstance(result.value, bool))
 

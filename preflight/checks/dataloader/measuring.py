@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from preflight import sampling
 from preflight.checks import subject
-from preflight.checks.base import Budget, Metric
+from preflight.checks.base import Budget, Metric, Produced
 from preflight.loading.footprint import memory, shared_memory, tasks
 from preflight.checks.dataloader import phase_names, phases, sweep
 from preflight.loading.loop import (BatchPuller, EmptyLoader, Pools, Taken, Window, explaining_worker_oom,
@@ -325,12 +325,11 @@ def _decode_hint(raw_rate: float, decoded: float) -> str:
             f"volume, a local NVMe cache, or shards (WebDataset, LMDB)")
 
 
-def _per_gpu(given: Any) -> float | str:
-    """samples/s one GPU consumes: the option's quantity, or the figure the runner passed from a producer
-    (``runner.resolve``: ``{"from", "metric", "value", "source"}``), or why that figure is missing."""
+def _per_gpu(given: float | Produced) -> float | str:
+    """samples/s one GPU consumes: the option's quantity, or the producer's figure, or why that figure is missing."""
     if not isinstance(given, dict):
         return float(given)
-    if given.get("value") is None:
+    if "value" not in given:
         return (f"samples_per_gpu: {given['from']}.{given['metric']} is not available: "
                 f"{given.get('reason') or 'the runner passed no figure'}")
     return float(given["value"])
