@@ -29,6 +29,8 @@ TOP_LEVEL_KEYS = ("version", "defaults", "fleet", "checks", "baseline")
 DEFAULTS = {"timeout": "120s", "duration": "5s", "severity": "fail", "repeats": 1, "retries": 0,
             "retry_margin": "10%"}
 MAX_REPEATS, MAX_RETRIES = 20, 5
+RUN_AS = "run_as"  # a key of ``defaults`` that is the run's, not each instance's: who the job runs as
+RUN_AS_FORM = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*(:[A-Za-z0-9_][A-Za-z0-9_.-]*)?$")
 FLEET_DEFAULTS = {"timeout": "300s", "backend": "auto", "median_ratio": 0.5, "severity": "fail"}
 BACKENDS = ("auto", "nccl", "gloo")
 NO_MAPPING: Mapping[str, Any] = {}  # the default of the records' mapping fields; never written to
@@ -90,6 +92,7 @@ class Config(NamedTuple):
     instances: tuple[Instance, ...]
     source: bytes  # the file's bytes and the overrides, which ``digest`` names
     fleet: FleetSettings = FleetSettings()
+    run_as: str = ""  # ``defaults.run_as``: the job's user, ``UID[:GID]`` (``host.identity.job``); "" for none
 
     @property
     def digest(self) -> str:
@@ -181,8 +184,9 @@ def load(path: str, overrides: Iterable[str] = (), environ: Mapping[str, str] | 
         origin = _Unnamed(path, None, Located({}, root.where))
     instances = found.attempt(_instances, root, origin, base, found)
     fleet = found.attempt(_fleet, root, found)
+    run_as = found.attempt(_run_as, root)
     found.raise_any()
-    return Config(path, instances, source, fleet)
+    return Config(path, instances, source, fleet, run_as)
 
 
 class _Unnamed(baselines.Source):
@@ -208,7 +212,7 @@ def _instances(root: Located, baseline: baselines.Source, base: str, found: Foun
     if "defaults" in top:
         given = found.attempt(_mapping, top["defaults"], "defaults")
         if given is not INVALID:
-            found.attempt(_reject_unknown, given, tuple(DEFAULTS))
+            found.attempt(_reject_unknown, given, (*DEFAULTS, RUN_AS))
             defaults.update({key: node for key, node in given.items() if key in DEFAULTS})
     if "checks" not in top:
         raise ConfigError(root.where, "missing `checks:`: list the checks to run (see `preflight list`)")
@@ -220,6 +224,23 @@ def _instances(root: Located, baseline: baselines.Source, base: str, found: Foun
                       is not INVALID)
     _producers(instances, root.where.rsplit(":", 2)[0], found)
     return instances
+
+
+def _run_as(root: Located) -> str:
+    """``defaults.run_as``: ``UID[:GID]``, each a number or a name ("1001", "alice:pfdata"); "" where not given.
+
+    Raises:
+        ConfigError: the value is not of that form.
+    """
+    defaults = root.value.get("defaults") if isinstance(root.value, dict) else None
+    node = defaults.value.get(RUN_AS) if defaults is not None and isinstance(defaults.value, dict) else None
+    if node is None or node.value in (None, ""):
+        return ""
+    text = str(node.value)
+    if isinstance(node.value, bool) or not RUN_AS_FORM.match(text):
+        raise ConfigError(node.where, f"`defaults.run_as`: expected the job's user as UID[:GID], names or numbers "
+                                      f"(1001, alice, alice:pfdata), found {node.value!r}")
+    return text
 
 
 def _fleet(root: Located, found: Found) -> FleetSettings:

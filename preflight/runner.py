@@ -40,6 +40,7 @@ import dataclasses
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -47,13 +48,14 @@ import tempfile
 import time
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
-from preflight.host import node_lock, pids, orphans, stuck
+from preflight.host import identity, node_lock, pids, orphans, stuck
 from preflight.io import scratch, tempdir
 from preflight.io.dataset import Dataset
 from preflight.host.cgroup_memory import OomWatch
 from preflight.checks import CHECKS
-from preflight.checks.base import Produced
+from preflight.checks.base import Produced, runs_as_job
 from preflight.config import Config, Instance
+from preflight.errors import UsageError
 from preflight.measurement import Measurement, combine
 from preflight.verdict import Outcome, Result, judge, near_miss, record_attempts, storage_first
 
@@ -102,9 +104,12 @@ class Worker:
     Starting one raises OSError when the log cannot be created or the process started.
     """
 
-    def __init__(self, temp_dir: str) -> None:
+    def __init__(self, temp_dir: str, user: identity.Identity | None = None) -> None:
         handle, self.log_path = tempfile.mkstemp(prefix="preflight-worker-", suffix=".log", dir=temp_dir)
         os.close(handle)  # the worker opens it; the runner only reads its tail
+        user = user or identity.own()
+        if not user.is_own:
+            os.chown(self.log_path, user.uid, user.gid)
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), TMPDIR=temp_dir)
         try:
             self.process = subprocess.Popen(
@@ -117,6 +122,7 @@ class Worker:
                 # worker, or one stuck in the kernel would hold the lock for every later run on the node.
                 close_fds=True,
                 env=env,
+                **user.popen(),  # the job's user, groups dropped first (``host.identity``)
             )
         except BaseException:
             os.unlink(self.log_path)
@@ -295,16 +301,56 @@ def run(config: Config, progress: ProgressCallback = lambda instance, results: N
             the lock file cannot be opened.
     """
     temp_dir = temp_dir or tempdir.choose()
+    job = identity.job(config.run_as)
+    seats = {True: Seat(identity.own(), temp_dir), False: Seat(identity.own(), temp_dir)}  # by runs_as_job
     with Dataset.started(temp_dir) as dataset:  # every check continues one pass over the dataset: each file read once
-        return _run(config, progress, temp_dir, lock, dataset)
+        if job.taken and not job.is_own:
+            seats[True] = Seat(job, identity.workspace(job, temp_dir))
+            dataset.share_with(job.uid, job.gid)
+            _refuse_unimportable(job, seats[True].place)
+        try:
+            return _run(config, progress, lock, dataset, seats, *identity.not_the_jobs_view(job))
+        finally:
+            if seats[True].place != temp_dir:
+                shutil.rmtree(seats[True].place, ignore_errors=True)
 
 
-def _run(config: Config, progress: ProgressCallback, temp_dir: str, lock: node_lock.Settings | None,
-         dataset: Dataset) -> list[Result]:
-    """``run``'s body, inside the run's pass over the ``dataset``."""
+class Seat(NamedTuple):
+    """Whom a worker runs as, and where its files go (``identity.workspace``)."""
+
+    user: identity.Identity
+    place: str
+
+
+def _refuse_unimportable(user: identity.Identity, place: str) -> None:
+    """Stop before measuring where the job's user cannot run preflight's worker (an install only root may read).
+
+    Raises:
+        UsageError: ``python -m preflight.worker``'s modules do not import as ``user``; the line names the fix.
+    """
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), TMPDIR=place)
+    try:
+        probe = subprocess.run([sys.executable, "-c", "import preflight.worker"], capture_output=True, text=True,
+                               env=env, timeout=60, check=False, **user.popen())
+        failed = (probe.stderr.strip().splitlines() or [f"exit status {probe.returncode}"])[-1] if probe.returncode else ""
+    except OSError as error:  # the interpreter itself (a venv's link into /root, say) is not the user's to run
+        failed = f"{error.strerror}: {error.filename or sys.executable}"
+    if failed:
+        raise UsageError(f"the job's user, {user.describe()} ({user.source}), cannot run preflight with "
+                         f"{sys.executable}: {failed}: install preflight where that user can read and run it (the "
+                         f"training image's own Python), or leave out defaults.run_as")
+
+
+def _run(config: Config, progress: ProgressCallback, lock: node_lock.Settings | None, dataset: Dataset,
+         seats: dict[bool, Seat], not_the_job: str, fix: str) -> list[Result]:
+    """``run``'s body, inside the run's pass over the ``dataset``; checks whose answer depends on who reads run in
+    ``seats[True]`` (as the job, where it can be taken), the others in ``seats[False]``; where the job's view was
+    not taken, their rows that depend on it say ``not_the_job``, and stderr says it once with the ``fix``."""
     node = node_lock.NodeLock.open(lock or node_lock.settings())
     results: list[Result] = []
-    worker: Worker | None = None
+    workers: dict[Seat, Worker] = {}
+    if not_the_job:
+        print(f"preflight: {not_the_job}: {fix}", file=sys.stderr)
     previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
 
     def interrupt(signum: int, frame: object) -> None:
@@ -336,9 +382,13 @@ def _run(config: Config, progress: ProgressCallback, temp_dir: str, lock: node_l
                 progress(instance, judged)
                 continue
             earlier: list[list[Result]] = []
+            as_job = runs_as_job(CHECKS[instance.check])
+            seat = seats[as_job]
             while True:
                 abandoned = len(ABANDONED)
-                outcome, worker = _measure(worker, instance, temp_dir, dataset)
+                outcome, worker = _measure(workers.pop(seat, None), instance, seat, dataset)
+                if worker is not None:
+                    workers[seat] = worker
                 left = [orphans.orphan(a.threads[0], instance.name) for a in ABANDONED[abandoned:] if a.threads]
                 if left:
                     known += left
@@ -349,15 +399,15 @@ def _run(config: Config, progress: ProgressCallback, temp_dir: str, lock: node_l
                     earlier.append(judged)
                     continue
                 break
-            judged = _noted(record_attempts(judged, earlier), wait.note)
+            judged = _noted(_not_the_jobs(record_attempts(judged, earlier), not_the_job if as_job else ""), wait.note)
             done[instance.name] = (judged, outcome)
             results += judged
             current = None
             progress(instance, judged)
     except Interrupted as stop:
-        if worker is not None:
+        for worker in workers.values():
             worker.kill()
-            worker = None
+        workers.clear()
         if current is not None:
             results += judge(current, Outcome(error=f"interrupted by {stop}"))
         for rest in pending:
@@ -365,7 +415,7 @@ def _run(config: Config, progress: ProgressCallback, temp_dir: str, lock: node_l
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        if worker is not None:
+        for worker in workers.values():
             worker.stop()
         node.close()
     place = {instance.name: index for index, instance in enumerate(config.instances)}
@@ -404,6 +454,15 @@ def _noted(results: list[Result], note: str) -> list[Result]:
     if not note:
         return results
     return [dataclasses.replace(r, note=f"{note}; {r.note}" if r.note else note) for r in results]
+
+
+def _not_the_jobs(results: list[Result], note: str) -> list[Result]:
+    """``results`` whose figure depends on who reads (``Metric.by_user``) and was measured, with ``note`` after
+    their own: they were taken as someone other than the job ("" leaves them all as they are)."""
+    if not note:
+        return results
+    return [dataclasses.replace(r, note=f"{r.note}; {note}" if r.note else note)
+            if r.value is not None and getattr(r.declared, "by_user", False) else r for r in results]
 
 
 def producers(instance: Instance) -> list[str]:
@@ -472,7 +531,7 @@ def _figure(wanted: Produced, done: Done) -> Produced:
                                                        f"device{'s' if len(values) != 1 else ''}"}
 
 
-def _measure(worker: Worker | None, instance: Instance, temp_dir: str,
+def _measure(worker: Worker | None, instance: Instance, seat: Seat,
              dataset: Dataset) -> tuple[Outcome, Worker | None]:
     """Run ``instance`` ``repeats`` times and combine each metric's runs (median of their values).
 
@@ -481,7 +540,7 @@ def _measure(worker: Worker | None, instance: Instance, temp_dir: str,
     runs: list[Outcome] = []
     for _ in range(instance.repeats):
         if worker is None or worker.process.poll() is not None:
-            worker = Worker(temp_dir)
+            worker = Worker(seat.place, seat.user)
         outcome, worker = _run_instance(worker, instance, dataset)
         if outcome.error:
             return outcome, worker

@@ -151,7 +151,7 @@ def test_a_read_only_root_runs_with_worker_logs_on_dev_shm_and_leaves_nothing_th
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     verdicts = {r["id"]: r["verdict"] for r in json.loads((out / "r.json").read_text())["results"]}
-    assert verdicts == {"shm.size": "pass", "shm.free": "info", "shm.allocatable": "info"}
+    assert verdicts == {"shm.size": "pass", "shm.free": "info", "shm.world_writable": "info", "shm.allocatable": "info"}
     # The worker's log was removed; the node's measuring lock stays, as a lock file does, for the next run to open.
     assert (out / "shm").read_text().split() == ["preflight.lock", "r.json"]
 
@@ -165,7 +165,7 @@ def test_a_read_only_root_and_dev_shm_put_worker_logs_beside_the_report(tmp_path
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     verdicts = {r["id"]: r["verdict"] for r in json.loads((out / "r.json").read_text())["results"]}
-    assert verdicts == {"shm.size": "pass", "shm.free": "info", "shm.allocatable": "info"}
+    assert verdicts == {"shm.size": "pass", "shm.free": "info", "shm.world_writable": "info", "shm.allocatable": "info"}
     # the worker's log went here, the one writable candidate, and was removed
     assert sorted(os.listdir(out)) == ["r.json", "shm"]
 

@@ -517,7 +517,7 @@ def test_the_gitlab_template_installs_into_a_venv_and_gates_on_thresholds_yaml_e
     assert status == 0, log
     assert f"torch {TORCH} kept at {site / 'torch'}" in log
     assert f"{project}/.preflight-venv/lib/" in log and "/preflight/thresholds.yaml" in log  # the bundled gate
-    assert "shm.size" in log and "== 2 passed, 1 info" in log
+    assert "shm.size" in log and "== 3 passed, 1 info" in log
     assert torch_files(site) == before
 
     (project / "thresholds.yaml").write_text(FAILING_GATE)

@@ -79,6 +79,9 @@ class Metric(NamedTuple):
     # A dimensionless quotient of two measured figures (a relative error, a speedup, a time over the median's): unit
     # "" as a count's, but a figure that varies from run to run, where a count is exact (``is_count``).
     ratio: bool = False
+    # The figure depends on who reads (file modes, groups, per-user limits, capabilities): measured as the job's user
+    # (``host.identity``); measured as root instead, its row says so.
+    by_user: bool = False
 
     @property
     def is_performance(self) -> bool:
@@ -192,6 +195,8 @@ class Check(Protocol):
     # DURATION (optional): what `duration` buys in this check, one line for `list` and `explain`.
     # timing(options, budget) -> Timing (optional): the measuring time and start-up, before it runs;
     # without it the check is taken to measure for `duration` after ``DEFAULT_STARTUP_S`` (``timing``).
+    # RUNS_AS (optional, default "job"): "job" runs as the job's user (``host.identity``), whose uid, groups and
+    # limits decide what it meets; "gate" keeps the gate's own (the kernel log, which the node's root reads).
 
     def measure(self, options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
         """Measure every metric this check can on this machine; never judge them."""
@@ -204,6 +209,11 @@ class UserCodeError(Exception):
     def __init__(self, option: str, message: str) -> None:
         super().__init__(message)
         self.option = option
+
+
+def runs_as_job(check: Check) -> bool:
+    """Whether ``check``'s answer depends on who reads, so it runs as the job's user (``RUNS_AS``, default job)."""
+    return getattr(check, "RUNS_AS", "job") == "job"
 
 
 def scope(check: Check) -> Scope:

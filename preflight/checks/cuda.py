@@ -29,7 +29,7 @@ OPTIONS = (
 _RESET = "drain the node and reset or replace the GPU"
 METRICS = (
     Metric("device_count", "", True, "CUDA devices torch can use (torch.cuda.device_count)",
-           hint="torch sees {measured} GPUs: check the driver, --gpus all / the device plugin, CUDA_VISIBLE_DEVICES"),
+           hint="torch sees {measured} GPUs: check the driver, --gpus all / the device plugin, CUDA_VISIBLE_DEVICES", by_user=True),
     Metric("driver_version", "version", True, "NVIDIA driver version (NVML nvmlSystemGetDriverVersion)"),
     Metric("cuda_driver_version", "version", True, "highest CUDA version the driver supports (NVML)"),
     Metric("cuda_runtime", "version", True, "the CUDA runtime torch was built with (torch.version.cuda)"),

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
+import stat
 from typing import Any, Mapping
 
 from preflight.checks.base import Budget, Metric, Option, Timing
@@ -28,6 +29,9 @@ _FIX = (
     "{path} has {measured}, {required} is needed: start the container with --shm-size={required_up}g, or in "
     "Kubernetes mount an emptyDir with medium: Memory and sizeLimit: {required_up}Gi at {path}"
 )
+_MODE_FIX = ("{path} is mode {mode} (owner uid {owner}): a job that is not root cannot create its DataLoader's "
+             "shared memory there: mount it with mode=1777 (docker run --tmpfs /dev/shm:rw,mode=1777; Kubernetes' "
+             "emptyDir medium: Memory is 1777), or chmod 1777 {path}")
 OWN = (".preflight-", "preflight")  # preflight's own files there (its allocation, the node lock), never counted
 NAME = "shm"
 HELP = "size and free space of the shared-memory mount, and a real allocation there"
@@ -43,6 +47,11 @@ METRICS = (
            "hold much of it, the row names them: count, bytes, the largest, and whether a process maps or holds "
            "them open (/proc/PID/maps, /proc/PID/fd) or their creator runs (torch_<pid>_ names)",
            hint=_FIX + "; or remove stale files left there by earlier jobs"),
+    Metric("world_writable", "", True, "1 when the mount's mode lets every user create files that only their owner "
+           "may remove (world-writable and sticky, 1777: what Docker, Kubernetes' medium: Memory and systemd make); "
+           "0 otherwise: a job that is not its owner cannot create the loader's segments or semaphores there",
+           flag=True, hint="{path} is not mode 1777: a job that is not root cannot create its DataLoader's shared "
+           "memory there: mount it with mode=1777, or chmod 1777 {path}"),
     Metric(
         "allocatable",
         "GiB",
@@ -50,6 +59,7 @@ METRICS = (
         "bytes that posix_fallocate(3) could reserve in a file there, up to `allocate`; unlike touching an mmap, "
         "a shortfall is an ENOSPC error, never a SIGBUS",
         hint=_FIX + "; a memory limit on the pod also caps tmpfs pages",
+        by_user=True,
     ),
 )
 
@@ -69,6 +79,7 @@ def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
     results = [
         Measurement("size", to_unit(fs.size_bytes, "GiB"), "GiB", method=method, reason=note),
         Measurement("free", to_unit(fs.free_bytes, "GiB"), "GiB", method=method, reason=note, note=held, hint=fix),
+        _world_writable(path),
     ]
     allocatable = _allocatable(path, wanted)
     return results + [dataclasses.replace(allocatable, note=held, hint=fix) if allocatable.measured else allocatable]
@@ -87,6 +98,16 @@ def _held(path: str, size: int, free: int, wanted: int) -> tuple[str, str]:
     return segments.describe(size), fix
 
 
+def _world_writable(path: str) -> Measurement:
+    """``world_writable`` from ``stat(path)``: a fact of the mount, the same whoever reads it."""
+    info = os.stat(path)
+    shared = bool(info.st_mode & stat.S_IWOTH and info.st_mode & stat.S_ISVTX)
+    mode = f"{stat.S_IMODE(info.st_mode):04o}"
+    return Measurement("world_writable", float(shared), "", method=f"stat of {path}: mode {mode}, owner uid "
+                       f"{info.st_uid}", reason="" if shared else f"{path} is mode {mode}, not 1777",
+                       hint=_mode_fix(path))
+
+
 def _allocatable(path: str, wanted: int) -> Measurement:
     """Reserve ``wanted`` bytes; on ENOSPC halve until a reservation succeeds (or < 1 MiB)."""
     import tempfile  # here, not at the top: `validate` reads this module's tables and starts faster without it
@@ -98,6 +119,9 @@ def _allocatable(path: str, wanted: int) -> Measurement:
             with tempfile.NamedTemporaryFile(prefix=".preflight-shm-", dir=path) as handle:
                 os.posix_fallocate(handle.fileno(), 0, size)
         except OSError as error:
+            if error.errno in (errno.EACCES, errno.EPERM):  # the job's user may not create files there at all
+                return unmeasurable("allocatable", f"cannot allocate in {path} as uid {os.geteuid()}: "
+                                    f"{error.strerror}: {_mode_fix(path)}", "GiB")
             if error.errno not in (errno.ENOSPC, errno.EFBIG, errno.ENOMEM):
                 return unmeasurable("allocatable", f"cannot allocate in {path}: {error.strerror}", "GiB")
             full = ran_out(path) if error.errno == errno.ENOSPC else ""
@@ -108,6 +132,11 @@ def _allocatable(path: str, wanted: int) -> Measurement:
         reason = "" if size == wanted else f"only {_size(size)} of {_size(wanted)} could be reserved"
         return Measurement("allocatable", to_unit(size, "GiB"), "GiB", method=method, reason=reason)
     return Measurement("allocatable", 0.0, "GiB", method=method, reason=f"not even 1 MiB could be reserved in {path}")
+
+
+def _mode_fix(path: str) -> str:
+    info = os.stat(path)
+    return _MODE_FIX.format(path=path, mode=f"{stat.S_IMODE(info.st_mode):04o}", owner=info.st_uid)
 
 
 def _size(nbytes: int) -> str:

@@ -55,7 +55,7 @@ METRICS = (
            hint="bind the job to the GPU's NUMA node (numactl --cpunodebind, or the kubelet's topology manager)"),
     Metric("pinned_alloc", "GiB", True, "pinned host memory torch really pinned for a pinned_size request: its "
            "caching host allocator rounds up to a power of two (torch.cuda.host_memory_stats); 0 when it failed",
-           hint="pinned memory is host RAM: raise the container memory limit and memlock ulimit, or lower it"),
+           hint="pinned memory is host RAM: raise the container memory limit and memlock ulimit, or lower it", by_user=True),
 )
 # GB/s per lane per direction: transfer rate x line-coding efficiency / 8 (PCI-SIG base specs 1.0-6.0).
 LANE_GBPS = {1: 2.5 * 8 / 10 / 8, 2: 5 * 8 / 10 / 8, 3: 8 * 128 / 130 / 8, 4: 16 * 128 / 130 / 8,

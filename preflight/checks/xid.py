@@ -33,6 +33,7 @@ from preflight.measurement import Measurement, unmeasurable
 
 NAME = "xid"
 HELP = "NVIDIA Xid errors in the kernel log since boot, per GPU: codes that mean drain the node, and application faults"
+RUNS_AS = "gate"  # the kernel log is the node's, read as root (or CAP_SYSLOG) whoever the job is
 DURATION = "not used: one read of the kernel log (/dev/kmsg), well under a second"
 OPTIONS = (
     Option("since_seq", "int", 0, "count kernel log records from this sequence number on (0: since boot), for "

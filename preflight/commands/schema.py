@@ -30,6 +30,11 @@ _SETTINGS = {
                 "description": "re-measurements of a miss within retry_margin of its bound"},
     "retry_margin": {**quantity(Dimension.PERCENT), "description": "retry_margin of each check"},
 }
+# `defaults.run_as`, the run's own: the job's user (config.RUN_AS_FORM).
+_RUN_AS = {"type": ["integer", "string"], "pattern": config.RUN_AS_FORM.pattern, "minimum": 0,
+           "description": "the job's user, UID[:GID] (names or numbers): the checks whose answer depends on who "
+                          "reads run as it; default: SLURM_JOB_UID/SLURM_JOB_GID, else the gate's own",
+           "examples": ["1001", "alice:pfdata"]}
 
 
 def build() -> dict[str, Any]:
@@ -56,7 +61,8 @@ def build() -> dict[str, Any]:
     }
     top = {"version": {"const": 1, "description": "format of this file"},
            "defaults": {"type": "object", "additionalProperties": False,
-                        "properties": {key: _SETTINGS[key] for key in config.DEFAULTS}},
+                        "properties": {**{key: _SETTINGS[key] for key in config.DEFAULTS},
+                                       config.RUN_AS: _RUN_AS}},
            "fleet": _fleet(),
            "checks": checks,
            "baseline": {"type": "string", "minLength": 1,

@@ -95,6 +95,12 @@ class Dataset:
         weakref.finalize(dataset, _remove, dataset.ledger)
         return dataset
 
+    def share_with(self, uid: int, gid: int) -> None:
+        """Let a worker running as ``uid``/``gid`` (the job's user) append to the ledger and its failures too."""
+        for path in (self.ledger, self.ledger + ".failed"):
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+            os.chown(path, uid, gid)
+
     def close(self) -> None:
         """Close this process's descriptor and remove the ledger."""
         if self._append is not None and self._pid == os.getpid():

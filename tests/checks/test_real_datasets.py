@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests import datasets
-from tests.helpers import REPO, in_mount_namespace, run_check, run_cli, write_config
+from tests.helpers import REPO, in_mount_namespace, run_check, run_cli, write_config, own_note
 
 QUICK = dict(data_size="32 MiB", write_size="8 MiB", small_file_count=200, rand_depth=4, file_readers=2)
 
@@ -56,7 +56,7 @@ def test_an_imagenet_folder_passes_seq_read_with_no_false_cache_bound_warning(im
     assert "holds 1000 data files (111.5 MB), none of 8 MiB or more" in seq["note"]
     assert "a scratch file (256 MiB)" in seq["method"]
     assert "1000 existing small files" in results["storage.small_files"]["method"]
-    assert results["storage.small_files"]["note"] == ""
+    assert own_note(results["storage.small_files"]["note"]) == ""
     assert done.returncode == 0, done.stdout + done.stderr
     table = run_cli("run", "-c", str(config), "--only", "storage").stdout
     lines = table.splitlines()

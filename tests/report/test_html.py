@@ -176,7 +176,7 @@ def test_run_writes_the_page_and_a_config_error_replaces_it(tmp_path):
     done = run_cli("run", "-c", str(config), "--html", str(page), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     text = page.read_text()
-    assert _parse(text).ids == ["shm.size", "shm.free", "shm.allocatable"]
+    assert _parse(text).ids == ["shm.size", "shm.free", "shm.world_writable", "shm.allocatable"]
     assert '<h1 id="verdict">preflight PASSED</h1>' in text
     config.write_text("version: 1\nchecks:\n  shm:\n    sise: {min: 1 GiB}\n")
     done = run_cli("run", "-c", str(config), "--html", str(page), cwd=tmp_path)

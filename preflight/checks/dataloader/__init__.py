@@ -107,20 +107,20 @@ METRICS = (
            "(NVIDIA DALI); storage-bound (raw reads slow too, or files read undecoded): raise num_workers if CPUs "
            "are idle, else a faster volume, a local NVMe cache or shards (WebDataset, LMDB); tar shards already: "
            "at least as many shards as workers, a faster volume or a local cache; the job's Dataset (dataset:): "
-           "profile its __getitem__, whose decode and transforms set the pace", about_data=True),
+           "profile its __getitem__, whose decode and transforms set the pace", about_data=True, by_user=True),
     Metric("bandwidth", "MB/s", True, "bytes delivered per second, 1 MB = 10^6 B: of the sample files read, or "
-           "with dataset: of the batches' tensors (nbytes) delivered to the training loop", about_data=True),
+           "with dataset: of the batches' tensors (nbytes) delivered to the training loop", about_data=True, by_user=True),
     Metric("raw_throughput", "samples/s", True, "samples/s reading the same files without decoding "
-           "(decode: image only): what storage alone delivers", about_data=True),
+           "(decode: image only): what storage alone delivers", about_data=True, by_user=True),
     Metric("accelerator_utilization", "%", True, "emulated compute time / wall time with step_time per batch, "
-           "first steps excluded (MLPerf Storage AU; DLIO); MLPerf requires >= 90% (70% CosmoFlow)", about_data=True),
+           "first steps excluded (MLPerf Storage AU; DLIO); MLPerf requires >= 90% (70% CosmoFlow)", about_data=True, by_user=True),
     Metric("throughput_vs_required", "%", True, "throughput as a share of samples_per_gpu x gpus x "
-           "(1 + headroom); `{min: 100 %}` means the node can feed its GPUs", about_data=True),
+           "(1 + headroom); `{min: 100 %}` means the node can feed its GPUs", about_data=True, by_user=True),
     Metric("unreadable_samples", "", False, "sample files of the pass whose read failed with an I/O error (EIO: a "
            "bad sector, an object lost behind a FUSE client) or whose image Pillow could not decode (truncated, "
            "zero-filled); each one stops the job's DataLoader worker with its exception; the first named in the "
            "row", hint="remove or re-fetch the files named, or make the job's Dataset skip what it cannot read",
-           about_data=True),
+           about_data=True, by_user=True),
     Metric("memory_peak", "B", False, "host memory the loader held: the largest sum of PSS (shared pages counted "
            "once) of the main process and every worker, read from /proc/PID/smaps_rollup after each window (as "
            "PyTorch's dataloader benchmark script does), plus the files on tmpfs they wrote and left unmapped "
@@ -137,13 +137,13 @@ METRICS = (
     Metric("pids_available", "", True, "tasks (processes and threads) the job's loader may hold, read before it "
            "starts: the tightest of the cgroup's pids.max less pids.current up the tree (v1 and v2), RLIMIT_NPROC "
            "less the user's tasks (not for root), kernel.threads-max and pid_max less the tasks scheduled; the "
-           "gate's runner process not counted, the tightest limit named in the method (cgroup pids.rst, getrlimit(2))"),
+           "gate's runner process not counted, the tightest limit named in the method (cgroup pids.rst, getrlimit(2))", by_user=True),
     Metric("pids_headroom", "%", True, "share of pids_available left at the loader's peak tasks: the main "
            "process's threads (a queue feeder per worker, pin-memory, intra-op) and each worker's, from "
            "/proc/PID/task after each window; `{min: 0 %}` means the job's loader fits; a loader refused a thread "
            "or worker fails it with \"pids limit N reached (FILE)\"",
            hint="the loader's tasks leave {measured} of the pids limit: raise pids.max (Docker --pids-limit, "
-           "Kubernetes podPidsLimit) or lower num_workers"),
+           "Kubernetes podPidsLimit) or lower num_workers", by_user=True),
     Metric("shm_needed", "B", False, "shared memory (/dev/shm) the job's loader holds at its peak: one batch loaded "
            "as num_workers 0 loads it (in a child process) before any worker starts (its tensors' storage bytes, as "
            "torch's workers send them through shared memory) x the batches in flight, prefetch_factor x num_workers "

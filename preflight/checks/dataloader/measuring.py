@@ -44,8 +44,8 @@ def measure(options: Mapping[str, Any], budget: Budget, metrics: Sequence[Metric
                 except _ShmShort as short:  # no pool started: the shm rows, and why the others have no figure
                     results = short.rows + [unmeasurable(m.name, str(short), m.unit) for m in metrics
                                             if m.name not in shared_memory.ROWS]
-                except RuntimeError as error:  # here, before ``opened`` blames the job's Dataset for torch's ENOSPC
-                    why = shared_memory.died_of(error)
+                except (RuntimeError, PermissionError) as error:  # before ``opened`` blames the job's Dataset
+                    why = shared_memory.died_of(error) or shared_memory.denied(error)
                     if why is None:
                         raise
                     results = [unmeasurable(m.name, why, m.unit) for m in metrics]

@@ -71,7 +71,7 @@ METRICS = (
     Metric("samples_per_s", "samples/s", True, "end-to-end training samples/s: the job's DataLoader feeding the "
            "training step on the device, batches moved non_blocking from pinned memory; windows after warm-up, "
            "median (step boundaries as in the model check)", per_device=True,
-           hint="compare with model_samples_per_s: when input_bound is high, the DataLoader is the limit", about_data=True),
+           hint="compare with model_samples_per_s: when input_bound is high, the DataLoader is the limit", about_data=True, by_user=True),
     Metric("model_samples_per_s", "samples/s", True, "the same training step alone on synthetic input already on "
            "the device, measured in the same run (the model check's method: NVIDIA Deep Learning Examples "
            "benchmark_training)", per_device=True),
@@ -80,7 +80,7 @@ METRICS = (
            "the next batch over their time; the measured counterpart of MLPerf Storage's emulated AU (AU = 100% - input_bound, "
            "DLIO); 0 when the loader keeps up", per_device=True,
            hint="the device waits for data: raise num_workers if CPUs are idle, keep pin_memory on, use a faster "
-                "volume or shards (WebDataset, LMDB); the dataloader check over the same path shows the loader alone", about_data=True),
+                "volume or shards (WebDataset, LMDB); the dataloader check over the same path shows the loader alone", about_data=True, by_user=True),
     Metric("recommended_num_workers", "", None, "with worker_sweep: the fewest workers where input_bound reaches "
            "its floor, the lowest at 1, 2, 4, ... workers up to the CPUs allowed and num_workers: their share of the "
            "model's samples/s (100 % - input_bound) within 5 % of the floor's (pairs of windows that overlap the "

@@ -94,7 +94,7 @@ METRICS = (
     Metric("open_files_limit", "", True, "soft RLIMIT_NOFILE of this process (getrlimit(2))"),
     Metric("unreadable_files", "", False, "files and directories under path this process cannot read "
            "(access(2) R_OK, or listing refused): the job would stop on PermissionError; `{max: 0}` gates on it",
-           hint="make {path} readable by the job's user (chmod/chown, fsGroup in the pod's securityContext)", about_data=True),
+           hint="make {path} readable by the job's user (chmod/chown, fsGroup in the pod's securityContext)", about_data=True, by_user=True),
     Metric("skipped_files", "", False, "entries under path that are not samples: unreadable, vanished while "
            "walked, special files, dangling links, directory loops, pseudo filesystems below path (proc, sysfs: not "
            "descended), empty files, hard or symbolic links to a file already counted, hidden entries the job's "
@@ -102,22 +102,22 @@ METRICS = (
            "which, and whether the walk stopped before the end",
            hint="the row's note says what was skipped under {path}: fix permissions, remove dangling links and "
                 "special files, delete hidden files the job would read (.ipynb_checkpoints, macOS ._* files; or "
-                "skip them in the job's Dataset), or stop the process rewriting the dataset", about_data=True),
+                "skip them in the job's Dataset), or stop the process rewriting the dataset", about_data=True, by_user=True),
     Metric("seq_read", "MB/s", True, "sequential read throughput, 1 MB = 10^6 B; `readers` threads of "
            "`block_size` O_DIRECT reads over contiguous spans (fio --rw=read --direct=1 --bs=1M --numjobs) of "
            "path's files of 8 MiB or more (data extents only); else a scratch file beside path, or path's files read "
            "whole, as the row says",
-           hint="{path} reads at {measured}: use a faster volume class or a local NVMe cache", about_data=True),
+           hint="{path} reads at {measured}: use a faster volume class or a local NVMe cache", about_data=True, by_user=True),
     Metric("rand_read", "IOPS", True, "random read operations per second of `rand_block` at `rand_depth` "
            "in flight (fio --rw=randread --direct=1 --bs=4k --iodepth), over seq_read's bytes",
-           hint="{path} serves {measured}: random access (shuffled small samples) needs a low-latency volume", about_data=True),
-    Metric("rand_read_p50", "ms", False, "median latency of one rand_read request (fio clat 50th percentile)", about_data=True),
+           hint="{path} serves {measured}: random access (shuffled small samples) needs a low-latency volume", about_data=True, by_user=True),
+    Metric("rand_read_p50", "ms", False, "median latency of one rand_read request (fio clat 50th percentile)", about_data=True, by_user=True),
     Metric("rand_read_p99", "ms", False, "99th-percentile latency of one rand_read request (fio clat 99th "
-           "percentile): the tail a shuffled DataLoader waits on", about_data=True),
+           "percentile): the tail a shuffled DataLoader waits on", about_data=True, by_user=True),
     Metric("small_files", "files/s", True, "open+read+close of whole small files per second, cold cache, "
            "`file_readers` in parallel (DLIO/MLPerf Storage file-per-sample pattern)",
-           hint="pack small files into shards (WebDataset tar, LMDB, TFRecord) or cache them on local NVMe", about_data=True),
-    Metric("small_files_bandwidth", "MB/s", True, "bytes of those small files per second, 1 MB = 10^6 B", about_data=True),
+           hint="pack small files into shards (WebDataset tar, LMDB, TFRecord) or cache them on local NVMe", about_data=True, by_user=True),
+    Metric("small_files_bandwidth", "MB/s", True, "bytes of those small files per second, 1 MB = 10^6 B", about_data=True, by_user=True),
     Metric("seq_write", "MB/s", True, "checkpoint write throughput including the final fsync, in scratch_dir "
            "(fio --rw=write --bs=1M --end_fsync=1)", hint="checkpoints to {path} write at {measured}: "
            "use a faster volume or write checkpoints asynchronously", about_data=True),

@@ -346,6 +346,21 @@ def died_of(error: BaseException) -> str | None:
             f"sizeLimit) or lower batch_size, num_workers or prefetch_factor")
 
 
+def denied(error: BaseException) -> str | None:
+    """The reason, with the fix, when ``error`` is the loader refused /dev/shm by its mode (torch's queues create
+    their semaphores there, sem_open(3), as the job's user); else None."""
+    import os
+    import stat
+
+    if not isinstance(error, PermissionError) or os.access(SHM_DIR, os.W_OK):
+        return None
+    info = os.stat(SHM_DIR)
+    return (f"the DataLoader's workers cannot start as uid {os.geteuid()}: {SHM_DIR} is mode "
+            f"{stat.S_IMODE(info.st_mode):04o} (owner uid {info.st_uid}), so the queues that carry its batches cannot "
+            f"create their semaphores there ({error}): mount it with mode=1777 (docker run --tmpfs "
+            f"/dev/shm:rw,mode=1777; Kubernetes' emptyDir medium: Memory is 1777), or chmod 1777 {SHM_DIR}")
+
+
 def pinned(options: Mapping[str, Any], source: Any) -> bool:
     """Whether the job's loader pins its batches here: ``pin_memory`` (its own DataLoader's) and a CUDA device."""
     import torch
