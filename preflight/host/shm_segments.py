@@ -1,17 +1,10 @@
 """Host layer: what holds a shared-memory mount's space, and whether the processes that made it still run.
 
-A /dev/shm of the right size can still be full: segments of killed jobs stay until someone removes them
-(tmpfs frees a file's pages only when it is unlinked and unmapped). PyTorch's DataLoader names its
-segments ``torch_<pid>_<random>_<n>`` (``file_descriptor``/``file_system`` sharing strategies), Python's
-``multiprocessing.shared_memory`` ``psm_<hex>``, and POSIX semaphores live as ``sem.<name>``
-(sem_overview(7)). A segment is *in use* when a process maps it or holds it open: its device and inode
-appear in ``/proc/PID/maps`` (proc(5): ``dev inode pathname``) or one of ``/proc/PID/fd/*`` resolves to it.
-Otherwise it is *held by no process visible here*: stale where this process sees every process of the node
-(the host's pid namespace, as root), unknown beyond that; a ``torch_<pid>`` name whose pid does not run is
-a creator gone (sgl-project/sglang#28089, PaddlePaddle/Paddle#49632, mosaicml/streaming#781).
-
-``survey`` reads the mount's files (sizes from ``st_blocks``: the pages they really hold) and scans /proc
-within ``SCAN_S`` seconds, so its time stays bounded on a node with many processes.
+Segments of killed jobs stay until unlinked (torch's ``torch_<pid>_...``, ``psm_<hex>``, ``sem.<name>``:
+sem_overview(7)). A segment is in use when a process maps it (``/proc/PID/maps``) or holds it open (``/proc/PID/fd``);
+else stale where every process of the node is visible, unknown beyond; a ``torch_<pid>`` whose pid is gone lost its
+creator (sgl-project/sglang#28089, PaddlePaddle/Paddle#49632, mosaicml/streaming#781). ``survey`` sizes files by
+``st_blocks`` and scans /proc within ``SCAN_S``.
 """
 
 from __future__ import annotations
@@ -44,11 +37,8 @@ class Segment(NamedTuple):
 
 
 class Segments(NamedTuple):
-    """The files on a shared-memory mount, but for those ``survey`` was told to leave out (preflight's own).
-
-    ``describe`` and ``fix`` say it in a note and a hint; a segment counts as stale only when no process
-    visible here maps or holds it and its creator, where its name tells one, is gone.
-    """
+    """The files on a shared-memory mount, but those ``survey`` was told to leave out (preflight's own); ``describe``
+    and ``fix`` word them. Stale: held by no visible process, its creator (if named) gone."""
 
     path: str
     found: tuple[Segment, ...]
@@ -66,9 +56,8 @@ class Segments(NamedTuple):
         return tuple(s for s in self.found if s.stale)
 
     def describe(self, size_bytes: int) -> str:
-        """One note: how many files hold how much of ``size_bytes``, the largest names, and who holds them:
-        "125 files left here hold 1000 MiB (98% of 1 GiB): torch_4242_1_0 (8 MiB, creator pid 4242 not
-        running), ...; 100 held by no process (creator gone: 100 torch_), 25 in use by pids 77, 78"."""
+        """One note: how many files hold how much of ``size_bytes``, the largest names, who holds them ("125 files
+        left here hold 1000 MiB (98% of 1 GiB): torch_4242_1_0 (8 MiB, creator pid 4242 not running), ...")."""
         if not self.found:
             return ""
         share = f" ({100 * self.nbytes / size_bytes:.0f}% of {_size(size_bytes)})" if size_bytes else ""
