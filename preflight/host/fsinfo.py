@@ -86,9 +86,8 @@ def filesystem_of(path: str, mountinfo: str = MOUNTINFO) -> Filesystem:
 
 
 def mount_entry(path: str, mountinfo: str = MOUNTINFO) -> tuple[str, str, str, str, str]:
-    """(mount point, fstype, source, options, major:minor) of the mount whose point is the longest prefix of
-    ``path``, read by name from mountinfo (proc(5)): ``path`` itself is never touched, so a mount that does not
-    answer cannot hold the caller; ("/", "unknown", "unknown", "", "") where mountinfo cannot be read."""
+    """(mount point, fstype, source, options, major:minor) of the longest mount point prefixing ``path``, by name from
+    mountinfo, never touching ``path``; ("/", "unknown", "unknown", "", "") when unreadable."""
     best = ("/", "unknown", "unknown", "", "")
     try:
         with open(mountinfo, "rb") as lines:
@@ -135,7 +134,6 @@ _OCTAL = re.compile(rb"\\([0-7]{3})")
 
 
 def _unescape(field: bytes) -> str:
-    """A mountinfo field as a name: the kernel's octal escapes of space, tab, newline and backslash
-    (fs/proc_namespace.c ``show_mountinfo``) back to bytes, then ``os.fsdecode``d, the string ``os.path.realpath``
-    returns."""
+    """A mountinfo field as a name: octal escapes (fs/proc_namespace.c ``show_mountinfo``) back to bytes, then
+    ``os.fsdecode``: the string ``os.path.realpath`` returns."""
     return os.fsdecode(_OCTAL.sub(lambda octal: bytes([int(octal[1], 8)]), field))

@@ -1,8 +1,7 @@
 """Host facts that decide pinned-memory and copy behaviour: memory limits and NUMA placement.
 
-Read from the kernel's own interfaces (proc(5), sysfs-devices-node, cgroup v2 and v1
-``memory.max``/``memory.limit_in_bytes``, getrlimit(2)); every function takes its root
-directory so tests can point it at a fake tree. Nothing here imports torch.
+From the kernel's interfaces (proc(5), sysfs-devices-node, cgroup ``memory.max``/``memory.limit_in_bytes``,
+getrlimit(2)); each function takes its root, for tests; torch is not imported.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """One measuring run per node at a time: a file lock every preflight run on the node takes (host layer: the node).
 
-Two runs measuring one node together each get about half of it and both fail, so ``runner.run`` holds an exclusive
-``flock(2)`` from its first measurement to its last; a second run waits and says so, or, past the wait, reports every
-metric unmeasurable. Set by the environment, not the thresholds file, since the prolog, health check and sweep share
-it: ``PREFLIGHT_LOCK`` (a file in a directory every run shares; ``off``) and ``PREFLIGHT_LOCK_WAIT``. flock rather
-than fcntl: it goes with the holder however it dies, and no other descriptor's close loses it; the descriptor is
-close-on-exec so a worker stuck on a dead mount cannot hold it (issue 33 case 4). More: docs/fleet.md,
-docs/faults-and-noise.md.
+``runner.run`` holds an exclusive ``flock(2)`` (``PREFLIGHT_LOCK``, waited for up to ``PREFLIGHT_LOCK_WAIT``) from its
+first measurement to its last. flock, not fcntl: it goes with its holder however it dies; close-on-exec, so a worker
+stuck on a dead mount cannot keep it (issue 33 case 4). docs/fleet.md, docs/faults-and-noise.md.
 """
 
 from __future__ import annotations
@@ -204,9 +200,8 @@ def _default_places() -> list[str]:
 
 
 def _open(path: str) -> int:
-    """Open ``path`` for the lock: read-write, creating it readable and writable by every user, else read-only (a
-    flock still works; only the holder record is lost). An existing file is opened without O_CREAT first:
-    ``fs.protected_regular`` refuses O_CREAT on another user's file in a sticky /dev/shm, even to root."""
+    """Open ``path`` for the lock, read-write and creatable by every user, else read-only (the flock still works); an
+    existing file without O_CREAT, which ``fs.protected_regular`` refuses in a sticky /dev/shm."""
     for flags in (os.O_RDWR, os.O_RDONLY):
         try:
             return os.open(path, flags | os.O_CLOEXEC)

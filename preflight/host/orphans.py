@@ -1,10 +1,8 @@
 """Host layer: the processes preflight runs left stuck in the kernel, remembered for the runs that follow.
 
-A worker stuck on a dead mount outlives its run; a run every few minutes would leave one more each time
-(monitoring-plugins/monitoring-plugins#1186, prometheus/node_exporter#578). So the abandoning run records it beside
-the node lock (``LOCK.stuck``, JSON lines, written under the lock), and a later run does not start a check that would
-read under its path. A record is live while its pid has the same start time (``/proc/PID/stat`` field 22), is still
-preflight's worker and a thread sleeps in D.
+A run every few minutes would leave one more each time (monitoring-plugins/monitoring-plugins#1186,
+prometheus/node_exporter#578): the abandoning run records it beside the lock (``LOCK.stuck``), and a later run does
+not start a check under its path while it lives (same pid start time, still preflight's worker, a thread in D).
 """
 
 from __future__ import annotations
@@ -30,9 +28,8 @@ class Orphan(NamedTuple):
     since: str  # when it was abandoned, UTC, ISO 8601
 
     def alive(self, proc: str = stuck.PROC) -> bool:
-        """True while this very process (same start time, still preflight's worker) exists and a thread of it
-        sleeps uninterruptibly. The record file is writable by every user: a record naming another process is
-        not believed."""
+        """True while this very process (same start time, still preflight's worker) exists with a thread in D; the
+        record file is world-writable, so a record naming another process is not believed."""
         fields = stuck.stat_fields(os.path.join(proc, str(self.pid), "stat"))
         if len(fields) <= 19 or fields[19] != self.start or WORKER not in _cmdline(proc, self.pid):
             return False

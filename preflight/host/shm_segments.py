@@ -1,10 +1,8 @@
 """Host layer: what holds a shared-memory mount's space, and whether the processes that made it still run.
 
-Segments of killed jobs stay until unlinked (torch's ``torch_<pid>_...``, ``psm_<hex>``, ``sem.<name>``:
-sem_overview(7)). A segment is in use when a process maps it (``/proc/PID/maps``) or holds it open (``/proc/PID/fd``);
-else stale where every process of the node is visible, unknown beyond; a ``torch_<pid>`` whose pid is gone lost its
-creator (sgl-project/sglang#28089, PaddlePaddle/Paddle#49632, mosaicml/streaming#781). ``survey`` sizes files by
-``st_blocks`` and scans /proc within ``SCAN_S``.
+Killed jobs' segments stay until unlinked (``torch_<pid>_...``, ``psm_<hex>``, ``sem.*``: sem_overview(7)). In use:
+mapped or open in ``/proc/PID``; stale: held by no visible process, its creator gone (sgl-project/sglang#28089,
+PaddlePaddle/Paddle#49632, mosaicml/streaming#781). ``survey`` sizes by ``st_blocks``, scans /proc within ``SCAN_S``.
 """
 
 from __future__ import annotations
@@ -105,9 +103,8 @@ class Segments(NamedTuple):
 
 
 def survey(path: str, leave_out: tuple[str, ...] = ()) -> Segments:
-    """The files under ``path`` (a shared-memory mount), but names starting with one of ``leave_out``
-    (preflight's own), with who holds each, read from /proc within ``SCAN_S``. Never raises: an unreadable
-    file or process is passed over."""
+    """The files under the shared-memory mount ``path`` but preflight's own (``leave_out``), with who holds each, read
+    from /proc within ``SCAN_S``; never raises (an unreadable file or process is passed over)."""
     files: dict[tuple[int, int], tuple[str, int]] = {}
     more = 0
     for root, dirs, names in os.walk(path):
@@ -135,9 +132,8 @@ def survey(path: str, leave_out: tuple[str, ...] = ()) -> Segments:
 
 
 def _holders(keys: set[tuple[int, int]]) -> tuple[dict[tuple[int, int], set[int]], bool, int, int]:
-    """For each (st_dev, st_ino) in ``keys``, the pids that map it (/proc/PID/maps) or hold it open
-    (/proc/PID/fd); whether every process was reached before ``SCAN_S``; how many were read, and how many
-    could not be (permission)."""
+    """For each (st_dev, st_ino) in ``keys`` the pids that map or hold it (/proc/PID/maps, fd); whether every process
+    was reached in ``SCAN_S``; how many were read and how many refused."""
     found: dict[tuple[int, int], set[int]] = {}
     if not keys:
         return found, True, 0, 0

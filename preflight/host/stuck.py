@@ -1,12 +1,9 @@
 """Host layer: what a process that will not die is waiting on, and on which mount, read from /proc.
 
-A process blocked on a dead hard NFS mount or a silent FUSE daemon sleeps in state D and outlives SIGKILL
-(fs/fuse/dev.c ``request_wait_answer``; giampaolo/psutil#1931), so ``runner`` abandons it after a grace and names,
-read through the stuck thread's own ``/proc/PID/task/TID`` (the main thread's entries are gone after SIGKILL): the
-state and process group (``stat``), ``wchan``, the kernel ``stack`` (root only), the blocked ``syscall`` with its path
-(from ``mem``, as strace) or descriptor (``fd/N``), else the newest open file. The mount is found by name in
-``/proc/self/mountinfo``, never by ``stat`` of the path, which would hang the caller too. Every function takes the
-/proc root, for tests. More: docs/faults-and-noise.md ("Bounds: a mount that never answers").
+A process blocked on a dead NFS or FUSE mount sleeps in D through SIGKILL (fs/fuse/dev.c ``request_wait_answer``;
+giampaolo/psutil#1931). Read from the stuck thread's ``/proc/PID/task/TID`` (``wchan``, ``stack``, ``syscall``, its
+path from ``mem`` as strace does), the mount by name from mountinfo, never by ``stat`` (which would hang too).
+docs/faults-and-noise.md ("Bounds: a mount that never answers").
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """What the node is: NVIDIA's Xid catalog, the one table that says which Xid codes mean a GPU or node to drain.
 
-Source: NVIDIA, "Analyzing Xid Errors with the Xid Catalog" (docs.nvidia.com/deploy/xid-errors/), its "Resolution
-Bucket (Immediate Action)" column as NVIDIA/NVSentinel's xiderrorsmapping.csv ships it. ``classify``: an action that
-restarts the application or does nothing (``APPLICATION_ACTIONS``) is ``application``; every other action and every
-unlisted code is ``drain`` (fail closed); 63, 92 and 94 are drained too (``RAISED``: only a GPU reset replaces their
-row); Xid 154 drains unless its new action is None; a ``Nonfatal`` NVLink5 code (144-150) is not drained
-(leptonai/gpud#1174). ``parse`` reads a driver's "has fallen off the bus" line without an Xid as an unlogged Xid 79
-(NVIDIA/NVSentinel#155). More: docs/checks.md (``xid``), docs/faults-and-noise.md.
+Source: NVIDIA's Xid Catalog's immediate action, as NVIDIA/NVSentinel's xiderrorsmapping.csv ships it. Drained: every
+action but restarting the application or nothing, unlisted codes, 63/92/94 (``RAISED``), Xid 154 unless its new action
+is None; not a ``Nonfatal`` NVLink5 code (leptonai/gpud#1174). An "off the bus" line without an Xid is an unlogged 79
+(NVIDIA/NVSentinel#155). docs/checks.md (``xid``).
 """
 
 from __future__ import annotations

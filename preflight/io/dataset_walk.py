@@ -1,12 +1,9 @@
 """Walk a dataset directory for the files a training job would read, and count what it passes over (io layer).
 
-``find -L PATH -type f -size +0 -readable`` in Python: links followed as the job's ``open()`` and
-``os.walk(followlinks=True)`` follow them, loops detected by device and inode as find(1) does, mount points
-descended except pseudo filesystems, hidden entries counted, unusable entries counted by reason (``Walk.skipped``).
-Bounded by ``max_entries`` and ``seconds``, and spread over the tree (folders take turns, entries in bit-reversed
-order) so a walk stopped early is a sample of the whole dataset (dotnet/machinelearning#3778). The rules and the
-datasets behind them: docs/checks.md ("Storage and DataLoader checks", "Datasets it understands"). It runs only in a
-check's worker: a ``stat`` on a dead hard mount cannot be bounded from inside (``host.stuck``).
+``find -L PATH -type f -size +0 -readable`` in Python, links followed as ``os.walk(followlinks=True)`` does, loops
+caught by device and inode (find(1)), unusable entries counted by reason. Bounded (``max_entries``, ``seconds``) and
+spread over the tree so that a walk stopped early samples the whole dataset (dotnet/machinelearning#3778). It runs
+only in a check's worker: a ``stat`` on a dead mount cannot be bounded from inside. docs/checks.md.
 """
 
 from __future__ import annotations
@@ -84,12 +81,9 @@ class _Stopped(Exception):
 
 
 class Walk:
-    """The data files under ``path`` (or ``path`` itself if it is a file), lazily.
-
-    Iterate it once (or ``take`` from it); then ``skipped`` counts the entries passed over by reason (keys of
-    ``SKIPPED``, the first few named in ``examples``) and ``stopped`` says what stopped it before the end: ""
-    (nothing), ``max_files``, ``entries``, ``time`` or ``share`` (a folder larger than its share was sampled).
-    """
+    """The data files under ``path`` (or ``path`` itself if it is a file), lazily. Iterate it once (or ``take``); then
+    ``skipped`` counts the entries passed over by reason (``SKIPPED``, first few in ``examples``) and ``stopped`` says
+    what ended it early: "", ``max_files``, ``entries``, ``time`` or ``share``."""
 
     def __init__(self, path: str, max_entries: int = 1 << 62, seconds: float = math.inf) -> None:
         self.path, self.max_entries, self.seconds = path, max_entries, seconds
@@ -353,9 +347,8 @@ class Walk:
 
 def listing(path: str, max_files: int, seconds: float = math.inf, include: str = "*",
             exclude: str = "") -> tuple[list[DataFile], Walk]:
-    """The data files under ``path`` a job would read, at most ``max_files`` matching the globs, and the ``Walk``
-    (what it skipped, whether it stopped early). ``include``/``exclude``: comma-separated fnmatch globs matched
-    against the relative path and the file name."""
+    """The data files under ``path`` a job would read, at most ``max_files`` matching ``include`` and not ``exclude``
+    (comma-separated fnmatch globs on the relative path and the name), and the ``Walk``."""
     includes = [g.strip() for g in include.split(",") if g.strip()] or ["*"]
     excludes = [g.strip() for g in exclude.split(",") if g.strip()]
     walk = Walk.for_files(path, max_files, seconds)
@@ -416,12 +409,9 @@ def filesystems(files: Sequence[DataFile]) -> str:
 
 
 def too_few(files: list[DataFile], where: str, *, samples: int | None = None, walk: Walk | None = None) -> str:
-    """Why ``files`` are too few to stand for a dataset, or "" when they are enough.
-
-    Enough is ``MIN_SAMPLE_BYTES`` in ``MIN_SAMPLES`` files, or ``MIN_SHARD_BYTES`` in any number: fewer re-reads the
-    same cached blocks. With ``samples``, the files are tar shards and their samples count (issue 21, case 8).
-    ``walk`` says whether ``files`` are all of ``where``.
-    """
+    """Why ``files`` are too few to stand for a dataset (re-reads of a few cached blocks), "" when they are at least
+    ``MIN_SAMPLE_BYTES`` in ``MIN_SAMPLES`` files or ``MIN_SHARD_BYTES``. With ``samples``, tar shards' samples count
+    (issue 21, case 8); ``walk`` says whether ``files`` are all of ``where``."""
     total = sum(f.size for f in files)
     count = len(files) if samples is None else samples
     if total >= MIN_SHARD_BYTES or (count >= MIN_SAMPLES and total >= MIN_SAMPLE_BYTES):
@@ -441,8 +431,8 @@ def describe_files(files: Sequence[DataFile], noun: str = "data file") -> str:
 
 
 def data_extents(name: str, size: int) -> list[tuple[int, int]]:
-    """The (offset, length) byte ranges of ``name`` that hold data, holes left out (``lseek(SEEK_DATA/SEEK_HOLE)``, as
-    ``cp --sparse``); the whole file where holes are not supported.
+    """The (offset, length) byte ranges of ``name`` that hold data, holes left out (lseek(2)
+    ``SEEK_DATA``/``SEEK_HOLE``, as ``cp --sparse``); the whole file where holes are not supported.
 
     Raises:
         OSError: ``name`` cannot be opened.

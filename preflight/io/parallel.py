@@ -1,9 +1,8 @@
 """Run I/O loops in several processes of several threads each, for a fixed time (io layer).
 
-Processes because a Python thread holds the GIL between system calls (threads of one process reached about 40% of
-fio's libaio QD32: docs/checks.md); processes x threads play fio's ``iodepth``, as ``--numjobs`` with synchronous I/O.
-Method (fio ``--time_based --runtime``): every loop is set up first, all start on one signal and run to one deadline;
-the rate is the total work over the longest loop's time.
+Processes, because threads of one process share the GIL (docs/checks.md, ``rand_read``): processes x threads play
+fio's ``iodepth`` as ``--numjobs`` with synchronous I/O. Method (fio ``--time_based --runtime``): every loop set up,
+all started on one signal, run to one deadline; the rate is the total work over the longest loop's time.
 """
 
 from __future__ import annotations
@@ -17,9 +16,8 @@ from typing import Callable, NamedTuple, Sequence
 
 
 class Tally(NamedTuple):
-    """What one loop did: operations, bytes, per-operation latencies (s) and its elapsed time (s); optionally when
-    each operation completed (``completions``, ``time.perf_counter()``, comparable across processes) and when it
-    ``started``, to cut one run into windows afterwards (fio's ``--log_avg_msec``)."""
+    """What one loop did: operations, bytes, per-operation latencies (s), elapsed time (s); optionally each
+    operation's completion (``completions``, ``time.perf_counter()``) and ``started``, for fio-style interval logs."""
 
     ops: int
     nbytes: int
@@ -131,9 +129,8 @@ class Interval(NamedTuple):
 
 
 def in_intervals(tally: Tally, ramp_s: float, window_s: float) -> list[Interval]:
-    """Cut a continuous run into whole ``window_s`` intervals after the first ``ramp_s`` seconds, an operation in the
-    interval it completed in (fio's ``--log_avg_msec``, ``--ramp_time``); a last partial interval is left out.
-    ``tally`` must carry ``completions`` and ``started``."""
+    """Cut a continuous ``tally`` (with ``completions`` and ``started``) into whole ``window_s`` intervals after
+    ``ramp_s``, each operation in the interval it completed in (fio's ``--log_avg_msec``)."""
     count = max(0, int((tally.elapsed_s - ramp_s) / window_s))
     latencies = [array("d") for _ in range(count)]
     origin = tally.started + ramp_s

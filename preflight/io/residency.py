@@ -1,14 +1,12 @@
 """How much of a set of files sits in the page cache, found without reading them; and dropping it (io layer).
 
-For the job's own Dataset, which opens its files out of the uncached opener's reach (``loading.cold``; docs/checks.md,
-"Cold is checked, not assumed")::
+For the job's own Dataset, out of the uncached opener's reach (``loading.cold``)::
 
     sample up to MAX_FILES files, evenly spread over the list
-    probe: mincore(2) over a never-touched read-only mapping of each file's first MAX_BYTES; where mincore
-           cannot see the page cache (not the file's owner nor writer, no CAP_FOWNER: mm/mincore.c
-           can_do_mincore), PROBE_PAGES single-page preadv2(RWF_NOWAIT) reads (EAGAIN: not cached; Linux 4.14+)
-    evict: syncfs(2) first (DONTNEED leaves dirty pages), then posix_fadvise(DONTNEED) on every file until
-           EVICT_S (fio's --invalidate=1; tmpfs and mapped or locked pages stay)
+    probe: mincore(2) over an untouched read-only mapping of each file's first MAX_BYTES; where mincore cannot
+           see the cache (mm/mincore.c can_do_mincore), PROBE_PAGES preadv2(RWF_NOWAIT) reads (EAGAIN: not cached)
+    evict: syncfs(2) (DONTNEED leaves dirty pages), then posix_fadvise(DONTNEED) per file until EVICT_S
+           (fio's --invalidate=1; tmpfs and mapped or locked pages stay)
     probe the same sample again (other pages, for RWF_NOWAIT)
 
 A cache below the page cache (FUSE, NFS) is out of reach (``Filesystem.may_cache_below``).

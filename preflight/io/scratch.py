@@ -1,8 +1,7 @@
 """Scratch directories removed on success, failure, timeout and signals, and the data written in them (io layer).
 
-Scratch goes only through ``scratch_dir``, never inside the dataset (``protect``), and is announced to ``on_create``
-so the runner removes it after a killed check. ``room_for`` keeps ``RESERVE_BYTES`` and ``RESERVE_INODES`` free;
-``ran_out`` tells which one an ENOSPC ran out of.
+Never inside the dataset (``protect``); announced to ``on_create`` so the runner removes it after a killed check;
+``room_for`` keeps ``RESERVE_BYTES`` and ``RESERVE_INODES`` free; ``ran_out`` names what an ENOSPC ran out of.
 """
 
 from __future__ import annotations
@@ -101,9 +100,8 @@ def _read_only(path: str) -> bool:
 
 
 def room_for(directory: str, nbytes: int, files: int = 1) -> str:
-    """"" when ``directory``'s filesystem can take ``nbytes`` in ``files`` new files and keep ``RESERVE_BYTES`` and
-    ``RESERVE_INODES`` free, else why not. statvfs ``f_bavail`` and ``f_favail``; a filesystem reporting 0 inodes in
-    all (btrfs, many network ones) has only its bytes compared."""
+    """"" when ``directory``'s filesystem can take ``nbytes`` in ``files`` new files and keep the reserves free
+    (statvfs ``f_bavail``, ``f_favail``; bytes only where no inodes are reported), else why not."""
     try:
         info = os.statvfs(directory)
     except OSError as error:
@@ -124,9 +122,8 @@ def _size(nbytes: float) -> str:
 
 
 def ran_out(directory: str) -> str:
-    """Which of bytes or inodes a create or write that failed with ENOSPC in ``directory`` ran out of, from statvfs
-    now ("no inodes left (0 of 2048 free; ...)"); "" when ``directory`` vanished. The kernel's ENOSPC is the same for
-    both."""
+    """Which of bytes or inodes an ENOSPC in ``directory`` ran out of (open(2) and write(2) give one ENOSPC for both),
+    from statvfs now ("no inodes left (0 of 2048 free; ...)"); "" when ``directory`` vanished."""
     try:
         info = os.statvfs(directory)
     except OSError:

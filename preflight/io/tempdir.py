@@ -1,7 +1,6 @@
 """Where preflight's own temporary files go (worker logs, crash logs), on a node that may allow few writes.
 
-io layer. Where ``tempfile`` finds nothing writable (``readOnlyRootFilesystem: true``, no volume at /tmp), /dev/shm
-and the reports' directories are tried; else the run stops before measuring with the fix.
+io layer. Beyond ``tempfile``'s places, /dev/shm and the reports' directories (``readOnlyRootFilesystem: true``).
 """
 
 from __future__ import annotations

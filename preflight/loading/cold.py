@@ -1,10 +1,8 @@
 """A claim of cold, verified: the job's Dataset's files dropped from the page cache before its pass, and checked.
 
-Loading layer. The job's Dataset opens its files itself, out of reach of the uncached opener (issue 32: a second run
-read 2.3x the first). Where its files can be found (``exposed``), their page-cache share is probed, dropped and probed
-again (``io.residency``): what stays makes the note ``warm:`` and the rows ``cache_bound``; no file found means cold
-is not verified; a cache below the page cache (FUSE, NFS) is named. More: docs/checks.md ("Cold is checked, not
-assumed").
+Loading layer. The job's Dataset opens its files itself (issue 32: a second run read 2.3x the first), so the files it
+names (``exposed``) are probed, dropped and probed again (``io.residency``): what stays makes the rows ``warm:`` and
+``cache_bound``. docs/checks.md ("Cold is checked, not assumed").
 """
 
 from __future__ import annotations
@@ -67,12 +65,9 @@ def verified(dataset: Any, arguments: Mapping[str, Any]) -> Cold:
 
 
 def exposed(dataset: Any, arguments: Mapping[str, Any]) -> tuple[list[str], str]:
-    """The files the job's Dataset reads, as far as it names them, and where they were found ("its .samples").
-
-    In order: a list on the Dataset (or the one it wraps) of file paths or tuples starting with one (ImageFolder's
-    ``.samples``); a file an attribute or ``arguments`` names; the files under a directory either names, walked as the
-    dataloader walks (``WALKED``, ``WALK_S``). ([], "") where nothing names a file.
-    """
+    """The files the job's Dataset reads, as far as it names them, and where they were found ("its .samples"): a list
+    of paths on it or the Dataset it wraps (ImageFolder's ``.samples``), a file an attribute or ``arguments`` names,
+    else the files under a directory either names (``WALKED``, ``WALK_S``); ([], "") where none."""
     for holder, label in _holders(dataset):
         for attribute, value in _attributes(holder):
             names = _paths(value)

@@ -1,10 +1,8 @@
 """The dataset the loader reads: files sampled under ``path``, one file per sample, read cold (loading layer).
 
-A sample is read as a worker's ``open(path).read()`` would, but from the device (``io.uncached``: O_DIRECT through one
-aligned buffer per worker, else the pages dropped first); ``decode="image"`` decodes it with Pillow; ``delay_s`` is
-the throttled-reader test hook. A file gone, unreadable (EIO) or undecodable counts no sample, is recorded in the
-run's dataset and the measurement goes on. The files come from a bounded, spread walk (``dataset_walk``); containers
-of many samples are refused by ``not_one_sample_each``. More: docs/checks.md.
+Read as a worker's ``open(path).read()``, from the device (``io.uncached``, one aligned buffer per worker);
+``decode="image"`` decodes with Pillow; ``delay_s`` is the throttled-reader hook. A file gone, unreadable (EIO) or
+undecodable counts no sample and is recorded in the run's dataset. docs/checks.md.
 """
 
 from __future__ import annotations
@@ -34,12 +32,8 @@ LARGE_FILE = 64 << 20  # median file size above which files hold many samples (w
 
 
 def not_one_sample_each(files: Sequence[DataFile], where: str, instance: str = "dataloader") -> str:
-    """Why ``files`` are containers of many samples rather than one sample each, with the fix; "" when they are
-    samples.
-
-    The rule (docs/checks.md, "Datasets it understands"; issue 21 case 6): half or more are containers by name
-    (``CONTAINERS``; a ``-00001-of-01024`` suffix looked through), or their median size is above ``LARGE_FILE``.
-    """
+    """Why ``files`` are containers of many samples (half or more named as ``CONTAINERS``, or a median size above
+    ``LARGE_FILE``; issue 21 case 6), with the fix; "" when they are one sample each."""
     kinds = [kind for kind in map(_container, files) if kind]
     if 2 * len(kinds) >= len(files):
         extension, kind = max(set(kinds), key=kinds.count)

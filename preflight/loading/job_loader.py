@@ -1,10 +1,8 @@
 """The job's own DataLoader (``loader: "package.module:factory"``), measured as the object the job trains from.
 
-Loading layer (``source``). The factory is imported (``usercode``) and called with ``loader_args``; it must return a
-``DataLoader``, built by ``validate`` too (no worker starts). Every setting is the loader's own: options that would
-set them are refused beside ``loader``. Batches are counted by its own batch sampler, recorded in place
-(``object.__setattr__``: a built DataLoader refuses a new one, and a copy would not be the job's object); each fresh
-pool is a new iterator of the one object. More: docs/checks.md (``loader:``).
+Loading layer. Built with ``loader_args`` (by ``validate`` too: no worker starts); the options that would set its
+settings are refused beside it. Its batch sampler is recorded in place (``object.__setattr__``: a copy would not be
+the job's object); each fresh pool is a new iterator of it. docs/checks.md (``loader:``).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Pull batches from a DataLoader over time windows, optionally emulating the GPU's compute (loading layer).
 
-Accelerator utilization is MLPerf Storage's AU (DLIO's ``computation_time``): emulated compute time / wall time,
-warm-up excluded. A dead worker that the cgroup OOM-killed is named by ``explaining_worker_oom``. The method and the
-measurements behind it: docs/checks.md ("Storage and DataLoader checks"), docs/benchmarks.md (founding_table).
+AU is MLPerf Storage's (DLIO's ``computation_time``): emulated compute / wall time, warm-up excluded; a worker the
+cgroup OOM-killed is named (``explaining_worker_oom``). Method and measurements: docs/checks.md (``dataloader``),
+docs/benchmarks.md (founding_table).
 """
 
 from __future__ import annotations
@@ -128,12 +128,9 @@ EPOCH_ENDED = object()  # ``Epochs.next``'s answer where an epoch ended and no n
 
 
 class Epochs:
-    """A DataLoader's batches as a training loop takes them, epoch after epoch; the caller decides each epoch's end.
-
-    ``next(new_epoch=True)`` starts the next epoch (a fresh ``iter()``) at an epoch's end, as the pipeline's fed step
-    does; ``next(new_epoch=False)`` returns ``EPOCH_ENDED`` there, as the dataloader check's one pass stops.
-    ``position`` counts the batches of the current epoch; ``epoch_batches`` an epoch's count once one ended.
-    """
+    """A DataLoader's batches as a training loop takes them, epoch after epoch; the caller decides each epoch's end:
+    ``next(new_epoch=True)`` starts the next (the pipeline's fed step), ``new_epoch=False`` returns ``EPOCH_ENDED``
+    (the dataloader's one pass). ``position``: batches of this epoch; ``epoch_batches``: a whole one's."""
 
     def __init__(self, loader: Any) -> None:
         self.loader = loader
@@ -169,11 +166,8 @@ class Epochs:
 
 class BatchPuller:
     """Pulls batches over one pass of the data; counts samples, bytes and compute time.
-
-    ``count(batch) -> (samples, bytes)``: ``sizes_or_tensor`` for preflight's datasets, ``user.batching``'s for the
-    job's. The loader is never restarted (a second epoch would be a cached reread): at the pass's end the next batch
-    raises ``Spent`` and ``spent`` is set.
-    """
+    ``count(batch) -> (samples, bytes)``: ``sizes_or_tensor``, or ``user.batching``'s for the job's. Never restarted
+    (a second epoch would be a cached reread): at the pass's end ``Spent`` is raised and ``spent`` set."""
 
     def __init__(self, loader: Any, step_time_s: float = 0.0,
                  count: Callable[[Any], tuple[int, int]] = sizes_or_tensor,
@@ -255,12 +249,9 @@ class BatchPuller:
         return self.spent
 
     def window(self, seconds: float) -> Window:
-        """Steps until at least ``seconds`` of wall time, in whole rounds of ``round_steps`` steps; where the pass
-        ends first, the steps it held (``Spent`` when none).
-
-        Whole rounds because torch yields batches worker by worker, in bunches; a window starts where the last ended
-        (``mark``), so time spent between windows is not lost (docs/benchmarks.md, founding_table).
-        """
+        """Steps until at least ``seconds`` of wall time, in whole rounds of ``round_steps`` (torch yields batches
+        worker by worker); where the pass ends first, the steps it held (``Spent`` when none). A window starts where
+        the last ended (``mark``), so time between windows is not lost (docs/benchmarks.md, founding_table)."""
         start = self.mark if self.mark is not None else self.clock()
         if not self.deliveries:
             self.deliveries.append(Delivery(start, self.samples_total, self.bytes_total))
@@ -305,12 +296,9 @@ class Taken(list):  # the Windows, and why sampling stopped
 
 
 def windows(puller: BatchPuller, workers: int, budget: Budget, min_windows: int = 5) -> Taken:
-    """Discard ``workers`` x 2 warm-up steps, then time windows in what is left of ``budget.duration_s``.
-
-    The warm-up (workers starting, prefetch filling; left out as DLIO and MLPerf Storage do) comes out of the
-    duration. Windows of an eighth of what is left (at least ``MIN_WINDOW_S``) are sampled by ``sampling.sample``, at
-    least ``min_windows`` of them, until the pass ends; a pass that ends inside the warm-up is one window.
-    """
+    """Discard ``workers`` x 2 warm-up steps (left out as DLIO and MLPerf Storage do, paid from the duration), then
+    ``sampling.sample`` at least ``min_windows`` windows of an eighth of what is left (at least ``MIN_WINDOW_S``)
+    until the pass ends; a pass that ends inside the warm-up is one window."""
     began = puller.clock()
     puller.round_steps = max(1, workers)  # the warm-up is whole rounds too: every window starts at a round's end
     if not puller.warmed_up:  # a pool read on (``pooled``) continues from its last window
@@ -426,9 +414,8 @@ def pooled(start_pool: Callable[[], BatchPuller], take: Callable[[BatchPuller, B
         pool's rate = the lower of its samples / its windows' time and their least-squares slope (``sustained``)
         rate = the pools' rates weighed by their windows' time                (``time_weighted``)
 
-    Several pools because a pool's rate depends on state fixed when its workers start, and torch's default restarts
-    them every epoch; ``left_in_pass()`` is the samples not handed out yet (None when endless or unknown). Why each
-    rule: docs/checks.md (the ``dataloader`` paragraph) and docs/benchmarks.md (founding_table).
+    Several pools because a pool's rate depends on state fixed at its workers' start; ``left_in_pass()``: samples not
+    handed out yet (None: unknown). Why each rule: docs/checks.md (``dataloader``), docs/benchmarks.md.
     """
     slot, began = budget.duration_s / pools, clock()
     rates, mb_rates, seconds, tail, stopped, below = [], [], [], 0, "", 0.0

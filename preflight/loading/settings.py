@@ -1,10 +1,8 @@
 """The job's DataLoader settings beyond its batches: how workers start and live, seeding, order, waiting.
 
-Loading layer (``source.loader_for``, shared by the dataloader and pipeline checks, and ``preflight validate``). Each
-option is passed to ``torch.utils.data.DataLoader`` as the job passes it, so what changes the job changes the
-measurement (issue 32, case 3). Under spawn and forkserver every worker receives a pickled copy of the Dataset,
-collate_fn and worker_init_fn, so ``unpicklable`` finds a lambda or local function before any worker starts. The
-options: docs/checks.md ("The job's loader settings, all of them").
+Loading layer, shared by the dataloader and pipeline checks and ``validate``: each is passed to the DataLoader as the
+job passes it (issue 32, case 3); under spawn and forkserver ``unpicklable`` names what a worker could not receive,
+before any starts. docs/checks.md ("The job's loader settings, all of them").
 """
 
 from __future__ import annotations
@@ -113,13 +111,9 @@ def describe(options: Mapping[str, Any], workers: int) -> str:
 
 
 def unpicklable(value: Any) -> str:
-    """Why ``value`` cannot be pickled as a worker's argument (the object, where the job defined it, the error); ""
-    when it can be.
-
-    Pickles into nothing with multiprocessing's reducers, tensors skipped (they go to shared memory); on failure the
-    innermost failing attribute or item, ``SEARCH_DEPTH`` deep, is named:
-    ``Squares.transform: the lambda defined at jobpkg/data.py:9 (...)``.
-    """
+    """Why ``value`` cannot be pickled as a worker's argument, "" when it can: pickled into nothing (tensors skipped),
+    the innermost failing attribute or item named, ``SEARCH_DEPTH`` deep
+    (``Squares.transform: the lambda defined at jobpkg/data.py:9 (...)``)."""
     error = _pickling_error(value)
     if error is None:
         return ""

@@ -1,12 +1,9 @@
 """The dataset the loader reads with ``format: tar``: WebDataset shards, streamed, one sample per key (loading layer).
 
-WebDataset's format (https://github.com/webdataset/webdataset#the-webdataset-format): a sample is the adjacent members
-sharing a key (the path up to the base name's first dot, ``base_plus_ext``). Each DataLoader worker streams its own
-shards (w, w+W, ...) whole with ``tarfile`` ``r|*``, from the device (``io.uncached``: O_DIRECT, else the pages
-dropped as fio's ``--invalidate=1``). A key counts once per shard even where its members are not adjacent
-(webdataset/webdataset#140; counting each run gave ~1.8x the samples/s). A damaged shard (what tar(1) would complain
-of, including an uncompressed shard without its end-of-archive blocks, where ``tarfile`` stops silently) counts the
-samples before the damage and is named. More: docs/checks.md (``format: tar``).
+WebDataset's format (https://github.com/webdataset/webdataset#the-webdataset-format: adjacent members sharing a
+``base_plus_ext`` key); each worker streams its own shards from the device. A key counts once per shard even when
+ungrouped (webdataset/webdataset#140); a damaged shard, as tar(1) would say (and without end-of-archive blocks, which
+``tarfile`` ignores), counts its samples up to the damage.
 """
 
 from __future__ import annotations
@@ -145,12 +142,8 @@ def read_shard(name: str, bypass: Bypass, buffer: mmap.mmap, dataset: Dataset | 
 
 
 def count_samples(names: Sequence[str], enough: int) -> tuple[int, str]:
-    """The samples in shards ``names`` counted from their tar headers alone, and the first damage met ("").
-
-    Payloads are seeked over; shards are listed in turn until ``enough`` samples, so the cost is bounded by
-    ``enough``. The headers are read through the opener but not recorded: the shards' streaming is the pass's read of
-    them.
-    """
+    """The samples in shards ``names`` counted from their tar headers alone (payloads seeked over, until ``enough``),
+    and the first damage met (""); read through the opener, not recorded: the streaming is the pass."""
     samples, problem = 0, ""
     for name in names:
         keys: set[str] = set()

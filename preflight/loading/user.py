@@ -1,11 +1,8 @@
 """The job's own Dataset (``dataset: "package.module:factory"``), built and counted as the job's loop sees it.
 
-Loading layer. ``build`` imports the factory (``usercode``) and refuses anything not a ``Dataset``. Samples are
-counted as the job's DataLoader counts them (``batching``): a map-style Dataset by the indices its batch sampler drew
-(``RecordedBatches``), an ``IterableDataset`` by its batch's first tensor or list (``count_batch``, at most
-``batch_size``), or by the job's ``count_samples``. A batch that repeats an earlier one exactly (an unsharded stream,
-pytorch/pytorch#30599) counts no sample (``Replays``). Bytes are the tensors' ``nbytes``, as the loop receives them.
-More: docs/checks.md (``dataset:``).
+Loading layer. Samples count as the job's DataLoader counts them: the batch sampler's indices (``RecordedBatches``),
+an ``IterableDataset``'s first tensor or list (``count_batch``) or ``count_samples``; a repeated batch counts none
+(``Replays``, pytorch/pytorch#30599). docs/checks.md (``dataset:``).
 """
 
 from __future__ import annotations
@@ -121,12 +118,9 @@ def iterable(dataset: Any) -> bool:
 
 def batching(job: Job, batch_size: int, replays: Replays | None = None, *, shuffle: bool = True,
              drop_last: bool = False, generator: Any = None, first_pass: Any = None) -> tuple[dict[str, Any], Count]:
-    """The DataLoader's batching arguments for ``job`` and how to count the batches of that one DataLoader.
-
-    A map-style Dataset goes through an explicit batch sampler (``RecordedBatches``) over the job's sampler, else a
-    shuffle (``first_pass``, a ``PassSampler``, continuing one pass across DataLoaders), else in order; call once per
-    DataLoader. An IterableDataset's batches go through ``replays`` when given.
-    """
+    """The DataLoader's batching arguments for ``job`` and how to count its batches (call once per DataLoader): a
+    map-style Dataset through ``RecordedBatches`` over the job's sampler, a shuffle (``first_pass``) or order; an
+    IterableDataset through ``replays`` when given."""
     import torch.utils.data
 
     if iterable(job.dataset):
@@ -214,13 +208,9 @@ def counted_by(job: Job, spec: str) -> str:
 
 
 class RecordedBatches:
-    """torch's ``BatchSampler(sampler, batch_size, drop_last)``, recording how many indices each batch holds.
-
-    The DataLoader returns batches in the order it drew them (``in_order=True``; torch's ``_next_data`` holds back an
-    early one), so the i-th batch received holds the i-th count, which ``count`` pops; a new iterator starts a new
-    record. With ``in_order: false`` only an overtaken short last batch miscounts, by under ``batch_size``, once an
-    epoch.
-    """
+    """torch's ``BatchSampler(sampler, batch_size, drop_last)``, recording how many indices each batch holds; batches
+    come back in draw order (``in_order=True``), so ``count`` pops the i-th for the i-th. With ``in_order: false``
+    only an overtaken short last batch miscounts, once an epoch."""
 
     def __init__(self, sampler: Any, batch_size: int, drop_last: bool = False) -> None:
         import torch.utils.data

@@ -1,9 +1,8 @@
 """The worker count where the DataLoader's throughput stops growing (``worker_sweep``; checks layer).
 
-Method: a fresh pool at 1, 2, 4, ... workers up to the cgroup's CPUs and ``num_workers``, each for an equal share of
-the sweep's phase of ``duration`` (``dataloader.phases``: it splits ``duration``, adds only pool starts). The knee is
-the fewest workers within 5 % of the best, told apart only where windows do not overlap; where its epoch would not fit
-the memory limit, the most workers below it that fit. ``pipeline.sweep`` uses the same ``Curve.knee``. ::
+A fresh pool per count (1, 2, 4, ... up to the cgroup's CPUs and ``num_workers``) in an equal share of the sweep's
+phase (``dataloader.phases``: it splits ``duration``). Where the knee's epoch would not fit the memory limit, the most
+workers below it that fit. ``pipeline.sweep`` uses the same ``Curve.knee``::
 
     for n in counts: windows[n] = windows(fresh loader with num_workers=n, duration / len(counts)),
                                   each at most its pool's sustained rate where a burst was taken out (``pool_windows``)

@@ -1,9 +1,8 @@
 """Which bytes the storage check reads: the dataset's own files where they suit the metric, else scratch.
 
-``path`` is only read, never written. The bytes measured are those on the device holding most of the dataset's bytes
-(``Found.devices``). ``seq_read``/``rand_read`` read *large* files (``LARGE_FILE`` or more), largest first up to
-``data_size``, else a scratch file beside the dataset (``Source.note`` says so); a sparse file contributes only its
-data extents (SEEK_DATA/SEEK_HOLE). The walk and the table of datasets: docs/checks.md.
+``path`` is never written; the device holding most of the dataset's bytes is measured (``Found.devices``).
+``seq_read``/``rand_read`` read files of ``LARGE_FILE`` or more up to ``data_size``, data extents only, else a scratch
+file beside the dataset (``Source.note``). docs/checks.md.
 """
 
 from __future__ import annotations

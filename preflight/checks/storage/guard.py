@@ -1,9 +1,8 @@
 """Plausibility guard: a read rate the medium cannot deliver is the page cache talking (checks layer).
 
-Two ceilings measured or read on this node: where the bypass can fail silently (fadvise; O_DIRECT through FUSE,
-network or overlay), the page cache's own rate over the same files and loop, an "uncached" rate at 80% of it or more
-meaning the bypass failed (fio's "invalidate" warning), probed for ``PROBE_SECONDS`` so start-up weighs as little as
-in the figure; for network filesystems, the fastest link (``/sys/class/net/*/speed``).
+Where the bypass can fail silently (fadvise; O_DIRECT through FUSE, network, overlay), a rate at 80% or more of the
+page cache's own (same loop, ``PROBE_SECONDS``) failed to bypass it (fio's "invalidate"); on a network filesystem, one
+above the fastest link (``/sys/class/net/*/speed``).
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """The timed part of the storage check: windows of reads, small files and writes, sampled (checks layer).
 
-Each timed part (``timed_parts``) gets an equal share of ``duration``, warm-up included, at least ``MIN_PART_S``.
-Throughputs use ``sampling.sample`` (one warm-up window, then fio ``--time_based`` windows until the spread is low or
-the share spent; torch.utils.benchmark's adaptive loop); the median is judged. ``rand_read`` and ``fsync_p99`` are one
-continuous run cut into windows (``ContinuousRun``), percentiles pooled as fio's clat. Each figure names the
-filesystem its bytes were on; scratch elsewhere is labelled ``scratch_elsewhere`` (``IO.scratch_hint``). More:
-docs/checks.md (``storage``).
+Each timed part gets an equal share of ``duration`` (at least ``MIN_PART_S``); throughputs are ``sampling.sample``
+windows (fio ``--time_based``), their median judged; ``rand_read`` and ``fsync_p99`` are one continuous run each,
+percentiles pooled as fio's clat. Scratch not verified beside the dataset is ``scratch_elsewhere``. docs/checks.md.
 """
 
 from __future__ import annotations

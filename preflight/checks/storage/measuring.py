@@ -1,8 +1,7 @@
 """The storage check's measuring: the walk of the data, facts, then each group of I/O metrics isolated.
 
-Imported by ``storage.measure`` when the check runs (see the package's docstring for the method). The walk comes
-first: the filesystem holding most of the dataset's bytes (``subject.bytes_home``, where ``open()`` lands) is the one
-every row names and measures. It never raises and gets ``Budget.walk_s``, so facts are reported whatever the reads do.
+Imported by ``storage.measure`` when the check runs (see the package's docstring for the method). The walk comes first
+(``Budget.walk_s``, never raising): the filesystem holding most of the bytes is the one every row measures.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Sequential and random read loops over data segments, uncached, as fio runs them (checks layer).
 
-``seq_read``: fio ``--rw=read --direct=1 --bs=1M --numjobs=R --offset_increment --time_based``: R contiguous spans,
-one reader thread each, one file open at a time. ``rand_read``: fio
-``--rw=randread --direct=1 --bs=4k --iodepth=D --ramp_time --runtime``: D synchronous loops (``io.parallel``) reading
-random aligned blocks in one continuous run, each read timed and cut into intervals afterwards (``in_intervals``). A
-file gone since the walk is counted in ``Tally.lost``, as find(1) goes on.
+``seq_read``: fio ``--rw=read --direct=1 --bs=1M --numjobs=R --offset_increment --time_based``, R spans, one file open
+per reader. ``rand_read``: fio ``--rw=randread --direct=1 --bs=4k --iodepth=D --ramp_time --runtime``, D loops
+(``io.parallel``) in one timed run. A file gone since the walk is counted in ``Tally.lost`` (find(1) goes on).
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """The ImageNet-style pattern: open, read whole, close, many small files, cold each time (checks layer).
 
-Per file what a DataLoader worker's ``open(path).read()`` does, the page cache bypassed; processes x threads
-(``io.parallel``), as MLPerf Storage/DLIO reports files/s and MB/s. One descriptor per loop; a file gone since the
-walk is counted (``Tally.lost``); each file is read at most once, as a first epoch reads it (``io.dataset``).
+A worker's ``open(path).read()`` per file, uncached, in processes x threads (``io.parallel``), reported as files/s and
+MB/s as MLPerf Storage/DLIO do; each file read at most once (``io.dataset``), a file gone counted.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Checkpoint-style writes in scratch files: sequential write throughput and fsync latency (checks layer).
 
-``seq_write``: fio ``--rw=write --bs=1M --end_fsync=1``, the fsync timed. ``fsync_p99``: fio
-``--rw=write --bs=4k --fsync=1 --size=64M --time_based``, the 99th percentile of the fsync latencies (fio's ``sync``
+``seq_write``: fio ``--rw=write --bs=1M --end_fsync=1``; ``fsync_p99``: fio
+``--rw=write --bs=4k --fsync=1 --size=64M --time_based``, the 99th percentile of fsync latencies (fio's ``sync``
 percentiles).
 """
 

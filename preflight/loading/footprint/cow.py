@@ -1,8 +1,7 @@
 """The DataLoader's copy-on-write growth: what forked workers copy of the main process's pages, fitted on readings.
 
-Loading layer (footprint). ``fit`` finds the curve (``Saturation``) in the readings ``memory.Watched`` takes after
-each window; ``memory.project`` projects it to an epoch. The model and its accuracy: docs/benchmarks.md
-(dataloader_memory).
+Loading layer (footprint): ``fit`` finds the ``Saturation`` in ``memory.Watched``'s readings, ``memory.project`` takes
+it to an epoch. The model and its accuracy: docs/benchmarks.md (dataloader_memory).
 """
 
 from __future__ import annotations

@@ -1,20 +1,16 @@
 """The DataLoader's host memory: the main process and every worker by PSS, projected to an epoch against the limit.
 
-Loading layer (footprint). After each window, ``/proc/PID/smaps_rollup`` of the main process and each worker (PSS:
-shared pages counted once, as PyTorch's DataLoader benchmark script, pytorch/pytorch#159432). Forked workers copy the
-Dataset's pages as reference counts dirty them (pytorch/pytorch#13246, #5902, #20433), each page once::
+Loading layer (footprint). PSS from ``/proc/PID/smaps_rollup`` after each window (pytorch/pytorch#159432's method);
+forked workers copy the Dataset's pages as reference counts dirty them (pytorch/pytorch#13246, #5902, #20433)::
 
     copies(s)  = workers x per_worker x (1 - (1 - s / (workers x epoch))^k)     s: samples delivered
-    fit        = per_worker, k by least squares on the workers' Private_Dirty after each window; per_worker at
-                 most what building the dataset took (``user.Job.footprint``), else the main process's anonymous
-    tmpfs      = the cgroup's shmem growth less the loader's Pss_Shmem (files left on a tmpfs: moby/moby#47967,
-                 argonne-lcf/dlio_benchmark#165), at most the loader's wchar where the cgroup holds other
-                 programs (herdrdev/herdr#2178)
-    projected  = peak (Pss + tmpfs) + copies(epoch) - copies(at the peak) + tmpfs growth per sample x samples left
+    fit        = per_worker (at most ``user.Job.footprint``), k by least squares on the workers' Private_Dirty
+    tmpfs      = cgroup shmem growth - Pss_Shmem (moby/moby#47967, argonne-lcf/dlio_benchmark#165), at most the
+                 loader's wchar where the cgroup holds other programs (herdrdev/herdr#2178)
+    projected  = peak (Pss + tmpfs) + copies(epoch) - copies(at the peak) + tmpfs growth x samples left
 
-Too few samples to see the copies slow: the bound, every worker copying all of it. The limit is the tighter of the
-cgroup's and MemAvailable plus what the loader holds. Accuracy (``bench/dataloader_memory.py``) and the full story:
-docs/checks.md (``memory_peak``), docs/benchmarks.md (dataloader_memory).
+Unseen slowing projects the bound; the limit is the tighter of the cgroup's and MemAvailable plus what the loader
+holds. docs/checks.md (``memory_peak``), docs/benchmarks.md (dataloader_memory).
 """
 
 from __future__ import annotations

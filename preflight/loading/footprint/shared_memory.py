@@ -1,11 +1,9 @@
 """The /dev/shm the job's DataLoader needs for its batches in flight, read against what the mount has free.
 
-Loading layer (footprint). Workers hand batches to the main process through /dev/shm; too small a tmpfs kills the job
-with SIGBUS or ENOSPC (pytorch/pytorch#5040, #2244). Method::
+Loading layer (footprint); too small a tmpfs kills the job's workers (pytorch/pytorch#5040, #2244). Method::
 
-    bytes     = one batch of the job's loader, loaded as num_workers 0 loads it in a child process, its distinct
-                tensor storages page-rounded
-    held      = the storages the Dataset keeps (batches are views): each worker moves them there once
+    bytes     = one batch of the job's loader (num_workers 0, in a child process): distinct storages, page-rounded
+    held      = storages the Dataset keeps (batches are views), moved there once per worker
                 (torch/multiprocessing/reductions.py reduce_storage; StorageSharing.cpp THPStorage_shareFd)
     in flight = prefetch_factor x num_workers (+ 2 the training loop holds, without pin_memory)
                 (torch/utils/data/dataloader.py _reset, _try_put_index; _next_data sends before __next__ returns)
@@ -13,8 +11,8 @@ with SIGBUS or ENOSPC (pytorch/pytorch#5040, #2244). Method::
     needed    = bytes x in flight + held x num_workers + once + (3 x num_workers + 8) semaphore pages
     headroom  = (free - needed) / free                  free: statvfs f_bavail of /dev/shm
 
-Sources in torch and the benchmark against a real loop: docs/checks.md (``shm_needed``), docs/benchmarks.md
-(shm_needed). Where the projection does not fit, preflight's own loader is not started (``Need.short``).
+Where it does not fit, preflight starts no pool of its own (``Need.short``). docs/checks.md (``shm_needed``),
+docs/benchmarks.md (shm_needed).
 """
 
 from __future__ import annotations
@@ -308,10 +306,8 @@ def pinned(options: Mapping[str, Any], source: Any) -> bool:
 
 def first_batch(built: Any) -> tuple[int, int, int | None]:
     """(bytes made for the batch, bytes of storages the Dataset keeps, samples) of one batch of ``built``'s loader,
-    loaded as ``num_workers=0`` loads it (``split_held``).
-
-    The batch sampler's first indices are drawn here, so the run's pass moves past them. The batch is loaded in a
-    child started as the job's workers are, so a handle the Dataset opens lazily is not inherited by them.
+    loaded as ``num_workers=0`` loads it (``split_held``) in a child started as the job's workers are (a handle the
+    Dataset opens lazily stays unopened for them). Its indices are drawn from the run's pass.
 
     Raises:
         RuntimeError: the child died before it answered (its exit code named), or what the job's code raised.

@@ -1,14 +1,12 @@
 """The DataLoader's tasks (processes and threads) against the pids limits the job will meet (loading layer).
 
-Method (limits read by ``host.pids.read`` before any loader starts)::
+Method (limits by ``host.pids.read`` before any loader starts; docs/faults-and-noise.md, pids and threads)::
 
     available = tightest limit - in use + runner's tasks + this process's tasks        (pids_available)
     needed    = max over every pool's windows of this process's tasks + each worker's (/proc/PID/task)
     headroom  = (available - needed) / available                                        (pids_headroom)
 
-``needed`` is measured, not derived (feeder, pin-memory and intra-op threads; 2-3 tasks per worker with torch 2.x). A
-loader refused a task dies of EAGAIN, reported by ``host.pids.explain``. More: docs/faults-and-noise.md ("Limits read:
-pids and threads").
+``needed`` is measured, not derived (2-3 tasks per worker with torch 2.x); EAGAIN is ``host.pids.explain``'s.
 """
 
 from __future__ import annotations
