@@ -1,7 +1,6 @@
 """Config layer: expand the environment references in a string, as Docker Compose does.
 
-The forms and their meanings are Compose's
-(https://docs.docker.com/reference/compose-file/interpolation/)::
+Compose's forms (https://docs.docker.com/reference/compose-file/interpolation/)::
 
     $VAR, ${VAR}          VAR's value ("" when VAR is set but empty)
     ${VAR:-default}       VAR if set and non-empty, else default
@@ -12,16 +11,9 @@ The forms and their meanings are Compose's
     ${VAR+replacement}    replacement if VAR is set, else ""
     $$                    a literal $
 
-VAR is ``[A-Za-z_][A-Za-z0-9_]*``. A default, message or replacement is itself interpolated
-(``${A:-${B:-x}}``, ``${A?$B}``), only when it is used, and ends at the first ``}`` that
-closes no nested ``${``. A ``$`` followed by anything but a name, ``{`` or ``$`` is kept,
-as Compose keeps it, so ``match: "^on$"`` stays a regular expression.
-
-The whole string is parsed before anything is looked up, so a malformed ``${`` (not
-closed, no name, an invalid name, an operator Compose lacks such as ``${VAR/a/b}``) is an
-error whatever the environment holds. One difference from Compose, on purpose: Compose
-warns about an unset ``$VAR`` and substitutes ""; here it is an error, because an empty
-path or bound would quietly measure or gate the wrong thing.
+VAR is ``[A-Za-z_][A-Za-z0-9_]*``; nested references expand when used; any other ``$`` is kept (``"^on$"``). The whole
+string is parsed first, so a malformed ``${`` fails whatever the environment. Unlike Compose, an unset ``$VAR`` is an
+error, not "": an empty path or bound would quietly gate the wrong thing.
 """
 
 from __future__ import annotations
@@ -86,10 +78,8 @@ class _Parser:
         self.text = text
 
     def parts(self, start: int, depth: int, in_word: bool) -> tuple[tuple[Part, ...], int]:
-        """Parts from ``start`` to the end of the text, or (``in_word``) to the ``}`` that ends a word.
-
-        Returns the parts and the index where they stopped: that ``}``, or the text's length.
-        """
+        """Parts from ``start`` to the end of the text, or (``in_word``) to the ``}`` that ends a word; returns them
+        and the index where they stopped."""
         text, at = self.text, start
         parts: list[Part] = []
         literal: list[str] = []  # text since the last reference, joined into one part

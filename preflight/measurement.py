@@ -1,8 +1,7 @@
 """Measurements are objects: what was measured, how, the raw samples and their statistics.
 
-Modelled on ``torch.utils.benchmark.Measurement``: a frozen record that carries its
-samples and computes its statistics once, when it is built. Checks produce these; only
-``verdict.py`` compares them with thresholds.
+A frozen record computing its statistics once, when built (``torch.utils.benchmark.Measurement``); checks produce
+them, only ``verdict.py`` compares them with thresholds.
 """
 
 from __future__ import annotations
@@ -11,8 +10,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-# Relative interquartile range above which a measurement is flagged as noisy. fio and
-# torch.utils.benchmark use the same idea (IQR over median) to warn about unstable runs.
+# IQR / median above which a measurement is flagged noisy, as fio and torch.utils.benchmark warn.
 NOISY_SPREAD = 0.10
 
 # What a figure was measured on (DESIGN.md "Every result says what it measured"), in the words reports use.
@@ -35,10 +33,8 @@ DATASET_SUBJECTS = ("dataset", "job_dataset", "scratch_on_dataset_fs")
 
 @dataclass(frozen=True)
 class Stats:
-    """Summary of a measurement's samples: n, median, quartiles and relative spread.
-
-    ``spread`` is (q3 - q1) / median, 0 for fewer than two samples.
-    """
+    """Summary of a measurement's samples: n, median, quartiles and ``spread`` = (q3 - q1) / median (0 for fewer than
+    two samples)."""
 
     n: int
     median: float
@@ -68,32 +64,22 @@ class Measurement:
 
     Attributes:
         metric: the metric's name in its check's METRICS table.
-        value: the number (in ``unit``), a text (a GPU name, a version), or None when the
-            metric could not be measured; then ``reason`` says why in one line.
-        unit: the unit symbol of ``value`` (see ``units.UNITS``); "" for counts and texts.
+        value: a number in ``unit``, a text (a GPU name), or None when unmeasured (``reason`` says why).
+        unit: the unit symbol (``units.UNITS``); "" for counts and texts.
         device: the target when a check measures several (``cuda:0``), else None.
-        samples: raw samples in ``unit``; when given without ``value``, the value is
-            their median (the statistic every threshold is compared with).
+        samples: raw samples in ``unit``; without ``value``, the value is their median.
         method: how it was measured, for people ("O_DIRECT, 1 MiB blocks, 1 reader").
         reason: why it could not be measured, or a caveat on the value.
         stopped: why sampling stopped ("spread below 5%", "time budget spent").
         stats: statistics of ``samples``, computed when the record is built.
         warnings: noise and plausibility warnings found while measuring.
-        applicable: False when the metric does not exist on this target (NVML answers
-            NOT_SUPPORTED: no ECC on a consumer GPU, no remapped rows before Ampere, no
-            NVML on ROCm); such a measurement has no value and is judged ``skip``.
-        runs: with ``repeats``, the value of each run of the check (``samples`` then holds
-            every run's samples); empty for a single run.
-        cache_bound: the value may come from memory, not the device (tmpfs, a page cache that
-            could not be bypassed, a rate above what the medium can do); ``verdict`` never
-            lets such a value pass silently.
-        hint: a fix that follows from what this check measured (it replaces the metric's
-            static hint when the threshold is missed).
-        note: what a reader of the table must know about where the value came from, shown
-            under its row: "on scratch data: ./ holds 3 files", "60 unreadable files".
-        subject: what the value was measured on, a key of ``SUBJECTS`` ("" for a metric that is
-            not about data: a GPU, /dev/shm, a process limit); a metric of a dataset threshold
-            (``Metric.about_data``) passes only with a subject in ``DATASET_SUBJECTS``.
+        applicable: False where the metric does not exist here (NVML's NOT_SUPPORTED): judged ``skip``.
+        runs: with ``repeats``, each run's value (``samples`` then holds every run's); else empty.
+        cache_bound: the value may come from memory, not the device; never passes silently.
+        hint: a fix that follows from what was measured (replaces the metric's static hint).
+        note: where the value came from, shown under its row ("on scratch data: ./ holds 3 files").
+        subject: what it was measured on (``SUBJECTS``; "" when not about data); only ``DATASET_SUBJECTS`` pass a
+            dataset threshold.
     """
 
     metric: str
@@ -151,12 +137,9 @@ class Measurement:
 def combine(repeats: Sequence[Measurement]) -> Measurement:
     """One measurement from the same metric measured in several runs of its check (``repeats: N``).
 
-    The value is the median of the runs' values (each run's value is already the median of
-    its own samples), so one disturbed run cannot move it: the median-of-runs estimator
-    fio's and MLPerf Storage's run rules use for repeated runs. ``samples`` keeps every
-    run's samples in order and ``runs`` each run's value, so reports show the spread.
-    A run that could not measure makes the whole unmeasured (fail closed); a text value
-    (a name, a version) is taken from the last run.
+    The value is the median of the runs' values (fio's and MLPerf Storage's run rules), ``samples`` every run's
+    samples, ``runs`` each run's value. One unmeasured run makes the whole unmeasured (fail closed); a text is the
+    last run's.
 
     Raises:
         ValueError: ``repeats`` is empty or mixes metrics or devices.

@@ -1,9 +1,5 @@
-"""The one budgeted sampling loop every measuring check uses.
-
-The method is torch.utils.benchmark's ``Timer.adaptive_autorange``: warm up, then take
-samples until their relative interquartile range is small enough or the time budget is
-spent, never fewer than ``min_samples``. fio's ``ramp_time`` is the same warm-up idea.
-"""
+"""The one budgeted sampling loop every measuring check uses (torch.utils.benchmark's ``Timer.adaptive_autorange``;
+fio's ``ramp_time`` for the warm-up)."""
 
 from __future__ import annotations
 
@@ -15,20 +11,15 @@ from preflight.io.dataset import Spent
 from preflight.measurement import Stats
 
 
-# The shortest time a figure's kept samples may span and still be a figure of the device: the time ``sample`` holds
-# even a fast target to in the shortest storage part (``min_time_s``, half of its 1 s). Over a few milliseconds the
-# scheduler sets a rate as much as the device does: on a busy 2-core node, small_files read as 100 files in 6-17 ms
-# moved -52% to +106% between unchanged runs (docs/benchmarks.md, 'The Quick start's small_files'), where 1 s parts
-# moved 0.6-6% (issue 35). A figure sampled over less says so where its check sums its windows' time
-# (``short_warning``: storage's small_files, the DataLoader's pools), and ``preflight diff`` does not compare it.
+# The shortest span of kept samples that is a figure of the device, not of the scheduler (issue 35; docs/benchmarks.md,
+# 'The Quick start's small_files'); a shorter figure warns (``short_warning``) and ``preflight diff`` skips it.
 MIN_SPAN_S = 0.5
 SHORT = "short: "  # how the warning of a figure sampled over less than MIN_SPAN_S begins (``short_warning``)
 
 
 def short_warning(what: str, span_s: float, fix: str = "") -> str:
-    """The warning of a figure whose kept samples spanned ``span_s`` seconds (``what``: "1 sample of 100 files"),
-    "" from ``MIN_SPAN_S`` up. It begins with ``SHORT``; its first clause (up to ";") is what ``preflight diff``
-    shows."""
+    """The warning of a figure whose kept samples spanned ``span_s`` seconds (``what``: "1 sample of 100 files"), ""
+    from ``MIN_SPAN_S`` up; it begins with ``SHORT``, and ``preflight diff`` shows its first clause."""
     if span_s >= MIN_SPAN_S:
         return ""
     span = f"{span_s * 1e3:.0f} ms" if span_s < 1 else f"{span_s:.2f} s"
@@ -58,7 +49,7 @@ def sample(
     min_time_s: float | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> Samples:
-    """Repeat ``measure_once`` within ``budget_s`` seconds and return its samples.
+    """Repeat ``measure_once`` (one sample, higher is better) within ``budget_s`` seconds; its samples.
 
     Algorithm::
 
@@ -70,20 +61,9 @@ def sample(
             stop if n >= max_samples                                   ("max samples")
             stop if n >= min_samples and the next sample would overrun ("budget spent")
 
-    ``measure_once`` returns one sample in the caller's unit (a rate: higher is better).
-    The minimum sample count wins over the budget: a check's timeout, not this loop, is
-    what bounds a pathologically slow target.
-
-    ``min_time_s`` (default: half of ``budget_s``) keeps a fast target from stopping on
-    its first few samples: on a shared machine a tenth of a second can fall wholly in a
-    lull or a burst of other tenants' load (in one back-to-back comparison on a shared
-    2-CPU machine, bench/noise.py's CV over ten runs went from 27-30% to 12-18%). It is
-    fio's ``time_based`` idea: a throughput is measured over a stated time, not over as
-    few operations as possible.
-
-    A reader of the dataset's files raises ``io.dataset.Spent`` when the files it may read once are all
-    read: sampling stops there, whatever the rules above (its reason is the stop), and where the pass was
-    spent before any kept sample, the warm-up's sample is kept: it too was a first touch.
+    ``min_samples`` wins over the budget (the timeout bounds a slow target); ``min_time_s`` (half the budget; fio's
+    ``time_based``) keeps a fast target from stopping in a lull of other load. A reader's ``io.dataset.Spent`` stops
+    it; spent before any kept sample, the warm-up's (a first touch too) is kept.
     """
     min_time_s = budget_s / 2 if min_time_s is None else min_time_s
     start = clock()

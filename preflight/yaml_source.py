@@ -1,12 +1,7 @@
-"""Read a YAML file into plain values that remember where they were written.
+"""Read a YAML file into plain values that remember where they were written (the config layer).
 
-PyYAML's safe composer builds the node tree (no arbitrary objects); we walk it
-ourselves so that every value carries its ``FILE:LINE:COL``, duplicate keys are an
-error instead of a silent overwrite, merge keys (``<<``) are resolved with each merged value
-still located where it was written, aliases cannot expand into a bomb, and
-environment references in strings (``$VAR``, ``${VAR:-default}`` and the rest of Docker
-Compose's forms, see ``interpolation``) are expanded, a mistake in one located at its
-``$``. ``--set`` overrides become nodes located at the flag that set them.
+PyYAML's safe composer, then our walk: every value's ``FILE:LINE:COL``, duplicate keys refused, merge keys resolved in
+place, aliases bounded, ``$VAR`` expanded (``interpolation``); ``--set`` values located at the flag.
 """
 
 from __future__ import annotations
@@ -18,8 +13,7 @@ import yaml
 from preflight import interpolation
 from preflight.errors import ConfigError, ConfigErrors, Found
 
-# A safe bound on nodes visited: a real thresholds.yaml has a few hundred; an alias bomb
-# ("billion laughs") has billions.
+# Nodes visited: a real thresholds.yaml has a few hundred, an alias bomb ("billion laughs") billions.
 MAX_NODES = 20_000
 MAX_DEPTH = 50
 
@@ -57,11 +51,9 @@ class Located(NamedTuple):
 def load(path: str, text: str, environ: Mapping[str, str], found: Found | None = None) -> Located:
     """Parse ``text`` (the contents of ``path``) into a ``Located`` tree.
 
-    Merge keys (``<<: *base``, ``<<: [*a, *b]``) are resolved as YAML 1.1 says
-    (https://yaml.org/type/merge.html): a key written in the mapping wins over a merged one, and
-    an earlier mapping in the list over a later one; merged values keep the place where they
-    were written. Mistakes in values (duplicate keys, tags, ``${...}``) are added to ``found`` and
-    the walk goes on, so that one run reports them all; without ``found`` they are raised at the end.
+    Merge keys follow YAML 1.1 (https://yaml.org/type/merge.html): the mapping's own key wins, then the earlier merged
+    mapping. Mistakes in values go to ``found`` and the walk goes on, so one run reports them all; without ``found``
+    they are raised at the end.
 
     Raises:
         ConfigError: invalid YAML (at once: the parser stops there; every tab used for
@@ -90,13 +82,8 @@ MAX_TABS = 100  # tabs named in one run, each found by reading again with the on
 
 
 def _compose(path: str, text: str) -> yaml.Node | None:
-    """PyYAML's safe node tree of ``text``.
-
-    The parser stops at the first syntax error, so only one can be told per run; a tab used for
-    indentation is the exception: it is named as a tab, and the text is read again with the tabs
-    that start its line replaced (by spaces to the next multiple of 8, as a terminal shows them) to find
-    the file's other tabs, one line each. An error after a tab waits for the next run: the replacement
-    may have made it.
+    """PyYAML's safe node tree of ``text``. The parser stops at the first syntax error, except a tab used for
+    indentation: the text is read again with leading tabs expanded (to multiples of 8) to name every other tab.
 
     Raises:
         ConfigError: the syntax error, located; ``ConfigErrors`` for several tabs.
@@ -175,10 +162,8 @@ def _tab_at(text: str, index: int) -> int | None:
 
 
 def _refuse_deep_flow(path: str, text: str) -> None:
-    """Refuse ``[[[[...`` nesting before PyYAML recurses through it (seconds per thousand levels).
-
-    Brackets inside quotes count too: no real thresholds file comes near the bound.
-    """
+    """Refuse ``[[[[...`` nesting before PyYAML recurses through it (seconds per thousand levels); brackets inside
+    quotes count too, far above any real file."""
     depth = 0
     for position, character in enumerate(text):
         if character in "[{":
@@ -247,11 +232,8 @@ class _Walker:
         return value
 
     def _where_in(self, node: yaml.Node, position: int) -> str:
-        """Where character ``position`` of ``node``'s text was written.
-
-        Exact when the source holds the text verbatim on one line (plain, or quoted without
-        escapes); otherwise where the value starts.
-        """
+        """Where character ``position`` of ``node``'s text was written: exact when the source holds the text verbatim
+        on one line, else where the value starts."""
         start, source = node.start_mark, self.text[node.start_mark.index:node.end_mark.index]
         quote = 1 if isinstance(node, yaml.ScalarNode) and node.style in ("'", '"') else 0
         if "\n" not in source and source[quote:len(source) - quote] == node.value:
@@ -259,10 +241,8 @@ class _Walker:
         return _where(self.path, start)
 
     def _mapping(self, node: yaml.MappingNode, depth: int) -> dict[str, Located]:
-        """The mapping's keys in the order written, a ``<<``'s merged keys where the ``<<`` stands.
-
-        A duplicate key, a key that is not text or a malformed ``<<`` is reported and left out.
-        """
+        """The mapping's keys in the order written, a ``<<``'s merged keys where the ``<<`` stands; a duplicate,
+        non-text key or malformed ``<<`` is reported and left out."""
         explicit: dict[str, Located] = {}
         order: list[str | list[dict[str, Located]]] = []  # a key, or where a `<<` puts its mappings
         merge_where = None
@@ -317,10 +297,8 @@ class _Walker:
 
 
 def apply_override(root: Located, assignment: str, environ: Mapping[str, str]) -> Located:
-    """Return ``root`` with one ``--set KEY.PATH=VALUE`` applied (VALUE is read as YAML).
-
-    ``storage.path=/mnt/x`` sets ``checks.storage.path``; a first key of ``defaults``,
-    ``fleet`` or ``version`` addresses the top level instead.
+    """Return ``root`` with one ``--set KEY.PATH=VALUE`` applied (VALUE read as YAML): ``storage.path=/mnt/x`` sets
+    ``checks.storage.path``; ``defaults``, ``fleet`` or ``version`` address the top level.
 
     Raises:
         ConfigError: no ``=``, an empty key, a path through a non-mapping, or an environment

@@ -86,9 +86,8 @@ def measure(options: Mapping[str, Any], budget: Budget) -> list[Measurement]:
 
 
 def _held(path: str, size: int, free: int, wanted: int) -> tuple[str, str]:
-    """(note, hint) when others' files hold much of the mount: a note naming them when they hold a tenth of it
-    or more, or when free space is short of ``wanted``; and, when free is short but the size is not, the fix
-    that removes them (``host.shm_segments``), which replaces the size fix in the row's hint."""
+    """(note, hint) when others' files hold much of the mount (a tenth or more, or free short of ``wanted``); where
+    free is short but the size is not, the hint is to remove them (``host.shm_segments``), not a larger size."""
     from preflight.host import shm_segments
 
     segments = shm_segments.survey(path, OWN)

@@ -1,31 +1,14 @@
 """Install preflight into the Python that has the job's torch, or beside it, and never touch that torch.
 
-Layer: commands. It runs before preflight is installed, from the wheel or a checkout on PYTHONPATH,
-so it uses the standard library only (Python 3.9+) and imports nothing else of preflight. Every
-install path calls it: the GitHub action, the GitLab template, the Jenkinsfile, README's install.
+Layer: commands; standard library only (Python 3.9+): it runs before preflight is installed::
 
     PYTHONPATH=dist/train_preflight-0.1.0-py3-none-any.whl \\
         python3 -m preflight.commands.install [--python PY] [--venv DIR] dist/train_preflight-0.1.0-py3-none-any.whl
 
-1. The job's interpreter: ``--python``, else ``$PREFLIGHT_JOB_PYTHON``, else ``python3`` then ``python``
-   on PATH, run by the name found, never resolved (``/opt/venv/bin/python3`` is a venv only by that
-   name; its symlink's target is the base Python without the venv's torch: issue 35 case 1).
-2. It is asked, in a subprocess, what it is: a venv (``sys.prefix != sys.base_prefix``), a conda
-   prefix (``conda-meta/``) or a system Python; where ``import torch`` would load from (``find_spec``,
-   nothing imported) and which version; its site folders; PEP 668 and write permission; pip.
-3. No torch there: refuse, exit 2. preflight measures the job's torch and never installs one.
-4. Into it (no ``--venv``): ``pip install --no-deps PACKAGE``, then preflight's requirements other
-   than torch, under a constraints file pinning torch and every requirement already installed.
-   Beside it (``--venv DIR``): DIR is a venv of the same Python whose ``.pth`` adds the job's site
-   folders (``site.addsitedir``, so their own ``.pth`` files count), so ``DIR/bin/python`` imports
-   the job's torch; the same pip commands install into DIR.
-5. Verified after: the Python that runs preflight loads torch from the same file, same version, and
-   preflight from where it was installed; else exit 3.
-
-stdout is one line, the Python to run preflight with (``"$python" -m preflight run``); what was
-done goes to stderr, with pip's own output. Exit 0 installed; 2 refused (no torch, no pip, PEP 668
-without ``--venv``, pip could not install without changing torch or the image's requirements; one
-line naming the fix); 3 the verification failed.
+Finds the job's Python by name (``--python``, ``$PREFLIGHT_JOB_PYTHON``, ``python3``, ``python``; issue 35 case 1),
+refuses one without torch, installs ``--no-deps`` under constraints pinning torch (into it, or a ``--venv`` that sees
+its site folders) and verifies the same torch loads. stdout: the Python to run; exit 0, 2 refused (with the fix), 3
+unverified. Steps and why: docs/install.md.
 """
 
 from __future__ import annotations
@@ -199,8 +182,9 @@ def _name(requirement: str) -> str:
 def install(package: str, python: str | None = None, venv: Path | None = None) -> str:
     """Install ``package`` (a pip argument) for the job's Python; return the Python that runs preflight.
 
-    Raises Refused (exit 2) rather than install, upgrade or replace torch, and Unverified (exit 3)
-    when, after the install, that Python would not load the job's torch as it was.
+    Raises:
+        Refused: (exit 2) rather than install, upgrade or replace torch.
+        Unverified: (exit 3) after the install, that Python would not load the job's torch as it was.
     """
     job_name = job_python(python)
     job = probe(job_name)

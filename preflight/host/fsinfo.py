@@ -1,8 +1,5 @@
-"""Which filesystem holds a path, from /proc/self/mountinfo and statvfs.
-
-The filesystem type changes what a number means: tmpfs and ramfs are RAM, overlay is a
-container's writable layer, FUSE and NFS go over a daemon or the network.
-"""
+"""Which filesystem holds a path, from /proc/self/mountinfo and statvfs (host layer): tmpfs is RAM, overlay a
+container's layer, FUSE and NFS a daemon or the network, and a figure means something else on each."""
 
 from __future__ import annotations
 
@@ -12,8 +9,7 @@ from typing import NamedTuple
 
 MEMORY_BACKED = ("tmpfs", "ramfs")
 NETWORK = ("nfs", "nfs4", "cifs", "smb3", "lustre", "gpfs", "beegfs", "ceph", "glusterfs", "9p", "virtiofs")
-# Kernel and daemon interfaces mounted as filesystems: no dataset lives on one, and a walk into /proc or /sys
-# would read the kernel's state, not data (``dataset_walk`` does not descend them).
+# Kernel interfaces mounted as filesystems: no dataset lives there (``dataset_walk`` does not descend them).
 PSEUDO = ("proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "debugfs", "tracefs", "securityfs", "pstore",
           "bpf", "configfs", "fusectl", "mqueue", "binfmt_misc", "efivarfs", "autofs", "nsfs", "hugetlbfs",
           "rpc_pipefs", "selinuxfs", "nfsd", "sockfs", "pipefs")
@@ -27,9 +23,7 @@ class Filesystem(NamedTuple):
     options: str  # mount options ("rw,relatime")
     size_bytes: int
     free_bytes: int  # available to an unprivileged user (statvfs f_bavail)
-    # Inodes: each new file or directory takes one, and a volume with none left refuses every create with ENOSPC
-    # though bytes are free. 0 total where the filesystem reports none (btrfs, many network and FUSE filesystems
-    # allocate them as needed): then no limit can be read.
+    # A volume out of inodes refuses creates with ENOSPC though bytes are free; 0 total: none reported (btrfs).
     total_inodes: int = 0  # statvfs f_files
     free_inodes: int = 0  # available to an unprivileged user (statvfs f_favail)
 
@@ -78,11 +72,11 @@ class Filesystem(NamedTuple):
 
 
 def filesystem_of(path: str, mountinfo: str = MOUNTINFO) -> Filesystem:
-    """The mount that holds ``path`` (the longest mount point that is a prefix of it).
+    """The mount that holds ``path`` (the longest mount point that is a prefix of it; mountinfo unescaped as bytes,
+    proc(5)).
 
-    Format of mountinfo lines: proc(5); mount points and sources are unescaped as bytes
-    (``_unescape``), so a path with spaces or non-ASCII letters finds its own mount.
-    Raises OSError if ``path`` does not exist.
+    Raises:
+        OSError: ``path`` does not exist.
     """
     real = os.path.realpath(path)
     stat = os.statvfs(real)
@@ -92,9 +86,8 @@ def filesystem_of(path: str, mountinfo: str = MOUNTINFO) -> Filesystem:
 
 
 def mount_entry(path: str, mountinfo: str = MOUNTINFO) -> tuple[str, str, str, str, str]:
-    """(mount point, fstype, source, options, major:minor) of the mount whose point is the longest prefix of
-    ``path``, read by name from mountinfo (proc(5)): ``path`` itself is never touched, so a mount that does not
-    answer cannot hold the caller; ("/", "unknown", "unknown", "", "") where mountinfo cannot be read."""
+    """(mount point, fstype, source, options, major:minor) of the longest mount point prefixing ``path``, by name from
+    mountinfo, never touching ``path``; ("/", "unknown", "unknown", "", "") when unreadable."""
     best = ("/", "unknown", "unknown", "", "")
     try:
         with open(mountinfo, "rb") as lines:
@@ -114,12 +107,9 @@ FSTAB = "/etc/fstab"
 
 
 def unmounted(path: str, fstab: str = FSTAB, mountinfo: str = MOUNTINFO) -> str:
-    """The mount point ``fstab`` lists at or above ``path`` that is not mounted now (the longest), else "".
-
-    A dataset under such a point is missing because the node's mounts are not up (at boot, after a failed NFS
-    mount): the node's fault, not the config's (issue 35). Read by name from both files (fstab(5), proc(5)):
-    nothing under ``path`` is touched. Swap entries and unreadable files count as none.
-    """
+    """The longest mount point ``fstab`` lists at or above ``path`` that is not mounted now, else "": a dataset
+    missing there is the node's fault, not the config's (issue 35). Read by name (fstab(5), proc(5)), nothing under
+    ``path`` touched; swap entries and unreadable files count as none."""
     mounted = set()
     try:
         with open(mountinfo, "rb") as lines:
@@ -144,12 +134,6 @@ _OCTAL = re.compile(rb"\\([0-7]{3})")
 
 
 def _unescape(field: bytes) -> str:
-    """A mountinfo field as a name: octal escapes back to bytes, then decoded as the OS decodes paths.
-
-    The kernel writes a mount point's bytes as they are, except space, tab, newline and
-    backslash, which it writes as ``\\040``, ``\\011``, ``\\012`` and ``\\134`` (proc(5);
-    fs/proc_namespace.c, ``show_mountinfo``). So the escapes decode to bytes, and the bytes
-    to ``str`` with ``os.fsdecode`` (UTF-8, surrogateescape): the very string
-    ``os.path.realpath`` returns for that path.
-    """
+    """A mountinfo field as a name: octal escapes (fs/proc_namespace.c ``show_mountinfo``) back to bytes, then
+    ``os.fsdecode``: the string ``os.path.realpath`` returns."""
     return os.fsdecode(_OCTAL.sub(lambda octal: bytes([int(octal[1], 8)]), field))

@@ -1,27 +1,22 @@
 """How torch's GPU-side memory behaves and fails, for the torch half of the GPU seam (``preflight.host.gpu``).
 
-Two facts the checks must get right without a GPU to try them on: which memory an allocation
-error means (host RAM for a pinned buffer, the GPU's for a device buffer, or a CUDA fault),
-and how much pinned memory torch's caching host allocator really holds. Both are read from
-torch 2.13's own sources and names; tests check the names against the installed torch.
+Which memory an allocation error means, and how much pinned memory torch's caching host allocator holds, read from
+torch 2.13's sources and names; tests check the names against the installed torch.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Literal, Mapping
 
-# torch's caching host allocator (ATen/core/CachingHostAllocator.h), which serves every
-# pin_memory=True tensor: it rounds a request up to the next power of two and keeps a freed block
-# pinned in its cache until the cache is emptied. Its statistics and the call that empties it, by
-# their names in torch 2.13 (the emptying call first; the second is its name before torch.accelerator).
+# torch's caching host allocator (ATen/core/CachingHostAllocator.h): rounds up to a power of two, keeps freed
+# blocks pinned until emptied. Its statistics and emptying call, by their torch 2.13 names (then the older one).
 HOST_STATS = "cuda.host_memory_stats"
 EMPTY_HOST_CACHE = ("accelerator.empty_host_cache", "_C._host_emptyCache")
 
 Memory = Literal["pinned", "pageable", "device"]  # where a buffer is allocated
 
-# cudaHostAlloc's cudaErrorInvalidValue, as torch words it ("CUDA error: invalid argument"): the driver refused
-# to pin one block of the size asked, seen from 2-5 GiB up on working GPUs (sgl-project/sglang#6285 and #7666,
-# LMCache/LMCache#1063: a smaller block pins on the same node); cudaErrorInvalidValue is not a sticky device fault.
+# cudaHostAlloc's cudaErrorInvalidValue: the driver refused one block of 2-5 GiB and up on working GPUs, not a
+# sticky fault (sgl-project/sglang#6285, #7666, LMCache/LMCache#1063: a smaller block pins on the same node).
 PIN_REFUSED = "invalid argument"
 
 
@@ -45,15 +40,11 @@ class DeviceFault(RuntimeError):
 
 
 def allocating(where: Memory, allocate: Callable[[], Any]) -> Any:
-    """``allocate()``, its RuntimeError raised as what it means for an allocation in ``where``.
+    """``allocate()``, its RuntimeError raised as what it means for an allocation in ``where`` (``"pinned"``,
+    ``"pageable"`` or ``"device"``).
 
-    ``where`` is ``"pinned"`` (pinned host memory), ``"pageable"`` (ordinary host memory) or
-    ``"device"``. In torch 2.13 both torch.OutOfMemoryError (the device caching allocator
-    could not serve a request) and torch.AcceleratorError (any other CUDA error;
-    cudaHostAlloc's cudaErrorMemoryAllocation is one, "CUDA error: out of memory") are
-    RuntimeErrors, so the type alone cannot tell a host limit from a GPU fault: the
-    allocation that failed says which memory ran out. A pageable buffer never touches CUDA,
-    so whatever its allocation raises is the host's (c10's DefaultCPUAllocator).
+    In torch 2.13 OutOfMemoryError and AcceleratorError are both RuntimeErrors, so the allocation that failed says
+    which memory ran out; a pageable buffer's failure is the host's (c10's DefaultCPUAllocator).
 
     Raises:
         HostMemoryError: ``where`` is "pageable" (any RuntimeError).
@@ -91,21 +82,14 @@ def classified(error: RuntimeError, where: Memory) -> RuntimeError:
 
 
 def pinned_block(size: int) -> int:
-    """Bytes torch's caching host allocator pins for a request of ``size`` bytes: the next power of two.
-
-    ATen CachingHostAllocator ``roundSize`` (``c10::llvm::PowerOf2Ceil``) with the default
-    ``pinned_max_round_threshold``; used where torch keeps no statistics to read it from.
-    """
+    """Bytes torch's caching host allocator pins for a request of ``size`` bytes: the next power of two (ATen
+    CachingHostAllocator ``roundSize``); where torch keeps no statistics."""
     return 1 << max(size - 1, 0).bit_length()
 
 
 def pinned_bytes(size: int, before: Mapping[str, int], after: Mapping[str, int]) -> int:
-    """Bytes pinned for a request of ``size``, from two ``torch.cuda.host_memory_stats()`` snapshots.
-
-    ``active_bytes.current`` counts the blocks handed out, at their rounded size, so its growth
-    over the allocation is the block that was pinned, whether it came from the driver or from
-    the allocator's cache. Without those statistics (older torch): ``pinned_block(size)``.
-    """
+    """Bytes pinned for a request of ``size``: the growth of ``torch.cuda.host_memory_stats()``'s
+    ``active_bytes.current`` (the block handed out, cached or new); ``pinned_block(size)`` without statistics."""
     key = "active_bytes.current"
     if key in before and key in after and after[key] > before[key]:
         return int(after[key] - before[key])

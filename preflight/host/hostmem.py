@@ -1,8 +1,7 @@
 """Host facts that decide pinned-memory and copy behaviour: memory limits and NUMA placement.
 
-Read from the kernel's own interfaces (proc(5), sysfs-devices-node, cgroup v2 and v1
-``memory.max``/``memory.limit_in_bytes``, getrlimit(2)); every function takes its root
-directory so tests can point it at a fake tree. Nothing here imports torch.
+From the kernel's interfaces (proc(5), sysfs-devices-node, cgroup ``memory.max``/``memory.limit_in_bytes``,
+getrlimit(2)); each function takes its root, for tests; torch is not imported.
 """
 
 from __future__ import annotations
@@ -57,13 +56,9 @@ def container_runtime(root: str = "/", environ: dict[str, str] | None = None) ->
 
 def pinned_failure(size: int, error: str, root: str = "/", environ: dict[str, str] | None = None,
                    requested: int | None = None) -> str:
-    """Why a pinned allocation of ``size`` bytes failed, with the numbers that decide it and the fix.
-
-    Pinned (page-locked) memory comes from host RAM and counts against the container's
-    memory limit; RLIMIT_MEMLOCK bounds it where the driver locks pages on the process's
-    behalf. None of this is a GPU fault (CUDA C++ Best Practices Guide, "Pinned Memory").
-    ``requested``: what the caller asked for, when the allocator rounded it up to ``size``.
-    """
+    """Why a pinned allocation of ``size`` bytes failed, with the numbers that decide it and the fix: pinned memory is
+    host RAM under the container's limit and RLIMIT_MEMLOCK, no GPU fault (CUDA C++ Best Practices Guide, "Pinned
+    Memory"). ``requested``: what the caller asked for, when rounded up to ``size``."""
     facts = [f"RLIMIT_MEMLOCK {memlock_limit()}", *_memory_facts(root)]
     runtime = container_runtime(root, environ)
     fix = {
@@ -82,11 +77,8 @@ def pinned_failure(size: int, error: str, root: str = "/", environ: dict[str, st
 
 
 def host_failure(size: int, error: str, root: str = "/", environ: dict[str, str] | None = None) -> str:
-    """Why an ordinary (pageable) host allocation of ``size`` bytes failed, with the numbers and the fix.
-
-    torch's CPU allocator (c10 DefaultCPUAllocator) takes the memory from host RAM under the
-    container's memory limit; no GPU is involved.
-    """
+    """Why an ordinary host allocation of ``size`` bytes failed (c10's DefaultCPUAllocator, under the container's
+    memory limit), with the numbers and the fix."""
     runtime = container_runtime(root, environ)
     fix = {"docker": "raise --memory", "podman": "raise --memory",
            "kubernetes": "raise the pod's memory limit"}.get(runtime, "free host memory")

@@ -1,27 +1,8 @@
 """One measuring run per node at a time: a file lock every preflight run on the node takes (host layer: the node).
 
-Two runs that measure one node together (a DaemonSet sweep overlapping an init container, a
-Slurm HealthCheckProgram firing during a prolog) each get about half of the disk, and both fail
-with no word of the other. So ``runner.run`` holds this lock, an exclusive ``flock(2)`` on one
-file, from its first measurement to its last; a second run waits for it and says so under each
-of its results (the console table says it once), and one that cannot get it within the bound
-reports every metric unmeasurable with the reason, never a halved figure.
-
-Settings come from the environment, not the thresholds file: the lock belongs to the node, and
-the prolog, the health check and a sweep read different thresholds files but must share it.
-
-- ``PREFLIGHT_LOCK``: the lock file, in a directory every run on the node shares: /dev/shm or
-  /run on one host; in containers a hostPath volume mounted into each (a container's own
-  /dev/shm and /run are private to it). ``off`` runs without it. Default: the first of
-  /dev/shm, /run/lock and the temporary directory where the file can be opened.
-- ``PREFLIGHT_LOCK_WAIT``: how long a run waits for it (a duration, ``600s``; default 10 min).
-
-flock rather than fcntl record locks: a flock belongs to the open file description, so it is
-released when the holder dies, however it dies (SIGKILL, OOM kill), and it is not lost when
-some library in the process closes another descriptor of the same file, as an fcntl lock is.
-For the same reason the descriptor must never be inherited: a child holding a copy would hold the
-lock, and a worker stuck in the kernel on a dead mount outlives its run (issue 33 case 4). It is
-opened close-on-exec (``_open``) and the runner's workers get no descriptor but their pipes.
+``runner.run`` holds an exclusive ``flock(2)`` (``PREFLIGHT_LOCK``, waited for up to ``PREFLIGHT_LOCK_WAIT``) from its
+first measurement to its last. flock, not fcntl: it goes with its holder however it dies; close-on-exec, so a worker
+stuck on a dead mount cannot keep it (issue 33 case 4). docs/fleet.md, docs/faults-and-noise.md.
 """
 
 from __future__ import annotations
@@ -46,8 +27,7 @@ FILE_NAME = "preflight.lock"
 POLL_S = 0.2  # between tries while another run holds the lock
 RECORD_GRACE_S = 2.0  # how long a run that just took the lock may take to write its record before it is unnamed
 WAITED = "measured alone, after waiting"  # starts the note of a run that waited (``Wait.note``)
-# Starts the reason of every metric a run could not measure for want of the lock: the Slurm health check
-# reads it to leave the node as it is (another run measuring is no fault of the node).
+# Starts the reason of every metric unmeasured for want of the lock; the Slurm health check reads it.
 BUSY = "another preflight run held the node's measuring lock"
 
 
@@ -105,14 +85,12 @@ class NodeLock:
 
     @classmethod
     def open(cls, chosen: Settings) -> NodeLock:
-        """Open (creating it if need be) the lock file ``chosen`` names, or the first default place that works.
-
-        With no ``PREFLIGHT_LOCK`` and no default place that works (a read-only root whose /dev/shm is
-        read-only too), the run measures without the lock and ``acquire`` says why.
+        """Open (creating it if need be) the lock file ``chosen`` names, or the first default place that works; where
+        none works and none was named, the run measures without the lock and ``acquire`` says why.
 
         Raises:
-            UsageError: ``PREFLIGHT_LOCK`` names a file that cannot be opened; one line naming the path,
-                the error and the fix.
+            UsageError: ``PREFLIGHT_LOCK`` names a file that cannot be opened; one line naming the path, the error and
+                the fix.
         """
         if chosen.path == "off":
             return cls(None, "off", chosen.wait_s)
@@ -136,9 +114,8 @@ class NodeLock:
                    f"open")
 
     def acquire(self, what: str, say: Callable[[str], None] = lambda line: None) -> Wait:
-        """Take the lock, waiting at most ``wait_s``; then record ``what`` holds it (pid, host, since when).
-
-        ``say`` gets one line when the lock is held by another run, before the wait starts.
+        """Take the lock, waiting at most ``wait_s``; then record ``what`` holds it (pid, host, since when). ``say``
+        gets one line before a wait starts.
 
         Raises:
             Busy: still held after ``wait_s``; the message names the holder and the fix.
@@ -189,14 +166,9 @@ class NodeLock:
             pass
 
     def _holder(self, detailed: bool = False, known_by: float = 0.0) -> str:
-        """The holder as its record names it: ``pid 812 on node-3``, and ``detailed``, with what it runs and since
-        when: ``pid 812 on node-3 (`preflight run -c x.yaml`, since 2026-12-01T19:02:11Z)``.
-
-        A run writes its record just after it takes the lock, so for a moment the file still names the run
-        before it, gone: a record naming a process of this host that is not running is that stale one. Until
-        ``known_by`` (a ``time.monotonic()``) it is "" (not known yet: the caller asks again), after it "another
-        preflight run"; the stderr line and the report's note then name the same, live holder (issue 35).
-        """
+        """The holder as its record names it (``pid 812 on node-3``; ``detailed`` adds what it runs and since when). A
+        record naming a dead process of this host is the previous run's, not yet overwritten: until ``known_by``
+        (monotonic) it is "" (ask again), after it "another preflight run" (issue 35)."""
         try:
             record = json.loads(os.pread(self.fd, 4096, 0).split(b"\n")[0] or b"{}")  # type: ignore[arg-type]
             pid, host = int(record["pid"]), str(record["host"])
@@ -228,12 +200,8 @@ def _default_places() -> list[str]:
 
 
 def _open(path: str) -> int:
-    """Open ``path`` for the lock: read-write, creating it readable and writable by every user, else read-only.
-
-    An existing file is opened without O_CREAT first: with ``fs.protected_regular`` (the default on
-    most distributions) O_CREAT on another user's file in a sticky directory such as /dev/shm is
-    refused, even to root. A read-only descriptor still takes a flock; only the holder record is lost.
-    """
+    """Open ``path`` for the lock, read-write and creatable by every user, else read-only (the flock still works); an
+    existing file without O_CREAT, which ``fs.protected_regular`` refuses in a sticky /dev/shm."""
     for flags in (os.O_RDWR, os.O_RDONLY):
         try:
             return os.open(path, flags | os.O_CLOEXEC)

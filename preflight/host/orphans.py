@@ -1,17 +1,8 @@
 """Host layer: the processes preflight runs left stuck in the kernel, remembered for the runs that follow.
 
-A worker stuck on a mount that never answers outlives the run that abandoned it (``runner``). A run
-started every few minutes (a Slurm health check, a node-problem-detector probe) would leave one more
-each time, until the process table fills with processes no signal ends (monitoring-plugins/
-monitoring-plugins#1186: "every minute another check_disk will be started which also will hang";
-prometheus/node_exporter#578: a thread and a descriptor leaked per scrape). So the abandoning run
-writes a record beside the node lock (``LOCK.stuck``, one JSON object a line, written only while the
-lock is held), and a later run reads it: a check that would read under a path an orphan is still stuck
-on is not started; it reports the orphan instead, at once.
-
-A record is live while its process still exists with the same start time (``/proc/PID/stat`` field 22,
-so a reused pid is not taken for it), is still preflight's worker, and a thread of it still sleeps
-uninterruptibly; dead ones are dropped on reading.
+A run every few minutes would leave one more each time (monitoring-plugins/monitoring-plugins#1186,
+prometheus/node_exporter#578): the abandoning run records it beside the lock (``LOCK.stuck``), and a later run does
+not start a check under its path while it lives (same pid start time, still preflight's worker, a thread in D).
 """
 
 from __future__ import annotations
@@ -37,9 +28,8 @@ class Orphan(NamedTuple):
     since: str  # when it was abandoned, UTC, ISO 8601
 
     def alive(self, proc: str = stuck.PROC) -> bool:
-        """True while this very process (same start time, still preflight's worker) exists and a thread of it
-        sleeps uninterruptibly. The record file is writable by every user: a record naming another process is
-        not believed."""
+        """True while this very process (same start time, still preflight's worker) exists with a thread in D; the
+        record file is world-writable, so a record naming another process is not believed."""
         fields = stuck.stat_fields(os.path.join(proc, str(self.pid), "stat"))
         if len(fields) <= 19 or fields[19] != self.start or WORKER not in _cmdline(proc, self.pid):
             return False
@@ -67,10 +57,8 @@ def orphan(blocked: stuck.Blocked, instance: str) -> Orphan:
 
 
 def live(lock_path: str) -> list[Orphan]:
-    """The orphans recorded beside ``lock_path`` that are still stuck; the file is rewritten without the others.
-
-    Call it while holding the lock. [] when there is no record, or it cannot be read.
-    """
+    """The orphans recorded beside ``lock_path`` that are still stuck, the file rewritten without the others; [] when
+    there is no readable record. Call it while holding the lock."""
     records = _read(lock_path + SUFFIX)
     alive = [o for o in records if o.alive()]
     if len(alive) != len(records):

@@ -1,17 +1,8 @@
 """Host layer: what holds a shared-memory mount's space, and whether the processes that made it still run.
 
-A /dev/shm of the right size can still be full: segments of killed jobs stay until someone removes them
-(tmpfs frees a file's pages only when it is unlinked and unmapped). PyTorch's DataLoader names its
-segments ``torch_<pid>_<random>_<n>`` (``file_descriptor``/``file_system`` sharing strategies), Python's
-``multiprocessing.shared_memory`` ``psm_<hex>``, and POSIX semaphores live as ``sem.<name>``
-(sem_overview(7)). A segment is *in use* when a process maps it or holds it open: its device and inode
-appear in ``/proc/PID/maps`` (proc(5): ``dev inode pathname``) or one of ``/proc/PID/fd/*`` resolves to it.
-Otherwise it is *held by no process visible here*: stale where this process sees every process of the node
-(the host's pid namespace, as root), unknown beyond that; a ``torch_<pid>`` name whose pid does not run is
-a creator gone (sgl-project/sglang#28089, PaddlePaddle/Paddle#49632, mosaicml/streaming#781).
-
-``survey`` reads the mount's files (sizes from ``st_blocks``: the pages they really hold) and scans /proc
-within ``SCAN_S`` seconds, so its time stays bounded on a node with many processes.
+Killed jobs' segments stay until unlinked (``torch_<pid>_...``, ``psm_<hex>``, ``sem.*``: sem_overview(7)). In use:
+mapped or open in ``/proc/PID``; stale: held by no visible process, its creator gone (sgl-project/sglang#28089,
+PaddlePaddle/Paddle#49632, mosaicml/streaming#781). ``survey`` sizes by ``st_blocks``, scans /proc within ``SCAN_S``.
 """
 
 from __future__ import annotations
@@ -44,11 +35,8 @@ class Segment(NamedTuple):
 
 
 class Segments(NamedTuple):
-    """The files on a shared-memory mount, but for those ``survey`` was told to leave out (preflight's own).
-
-    ``describe`` and ``fix`` say it in a note and a hint; a segment counts as stale only when no process
-    visible here maps or holds it and its creator, where its name tells one, is gone.
-    """
+    """The files on a shared-memory mount, but those ``survey`` was told to leave out (preflight's own); ``describe``
+    and ``fix`` word them. Stale: held by no visible process, its creator (if named) gone."""
 
     path: str
     found: tuple[Segment, ...]
@@ -66,9 +54,8 @@ class Segments(NamedTuple):
         return tuple(s for s in self.found if s.stale)
 
     def describe(self, size_bytes: int) -> str:
-        """One note: how many files hold how much of ``size_bytes``, the largest names, and who holds them:
-        "125 files left here hold 1000 MiB (98% of 1 GiB): torch_4242_1_0 (8 MiB, creator pid 4242 not
-        running), ...; 100 held by no process (creator gone: 100 torch_), 25 in use by pids 77, 78"."""
+        """One note: how many files hold how much of ``size_bytes``, the largest names, who holds them ("125 files
+        left here hold 1000 MiB (98% of 1 GiB): torch_4242_1_0 (8 MiB, creator pid 4242 not running), ...")."""
         if not self.found:
             return ""
         share = f" ({100 * self.nbytes / size_bytes:.0f}% of {_size(size_bytes)})" if size_bytes else ""
@@ -116,9 +103,8 @@ class Segments(NamedTuple):
 
 
 def survey(path: str, leave_out: tuple[str, ...] = ()) -> Segments:
-    """The files under ``path`` (a shared-memory mount), but names starting with one of ``leave_out``
-    (preflight's own), with who holds each, read from /proc within ``SCAN_S``. Never raises: an unreadable
-    file or process is passed over."""
+    """The files under the shared-memory mount ``path`` but preflight's own (``leave_out``), with who holds each, read
+    from /proc within ``SCAN_S``; never raises (an unreadable file or process is passed over)."""
     files: dict[tuple[int, int], tuple[str, int]] = {}
     more = 0
     for root, dirs, names in os.walk(path):
@@ -146,9 +132,8 @@ def survey(path: str, leave_out: tuple[str, ...] = ()) -> Segments:
 
 
 def _holders(keys: set[tuple[int, int]]) -> tuple[dict[tuple[int, int], set[int]], bool, int, int]:
-    """For each (st_dev, st_ino) in ``keys``, the pids that map it (/proc/PID/maps) or hold it open
-    (/proc/PID/fd); whether every process was reached before ``SCAN_S``; how many were read, and how many
-    could not be (permission)."""
+    """For each (st_dev, st_ino) in ``keys`` the pids that map or hold it (/proc/PID/maps, fd); whether every process
+    was reached in ``SCAN_S``; how many were read and how many refused."""
     found: dict[tuple[int, int], set[int]] = {}
     if not keys:
         return found, True, 0, 0

@@ -1,29 +1,9 @@
 """Host layer: what a process that will not die is waiting on, and on which mount, read from /proc.
 
-A process blocked in a filesystem request that never completes (a hard NFS mount whose server is
-gone, a FUSE daemon that never replies) sleeps in the kernel, and a SIGKILL does not end it: FUSE
-waits interruptibly for the daemon's reply, but once the daemon has the request and a fatal signal
-comes, ``request_wait_answer`` waits it out uninterruptibly (state D; fs/fuse/dev.c). The process
-lives on until the request is answered or the connection aborted (giampaolo/psutil#1931,
-lxc/lxd#3664: every tool that stats such a mount hangs with it). A waiting parent would wait as
-long, so ``runner`` waits a short grace, then abandons what is left and names, from these files:
-
-- ``/proc/PID/stat``: the state (``D``) and the process group (all of a worker's processes);
-- ``/proc/PID/task/TID/wchan``: the kernel function the thread sleeps in (``request_wait_answer``
-  for FUSE, ``rpc_wait_bit_killable`` for NFS);
-- ``/proc/PID/task/TID/stack`` (root only): the kernel frames under it (``fuse_lookup_name``);
-- ``/proc/PID/task/TID/syscall``: the blocked call and its arguments (proc(5)); a path argument is
-  read from ``.../TID/mem`` (what ``strace`` prints), a descriptor argument from ``.../TID/fd/N``, a
-  path relative to a directory descriptor (or the cwd) joined to that directory;
-- failing those, the newest open file in ``.../TID/fd``.
-
-Each is read through the thread's own directory: once SIGKILL has ended the main thread, its
-``/proc/PID/mem``, ``fd`` and ``cwd`` are gone while the stuck thread's still answer.
-
-The mount holding that path is found by name in ``/proc/self/mountinfo`` (the longest mount point
-that is a prefix of it): never by ``stat`` of the path, which would hang the caller the same way.
-Nothing here touches the stuck filesystem. Each function takes the /proc root so a test can point it
-at a fake tree.
+A process blocked on a dead NFS or FUSE mount sleeps in D through SIGKILL (fs/fuse/dev.c ``request_wait_answer``;
+giampaolo/psutil#1931). Read from the stuck thread's ``/proc/PID/task/TID`` (``wchan``, ``stack``, ``syscall``, its
+path from ``mem`` as strace does), the mount by name from mountinfo, never by ``stat`` (which would hang too).
+docs/faults-and-noise.md ("Bounds: a mount that never answers").
 """
 
 from __future__ import annotations
@@ -38,9 +18,8 @@ PROC = "/proc"
 AT_FDCWD = -100
 PATH_MAX = 4096
 
-# System calls that wait on a file, by what names it: its descriptor (arg 0), a path (arg 0), or a path
-# (arg 1) relative to a directory descriptor (arg 0). Numbers from the kernel's syscall tables
-# (arch/x86/entry/syscalls/syscall_64.tbl; include/uapi/asm-generic/unistd.h for arm64).
+# System calls that wait on a file, by what names it: fd (arg 0), path (arg 0), or dirfd + path (args 0, 1).
+# Numbers: arch/x86/entry/syscalls/syscall_64.tbl; include/uapi/asm-generic/unistd.h for arm64.
 _BY_FD = ("read", "write", "pread64", "pwrite64", "readv", "writev", "preadv", "pwritev", "preadv2", "getdents64",
           "fstat", "fstatfs", "fsync", "fdatasync", "close", "ioctl", "lseek", "fadvise64", "flock", "fcntl",
           "sendfile", "copy_file_range", "readahead", "syncfs")
@@ -112,11 +91,8 @@ class Blocked(NamedTuple):
 
 
 def group(pgid: int, proc: str = PROC) -> list[int]:
-    """Pids of the live processes in process group ``pgid``: a worker and every child it started.
-
-    A zombie is not live, unless one of its threads is: when SIGKILL ends a process whose one thread sleeps
-    in D, the main thread exits and shows ``Z`` while that thread lives on, and the process is not reapable.
-    """
+    """Pids of the live processes in process group ``pgid``: a worker and every child it started. A zombie whose other
+    thread still sleeps in D (SIGKILL ended only its main thread) is live."""
     found = []
     for name in _listdir(proc):
         if name.isdigit():
@@ -132,11 +108,8 @@ def _live_thread(proc: str, pid: str) -> bool:
 
 
 def blocked(pids: list[int], states: str = "D", ignore: tuple[str, ...] = (), proc: str = PROC) -> list[Blocked]:
-    """Every thread of ``pids`` whose state is one of ``states``, with what it waits on (uninterruptible first).
-
-    ``ignore``: open files that are never what a thread waits on (the worker's own log), for the fallback
-    that names the newest open file when the blocked call names none.
-    """
+    """Every thread of ``pids`` whose state is one of ``states``, with what it waits on (uninterruptible first);
+    ``ignore``: open files never waited on (the worker's log), for the newest-open-file fallback."""
     found = []
     for pid in pids:
         for tid_name in _listdir(os.path.join(proc, str(pid), "task")):

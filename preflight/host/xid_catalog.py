@@ -1,25 +1,9 @@
 """What the node is: NVIDIA's Xid catalog, the one table that says which Xid codes mean a GPU or node to drain.
 
-Source: NVIDIA, "Analyzing Xid Errors with the Xid Catalog", docs.nvidia.com/deploy/xid-errors/
-analyzing-xid-catalog.html (Ampere and newer), its column "Resolution Bucket (Immediate Action)", as
-NVIDIA ships it machine-readable in NVIDIA/NVSentinel (distros/kubernetes/nvsentinel/charts/gpu-health-monitor/
-xiderrorsmapping.csv, which writes the catalog's CONTACT_SUPPORT as UNEXPECTED_ERR_REPORT_ISSUE). An Xid line
-in the kernel log reads ``NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.``
-
-The rule (``classify``): an action that restarts the application or does nothing (``APPLICATION_ACTIONS``:
-RESTART_APP, IGNORE, the Xid 45 workflow, CHECK_UVM) is ``application``: counted and shown, never a reason to
-drain; every other action (RESET_GPU, RESTART_BM, RESTART_VM, CHECK_MECHANICALS, CONTACT_SUPPORT, UPDATE_SWFW,
-the Xid 48 and NVLink workflows) is ``drain``. So is a code the catalog does not list: the catalog answers
-CONTACT_SUPPORT for its unused codes, and a gate fails closed. Three memory codes are drained although their
-immediate action is not (``RAISED``), because the row they report is replaced only by a GPU reset: 63 (a row
-marked for remapping, "reset gpu to activate"), 92 (excessive corrected single-bit errors) and 94 (a contained
-uncorrectable error, its row remapped at the next reset); a node that gates a deploy should not take a job
-before that reset. Xid 154 ("GPU recovery action changed from ... to ...") carries its own action: ``drain``
-unless the new action is 0x0 (None). The NVLink5 codes 144-150 say in their line whether the event was
-``Fatal`` or ``Nonfatal``; a Nonfatal one is shown, not drained (leptonai/gpud#1174). And a driver that finds a GPU
-already off the bus when it loads says so without an Xid line ("NVRM: The NVIDIA GPU 0000:b3:00.0 ... has fallen
-off the bus", NVIDIA/NVSentinel#155): ``parse`` reads that as an Xid 79 that was not logged (``logged`` False),
-which a reader counts only where no logged Xid 79 names the same GPU, as the two usually come together.
+Source: NVIDIA's Xid Catalog's immediate action, as NVIDIA/NVSentinel's xiderrorsmapping.csv ships it. Drained: every
+action but restarting the application or nothing, unlisted codes, 63/92/94 (``RAISED``), Xid 154 unless its new action
+is None; not a ``Nonfatal`` NVLink5 code (leptonai/gpud#1174). An "off the bus" line without an Xid is an unlogged 79
+(NVIDIA/NVSentinel#155). docs/checks.md (``xid``).
 """
 
 from __future__ import annotations

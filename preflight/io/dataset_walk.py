@@ -1,54 +1,9 @@
-"""Walk a dataset directory for the files a training job would read, and count what it passes over.
+"""Walk a dataset directory for the files a training job would read, and count what it passes over (io layer).
 
-The walk is ``find -L PATH -type f -size +0 -readable`` in Python, with a sample spread over the tree:
-- it follows symbolic links, as a DataLoader's ``open()`` does (a Hugging Face cache is
-  ``snapshots/<rev>/file -> ../../blobs/<hash>``) and torchvision's ``ImageFolder`` walks
-  (``os.walk(followlinks=True)``), and detects directory loops by device and inode, as
-  find(1) does ("File system loop detected"): a link to a directory already walked, or to
-  ``path`` or a directory above it, is not followed; a file reached twice (two links to one
-  blob, hard links) is one sample;
-- where a link leads, the walk goes, whatever filesystem it lands on: a file link is read
-  where ``open()`` lands (DVC's ``symlink`` cache type links every file into a cache on
-  another disk, treeverse/dvc#4520), and a *directory link* to another filesystem is walked,
-  as the job's ``os.walk(followlinks=True)`` walks it (``train -> /mnt/nvme/train``). Each
-  ``DataFile`` carries the ``device`` its bytes are on, so a caller measures the filesystem
-  that holds them (``by_device``), not the one that holds the links;
-- a *mount point* under ``path`` is descended too, as ``os.walk`` descends it: a class folder
-  that is a second volume (a Kubernetes subPath, an NFS export mounted inside the dataset)
-  holds samples the job reads (a walker that stops there reports a part of the dataset,
-  shundhammer/qdirstat#64). Only pseudo filesystems no dataset lives on (proc, sysfs,
-  devtmpfs, cgroup ..., ``fsinfo.PSEUDO``, their type read from /proc/self/mountinfo) are not
-  descended, whether reached by a mount point or a link: they are counted (``pseudo_fs``), so
-  a default of ``.`` run from ``/`` never wanders into /proc, /sys or /dev;
-- a *hidden* entry (a name starting with ".") is not a sample, but the job's ``os.walk`` may
-  read it (``.ipynb_checkpoints`` taken as a class, pytorch/vision#2831; macOS AppleDouble
-  ``._x.jpg`` files that crash a decoder, hako-mikan/sd-webui-traintrain#26): each one is
-  counted (``hidden``; a hidden directory counts once and is not walked) and the first few
-  are named. preflight's own scratch directories (``SCRATCH_PREFIX``) and make-dataset's
-  marker (``DATASET_MARKER``) are not the job's and are not counted;
-- it spreads the files it takes over the tree, so that a walk stopped early is a sample of the
-  dataset, not of its first directories (the first N rows of a sorted dataset are a biased
-  sample, dotnet/machinelearning#3778): each directory's turn passes round its own files and
-  its subdirectories, one data file from each in turn, recursively (a class folder of 10,000
-  small files beside one of 400 large ones gives one of each until the second runs out), and
-  a directory's sorted entries are taken in bit-reversed order (0, n/2, n/4, 3n/4, ...), so
-  any prefix of them spans the directory. Two runs take the same files;
-- it never stops on an entry it cannot use: an unreadable file or directory, a file that
-  vanished between listing and ``stat``, a dangling link, a socket: each is counted by
-  reason in ``Walk.skipped``, as find reports and goes on, so a report can say what the
-  job would trip over;
-- it is bounded: at most ``max_entries`` directory entries are looked at (``stat``), a
-  directory keeps at most its share of them (``max_entries`` divided among the entries of
-  each directory above it, evenly spaced over its sorted listing), so the walk's time and
-  memory do not grow with the dataset (ImageNet has 1.28 M files), and it stops after
-  ``seconds`` whatever the filesystem's metadata costs (an NFS or FUSE mount can take
-  milliseconds per ``stat``): a check gives its walk a share of its timeout
-  (``Budget.walk_s``), so it returns a figure on what was walked, not a timeout. A walk
-  stopped by any of these, or by ``max_files`` (``Walk.take``), says so (``Walk.stopped``),
-  and ``holds``, ``reached`` and ``note`` never claim more than was seen. A ``stat`` or listing that
-  never returns (a hard mount whose server is gone) cannot be bounded from inside: the walk runs only
-  in a check's worker process, never in the runner, which abandons a worker stuck in the kernel and
-  names the path and mount (``runner.KILL_GRACE_S``, ``host.stuck``).
+``find -L PATH -type f -size +0 -readable`` in Python, links followed as ``os.walk(followlinks=True)`` does, loops
+caught by device and inode (find(1)), unusable entries counted by reason. Bounded (``max_entries``, ``seconds``) and
+spread over the tree so that a walk stopped early samples the whole dataset (dotnet/machinelearning#3778). It runs
+only in a check's worker: a ``stat`` on a dead mount cannot be bounded from inside. docs/checks.md.
 """
 
 from __future__ import annotations
@@ -126,15 +81,9 @@ class _Stopped(Exception):
 
 
 class Walk:
-    """The data files under ``path`` (or ``path`` itself if it is a file), lazily.
-
-    Iterate it once (or ``take`` from it); afterwards ``skipped`` counts the entries passed over
-    by reason (keys of ``SKIPPED``), with the first few named in ``examples``, and ``stopped``
-    says what stopped it before the end: "" (nothing), ``max_files`` (``take``), ``entries``
-    (``max_entries``), ``time`` (``seconds``) or ``share`` (a folder larger than its share of
-    ``max_entries`` was only sampled). Callers that stop iterating early themselves get counts
-    that cover what was looked at.
-    """
+    """The data files under ``path`` (or ``path`` itself if it is a file), lazily. Iterate it once (or ``take``); then
+    ``skipped`` counts the entries passed over by reason (``SKIPPED``, first few in ``examples``) and ``stopped`` says
+    what ended it early: "", ``max_files``, ``entries``, ``time`` or ``share``."""
 
     def __init__(self, path: str, max_entries: int = 1 << 62, seconds: float = math.inf) -> None:
         self.path, self.max_entries, self.seconds = path, max_entries, seconds
@@ -151,9 +100,8 @@ class Walk:
 
     @classmethod
     def for_files(cls, path: str, max_files: int, seconds: float = math.inf) -> Walk:
-        """A walk for callers that want ``max_files`` data files: it looks at ``WALK_FACTOR`` times as
-        many entries at most, and for ``seconds`` at most, so unreadable, skipped or non-matching entries
-        and slow metadata cannot make it unbounded."""
+        """A walk for ``max_files`` data files: at most ``WALK_FACTOR`` times as many entries and ``seconds``, so
+        skipped entries and slow metadata cannot make it unbounded."""
         return cls(path, max_entries=max_files * WALK_FACTOR, seconds=seconds)
 
     @property
@@ -166,11 +114,8 @@ class Walk:
         return self.stopped == "time"
 
     def take(self, count: int, accept: Callable[[DataFile], bool] | None = None) -> list[DataFile]:
-        """The first ``count`` data files the walk reaches that ``accept`` (all by default), in walk order.
-
-        When it stops at ``count`` with entries left, ``stopped`` is ``max_files``: what follows (a
-        figure on them, ``holds``) must say that the rest was not looked at.
-        """
+        """The first ``count`` data files the walk reaches that ``accept`` (all by default), in walk order; stopping
+        there with entries left sets ``stopped`` to ``max_files``."""
         taken: list[DataFile] = []
         files = iter(self)
         for found in files:
@@ -205,9 +150,8 @@ class Walk:
             self.stopped = "share"  # entries beyond a directory's share were never looked at
 
     def _next(self, root: _Directory) -> DataFile | None:
-        """The next data file: down from ``root``, each directory on the way giving the turn to its next
-        entry (its own files, or a subdirectory), which goes to the back of its queue once it gave a file.
-        None when everything was looked at."""
+        """The next data file down from ``root``, each directory on the way giving the turn to its next entry, which
+        then goes to the back of its queue; None when everything was looked at."""
         way = [root]
         while way:
             directory = way[-1]
@@ -349,8 +293,8 @@ class Walk:
         return sum(self.skipped[reason] for reason in UNREADABLE)
 
     def summary(self, reasons: Sequence[str] | None = None) -> str:
-        """The skipped entries in words ("60 unreadable files, 1 unreadable directory"), "" when none; with
-        no ``reasons`` named, every reason, and where the walk stopped before the end."""
+        """The skipped entries in words ("60 unreadable files, 1 unreadable directory"), "" when none; without
+        ``reasons``, every reason and where the walk stopped early."""
         parts = [self._counted(key) for key in (reasons or SKIPPED) if self.skipped[key]]
         if reasons is None and self.stopped:
             looked = self.looked_at
@@ -403,12 +347,8 @@ class Walk:
 
 def listing(path: str, max_files: int, seconds: float = math.inf, include: str = "*",
             exclude: str = "") -> tuple[list[DataFile], Walk]:
-    """The data files under ``path`` a job would read (``Walk``), at most ``max_files`` of them, spread over the
-    tree and matching the globs, and the walk (what it skipped, and whether it stopped early).
-
-    ``include``/``exclude`` are comma-separated fnmatch globs tested against the path relative to ``path`` and
-    against the file name ("*.jpg", "train/*").
-    """
+    """The data files under ``path`` a job would read, at most ``max_files`` matching ``include`` and not ``exclude``
+    (comma-separated fnmatch globs on the relative path and the name), and the ``Walk``."""
     includes = [g.strip() for g in include.split(",") if g.strip()] or ["*"]
     excludes = [g.strip() for g in exclude.split(",") if g.strip()]
     walk = Walk.for_files(path, max_files, seconds)
@@ -445,8 +385,8 @@ def _ancestors(path: str) -> set[tuple[int, int]]:
 
 
 def by_device(files: Sequence[DataFile]) -> list[list[DataFile]]:
-    """``files`` grouped by the device that holds their bytes, the group with the most bytes first (each in
-    walk order; equal groups in the order first met): a caller measures the first, where the bytes are."""
+    """``files`` grouped by the device that holds their bytes, most bytes first (equal groups in the order met): a
+    caller measures the first."""
     groups: dict[int, list[DataFile]] = {}
     for found in files:
         groups.setdefault(found.device, []).append(found)
@@ -454,8 +394,8 @@ def by_device(files: Sequence[DataFile]) -> list[list[DataFile]]:
 
 
 def filesystems(files: Sequence[DataFile]) -> str:
-    """Where ``files`` lie when that is more than one filesystem, in words: " on 2 filesystems (850 on ext4 at
-    /data/train/n002 (/dev/sdb, rw), 150 on ext4 at /data (/dev/sda, rw))"; "" for one."""
+    """Where ``files`` lie when that is more than one filesystem, in words (" on 2 filesystems (850 on ext4 at ...,
+    150 on ...)"); "" for one."""
     groups = by_device(files)
     if len(groups) < 2:
         return ""
@@ -469,16 +409,9 @@ def filesystems(files: Sequence[DataFile]) -> str:
 
 
 def too_few(files: list[DataFile], where: str, *, samples: int | None = None, walk: Walk | None = None) -> str:
-    """Why ``files`` are too few to stand for a dataset, or "" when they are enough.
-
-    A figure over a handful of files re-reads the same few blocks (the device's and the
-    hypervisor's caches hold them) and swings with how many stray files lie in a directory;
-    it is not a dataset figure. Enough is ``MIN_SAMPLE_BYTES`` in ``MIN_SAMPLES`` files or
-    more, or ``MIN_SHARD_BYTES`` in any number of files (a few large shards are a dataset).
-    With ``samples``, the files are tar shards holding that many samples, and the samples count
-    instead of the files (20 shards of 50 samples are 1,000 samples, not 20; issue 21, case 8).
-    ``walk``, the walk ``files`` came from, says whether they are all of ``where`` (``Walk.holds``).
-    """
+    """Why ``files`` are too few to stand for a dataset (re-reads of a few cached blocks), "" when they are at least
+    ``MIN_SAMPLE_BYTES`` in ``MIN_SAMPLES`` files or ``MIN_SHARD_BYTES``. With ``samples``, tar shards' samples count
+    (issue 21, case 8); ``walk`` says whether ``files`` are all of ``where``."""
     total = sum(f.size for f in files)
     count = len(files) if samples is None else samples
     if total >= MIN_SHARD_BYTES or (count >= MIN_SAMPLES and total >= MIN_SAMPLE_BYTES):
@@ -498,11 +431,11 @@ def describe_files(files: Sequence[DataFile], noun: str = "data file") -> str:
 
 
 def data_extents(name: str, size: int) -> list[tuple[int, int]]:
-    """The (offset, length) byte ranges of ``name`` that hold data, holes left out.
+    """The (offset, length) byte ranges of ``name`` that hold data, holes left out (lseek(2)
+    ``SEEK_DATA``/``SEEK_HOLE``, as ``cp --sparse``); the whole file where holes are not supported.
 
-    Uses ``lseek(SEEK_DATA/SEEK_HOLE)`` (lseek(2); what ``cp --sparse`` and fio's
-    ``--file_service`` rely on). A filesystem without hole support reports the whole file
-    as data. Raises OSError when ``name`` cannot be opened.
+    Raises:
+        OSError: ``name`` cannot be opened.
     """
     fd = os.open(name, os.O_RDONLY)
     try:

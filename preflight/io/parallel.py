@@ -1,15 +1,8 @@
-"""Run I/O loops in several processes of several threads each, for a fixed time.
+"""Run I/O loops in several processes of several threads each, for a fixed time (io layer).
 
-Why processes: a Python thread holds the GIL between system calls, so many threads of one
-process cannot keep 32 small reads in flight. Measured on a 2-core VM: O_DIRECT
-``os.preadv`` from threads of one process reached about 40% of fio's libaio QD32 IOPS,
-while 4 processes of several threads matched it. The outstanding requests (processes x
-threads) play the part of fio's ``iodepth``; this is fio's ``--numjobs`` with synchronous
-I/O, in Python.
-
-Method (fio ``--time_based --runtime``): every loop is set up first (files opened), then
-all start together on one signal and run until the same deadline; the rate is the total
-work over the longest loop's elapsed time.
+Processes, because threads of one process share the GIL (docs/checks.md, ``rand_read``): processes x threads play
+fio's ``iodepth`` as ``--numjobs`` with synchronous I/O. Method (fio ``--time_based --runtime``): every loop set up,
+all started on one signal, run to one deadline; the rate is the total work over the longest loop's time.
 """
 
 from __future__ import annotations
@@ -23,13 +16,8 @@ from typing import Callable, NamedTuple, Sequence
 
 
 class Tally(NamedTuple):
-    """What one loop did: operations, bytes, per-operation latencies (s) and its elapsed time (s).
-
-    A loop that times single operations may also record when each one completed
-    (``completions``, ``time.perf_counter()`` seconds, CLOCK_MONOTONIC and so comparable
-    across processes) and when it began (``started``), so that one continuous run can be
-    cut into time windows afterwards (fio's ``--log_avg_msec`` interval logs).
-    """
+    """What one loop did: operations, bytes, per-operation latencies (s), elapsed time (s); optionally each
+    operation's completion (``completions``, ``time.perf_counter()``) and ``started``, for fio-style interval logs."""
 
     ops: int
     nbytes: int
@@ -41,8 +29,7 @@ class Tally(NamedTuple):
     failed: tuple[str, ...] = ()  # files whose read failed with an I/O error (EIO: a bad sector, a lost object)
 
 
-# make_loop(index) runs in the process that will execute the loop (after fork): it opens
-# what the loop needs and returns run(deadline) -> Tally, started when every loop is ready.
+# make_loop(index) runs after fork, opens what the loop needs, returns run(deadline) -> Tally.
 LoopFactory = Callable[[int], Callable[[float], Tally]]
 
 
@@ -142,12 +129,8 @@ class Interval(NamedTuple):
 
 
 def in_intervals(tally: Tally, ramp_s: float, window_s: float) -> list[Interval]:
-    """Cut a continuous run into whole ``window_s`` intervals after the first ``ramp_s`` seconds.
-
-    An operation belongs to the interval in which it completed, as in fio's interval logs
-    (``--log_avg_msec``); operations during the ramp (fio ``--ramp_time``) and in a last
-    partial interval are left out. ``tally`` must carry ``completions`` and ``started``.
-    """
+    """Cut a continuous ``tally`` (with ``completions`` and ``started``) into whole ``window_s`` intervals after
+    ``ramp_s``, each operation in the interval it completed in (fio's ``--log_avg_msec``)."""
     count = max(0, int((tally.elapsed_s - ramp_s) / window_s))
     latencies = [array("d") for _ in range(count)]
     origin = tally.started + ramp_s

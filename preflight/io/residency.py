@@ -1,25 +1,15 @@
-"""How much of a set of files sits in the page cache, found without reading them; and dropping it.
+"""How much of a set of files sits in the page cache, found without reading them; and dropping it (io layer).
 
-A job's Dataset opens its files itself (plain ``open()``, PIL), so the uncached opener (``io.uncached``) cannot
-keep its reads off the page cache: files read before the run (the last run, a copy, ``cat``) are served from
-memory, and a first epoch measured over them is a second touch (issue 32: 2.3x faster on a second run, no note).
-So before such a pass the dataset's files are probed, their clean pages dropped, and probed again:
+For the job's own Dataset, out of the uncached opener's reach (``loading.cold``)::
 
     sample up to MAX_FILES files, evenly spread over the list
-    probe: mincore(2) over a read-only mapping of each sampled file's first MAX_BYTES (no page is read: a
-           mapping never touched faults nothing in), else where mincore cannot see the page cache (it reports it
-           only for files the caller owns or may write, or with CAP_FOWNER: Linux 5.0, mm/mincore.c
-           can_do_mincore) PROBE_PAGES single-page preadv2(RWF_NOWAIT) reads (Linux >= 4.14 for buffered
-           reads: EAGAIN where the page is not cached; POSIX_FADV_RANDOM, so no readahead beyond that page)
-    evict: syncfs(2) on the files' filesystem first (a dataset just written or copied is dirty in the cache,
-           and DONTNEED leaves dirty pages: `sync` before `drop_caches`, as every cold-cache recipe does), then
-           posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) on every file, in order, until EVICT_S has passed
-           (fio's --invalidate=1; it drops clean, unmapped pages only: tmpfs pages and pages another process
-           maps or locks stay)
-    probe the same sample again (other pages, for RWF_NOWAIT: its probe may have read the pages it asked for)
+    probe: mincore(2) over an untouched read-only mapping of each file's first MAX_BYTES; where mincore cannot
+           see the cache (mm/mincore.c can_do_mincore), PROBE_PAGES preadv2(RWF_NOWAIT) reads (EAGAIN: not cached)
+    evict: syncfs(2) (DONTNEED leaves dirty pages), then posix_fadvise(DONTNEED) per file until EVICT_S
+           (fio's --invalidate=1; tmpfs and mapped or locked pages stay)
+    probe the same sample again (other pages, for RWF_NOWAIT)
 
-A cache below the page cache (a FUSE daemon's, an NFS client's) is out of this module's reach: neither probe
-sees it, nor does DONTNEED drop it (``Filesystem.may_cache_below``).
+A cache below the page cache (FUSE, NFS) is out of reach (``Filesystem.may_cache_below``).
 """
 
 from __future__ import annotations
@@ -74,11 +64,8 @@ def sample(names: Sequence[str], limit: int = MAX_FILES) -> list[str]:
 
 
 def probe(names: Sequence[str], shift: int = 0, time_s: float = PROBE_S) -> Residency:
-    """How many pages of ``names`` (each file's first ``MAX_BYTES``) are in the page cache, read from none.
-
-    ``shift`` moves the RWF_NOWAIT fallback's pages by that many pages (a second probe asks for pages the first
-    did not read). Files that vanish or cannot be opened are counted in ``unprobed``; never raises for one.
-    """
+    """How many pages of ``names`` (each file's first ``MAX_BYTES``) are in the page cache, read from none. ``shift``
+    moves the RWF_NOWAIT fallback's pages; files that cannot be opened are counted in ``unprobed``, never raised."""
     files = pages = resident = unprobed = 0
     methods: set[str] = set()
     started = time.monotonic()
@@ -99,12 +86,9 @@ def probe(names: Sequence[str], shift: int = 0, time_s: float = PROBE_S) -> Resi
 
 
 def evict(names: Sequence[str], time_s: float = EVICT_S) -> Evicted:
-    """Drop the clean cached pages of each of ``names`` (``POSIX_FADV_DONTNEED``), in order, for up to ``time_s``.
-
-    Nothing is read: a dataset mounted read-only is opened ``O_RDONLY`` and advised. Dirty pages of the first
-    file's filesystem are written back first (``syncfs``), so a dataset written just before the run is dropped
-    too (its pages were dirty: 100% stayed resident before). Never raises for one file (a vanished or unreadable
-    file is counted in ``failed``)."""
+    """Drop the clean cached pages of each of ``names`` (``POSIX_FADV_DONTNEED``), in order, for up to ``time_s``,
+    after ``syncfs`` of the first file's filesystem (a dataset just written stayed 100% resident without it). Nothing
+    is read; a failed file is counted in ``failed``, never raised."""
     dropped = failed = 0
     synced = False
     started = time.monotonic()

@@ -1,14 +1,7 @@
-"""Scratch directories that are removed on success, failure, timeout and signals, and the data written in them.
+"""Scratch directories removed on success, failure, timeout and signals, and the data written in them (io layer).
 
-A check creates scratch space only through ``scratch_dir``, and never inside the dataset
-path it measures (``protect``; ``parent_outside`` finds a place next to it). Before using it, the path
-is announced to ``on_create`` (the worker forwards it to the runner), so that when a
-check is killed at its timeout the runner still removes what it left behind.
-
-Scratch data never fills a volume: ``room_for`` refuses a write that would leave less than
-``RESERVE_BYTES`` or ``RESERVE_INODES`` free, so a nearly full dataset volume is reported, not made full.
-When a create or write fails with ENOSPC all the same (another writer, a volume already out of inodes),
-``ran_out`` says which of the two ran out, from statvfs at that moment.
+Never inside the dataset (``protect``); announced to ``on_create`` so the runner removes it after a killed check;
+``room_for`` keeps ``RESERVE_BYTES`` and ``RESERVE_INODES`` free; ``ran_out`` names what an ENOSPC ran out of.
 """
 
 from __future__ import annotations
@@ -30,9 +23,8 @@ on_create: Callable[[str], None] = lambda path: None  # noqa: E731  (replaced by
 
 @contextlib.contextmanager
 def scratch_dir(parent: str, protect: str = "") -> Iterator[str]:
-    """A fresh directory under ``parent`` (same filesystem), removed when the block exits.
-
-    ``protect`` names a read-only tree (the dataset) that scratch must never go into.
+    """A fresh directory under ``parent`` (same filesystem), removed when the block exits; ``protect`` names a tree
+    (the dataset) that scratch must never go into.
 
     Raises:
         OSError: ``parent`` is missing or not writable.
@@ -62,11 +54,8 @@ def is_inside(path: str, tree: str) -> bool:
 
 
 def parent_outside(path: str) -> str | None:
-    """The nearest writable ancestor of ``path`` on the same filesystem, outside it; None if there is none.
-
-    Where a dataset path is its own mount point (``/data``), no such directory exists
-    and the caller must ask for an explicit ``scratch_dir``.
-    """
+    """The nearest writable ancestor of ``path`` on the same filesystem, outside it; None if there is none (a dataset
+    that is its own mount point needs an explicit ``scratch_dir``)."""
     path = os.path.realpath(path)
     try:
         device = os.stat(path).st_dev
@@ -86,11 +75,8 @@ def parent_outside(path: str) -> str | None:
 
 
 def choose_parent(path: str, chosen: str, option: str) -> tuple[str | None, str]:
-    """Where scratch for ``path`` goes: ``chosen`` (the check's ``scratch_dir``), else ``parent_outside(path)``.
-
-    Returns the directory, or None and the one-line reason with the fix (``option`` names
-    the config key to set, ``storage.scratch_dir``).
-    """
+    """Where scratch for ``path`` goes: ``chosen``, else ``parent_outside(path)``; or None and the one-line reason
+    with the fix (``option`` names the key to set)."""
     if chosen:
         if not os.path.isdir(chosen) or not os.access(chosen, os.W_OK):
             return None, f"scratch_dir {chosen} is not a writable directory: create it or set {option}"
@@ -114,13 +100,8 @@ def _read_only(path: str) -> bool:
 
 
 def room_for(directory: str, nbytes: int, files: int = 1) -> str:
-    """"" when ``directory``'s filesystem can take ``nbytes`` in ``files`` new files and keep ``RESERVE_BYTES`` and
-    ``RESERVE_INODES`` free, else why not.
-
-    Free space is statvfs ``f_bavail``, free inodes ``f_favail`` (what an unprivileged writer may use); a
-    filesystem that reports 0 inodes in all (``f_files``: btrfs, many network and FUSE ones) has no inode limit
-    to read, and only its bytes are compared.
-    """
+    """"" when ``directory``'s filesystem can take ``nbytes`` in ``files`` new files and keep the reserves free
+    (statvfs ``f_bavail``, ``f_favail``; bytes only where no inodes are reported), else why not."""
     try:
         info = os.statvfs(directory)
     except OSError as error:
@@ -141,13 +122,8 @@ def _size(nbytes: float) -> str:
 
 
 def ran_out(directory: str) -> str:
-    """Which of the two a create or write that failed with ENOSPC in ``directory`` ran out of, read from statvfs
-    now: "no inodes left (0 of 2048 free; 1.7 GiB of bytes still free)", "no space left (3 MiB free of 10 GiB;
-    ...)", or both; "" when ``directory`` cannot be read (it vanished).
-
-    The kernel returns the same ENOSPC for both (open(2), write(2)); only the counts tell them apart. Inodes are
-    counted only where the filesystem reports some (``f_files`` > 0).
-    """
+    """Which of bytes or inodes an ENOSPC in ``directory`` ran out of (open(2) and write(2) give one ENOSPC for both),
+    from statvfs now ("no inodes left (0 of 2048 free; ...)"); "" when ``directory`` vanished."""
     try:
         info = os.statvfs(directory)
     except OSError:
@@ -170,13 +146,8 @@ def _gib(nbytes: int) -> str:
 
 
 def write_fsynced(fd: int, size: int, chunk: bytes) -> int:
-    """Write ``size`` bytes to the open ``fd`` in ``len(chunk)`` pieces, then fsync; returns bytes written.
-
-    Each piece is ``chunk`` with every 4 KiB block made unique (``stamped``): one random MiB
-    written over and over would be 256 distinct blocks in 256 MiB, which a deduplicating or
-    compressing volume stores once and serves from its cache (axboe/fio#463, fio's
-    ``dedupe_percentage`` and ``refill_buffers``).
-    """
+    """Write ``size`` bytes to ``fd`` in ``len(chunk)`` pieces, then fsync; returns bytes written. Every 4 KiB block
+    is made unique (``stamped``), so a deduplicating volume cannot store it once (axboe/fio#463)."""
     written, serial = 0, _first_serial()
     while written < size:
         piece = stamped(chunk[: min(len(chunk), size - written)], serial + written // DEDUP_BLOCK)

@@ -1,10 +1,6 @@
 """Where preflight's own temporary files go (worker logs, crash logs), on a node that may allow few writes.
 
-Python's ``tempfile`` raises when none of TMPDIR, TEMP, TMP, /tmp, /var/tmp, /usr/tmp (nor
-the working directory) is writable: the case in a Kubernetes pod with
-``readOnlyRootFilesystem: true`` and no volume at /tmp. preflight then goes on to /dev/shm
-(a tmpfs in every container) and to the reports' directories, and where none of those is
-writable either it stops before measuring, with one line that names the fix.
+io layer. Beyond ``tempfile``'s places, /dev/shm and the reports' directories (``readOnlyRootFilesystem: true``).
 """
 
 from __future__ import annotations
@@ -15,18 +11,15 @@ from typing import Iterable, Mapping
 
 from preflight.errors import UsageError
 
-# tempfile.gettempdir()'s POSIX order, without its last resort, the working directory: that is
-# often the job's code or data, and preflight leaves nothing there.
+# tempfile.gettempdir()'s POSIX order, without the working directory: often the job's code or data.
 ENVIRONMENT = ("TMPDIR", "TEMP", "TMP")
 SYSTEM = ("/tmp", "/var/tmp", "/usr/tmp")
 SHARED_MEMORY = "/dev/shm"
 
 
 def choose(report_paths: Iterable[str | None] = (), environ: Mapping[str, str] = os.environ) -> str:
-    """The first writable of: TMPDIR (as ``tempfile.gettempdir`` looks for it), /dev/shm, the reports' directories.
-
-    ``report_paths`` are the ``--json``/``--junit-xml``/... destinations (None and ``-`` are
-    ignored). Writability is proven by creating a file, as ``probe`` does.
+    """The first writable of: TMPDIR (as ``tempfile.gettempdir`` looks for it), /dev/shm, the reports' directories
+    (``report_paths``; None and ``-`` ignored), proven by creating a file.
 
     Raises:
         UsageError: none is writable; the message names every place tried and the fix.

@@ -1,16 +1,8 @@
 """A claim of cold, verified: the job's Dataset's files dropped from the page cache before its pass, and checked.
 
-The job's Dataset opens its files itself (``open()``, PIL), out of reach of the uncached opener: a file read
-before the run is served from the page cache, and the figure is a second touch (issue 32: 2.3x faster on the
-second run, no note). So before the pass, where the Dataset's files can be found (``exposed``), the page cache's
-share of their pages is probed, their clean pages dropped and the share probed again (``io.residency``):
-
-- dropped to (near) nothing: the method says what the page cache held and that it was dropped;
-- still resident (tmpfs or ramfs: the dataset lives in memory; pages another process maps or locks): the note
-  begins ``warm:`` with the share, and the read rows are ``cache_bound`` (``verdict`` never lets one pass);
-- no file found: the method says the claim of cold is not verified.
-
-A cache below the page cache (``Filesystem.may_cache_below``: FUSE, NFS) is out of reach, and the method says so.
+Loading layer. The job's Dataset opens its files itself (issue 32: a second run read 2.3x the first), so the files it
+names (``exposed``) are probed, dropped and probed again (``io.residency``): what stays makes the rows ``warm:`` and
+``cache_bound``. docs/checks.md ("Cold is checked, not assumed").
 """
 
 from __future__ import annotations
@@ -73,14 +65,9 @@ def verified(dataset: Any, arguments: Mapping[str, Any]) -> Cold:
 
 
 def exposed(dataset: Any, arguments: Mapping[str, Any]) -> tuple[list[str], str]:
-    """The files the job's Dataset reads, as far as it names them, and where they were found ("its .samples").
-
-    First a list on the Dataset (or on the Dataset it wraps, ``.dataset``/``.datasets``: a Subset, a ConcatDataset)
-    whose items are paths of regular files, or tuples whose first item is one (torchvision's ImageFolder
-    ``.samples``, a custom ``.files``); else a file the Dataset holds as an attribute or ``arguments``
-    (``dataset_args``) names (one file of many samples: kaldi's ark, an HDF5); else the files under a directory
-    either names (``root: /data``), walked as the dataloader walks ``path`` (at most ``WALKED`` files, ``WALK_S``).
-    ([], "") where nothing names a file."""
+    """The files the job's Dataset reads, as far as it names them, and where they were found ("its .samples"): a list
+    of paths on it or the Dataset it wraps (ImageFolder's ``.samples``), a file an attribute or ``arguments`` names,
+    else the files under a directory either names (``WALKED``, ``WALK_S``); ([], "") where none."""
     for holder, label in _holders(dataset):
         for attribute, value in _attributes(holder):
             names = _paths(value)

@@ -1,26 +1,8 @@
-"""The dataset the loader reads: files sampled under ``path``, one file per sample, read cold.
+"""The dataset the loader reads: files sampled under ``path``, one file per sample, read cold (loading layer).
 
-A sample is read as a DataLoader worker's ``open(path).read()`` would, but from the device:
-O_DIRECT through one aligned ``BLOCK`` buffer per worker, else the file's cached pages dropped
-first (``io.uncached``), so a worker's memory does not grow with the files' sizes.
-``decode="image"`` then decodes it with Pillow (optional: ``pip install pillow``; the
-wheel's ``image`` extra) to RGB pixels, so the decoded figure can be set beside the raw one.
-``delay_s`` is the explicit test hook for a deliberately throttled reader: it sleeps that long
-per sample, as slow storage would. A file that vanished or turned unreadable since the walk is a
-sample of 0 bytes that is not counted (``collate_sizes``), so another process rewriting the
-dataset cannot end the measurement. A file whose read fails with an I/O error (EIO), or whose
-image Pillow cannot decode (truncated, zero-filled), is counted the same way and recorded in the
-run's dataset (``io.dataset``): the row names it, and the measurement goes on.
-
-The walk (``dataset_walk.Walk``) follows symbolic links as the job's ``open()`` does and is
-bounded: it stops after ``max_files`` matching files, ``Walk.for_files``' limit on entries or
-``seconds`` (a share of the check's timeout, ``Budget.walk_s``), so its time and memory do
-not grow with the dataset or with the cost of the filesystem's metadata. A shuffled loader reads any file, and
-the walk spreads the files it takes over the tree (one from each class folder in turn), so the files taken
-stand for the rest; when it stopped before the end, the figure's note says so (``Walk.note``).
-
-Files that hold many samples (container formats, or a median size above 64 MiB) are not one
-sample each, and ``not_one_sample_each`` says so, with the fix: the rule is in its docstring.
+Read as a worker's ``open(path).read()``, from the device (``io.uncached``, one aligned buffer per worker);
+``decode="image"`` decodes with Pillow; ``delay_s`` is the throttled-reader hook. A file gone, unreadable (EIO) or
+undecodable counts no sample and is recorded in the run's dataset. docs/checks.md.
 """
 
 from __future__ import annotations
@@ -39,8 +21,7 @@ from preflight.units import format_value
 
 BLOCK = 1 << 20  # bytes per device read of a sample file: a worker's read buffer, whatever the file's size
 
-# Formats that hold many records by design: a job reads records out of them with the format's own reader
-# (h5py, pyarrow, lmdb, tf.data, webdataset), so a whole file is never one of its samples, whatever its size.
+# Formats of many records: a job reads them with the format's own reader, never a whole file as one sample.
 CONTAINERS = {
     "h5": "HDF5", "hdf5": "HDF5", "hdf": "HDF5", "nc": "netCDF-4 (HDF5)",
     "parquet": "Parquet", "arrow": "Arrow", "feather": "Arrow (Feather)",
@@ -51,18 +32,8 @@ LARGE_FILE = 64 << 20  # median file size above which files hold many samples (w
 
 
 def not_one_sample_each(files: Sequence[DataFile], where: str, instance: str = "dataloader") -> str:
-    """Why ``files`` are containers of many samples rather than one sample each, with the fix; "" when they
-    are samples (what ``FileSamples`` measures).
-
-    The rule (docs/checks.md, "Datasets it understands"), issue 21 case 6:
-    - half or more of them are record containers by name (``CONTAINERS``: HDF5, Parquet, Arrow,
-      LMDB ``data.mdb``, TFRecord, tar, ...; a ``-00001-of-01024`` suffix is looked through),
-      whatever their size: the job reads records out of them with the format's own reader;
-    - or their median size is above ``LARGE_FILE`` (64 MiB), whatever their name: whole arrays
-      (``.npy``/``.npz``), checkpoints, archives hold many samples each.
-    A folder of 110 kB JPEGs, of 600 kB ``.npy`` arrays (one per sample) or of 20 MB videos is
-    one sample per file; a ``labels.h5`` beside the images changes nothing.
-    """
+    """Why ``files`` are containers of many samples (half or more named as ``CONTAINERS``, or a median size above
+    ``LARGE_FILE``; issue 21 case 6), with the fix; "" when they are one sample each."""
     kinds = [kind for kind in map(_container, files) if kind]
     if 2 * len(kinds) >= len(files):
         extension, kind = max(set(kinds), key=kinds.count)
@@ -89,11 +60,8 @@ def _container(file: DataFile) -> tuple[str, str] | None:
 
 
 class FileSamples:
-    """Map-style dataset: sample i is file i, read cold; yields (1, bytes read), or (0, 0) for a file gone.
-
-    Each worker reads through one aligned ``BLOCK`` buffer, whatever the files' sizes (``read_file``);
-    only ``decode="image"`` keeps a file's bytes, as the job's decoder would.
-    """
+    """Map-style dataset: sample i is file i, read cold; yields (1, bytes read), or (0, 0) for a file gone. One
+    aligned buffer per worker (``read_file``); only ``decode="image"`` keeps a file's bytes."""
 
     def __init__(self, files: list[DataFile], bypass: Bypass, decode: str = "none", delay_s: float = 0.0,
                  dataset: Dataset | None = None) -> None:
@@ -125,8 +93,8 @@ class FileSamples:
             except ImportError:
                 raise  # no Pillow: the check's error, said once, not a fault of each sample
             except Exception as error:  # noqa: BLE001  whatever Pillow refuses a sample with, the job's worker raises
-                # there: OSError (truncated, zero-filled), ValueError, SyntaxError, and DecompressionBombError, an
-                # Exception only (junyanz/pytorch-CycleGAN-and-pix2pix#1592); struct.error from an older Pillow
+                # there: OSError, ValueError, SyntaxError, struct.error, DecompressionBombError (an Exception only:
+                # junyanz/pytorch-CycleGAN-and-pix2pix#1592)
                 self._failed(name, f"cannot be decoded: {type(error).__name__}: {error}")
                 return 0, 0
         return 1, size

@@ -1,19 +1,8 @@
 """The job's own DataLoader (``loader: "package.module:factory"``), measured as the object the job trains from.
 
-Serves the checks layer (``source``: the dataloader and pipeline checks). The factory is imported with
-``python_path`` first (``usercode``) and called with ``loader_args`` as keyword arguments, as the
-dataset factory is; it must return a ``torch.utils.data.DataLoader`` (a subclass is measured as it is).
-Constructing a DataLoader starts no worker, so ``validate`` builds it too, and pickles what its start
-method sends each worker (``settings.refuse_unpicklable``). Every setting is the loader's own (Dataset,
-sampler, batch size, workers, start method, persistence, seeding, order, collate): the options that would
-set them here are refused beside ``loader`` (``Option.ignored_with``), never silently overridden.
-
-Its batches are counted as the job's DataLoader counts them (``user``): its own batch sampler, recorded
-(``user.RecordedBatches.of``) in place on the object (``object.__setattr__``: a DataLoader refuses a
-new batch sampler once built, and a copy would not be the job's object); an IterableDataset's batches by
-their first dimension (``user.from_batch``), repeats from several workers counting none; a loader without
-automatic batching (``batch_size=None``) delivers one sample per item. Each fresh pool is a new iterator
-of that one object: with ``persistent_workers`` it reuses the workers, as the job's next epoch does.
+Loading layer. Built with ``loader_args`` (by ``validate`` too: no worker starts); the options that would set its
+settings are refused beside it. Its batch sampler is recorded in place (``object.__setattr__``: a copy would not be
+the job's object); each fresh pool is a new iterator of it. docs/checks.md (``loader:``).
 """
 
 from __future__ import annotations
@@ -60,8 +49,8 @@ def refuse_unpicklable(options: Mapping[str, Any], loader: Any) -> None:
 
 
 def check_user_code(options: Mapping[str, Any]) -> None:
-    """``preflight validate``: build the job's DataLoader once (no worker starts), with ``python_path`` first,
-    and pickle what its workers would receive.
+    """``preflight validate``: build the job's DataLoader once (no worker starts) and pickle what its workers would
+    receive.
 
     Raises:
         UserCodeError: as ``build`` and ``refuse_unpicklable``.

@@ -1,14 +1,8 @@
-"""Pull batches from a DataLoader over time windows, optionally emulating the GPU's compute.
+"""Pull batches from a DataLoader over time windows, optionally emulating the GPU's compute (loading layer).
 
-Accelerator utilization follows MLPerf Storage's definition (MLPerf Storage rules, "AU";
-DLIO benchmark, Devarajan et al., CCGrid 2021): the accelerator is emulated by sleeping
-``step_time`` per batch, as DLIO's ``computation_time``; AU = total emulated compute time
-/ total wall time, with the first steps excluded (our warm-up batches). A loader that
-keeps up spends almost no time waiting between steps and reaches ~100%.
-
-A worker that dies surfaces as torch's ``RuntimeError: DataLoader worker (pid(s) N) exited
-unexpectedly``. When the cgroup's OOM-kill count rose meanwhile (``cgroup_memory``), the
-kernel killed it for memory, and ``explaining_worker_oom`` makes the error say so, with the fix.
+AU is MLPerf Storage's (DLIO's ``computation_time``): emulated compute / wall time, warm-up excluded; a worker the
+cgroup OOM-killed is named (``explaining_worker_oom``). Method and measurements: docs/checks.md (``dataloader``),
+docs/benchmarks.md (founding_table).
 """
 
 from __future__ import annotations
@@ -29,8 +23,7 @@ from preflight.sampling import sample
 T = TypeVar("T")
 
 WARMUP_BATCHES_PER_WORKER = 2  # steps discarded per worker: workers starting, prefetch (2 per worker) filling
-# A window holds whole steps: at 1000 samples/s and batch 64, 0.1 s is 2 steps, and a pool's rate is the
-# mean of its windows. Shorter windows let 8 fresh pools fit in a 3 s duration beside their start-ups.
+# At 1000 samples/s and batch 64, 0.1 s is 2 steps; shorter would not let 8 pools fit in a 3 s duration.
 MIN_WINDOW_S = 0.1
 OVERRUN = 1.25  # pools stop once another would end past this much of the duration
 SLOPE_MIN_BATCHES = 8  # a pool's least-squares rate (``sustained``) stands on at least this many batches
@@ -55,20 +48,10 @@ class Delivery(NamedTuple):
 
 
 def sustained(deliveries: Sequence[Delivery], samples_per_s: float, mb_per_s: float) -> tuple[float, float]:
-    """(samples/s, MB/s) a pool's windows sustain: for each, the lower of what its windows counted over their time
-    (``samples_per_s``, ``mb_per_s``) and the least-squares slope of the count delivered against time over
-    ``deliveries`` (the first window's start, then every batch), the count read at evenly spaced moments
-    (``GRID_POINTS``). Under ``SLOPE_MIN_BATCHES`` batches, the counts over time alone.
-
-    A count over time is exact for a loader that delivers at one pace. A throttle or a burst-credit volume does
-    not: it serves a reader that sat idle (while the workers started) ahead of its rate, and a cgroup's
-    blk-throttle hands out its rate in whole 100 ms slices, so a short pass's count takes in a burst its steady
-    rate does not hold. Behind 286 MB/s, the gate's 1.2 s pass read 10 batches in its first 80 ms, then 4 every
-    100 ms: 1.10-1.12x the setting over its windows, 1.00x by the slope (issue 32 case 5). A line fitted to the
-    count against time weighs each moment alike, so a burst, which lasts few of them, shifts the line rather than
-    tilting it. (Fitted to one point per batch, the burst's many batches tilt it: behind a token bucket whose
-    burst was 15% of the pass, 1.06x against 1.01-1.02x.) The lower of the two is taken, so a figure never rises
-    above what the batches' count over their time gives."""
+    """(samples/s, MB/s) a pool's windows sustain: the lower of their count over time (``samples_per_s``,
+    ``mb_per_s``) and the least-squares slope of the count delivered against time, read at ``GRID_POINTS`` evenly
+    spaced moments of ``deliveries``; the count alone under ``SLOPE_MIN_BATCHES`` batches. The slope leaves out a
+    throttle's start-up burst, which a count over time takes in (docs/benchmarks.md, founding_table)."""
     if len(deliveries) - 1 < SLOPE_MIN_BATCHES or deliveries[-1].seconds <= deliveries[0].seconds:
         return samples_per_s, mb_per_s
     seconds = np.array([d.seconds for d in deliveries])
@@ -90,12 +73,8 @@ def pool_rate(puller: BatchPuller, taken: Sequence[Window]) -> tuple[float, floa
 
 
 def time_weighted(rates: Sequence[float], seconds: Sequence[float]) -> float:
-    """The mean of ``rates`` weighted by the ``seconds`` each was measured over: total samples / total time, the
-    rate a loop reading through all of them sees. The plain mean where no time is known (every weight 0).
-
-    A plain mean of window rates runs high where windows hold few whole steps of unequal length (the mean of
-    count / time over varying times exceeds count / mean time), and gives a pool's few batches at the pass's end
-    the weight of a whole pool's."""
+    """The mean of ``rates`` weighted by the ``seconds`` each was measured over (total samples / total time); the
+    plain mean where every weight is 0. A plain mean of window rates runs high for short, unequal windows."""
     total = sum(seconds)
     if total <= 0:
         return sum(rates) / len(rates)
@@ -114,11 +93,9 @@ def explaining_worker_oom(measure: Callable[..., T],
                           watch: Callable[[], OomWatch] = OomWatch.start) -> Callable[..., T]:
     """Wrap a check's ``measure(options, budget, ...)``: name a DataLoader worker's OOM kill, with the fix.
 
-    ``watch`` takes the cgroup's OOM-kill count before any loader starts. When ``measure``
-    raises torch's dead-worker RuntimeError and the count rose, ``WorkerOomKilled`` is raised
-    instead, naming the limit and the loader settings to lower; any other death keeps torch's
-    message. Around the whole of ``measure``, because torch raises that error from its
-    SIGCHLD handler at whatever line the main thread is on, not only from the batch getter.
+    ``watch`` reads the cgroup's OOM-kill count before any loader starts; when ``measure`` raises torch's dead-worker
+    RuntimeError and the count rose, ``WorkerOomKilled`` is raised instead. It wraps the whole of ``measure`` because
+    torch raises that error from its SIGCHLD handler, at whatever line the main thread is on.
     """
 
     @functools.wraps(measure)
@@ -151,14 +128,9 @@ EPOCH_ENDED = object()  # ``Epochs.next``'s answer where an epoch ended and no n
 
 
 class Epochs:
-    """A DataLoader's batches as a training loop takes them, epoch after epoch; the caller decides each epoch's end.
-
-    ``next(new_epoch=True)`` gives the next batch and, at an epoch's end, the next epoch's first (a fresh
-    ``iter()``: a fresh pool of workers where they are not persistent), as the pipeline's fed step goes on;
-    ``next(new_epoch=False)`` gives ``EPOCH_ENDED`` there instead, as the dataloader check's one pass stops.
-    ``position`` counts the batches taken in the current epoch (torch hands them out worker by worker from the
-    first); ``epoch_batches`` is an epoch's count once one ended.
-    """
+    """A DataLoader's batches as a training loop takes them, epoch after epoch; the caller decides each epoch's end:
+    ``next(new_epoch=True)`` starts the next (the pipeline's fed step), ``new_epoch=False`` returns ``EPOCH_ENDED``
+    (the dataloader's one pass). ``position``: batches of this epoch; ``epoch_batches``: a whole one's."""
 
     def __init__(self, loader: Any) -> None:
         self.loader = loader
@@ -193,14 +165,9 @@ class Epochs:
 
 
 class BatchPuller:
-    """Pulls batches from a loader iterator over one pass of the data; counts samples, bytes and compute time.
-
-    ``count(batch) -> (samples, bytes)`` reads a batch: ``sizes_or_tensor`` for preflight's own
-    datasets; for the job's, what ``user.batching`` made for this loader (its batch sampler's record of
-    the indices each batch holds). The loader is never restarted: its end is the end of the job's first
-    epoch, and reading on would read the same samples again, served by whatever cache now holds them
-    (``io.dataset``); the next batch then raises ``Spent`` and ``spent`` is set.
-    """
+    """Pulls batches over one pass of the data; counts samples, bytes and compute time.
+    ``count(batch) -> (samples, bytes)``: ``sizes_or_tensor``, or ``user.batching``'s for the job's. Never restarted
+    (a second epoch would be a cached reread): at the pass's end ``Spent`` is raised and ``spent`` set."""
 
     def __init__(self, loader: Any, step_time_s: float = 0.0,
                  count: Callable[[Any], tuple[int, int]] = sizes_or_tensor,
@@ -225,14 +192,12 @@ class BatchPuller:
         return self.epochs.iterator
 
     def restart_clock(self) -> None:
-        """Start the next windows afresh: a new measurement on this warmed-up pool (the utilization phase, after
-        the throughput's), not a continuation of the last one's windows."""
+        """Start the next windows afresh: a new measurement on this warmed-up pool."""
         self.mark, self.deliveries, self.stride, self._unrecorded = None, [], 1, 0
 
     def _delivered(self, now: float) -> None:
-        """Record where the pass stands at ``now``, a batch just taken, for ``sustained``. Past ``MAX_DELIVERIES``
-        every second record is dropped and the stride doubles: a pool of batch 1 at 20,000 batches/s for a minute
-        would otherwise keep a million records, in the main process whose memory ``memory.Watched`` projects."""
+        """Record where the pass stands at ``now`` for ``sustained``; past ``MAX_DELIVERIES`` every second record goes
+        and the stride doubles, so memory stays bounded."""
         self._unrecorded += 1
         if self._unrecorded < self.stride:
             return
@@ -243,10 +208,8 @@ class BatchPuller:
             self.stride *= 2
 
     def close(self) -> None:
-        """End this loader's workers now and wait for them, as torch does when an epoch ends.
-
-        Dropping the last reference ends them too, but only when the garbage collector gets to it:
-        while a test, a ``Watch`` or a ``Taken`` holds the puller, the next pool would start beside it."""
+        """End this loader's workers now and wait for them, as torch does at an epoch's end (not when the garbage
+        collector gets to it, with the next pool already started beside them)."""
         shutdown = getattr(self.iterator, "_shutdown_workers", None)  # torch's multi-process iterator
         if shutdown is not None:
             shutdown()
@@ -275,11 +238,8 @@ class BatchPuller:
             self._compute()
 
     def finish_epoch(self, seconds: float) -> bool:
-        """Read the rest of the current epoch through ``count``, for at most ``seconds``; whether it ended.
-
-        For the tally of a loader that delivered no sample: every shard read to its damage, so the
-        reason can name how many of them are damaged rather than how many a window held.
-        """
+        """Read the rest of the current epoch through ``count``, for at most ``seconds``; whether it ended. Used to
+        count every damaged shard when a loader delivered no sample."""
         start = self.clock()
         try:
             while not self.spent and self.clock() - start < seconds:
@@ -289,19 +249,9 @@ class BatchPuller:
         return self.spent
 
     def window(self, seconds: float) -> Window:
-        """Steps until at least ``seconds`` of wall time, in whole rounds of ``round_steps`` steps; where the pass
-        ends first, the steps it held (``Spent`` when it held none).
-
-        torch's DataLoader hands batch i to worker i mod num_workers and yields them in that order, so workers
-        reading at one pace deliver their batches in bunches, one from each. A window that began after a bunch's
-        last batch and ended at the next bunch's first would miss num_workers - 1 batches of its time: ending on
-        a whole round puts both ends at the same place in the bunch (a 2-worker pool behind an 88 MB/s throttle
-        read 0.82x its rate over 4-batch windows that ended anywhere; issue 32 case 5).
-
-        A window starts where the last one ended (``mark``, set by ``windows`` for the first), not when it is
-        called: what runs between two windows (``memory.Watched`` reads the loader's smaps_rollup after each)
-        is time the workers go on reading, and left out, its batches counted in no time (8 windows over a 1.2 s
-        pass behind 286 MB/s read 1.11x what a plain loop timed end to end)."""
+        """Steps until at least ``seconds`` of wall time, in whole rounds of ``round_steps`` (torch yields batches
+        worker by worker); where the pass ends first, the steps it held (``Spent`` when none). A window starts where
+        the last ended (``mark``), so time between windows is not lost (docs/benchmarks.md, founding_table)."""
         start = self.mark if self.mark is not None else self.clock()
         if not self.deliveries:
             self.deliveries.append(Delivery(start, self.samples_total, self.bytes_total))
@@ -326,8 +276,8 @@ class BatchPuller:
         return self._rate(count, size, steps, self.mark - start)
 
     def ended_early(self) -> None:
-        """Called when the pass ended before any window (``windows``): a subclass that reads the loader's state
-        after each window reads it now (``memory.Watched``)."""
+        """Called when the pass ended before any window: a subclass that reads the loader's state after each window
+        reads it now (``memory.Watched``)."""
 
     def _rate(self, count: int, size: int, steps: int, elapsed: float) -> Window:
         elapsed = max(elapsed, 1e-9)
@@ -346,16 +296,9 @@ class Taken(list):  # the Windows, and why sampling stopped
 
 
 def windows(puller: BatchPuller, workers: int, budget: Budget, min_windows: int = 5) -> Taken:
-    """Discard ``workers`` x 2 warm-up steps, then time windows in what is left of ``budget.duration_s``.
-
-    The warm-up covers workers starting and each worker's prefetch filling (2 batches per worker
-    by default), which DLIO and MLPerf Storage also leave out of samples/s; it comes out of the
-    duration, not on top of it. The windows, each an eighth of what is left and at least
-    ``MIN_WINDOW_S``, are sampled by ``sampling.sample`` within what is left, at least
-    ``min_windows`` of them. Where the pass over the data ends first (``BatchPuller.spent``), sampling
-    stops there; where it ends inside the warm-up, the one window is the whole pass, its workers' start
-    included, as the job's first epoch of so few samples would see it.
-    """
+    """Discard ``workers`` x 2 warm-up steps (left out as DLIO and MLPerf Storage do, paid from the duration), then
+    ``sampling.sample`` at least ``min_windows`` windows of an eighth of what is left (at least ``MIN_WINDOW_S``)
+    until the pass ends; a pass that ends inside the warm-up is one window."""
     began = puller.clock()
     puller.round_steps = max(1, workers)  # the warm-up is whole rounds too: every window starts at a round's end
     if not puller.warmed_up:  # a pool read on (``pooled``) continues from its last window
@@ -408,8 +351,7 @@ class Pools(NamedTuple):
 
     @property
     def rate(self) -> float:
-        """samples/s over every pool's windows: each pool's sustained rate (``sustained``), weighed by its windows'
-        time (``time_weighted``)."""
+        """samples/s over every pool: each pool's ``sustained`` rate weighed by its windows' time."""
         return time_weighted(self.rates, self.seconds)
 
     @property
@@ -439,14 +381,9 @@ class Pools(NamedTuple):
         return f", mean of {len(self.rates)} fresh worker pools" if len(self.rates) > 1 else ""
 
     def shortfall(self, phases: Sequence[str] = ("the loader",)) -> str:
-        """What a reader must know when the duration held fewer pools than ``worker_pools``, with a fix that works;
-        "" otherwise. ``phases``: the parts ``duration`` is split between (``dataloader.phase_names``), of which
-        these pools had one.
-
-        A pool cost ``pool_s`` at least (its start, warm-up and two windows, whatever its slot), so all of them
-        fit once each phase holds ``asked x pool_s``: the duration named is that, times the phases. "Raise
-        duration" alone did not work with ``worker_sweep``: the loader's pools get half of it (issue 35).
-        """
+        """What a reader must know when the duration held fewer pools than ``worker_pools``, with a fix that works; ""
+        otherwise. ``phases``: the parts ``duration`` is split between; the duration named is ``asked x pool_s`` times
+        the phases (issue 35)."""
         if len(self.rates) >= self.asked or self.spent or self.read_on:  # a spent pass is no shortfall of the duration
             return ""
         needed = math.ceil(self.asked * self.pool_s * len(phases))
@@ -477,32 +414,8 @@ def pooled(start_pool: Callable[[], BatchPuller], take: Callable[[BatchPuller, B
         pool's rate = the lower of its samples / its windows' time and their least-squares slope (``sustained``)
         rate = the pools' rates weighed by their windows' time                (``time_weighted``)
 
-    A pool's rate can depend on state fixed when its workers start (which CPUs they land on,
-    beside the main process or not): a one-worker loader on this project's 2-CPU machine ran at
-    about 9,500 or 6,500 samples/s for a whole run. One pool is one draw of that state; the
-    rate over several is what a job sees whose DataLoader restarts its workers every epoch
-    (torch's default, ``persistent_workers=False``), and its run-to-run variation shrinks with
-    the square root of the pool count. Each pool's rate is kept in ``samples``, so a node where
-    pools differ shows the spread. Starting and warming pools costs time that the duration pays
-    for, so the check's wall time follows its configuration (issue 26): where pools cost more
-    than their slot, fewer are measured, and the method and a warning on the row say so (``shortfall``).
-
-    A pool closed at its slot's end leaves the indices its workers were sent and had not delivered (its
-    prefetch) taken from the pass; where they were the pass's last, a next pool's sampler would begin a
-    second pass, a reread (``PassSampler._again``): so no pool starts once ``handed_out()`` says the pass's
-    sampler has handed out every index, and the last pool, still running, delivers the rest. Where the
-    pass ends before a later pool's second window, that pool holds the pass's tail: inside its warm-up,
-    a few batches and a worker start the job's one epoch does not pay again; in its first window, batches
-    its workers had read ahead during the warm-up, delivered at once (one such pool read 12,485 samples/s
-    beside pools at 790 behind an 88 MB/s throttle). It is left out of the rate, and the method says so.
-
-    Where the first pool's sampler has handed out the pass's last index (the rest is its workers' prefetch), or its
-    rate says the rest of the pass (``left_in_pass()`` samples not handed out yet; None when endless or unknown)
-    would end within the duration, that pool reads it to its end, as the
-    job's one loader reads its first epoch: fresh pools would only cut the pass into windows of a tenth
-    of a second, each after a pause of the device, and a throttle or a burst-credit volume serves a
-    paused reader a burst its steady rate does not hold (behind 286 MB/s, pools of 0.3 s read 1.1-1.3x
-    what a plain DataLoader's epoch read; issue 32 case 5).
+    Several pools because a pool's rate depends on state fixed at its workers' start; ``left_in_pass()``: samples not
+    handed out yet (None: unknown). Why each rule: docs/checks.md (``dataloader``), docs/benchmarks.md.
     """
     slot, began = budget.duration_s / pools, clock()
     rates, mb_rates, seconds, tail, stopped, below = [], [], [], 0, "", 0.0

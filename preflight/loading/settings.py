@@ -1,20 +1,8 @@
 """The job's DataLoader settings beyond its batches: how workers start and live, seeding, order, waiting.
 
-Serves the checks layer (``source.loader_for``, which the dataloader and pipeline checks share, and
-``preflight validate``). Each option is passed to ``torch.utils.data.DataLoader`` as the job passes it,
-so a setting that changes what the job does changes what is measured (issue 32, case 3):
-
-- ``multiprocessing_context`` (``fork``, ``spawn``, ``forkserver``; ``default``: this Python's, fork on
-  Linux before 3.14): under spawn and forkserver each worker receives a pickled copy of the Dataset,
-  collate_fn and worker_init_fn (torch's ``_MultiProcessingDataLoaderIter`` starts every worker with
-  them as arguments), so one that holds a lambda or a local function fails the job at its first batch
-  ("Can't pickle local object"): ``unpicklable`` finds that object before any worker starts, and names
-  it, where it was defined, and the fix;
-- ``persistent_workers``: false (torch's default) starts a fresh pool at each epoch;
-- ``worker_init_fn``: the job's function, ``"package.module:function"``;
-- ``drop_last``, ``loader_timeout`` (the DataLoader's ``timeout``: the check has its own), ``in_order``
-  (torch >= 2.6), ``seed`` (one ``torch.Generator``, which draws the shuffle order and each pool's
-  worker seeds, as the job's ``generator``), ``shuffle`` and ``sampler``.
+Loading layer, shared by the dataloader and pipeline checks and ``validate``: each is passed to the DataLoader as the
+job passes it (issue 32, case 3); under spawn and forkserver ``unpicklable`` names what a worker could not receive,
+before any starts. docs/checks.md ("The job's loader settings, all of them").
 """
 
 from __future__ import annotations
@@ -88,11 +76,8 @@ def generator(options: Mapping[str, Any]) -> Any:
 
 def keywords(options: Mapping[str, Any], workers: int, init: Callable[..., Any] | None,
              rng: Any) -> dict[str, Any]:
-    """The DataLoader's keyword arguments these options set, beside its batching, workers, pinning and prefetch.
-
-    Without workers torch loads in the main process: it refuses a start method and persistence there, and its
-    timeout only waits on workers, so those are left out.
-    """
+    """The DataLoader's keyword arguments these options set, beside batching, workers, pinning and prefetch. Without
+    workers, start method, persistence and timeout are left out: torch refuses or ignores them there."""
     arguments: dict[str, Any] = {"worker_init_fn": init, "generator": rng}
     if workers > 0:
         arguments["persistent_workers"] = bool(options.get("persistent_workers", False))
@@ -126,16 +111,9 @@ def describe(options: Mapping[str, Any], workers: int) -> str:
 
 
 def unpicklable(value: Any) -> str:
-    """Why ``value`` cannot be pickled as a worker's argument: the object, where the job defined it, the error;
-    "" when it can be.
-
-    A pickler that writes nowhere (``pickle`` with multiprocessing's reducers, as its ForkingPickler) is run
-    over ``value``; tensors and storages are not pickled (multiprocessing moves them to shared memory, which
-    always works, and copying a dataset's tensors here would cost its size in memory). Where it fails, the
-    attributes and items below ``value`` are searched, ``SEARCH_DEPTH`` levels deep, for the innermost object
-    that fails alone: ``Squares.transform: the lambda defined at jobpkg/data.py:9 (AttributeError: Can't pickle
-    local object ...)``.
-    """
+    """Why ``value`` cannot be pickled as a worker's argument, "" when it can: pickled into nothing (tensors skipped),
+    the innermost failing attribute or item named, ``SEARCH_DEPTH`` deep
+    (``Squares.transform: the lambda defined at jobpkg/data.py:9 (...)``)."""
     error = _pickling_error(value)
     if error is None:
         return ""
@@ -145,13 +123,12 @@ def unpicklable(value: Any) -> str:
 
 
 def refuse_unpicklable(options: Mapping[str, Any], workers: int, objects: Mapping[str, Any], blame: str = "") -> None:
-    """Raise ``UserCodeError`` naming the first of ``objects`` (option name -> the job's object) that the
-    loader's start method must pickle and cannot, with the fix; nothing under fork or without workers.
-    ``blame`` names one option that made them all (``loader``: its DataLoader's dataset, collate_fn...).
+    """Raise ``UserCodeError`` naming the first of ``objects`` (option name -> the job's object) that the start method
+    must pickle and cannot, with the fix; nothing under fork or without workers. ``blame`` names one option that made
+    them all (``loader``).
 
     Raises:
-        UserCodeError: on the option that names the object (``dataset``, ``collate_fn``, ``worker_init_fn``),
-            or on ``blame``.
+        UserCodeError: on the option that names the object, or on ``blame``.
     """
     if not pickles(options, workers):
         return

@@ -1,36 +1,9 @@
-"""The dataset the loader reads with ``format: tar``: WebDataset shards, streamed, one sample per key.
+"""The dataset the loader reads with ``format: tar``: WebDataset shards, streamed, one sample per key (loading layer).
 
-The format is WebDataset's (https://github.com/webdataset/webdataset#the-webdataset-format):
-a shard is a POSIX tar file; a sample is the consecutive members that share a key, the key
-being the member's path up to the first dot of its base name (``train/n0001_12.jpg`` and
-``train/n0001_12.cls`` are one sample, key ``train/n0001_12``); a member whose base name has
-no dot is not part of any sample, as webdataset's ``base_plus_ext`` skips it. Shards are read
-as webdataset reads them: whole, front to back, by ``tarfile`` in stream mode (``r|*``, so
-gzip/bz2/xz shards work too), each DataLoader worker streaming its own shards
-(``get_worker_info``: worker w of W takes shards w, w+W, w+2W, ...; with fewer shards than
-workers the extra workers idle, as webdataset's would).
-
-Reads come from the device, as the files path's do (``io.uncached``): the shard is opened with
-O_DIRECT and read in aligned ``CHUNK`` blocks, else its cached pages are dropped with
-``posix_fadvise(DONTNEED)`` when it is opened (fio's ``--invalidate=1``), once per shard and
-per epoch, so a re-read shard is a device read again.
-
-A sample is a key, once per shard: a shard whose members of one key are not adjacent (every image
-first, then every label appended: webdataset/webdataset#140) holds the same samples as the sorted
-shard, so a key seen again later in the same shard is counted with the sample it belongs to, never as
-another (counting each run of a key as a sample gave ~1.8x the samples/s of the same data sorted). The
-shard is named in the item's ``ungrouped``, and the report's note says so: webdataset itself would
-yield each run as a sample of its own, missing fields. The keys seen are kept per shard, dropped at
-its end.
-
-A damaged shard never ends the measurement: the samples read before the damage count, the
-sample being read at the damage does not (for a shard cut between members, the last sample,
-whose other members may be what was cut), and the shard is named in the item's ``problem``
-(``collate_items`` gathers them, ``ShardTally`` keeps them for the report's note). Damage is
-what tar(1) would complain of: unexpected end of data (truncated member), an invalid header,
-or, for an uncompressed shard, an archive that stops without tar's two zero end-of-archive
-blocks (a shard cut at a header, or garbage where a header should be: ``tarfile`` itself
-stops there silently).
+WebDataset's format (https://github.com/webdataset/webdataset#the-webdataset-format: adjacent members sharing a
+``base_plus_ext`` key); each worker streams its own shards from the device. A key counts once per shard even when
+ungrouped (webdataset/webdataset#140); a damaged shard, as tar(1) would say (and without end-of-archive blocks, which
+``tarfile`` ignores), counts its samples up to the damage.
 """
 
 from __future__ import annotations
@@ -94,13 +67,8 @@ class Sample(NamedTuple):
 
 
 def split_key(name: str) -> tuple[str, str] | None:
-    """(key, extension) of a member path by WebDataset's rule, or None when the base name has no dot.
-
-    ``train/n0001_12.seg.png`` -> ``("train/n0001_12", "seg.png")``: the key is everything up to
-    the first dot of the base name, the extension the rest, lower-cased (webdataset's
-    ``base_plus_ext``, https://github.com/webdataset/webdataset#the-webdataset-format). A hidden
-    base name (``.x``) is no member of a sample.
-    """
+    """(key, extension) of a member path by WebDataset's ``base_plus_ext``, or None when the base name has no dot or
+    is hidden: ``train/n0001_12.seg.png`` -> ``("train/n0001_12", "seg.png")``."""
     directory, base = posixpath.split(name)
     if "." not in base or base.startswith("."):
         return None
@@ -136,19 +104,18 @@ class _DeviceStream:
 
 
 def read_shard(name: str, bypass: Bypass, buffer: mmap.mmap, dataset: Dataset | None = None) -> Iterator[Sample]:
-    """The runs of each key's adjacent members in shard ``name``, in stored order, read from the device
-    (``buffer``: an aligned ``CHUNK``); a key seen again after others comes back with ``again`` set. The open
-    is recorded in the run's ``dataset``.
+    """The runs of each key's adjacent members in shard ``name``, in stored order, read from the device (``buffer``:
+    an aligned ``CHUNK``); a key seen again after others comes back with ``again`` set. The open is recorded in the
+    run's ``dataset``.
 
     Raises:
-        ShardError: the shard is damaged or vanished; the samples yielded before stay valid,
-            the one being read is dropped.
+        ShardError: the shard is damaged or vanished; the samples yielded before stay valid, the one being read is
+            dropped.
     """
     stream = None
     try:
         stream = _DeviceStream(name, bypass, buffer, dataset)
-        # tarfile's default bufsize (10 KiB), as webdataset opens shards: with 1 MiB, its stream buffer is
-        # re-sliced on every header read and the loader ran at half the rate (bench/loose_vs_shards.py)
+        # tarfile's default bufsize, as webdataset's: 1 MiB ran at half the rate (bench/loose_vs_shards.py)
         with tarfile.open(fileobj=stream, mode="r|*") as tar:  # type: ignore[call-overload]
             current: Sample | None = None
             seen: set[str] = set()  # this shard's keys so far
@@ -175,14 +142,8 @@ def read_shard(name: str, bypass: Bypass, buffer: mmap.mmap, dataset: Dataset | 
 
 
 def count_samples(names: Sequence[str], enough: int) -> tuple[int, str]:
-    """The samples in shards ``names`` counted from their tar headers alone, and the first damage met ("").
-
-    Only the headers are read (``tarfile``'s listing seeks over the payloads of an uncompressed shard),
-    a key counted once per shard wherever its members lie, shards in turn until ``enough`` samples are
-    counted: the cost is bounded by ``enough``, not by the shards. A shard that cannot be listed to its
-    end counts the samples listed before the damage. The headers are read before the run's pass, through the
-    opener but not recorded in it: the shards' streaming is the pass's read of them.
-    """
+    """The samples in shards ``names`` counted from their tar headers alone (payloads seeked over, until ``enough``),
+    and the first damage met (""); read through the opener, not recorded: the streaming is the pass."""
     samples, problem = 0, ""
     for name in names:
         keys: set[str] = set()
@@ -237,19 +198,10 @@ def _words(error: BaseException) -> str:
 class ShardSamples(torch.utils.data.IterableDataset):
     """IterableDataset of WebDataset shards, one ``ShardItem`` per run of a key's members.
 
-    Each worker streams its shards (module doc) and yields one ``ShardItem`` per sample:
-    ``(1, payload bytes, key, "")``, and in an ungrouped shard ``(0, payload bytes, key, "")`` for
-    each later run of a key counted already (the first such item of a shard carries ``ungrouped``).
-    With ``decode="image"`` a sample is counted at the run holding its image member
-    (``IMAGE_EXTENSIONS``), decoded with Pillow first; a sample without one is a problem item
-    ``(0, 0, key, "SHARD: sample KEY has no image member ...")`` at the shard's end. A damaged
-    shard yields ``(0, 0, "", "SHARD: ...")`` after its good samples. ``delay_s`` sleeps per
-    sample (the throttled-reader test hook, as ``FileSamples``). Bytes are the members' payload
-    (``ShardItem.bytes``); the device also reads each member's 512-byte header and padding.
-
-    An image member Pillow refuses (truncated, zero-filled: ``decode_image``) is a problem item for its key,
-    ``(0, bytes, key, "SHARD: sample KEY: its image cannot be decoded (...)")``: the job's decoder raises there
-    (webdataset/webdataset#206), the gate counts it and reads on.
+    ``(1, bytes, key, "")`` for a sample, ``(0, bytes, key, "")`` for a later run of a counted key,
+    ``(0, 0, "", "SHARD: ...")`` after a damaged shard's good samples. With ``decode="image"`` a sample counts at the
+    run holding its image member, decoded with Pillow; one without an image, or whose image Pillow refuses
+    (webdataset/webdataset#206), is a problem item. Bytes are payload only; ``delay_s`` sleeps per sample (test hook).
 
     Raises (from iteration, in the worker): ImportError when Pillow is missing.
     """
@@ -344,11 +296,8 @@ class ShardTally:
         return batch.samples, batch.bytes
 
     def note(self, shards: int, read_all: bool) -> str:
-        """The problems in words for the report's note, "" when none: how many, and the first of each kind.
-
-        ``read_all``: whether every one of the ``shards`` was read; when not, a count is of the shards
-        the measuring time read, and says so (the rest may be damaged too, or not).
-        """
+        """The problems in words for the report's note, "" when none: how many, and the first of each kind;
+        ``read_all`` false says the count is of the shards the measuring time read."""
         def of(count: int) -> str:
             return f"{count} of {shards} shards" if read_all else \
                 f"{count} of the shards read in the measuring time (not all {shards})"

@@ -1,23 +1,8 @@
 """The job's own Dataset (``dataset: "package.module:factory"``), built and counted as the job's loop sees it.
 
-``build`` imports the factory with ``python_path`` on ``sys.path`` (``usercode``), calls it with
-``dataset_args`` as keyword arguments and refuses anything that is not a
-``torch.utils.data.Dataset`` (an ``IterableDataset`` is one); ``collate_fn`` names the job's
-collate function, else torch's default is used, and ``count_samples`` the job's own count of a
-batch's samples. Samples are counted as the job's DataLoader counts them (``batching``, once per
-DataLoader):
-- a map-style Dataset: the indices its batch sampler put in each batch (``RecordedBatches``),
-  whatever the collate makes of them: a time-major T x B batch, a packed 1 x tokens one, a dict
-  of lists of strings;
-- an ``IterableDataset`` has no sampler: the batch's first tensor's first dimension, else the
-  length of its first list (``count_batch``), and a count above ``batch_size``, which no batch
-  can hold, makes the figure unmeasurable (``Uncountable``) rather than wrong;
-- ``count_samples``, when named, counts instead, for either kind;
-- an ``IterableDataset`` read by several workers yields its whole stream in each worker unless it
-  shards itself with ``get_worker_info()`` (pytorch/pytorch#30599): a batch that repeats an
-  earlier one exactly (``Replays``) is not new data, counts no sample, and the row says how many.
-Bytes are the sum of every tensor's ``nbytes`` (strings and other objects count 0): what the
-training loop receives, decoded, not what was read from disk.
+Loading layer. Samples count as the job's DataLoader counts them: the batch sampler's indices (``RecordedBatches``),
+an ``IterableDataset``'s first tensor or list (``count_batch``) or ``count_samples``; a repeated batch counts none
+(``Replays``, pytorch/pytorch#30599). docs/checks.md (``dataset:``).
 """
 
 from __future__ import annotations
@@ -102,14 +87,13 @@ def _sampler(options: Mapping[str, Any], dataset: Any) -> Any:
 
 
 def check_user_code(options: Mapping[str, Any]) -> None:
-    """``preflight validate``: import and build the dataset (collate_fn, count_samples, sampler) once, never
-    iterating it; import worker_init_fn; and where the start method sends each worker a pickled copy (spawn,
-    forkserver), pickle what it would send (``settings.refuse_unpicklable``): the job fails at its first batch
-    otherwise, so validate tells it at the config's line.
+    """``preflight validate``: build the dataset (collate_fn, count_samples, sampler) once, never iterating it; import
+    worker_init_fn; under spawn or forkserver, pickle what each worker would receive
+    (``settings.refuse_unpicklable``), so the job's first-batch failure is told at the config's line.
 
     Raises:
-        UserCodeError: as ``build``; on ``in_order`` where this torch lacks it; on the option naming an object
-            that cannot be pickled.
+        UserCodeError: as ``build``; on ``in_order`` where this torch lacks it; on the option naming an object that
+            cannot be pickled.
     """
     from preflight.loading import settings
     from preflight.host.cpus import auto_workers
@@ -134,15 +118,9 @@ def iterable(dataset: Any) -> bool:
 
 def batching(job: Job, batch_size: int, replays: Replays | None = None, *, shuffle: bool = True,
              drop_last: bool = False, generator: Any = None, first_pass: Any = None) -> tuple[dict[str, Any], Count]:
-    """The DataLoader's batching arguments for ``job`` and how to count the batches of that one DataLoader.
-
-    A map-style Dataset is sampled by the job's sampler, else shuffled (``shuffle``, with ``generator``) as a
-    training job's loader is, else read in order, through an explicit batch sampler (``RecordedBatches``,
-    with ``drop_last``) whose record counts the batches; ``first_pass`` (a ``sampler.PassSampler``), where
-    given, stands for the shuffle so that every DataLoader continues one pass; call this once per DataLoader, as its
-    record serves that DataLoader's batches alone. An IterableDataset's batches go through
-    ``replays`` when given (several workers), so a repeated batch counts no sample.
-    """
+    """The DataLoader's batching arguments for ``job`` and how to count its batches (call once per DataLoader): a
+    map-style Dataset through ``RecordedBatches`` over the job's sampler, a shuffle (``first_pass``) or order; an
+    IterableDataset through ``replays`` when given."""
     import torch.utils.data
 
     if iterable(job.dataset):
@@ -160,20 +138,11 @@ def batching(job: Job, batch_size: int, replays: Replays | None = None, *, shuff
 class Replays:
     """The batches of an IterableDataset read by several workers that repeat an earlier batch exactly.
 
-    Each DataLoader worker iterates its own copy of an IterableDataset, so one that does not shard
-    its stream with ``torch.utils.data.get_worker_info()`` delivers every sample once per worker
-    (torch's IterableDataset docs; pytorch/pytorch#30599): the loader's rate is then a multiple of
-    the distinct samples the job trains on. A batch's fingerprint is each tensor's shape, dtype and
-    first and last 4 KiB, and each other leaf's ``repr`` (first 256 characters); the fingerprints of
-    the last ``REMEMBERED`` batches are kept, so memory stays bounded. One record serves every
-    DataLoader of a measurement: a fresh pool that replays the stream from its start is not new data
-    either, as the job's next epoch is not.
-
-    A stream that shards correctly and then starts over (webdataset's ``.repeat()`` or ``resampled=True``
-    without ``with_epoch``: webdataset/webdataset#269) repeats only after every one of the ``workers`` delivered
-    distinct batches; one that does not shard repeats at once (the second worker's first batch is the first's).
-    The first is the end of the stream's first pass, the job's first epoch: the count raises
-    ``io.dataset.Spent`` there, and the sharding fix is not named.
+    A worker that does not shard with ``get_worker_info()`` delivers every sample once per worker
+    (pytorch/pytorch#30599). A fingerprint (each tensor's shape, dtype, first and last 4 KiB; other leaves' ``repr``)
+    is kept for the last ``REMEMBERED`` batches, one record for every DataLoader of a measurement. A stream that
+    shards and then starts over (webdataset/webdataset#269) repeats only after every worker delivered new batches:
+    that is the end of its first pass, and the count raises ``io.dataset.Spent``.
     """
 
     REMEMBERED = 65536
@@ -239,18 +208,9 @@ def counted_by(job: Job, spec: str) -> str:
 
 
 class RecordedBatches:
-    """torch's ``BatchSampler(sampler, batch_size, drop_last)``, recording how many indices each batch holds.
-
-    The DataLoader draws the index lists in its main process, up to ``num_workers x
-    prefetch_factor`` ahead of the batch it returns, and returns the batches in the order it drew
-    them (``in_order=True``, the default; torch 2.13 ``_MultiProcessingDataLoaderIter._next_data``
-    holds back a batch that arrives early). So the i-th batch received holds the i-th recorded
-    count, which ``count`` pops. A new iterator (an epoch's restart; ``_reset`` also discards the
-    batches the old one had in flight) calls ``__iter__`` before it draws, and starts a new record.
-    With ``in_order: false`` a batch may overtake another; the counts are still popped in draw order,
-    which differ only where a short last batch (``drop_last`` false) is overtaken: a window then
-    counts at most ``batch_size - 1`` samples too many or too few, once an epoch, and an epoch's sum is exact.
-    """
+    """torch's ``BatchSampler(sampler, batch_size, drop_last)``, recording how many indices each batch holds; batches
+    come back in draw order (``in_order=True``), so ``count`` pops the i-th for the i-th. With ``in_order: false``
+    only an overtaken short last batch miscounts, once an epoch."""
 
     def __init__(self, sampler: Any, batch_size: int, drop_last: bool = False) -> None:
         import torch.utils.data
@@ -286,12 +246,9 @@ class RecordedBatches:
 
 
 def from_batch(batch_size: int) -> Count:
-    """``count_batch`` for batches that cannot hold more than ``batch_size`` samples (an IterableDataset's).
-
-    A count above that is no sample count: a time-major T x B batch read as T, say. It is
-    ``Uncountable``, so the figure is unmeasurable rather than wrong. (A count below it cannot
-    be told from a short last batch, so a packed 1 x tokens batch needs ``count_samples``.)
-    """
+    """``count_batch`` for batches that cannot hold more than ``batch_size`` samples (an IterableDataset's): a count
+    above that (a time-major T x B batch read as T) is ``Uncountable``, so the figure is unmeasurable rather than
+    wrong."""
 
     def count(batch: Any) -> tuple[int, int]:
         samples, nbytes = count_batch(batch)
@@ -329,9 +286,8 @@ def theirs(function: Callable[[Any], Any], spec: str) -> Count:
 
 
 def count_batch(batch: Any) -> tuple[int, int]:
-    """(samples, bytes) in a collated batch, from the batch alone: the first tensor's first dimension (depth
-    first, as torch's default collate stacks every field along dimension 0), else the first list's length
-    (a list of samples; a dict of lists of strings); and every tensor's nbytes.
+    """(samples, bytes) in a collated batch, from the batch alone: the first tensor's first dimension (depth first, as
+    torch's default collate stacks along 0), else the first list's length; and every tensor's nbytes.
 
     Raises:
         Uncountable: the batch holds neither a tensor nor a list (say what collate_fn returns).

@@ -1,12 +1,7 @@
 """Report layer: a fleet's HTML body, the grid of nodes x metrics coloured by margin, then each metric across nodes.
 
-A cell's margin is how far its value sits inside its threshold, as a fraction of the bound
-(``margin``): +0.5 is half again the minimum, -0.2 a fifth short. Where the fleet run compared
-a node with the fleet median (``<metric>.vs_fleet_median``, see ``report.merge``), the margin to
-that bound counts too, and the cell takes the worse of the two: a node that meets its absolute
-threshold but drags the fleet is coloured, and outlined, as the straggler it is. Green is room,
-red is a miss (deeper the further), amber a warning, grey nothing to judge. Healthy nodes get
-no more than their row: every cell's title carries its value, requirement and margins.
+A cell takes the worse of its ``margin`` to the threshold and to the fleet median (``<metric>.vs_fleet_median``): a
+straggler is coloured and outlined; each cell's title carries its value, requirement and margins.
 """
 
 from __future__ import annotations
@@ -51,10 +46,7 @@ class Cell(NamedTuple):
 
 def margin(result: Result) -> float | None:
     """How far ``result``'s value is inside its numeric threshold, relative to the bound; None without one.
-
-    ``min: 100`` and 150 measured: +0.5; 80: -0.2. ``max: 10`` and 5: +0.5; 12: -0.2. A bound of
-    0 (``max: 0`` errors) gives +1 when met and -1 when not: no ratio to 0 means anything.
-    """
+    ``min: 100``: 150 gives +0.5, 80 gives -0.2 (``max`` alike); a bound of 0 gives +1 met, -1 missed."""
     value = result.value
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not result.threshold:
         return None

@@ -1,16 +1,7 @@
 """The HTML report (``--html PATH``): one self-contained page a person reads to decide about a node.
 
-One file that opens anywhere (a CI artifact, a laptop, an air-gapped cluster): inline CSS and
-SVG, no script, no font, no external reference, and a Content-Security-Policy that forbids
-fetching anything, so a slip would show as a browser console error instead of a silent request.
-
-A node's page: the verdict, the node, when and how long at the top; what to fix; then one
-block per check instance, one row per result (``tr.result``, ``data-id`` its id): measured
-against required, the value as a bar against the threshold and the samples as a strip on the
-same axis (``svg``), and under it the note, warnings, method and, on a miss, the fix. What a
-data figure was measured on (``Result.subject``) is a badge on its row and in its block's head.
-A fleet's page (``--distributed``) is the grid of nodes x metrics coloured by margin
-(``heatmap``), then one row per metric across the fleet.
+Report layer. Inline CSS and SVG only, under a Content-Security-Policy that forbids fetching (a slip shows as a
+console error); one row per result (``tr.result``, ``data-id``), a fleet's grid from ``heatmap``. docs/reports.md.
 """
 
 from __future__ import annotations

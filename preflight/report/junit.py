@@ -1,29 +1,7 @@
-"""JUnit XML: built with the junit-xml package, fixed here where that package goes wrong.
+"""JUnit XML: built with the junit-xml package, fixed here where that package goes wrong (report layer).
 
-What this module fixes (each breaks a consumer; the Jenkins xUnit plugin's junit-10.xsd
-is the strictest reader, GitLab and GitHub reporters the most common):
-- junit-xml writes a ``disabled`` attribute on ``<testsuite>`` and ``<testsuites>``:
-  junit-10.xsd rejects it;
-- it writes times as ``%f`` (6 decimals) and drops ``time`` when it is 0: we write every
-  ``time`` with 3 decimals (older junit-10.xsd copies reject more);
-- it passes control characters through as invalid character references unless told the
-  encoding: we remove them (and ANSI colour codes) from every text and attribute, decode
-  invalid UTF-8 with replacement characters, and cap each text's length, before junit-xml
-  sees it;
-- GitLab and Jenkins key a testcase by ``classname`` + ``name`` across the whole file, and
-  keep one of several with the same pair: a fleet's cases name their node
-  (``seq_read[node1]``), and any pair still repeated gets a ``#2`` suffix;
-- we serialise as UTF-8 with an XML declaration, and write atomically.
-
-Mapping: one ``<testsuite name="preflight">`` per host, one ``<testcase>`` per judged
-metric (classname ``preflight.<instance>``, name ``<metric>`` or ``<metric>[<device>]``;
-in a fleet's report ``<metric>[node<N>]`` or ``<metric>[node<N>/<device>]``, as ``merge.flatten``
-names them, so one node's case never hides another's and Jenkins lists a metric's nodes side by side);
-a miss is ``<failure type="ThresholdNotMet">``, a crash or timeout ``<error>``, not
-applicable ``<skipped>``; "measured X, required >= Y unit" is in ``message`` and in the
-body (GitLab shows only the body), followed by the fix and the host's essentials. A
-config that cannot be loaded is one ``<error type="ConfigError">`` testcase
-(``render_config_error``), so a pipeline that uploads the file ``when: always`` shows why.
+Fixed for junit-10.xsd (Jenkins xUnit), GitLab and GitHub: no ``disabled`` attribute, 3-decimal times, clean text
+(``clean``), a repeated classname + name given ``#2``, UTF-8 written atomically. Mapping: docs/reports.md.
 """
 
 from __future__ import annotations
@@ -50,12 +28,8 @@ _ELEMENT_TYPE = {"fail": "ThresholdNotMet", "error": "CheckError"}
 
 
 def clean(text: object, limit: int = MAX_TEXT) -> str:
-    """``text`` made safe for any XML reader: ANSI codes and invalid characters removed, capped.
-
-    Bytes are decoded as UTF-8 with U+FFFD for invalid sequences; characters XML 1.0 cannot
-    hold become U+FFFD; the result has at most ``limit`` characters, ending with
-    ``... [N more]`` when it was cut.
-    """
+    """``text`` made safe for any XML reader: decoded as UTF-8 with U+FFFD, ANSI codes removed, characters XML 1.0
+    cannot hold as U+FFFD, at most ``limit`` characters (``... [N more]`` when cut)."""
     if isinstance(text, bytes):
         text = text.decode("utf-8", errors="replace")
     result = _NOT_XML.sub("\ufffd", _ANSI.sub("", str(text)))
@@ -78,10 +52,8 @@ def render(reports: Iterable[RunReport], fleet: bool = False) -> bytes:
 
 
 def render_config_error(config_path: str, message: str, facts: Mapping[str, str], started: datetime) -> bytes:
-    """A document with one ``<error type="ConfigError">`` testcase: the config could not be loaded.
-
-    ``message`` is the one-line error the CLI printed (``FILE:LINE:COL: ...``).
-    """
+    """A document with one ``<error type="ConfigError">`` testcase; ``message`` is the CLI's one-line error
+    (``FILE:LINE:COL: ...``)."""
     case = junit_xml.TestCase("config", classname="preflight.config", elapsed_sec=0.0)
     body = "\n".join((message, f"config: {config_path}", _essentials(facts)))
     case.add_error_info(clean(message, MAX_ATTRIBUTE) or "invalid config", clean(body), "ConfigError")

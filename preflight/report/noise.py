@@ -1,12 +1,7 @@
-"""Report layer: how far a metric moves by chance: the coefficient of variation, the stability target, and the
-band a change between two runs must leave.
+"""Report layer: how far a metric moves by chance: the CV, the stability target, and the change band of ``diff``.
 
-Two uses. ``bench/noise.py`` asks whether the gate is stable run to run: each metric's CV against
-``target`` (issue 14: 5%, 10% for the DataLoader, whose worker pools add their own scheduling noise).
-``preflight diff`` asks whether a metric changed between two runs: ``band``, a difference judged
-against the spread between runs, whose floor per metric (``RUN_TO_RUN``) is a run-to-run CV
-measured on this project's node (idle, and under two busy loops), each with its source. The CV
-(stdev / mean) is the figure MLPerf Storage and fio users quote for run-to-run stability.
+``bench/noise.py`` holds each metric's CV (stdev / mean) to ``target`` (issue 14); ``preflight diff`` judges a change
+against ``band``, floored by ``RUN_TO_RUN`` (docs/benchmarks.md, docs/reports.md "Comparing two runs").
 """
 
 from __future__ import annotations
@@ -15,8 +10,7 @@ import math
 import statistics
 from typing import NamedTuple, Sequence
 
-# Standard deviations a change must exceed: the control-chart (Shewhart) limit. A run judges about ten
-# metrics; at 2 sigma an unchanged node would fail one of them in about one diff of five (issue 35).
+# The control-chart (Shewhart) limit: at 2 sigma one diff in five of ten metrics would fail by chance (issue 35).
 SIGMAS = 3.0
 
 
@@ -35,12 +29,8 @@ _BUSY = "docs/benchmarks.md, 'diff_pairs' (20 runs under 2 busy loops behind a 3
 _NOISE_BUSY = "docs/benchmarks.md, 'Noise on a busy node' (bench/noise.py --busy 2, 10 runs, 2026-12-02)"
 _POOLS = "docs/benchmarks.md, 'Noise: bench/noise.py', the pools table (8 fresh worker pools per run, the default)"
 
-# metric id (check.metric) -> its floor: the largest run-to-run CV measured for it where its window was long
-# enough for the device to set the figure. Not used, and why (docs/benchmarks.md, 'Noise on a busy node'): runs
-# over a 512-file dataset under 2 busy loops, whose small_files and DataLoader passes last milliseconds (CVs 25-50%:
-# a figure of the scheduler), and runs at load 10-11 on 2 cores (20-40%): no single pair resolves a halving there.
-# A figure like the first, sampled over under ``sampling.MIN_SPAN_S``, is not compared at all (``compare.short_of``):
-# at its 49.8% CV the band would be ±211%, which no drop of a rate can leave.
+# metric id (check.metric) -> its floor: the largest run-to-run CV measured where the device set the figure;
+# the runs left out, and why: docs/benchmarks.md, 'Noise on a busy node'.
 RUN_TO_RUN: dict[str, Floor] = {
     "storage.seq_read": Floor(0.093, f"{_IDLE}: 6.6% {_PARTS}; {_BUSY}: 0.7%; {_NOISE_BUSY}: 6.9%"),
     "storage.rand_read": Floor(0.546, f"{_IDLE}: 38.6% (bimodal, fio's own 40.2%) {_PARTS}; {_BUSY}: 0.0%; "
@@ -59,8 +49,7 @@ RUN_TO_RUN: dict[str, Floor] = {
 }
 # A metric measured nowhere above: issue 14's stability target, which bench/noise.py holds the gate to.
 _UNMEASURED = "not measured run to run: issue 14's stability target (bench/noise.py holds the gate to it)"
-# A standard error from fewer samples is itself too unsure to widen the band: from two values the stdev is off by
-# half or more about one time in three, and the floor already holds a run's sampling error.
+# From two values the stdev is off by half or more one time in three: too unsure to widen the band.
 MIN_SAMPLES = 3
 
 
@@ -94,23 +83,12 @@ def band(metric_id: str, old_samples: Sequence[float], new_samples: Sequence[flo
          runs: Sequence[Sequence[float]] = ()) -> float:
     """The relative change (0.31 for 31%) within which two runs' values of ``metric_id`` differ by chance.
 
-    Method, a difference of two runs' figures against the spread between runs. Each run's figure
-    varies from one run to the next by a CV, the largest of:
+    Method::
 
-    - the metric's floor (``floor``): the run-to-run CV measured for it on a busy node, which holds
-      the run's own sampling error too;
-    - the CV of the run's own repeats (``runs``: a report of ``repeats: N`` holds its N figures, a
-      direct measure of this node's spread between runs);
-    - its samples' standard error (``standard_error``: CV / sqrt(n), from 3 samples up), where they are
-      that uncertain.
+        sigma = sqrt(v_old^2 + v_new^2),  v = max(floor, CV of the run's repeats, standard error of its samples)
 
-    The difference of two independent runs then has the relative standard deviation
-
-        sigma = sqrt(v_old^2 + v_new^2),  v = max(floor, CV of repeats, standard error)
-
-    and a change beyond ``SIGMAS`` (3) sigma is one that chance gives an unchanged node about once in
-    740 comparisons in the worse direction (normal spread). The one-run spread alone (the samples' CV)
-    misses the drift between runs on a busy node: issue 35's -19% of ``small_files`` with ±5%.
+    A change beyond ``SIGMAS`` (3) sigma comes by chance about once in 740 comparisons (normal spread); the samples'
+    CV alone misses the drift between runs on a busy node (issue 35). Details: docs/reports.md.
     """
     between = max([floor(metric_id).cv] + [cv(figures) for figures in runs])
     old, new = (max(between, standard_error(samples)) for samples in (old_samples, new_samples))

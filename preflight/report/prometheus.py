@@ -1,22 +1,7 @@
-"""Prometheus node_exporter textfile metrics (``--prometheus PATH``), written atomically.
+"""Prometheus node_exporter textfile metrics (``--prometheus PATH``), written atomically (report layer).
 
-Format: the Prometheus text exposition format 0.0.4; node_exporter's textfile collector
-reads ``*.prom`` files from ``--collector.textfile.directory`` and needs them replaced
-atomically (its README: write to a temporary file, then rename). Names follow the
-Prometheus naming guide: ``preflight_`` prefix, base units (bytes, seconds, ratios) in the
-name's suffix. Per result:
-
-- ``preflight_<check>_<metric>_<base unit>{name, device}``: the measured value (``name``: the
-  check instance; not ``instance``, which Prometheus sets to the scraped target);
-- ``preflight_threshold_met{name, check, metric, device}``: 1 pass, 0 miss or error;
-- ``preflight_results{verdict}``: how many results had each verdict;
-- ``preflight_info{version, host, config_sha256, torch, cuda, driver, gpu} 1``;
-- ``preflight_last_run_timestamp_seconds``, ``preflight_run_duration_seconds``, ``preflight_passed``;
-- ``preflight_config_error``: 1 when the run's config could not be loaded (exit 2), else 0.
-Versions and texts (driver, GPU name) appear only as ``preflight_info`` labels. A config
-error replaces the file too (``render_config_error``): ``preflight_passed 0``,
-``preflight_config_error 1`` and no measurements, so a good run's ``preflight_passed 1`` never
-outlives a broken config.
+Text format 0.0.4, replaced atomically as the textfile collector needs; names per the Prometheus naming guide
+(``preflight_`` prefix, base units); a config error replaces the file too. The families: docs/reports.md.
 """
 
 from __future__ import annotations
@@ -46,14 +31,9 @@ _INFO_FACTS = ("host", "config_sha256", "torch", "cuda", "driver", "gpu")
 
 
 def metric_name(check: str, metric: str, unit: str) -> str:
-    """``preflight_storage_seq_read_bytes_per_second`` for ``seq_read`` in MB/s.
-
-    Two metric names are reworded so that ``promtool check metrics`` accepts the file (issue 25):
-    a name ending in ``_count`` (reserved for a histogram's or summary's series) takes the plural,
-    ``cuda.device_count`` -> ``preflight_cuda_devices``; a rate named ``..._per_s`` drops the
-    abbreviated unit its base-unit suffix spells out, ``model.samples_per_s`` ->
-    ``preflight_model_samples_per_second``. docs/reports.md lists the former names, for dashboards.
-    """
+    """``preflight_storage_seq_read_bytes_per_second`` for ``seq_read`` in MB/s; ``..._count`` becomes a plural and
+    ``..._per_s`` drops its abbreviation, so ``promtool check metrics`` accepts the file (issue 25; docs/reports.md
+    lists the former names)."""
     suffix = _BASE[UNITS[unit].dimension][0]
     if metric.endswith("_per_s") and suffix.endswith("_per_second"):
         metric, thing = metric[:-len("_per_s")], suffix[:-len("_per_second")]

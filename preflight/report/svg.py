@@ -1,11 +1,6 @@
 """Report layer: a metric's value against its threshold as an inline SVG bar, and its samples as a strip.
 
-Both share one axis (``Axis``), so a sample dot lines up with the bar and the threshold mark.
-The axis is linear from 0, or logarithmic over whole decades when the numbers drawn span more
-than one (``LOG_SPAN``): a 57,664 IOPS value against a 5,000 IOPS minimum stays readable, and a
-p99 of 2 ms against a 100 ms maximum does not shrink to a sliver. Plain SVG 1.1 elements with
-presentation attributes only: no script, no font, no external reference (the page must open
-air-gapped).
+One ``Axis`` for both: linear from 0, or whole decades past ``LOG_SPAN``; plain SVG 1.1, nothing external.
 """
 
 from __future__ import annotations
@@ -77,10 +72,8 @@ def numbers_of(value: object, threshold: Mapping[str, object] | None, samples: S
 
 
 def bar(axis: Axis, value: float | None, threshold: Mapping[str, object] | None, verdict: str, label: str) -> str:
-    """The value as a bar from the axis' start, the threshold as a mark with the missing side shaded.
-
-    ``label`` is the SVG's accessible title ("982 MB/s against >= 200 MB/s").
-    """
+    """The value as a bar from the axis' start, the threshold as a mark with the missing side shaded; ``label`` is the
+    accessible title ("982 MB/s against >= 200 MB/s")."""
     parts = [f'<svg class="bar" width="{WIDTH}" height="{BAR_HEIGHT}" viewBox="0 0 {WIDTH} {BAR_HEIGHT}" '
              f'role="img"><title>{escape(label)}</title>',
              f'<rect width="{WIDTH}" height="{BAR_HEIGHT}" fill="#f3f4f6"/>']

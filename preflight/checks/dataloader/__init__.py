@@ -63,9 +63,7 @@ the ``--shm-size`` or ``sizeLimit`` to set and the batch_size that would fit.
 
 from __future__ import annotations
 
-# This module holds the check's tables, which `validate`, `list` and `explain` read; the measuring
-# code (`measuring`) is imported only when the check runs, to keep their start-up short
-# (bench/cli_startup.py).
+# The tables only: `measuring` is imported when the check runs, for a short start-up (bench/cli_startup.py).
 
 from typing import Any, Mapping
 
@@ -78,8 +76,7 @@ NAME = "dataloader"
 DURATION = ("the whole measuring, split equally between its phases (raw reads with decode: image, the loader, the "
             "emulated GPU with step_time); in each, worker_pools fresh pools share it, each pool's start and warm-up "
             "included; pools that do not fit are left out, as the method and a warning say")
-# What a run costs whatever its duration, on the 2-CPU development VM (bench/check_wall_time.py): the worker
-# importing torch (about 2 s) and walking 1000 files; writing the scratch set for a path with too few files adds ~1 s.
+# A run's cost whatever its duration (bench/check_wall_time.py): importing torch (~2 s), the walk, a scratch set.
 STARTUP_S = 2.5
 HELP = ("samples/s of a real torch DataLoader over the dataset files or the job's own Dataset, accelerator "
         "utilization, required rate")

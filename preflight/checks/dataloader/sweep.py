@@ -1,15 +1,8 @@
-"""The worker count where the DataLoader's throughput stops growing (``worker_sweep``).
+"""The worker count where the DataLoader's throughput stops growing (``worker_sweep``; checks layer).
 
-Method: the loader is measured at 1, 2, 4, ... workers up to the CPUs the cgroup allows (``cpus``)
-and the configured ``num_workers``, each count a fresh pool for an equal share of the sweep's phase
-of ``duration`` (at least 2 windows after warm-up, as the throughput's pools; ``dataloader.phases``),
-so the sweep splits ``duration`` with the loader's phase rather than adding to it, plus a pool start
-per count. The knee is the fewest workers within 5 % of the best samples/s, told apart only where
-their windows do not overlap: more workers than that gain nothing here and cost memory (each is a
-forked copy of the Dataset's pages, ``memory``); where the knee's projected epoch would not fit the
-memory limit, the most workers below it that fit are recommended instead. The pipeline check's
-sweep (``pipeline.sweep``) finds its knee the same way (``sweep``, ``Curve.knee``) on a different
-rate: the share of the model's samples/s the fed step keeps. ::
+A fresh pool per count (1, 2, 4, ... up to the cgroup's CPUs and ``num_workers``) in an equal share of the sweep's
+phase (``dataloader.phases``: it splits ``duration``). Where the knee's epoch would not fit the memory limit, the most
+workers below it that fit. ``pipeline.sweep`` uses the same ``Curve.knee``::
 
     for n in counts: windows[n] = windows(fresh loader with num_workers=n, duration / len(counts)),
                                   each at most its pool's sustained rate where a burst was taken out (``pool_windows``)
@@ -31,12 +24,9 @@ from preflight.loading.sweep import KNEE_SHARE, Curve, counts, sweep
 from preflight.measurement import Measurement
 
 def pool_windows(puller: BatchPuller, workers: int, share: Budget) -> tuple[float, ...]:
-    """samples/s of each window of the fresh pool ``puller`` in ``share``; where the pool's sustained rate fell
-    ``BURST_NAMED`` or more below its windows' count over their time (``loop.pool_rate``), each window at most
-    that rate. Each count's pool starts after the last one closed, so a throttle or a burst-credit volume serves
-    it a burst at its start that its steady rate does not hold, as it serves the throughput's pools (issue 32 case
-    5): behind the traced 286 MB/s throttle the first window read 1.28x the slices' rate. Kept, it would lift the
-    count's mean above the throughput at the same count, and its fastest window past another count's slowest."""
+    """samples/s of each window of the fresh pool ``puller`` in ``share``, each at most the pool's sustained rate
+    where that fell ``BURST_NAMED`` or more below the windows' count (``loop.pool_rate``): a throttle serves a freshly
+    started pool a burst (issue 32 case 5) that would lift the count above the throughput's."""
     taken = windows(puller, max(1, workers), share, min_windows=2)
     rate, _, burst = pool_rate(puller, taken)
     ceiling = rate if burst >= BURST_NAMED else math.inf
@@ -81,8 +71,7 @@ def recommended(curve: Curve, workers: int, method: str,
         advice = f"num_workers {workers} is where throughput stops growing"
     if fits(knee) is False and not fitting:
         advice += "; every count swept is projected past the memory limit over an epoch"
-    # The curve and the advice go in the note, which the table shows under an unjudged (info) row, as the reason
-    # is not; the method carries the curve into the JSON too.
+    # The note, not the reason, shows under an unjudged (info) row; the method carries the curve into the JSON.
     return Measurement("recommended_num_workers", float(knee), "", reason=f"{curve.shown()}; {advice}",
                        note=f"{curve.shown()}; {advice}", hint=advice,
                        method=f"{method}, swept at {len(curve.counts)} worker counts, each a fresh pool for an "
@@ -92,10 +81,8 @@ def recommended(curve: Curve, workers: int, method: str,
 def measure(options: Mapping[str, Any], source: Source, budget: Budget, workers: int, method: str,
             fits: Callable[[int], bool | None] = lambda n: None,
             shm_fits: Callable[[int], bool] = lambda n: True) -> Measurement:
-    """Sweep the worker counts for ``options`` over ``source`` and recommend one that ``fits`` (the module's method).
-
-    A count whose batches in flight would not fit /dev/shm (``shm_fits``, ``shared_memory.Need.fits``) is not
-    started: its workers would die with a bus error; the method names the counts left out."""
+    """Sweep the worker counts for ``options`` over ``source`` and recommend one that ``fits``; a count whose batches
+    in flight would not fit /dev/shm (``shm_fits``) is not started, and the method names it."""
     every = counts(workers, available_cpus())
     swept = [n for n in every if shm_fits(n)] or every[:1]
     curve = sweep(loader_rate(options, source), swept, budget)

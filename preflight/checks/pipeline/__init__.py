@@ -32,9 +32,7 @@ at the configured ``num_workers`` and the sweep (``sweep``: input_bound at 1, 2,
 
 from __future__ import annotations
 
-# This module holds the check's tables, which `validate`, `list` and `explain` read; the measuring
-# code (`measuring`) is imported only when the check runs, to keep their start-up short
-# (bench/cli_startup.py).
+# The tables only: `measuring` is imported when the check runs, for a short start-up (bench/cli_startup.py).
 
 from typing import Any, Mapping
 

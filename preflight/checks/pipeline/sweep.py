@@ -1,15 +1,8 @@
 """The worker count where the pipeline's input_bound reaches its floor (the pipeline's ``worker_sweep``).
 
-Method: the dataloader check's sweep (``dataloader.sweep``) on the rate that counts with a model. At 1,
-2, 4, ... workers up to the CPUs the cgroup allows and ``num_workers``, a fresh pool of workers feeds
-the training step, and the step alone and fed are interleaved as in the check's own windows
-(``model.measuring.interleaved``) within an equal share of the sweep's phase of ``duration``
-(``pipeline.phases``: the sweep splits ``duration`` with those windows, it adds none). Each pair of
-windows gives the share of the model's samples/s the fed step keeps, 100 % - input_bound (MLPerf
-Storage's AU), and a count's figure is their median, as ``input_bound``'s. The knee is the
-dataloader sweep's (``Curve.knee``) on that share: the fewest workers whose best pair comes within
-5 % of the worst pair of the count with the lowest input_bound, its floor; a count whose pairs
-overlap the floor's is within its noise. ::
+Method: the dataloader sweep (``Curve.knee``) on the share of the model's samples/s the fed step keeps (100 % -
+input_bound, MLPerf Storage's AU): at each count a fresh pool feeds the step, alone and fed interleaved as the check's
+windows (``model.measuring.interleaved``), in an equal share of the sweep's phase (``pipeline.phases``). ::
 
     for n in counts: au[n] = 100 - input_bound of each pair of interleaved(step alone, step fed by n workers)
     floor = the count of the highest median au (the lowest input_bound)
@@ -40,9 +33,8 @@ def measure(fed_share_at: Callable[[int, Budget], tuple[float, ...]], workers: i
 
 
 def recommended(curve: Curve, workers: int, device: str, bound_now: float, method: str) -> Measurement:
-    """The knee of ``curve`` (rates: 100 % - input_bound), with the input_bound curve and what moving ``workers``
-    to it gains in the note. ``bound_now`` is input_bound at ``workers`` where the sweep did not measure that
-    count (``num_workers: 0``: loading in the training process)."""
+    """The knee of ``curve`` (rates: 100 % - input_bound), with the input_bound curve and the gain in the note;
+    ``bound_now``: input_bound at ``workers`` where the sweep did not measure it (``num_workers: 0``)."""
     knee = curve.knee()
     bounds = dict(zip(curve.counts, (100 - rate for rate in curve.rates)))
     now = bounds.get(workers, bound_now)
@@ -62,8 +54,7 @@ def recommended(curve: Curve, workers: int, device: str, bound_now: float, metho
                   f"{floor}): their windows overlap here; a longer duration can tell them apart")
     shown = (f"input_bound at {', '.join(map(str, curve.counts))} workers: "
              f"{', '.join(f'{bound:.0f}%' for bound in bounds.values())}")
-    # As the dataloader's row: the note shows the curve under an unjudged (info) row, the method carries it
-    # into the JSON too.
+    # As the dataloader's row: the note shows under an info row, the method carries the curve into the JSON.
     return Measurement("recommended_num_workers", float(knee), "", device=device, reason=f"{shown}; {advice}",
                        note=f"{shown}; {advice}", hint=advice,
                        method=f"{method}, swept at {len(curve.counts)} worker counts, each a fresh pool feeding the "

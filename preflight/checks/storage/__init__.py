@@ -29,9 +29,7 @@ open-file limit) makes that group unmeasurable with the reason, never the whole 
 
 from __future__ import annotations
 
-# This module holds the check's tables, which `validate`, `list` and `explain` read; the measuring
-# code (`measuring`) is imported only when the check runs, to keep their start-up short
-# (bench/cli_startup.py).
+# The tables only: `measuring` is imported when the check runs, for a short start-up (bench/cli_startup.py).
 
 from typing import Any, Mapping
 
@@ -43,8 +41,7 @@ NAME = "storage"
 DURATION = ("split equally between the timed parts that run, each with its warm-up: seq_read, rand_read (and its "
             "percentiles), small_files, and seq_write and fsync_p99 only when judged (they write scratch data); "
             "each part at least 1 s (a warm-up and 3 windows of 0.25 s), seq_write at least 4 writes of write_size")
-# What a run costs whatever its duration, on the 2-CPU development VM (bench/check_wall_time.py): the worker,
-# the walk of 1000 files, and the 256 MiB scratch file seq_read reads when the dataset has no large file.
+# A run's cost whatever its duration (bench/check_wall_time.py): worker, walk, seq_read's 256 MiB scratch file.
 STARTUP_S = 1.5
 HELP = "filesystem facts, sequential/random reads, small files, writes and fsync on the dataset path, uncached"
 OPTIONS = (

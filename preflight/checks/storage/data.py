@@ -1,23 +1,8 @@
 """Which bytes the storage check reads: the dataset's own files where they suit the metric, else scratch.
 
-``path`` is only ever read: files are opened read-only and nothing is created under it
-(its directory mtimes stay as they were). The walk (``dataset_walk.Walk``) is bounded by
-``max_files`` and by a share of the check's timeout, follows symbolic links and descends mount
-points as the job's ``open()`` and ``os.walk`` do, spreads the files it takes over the tree, and
-counts what it passes over (unreadable, vanished, hidden, special files ...); when it stops
-before the end, every figure built on it says so (``Walk.reached``).
-
-- The bytes measured are those on the device that holds most of the dataset's bytes, where
-  ``open()`` lands (``Found.devices``): a symlink farm's links on one disk and its files in a
-  cache on another are measured on the cache's disk; when the files lie on several devices,
-  the others are named in the ``filesystem`` row, never mixed into one figure.
-
-- ``seq_read`` and ``rand_read`` measure the device on *large* files (``LARGE_FILE`` or
-  more), largest first up to ``data_size``: sequential throughput is what a device streams,
-  and 1 MiB requests into 110 kB files measure open() as much as the device. A dataset of
-  small files gets a scratch file beside it instead, and the table says so (``Source.note``).
-- Holes are not read: a sparse file (LMDB's ``data.mdb``, preallocated shards) contributes
-  only its data extents (SEEK_DATA/SEEK_HOLE), since reading a hole never reaches the device.
+``path`` is never written; the device holding most of the dataset's bytes is measured (``Found.devices``).
+``seq_read``/``rand_read`` read files of ``LARGE_FILE`` or more up to ``data_size``, data extents only, else a scratch
+file beside the dataset (``Source.note``). docs/checks.md.
 """
 
 from __future__ import annotations
@@ -60,10 +45,11 @@ def survey(path: str, wanted_bytes: int, small_size: int, max_files: int, second
 
 
 def segments(files: Sequence[DataFile], wanted_bytes: int) -> list[Segment]:
-    """The data extents of ``files`` in order, page-aligned, until ``wanted_bytes`` of data.
+    """The data extents of ``files`` in order, page-aligned, until ``wanted_bytes`` of data; a file that may be sparse
+    is asked for its extents, any other is one segment.
 
-    A file that may be sparse (fewer blocks allocated than its size) is asked for its data
-    extents; every other file is one segment. Raises OSError when a file cannot be opened.
+    Raises:
+        OSError: a file cannot be opened.
     """
     found: list[Segment] = []
     total = 0

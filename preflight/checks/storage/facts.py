@@ -23,12 +23,9 @@ NOFILE_HINT = ("raise the open-file limit: `ulimit -n 65536`, Docker `--ulimit n
 
 
 def facts(fs: Filesystem, path: str, note: str = "") -> list[Measurement]:
-    """``filesystem`` (text), ``free_space`` (GiB), ``free_inodes`` (count), ``read_only`` (1/0),
-    ``open_files_limit`` (count).
-
-    ``fs`` is the filesystem that holds the dataset's bytes, ``path`` a path on it (``statvfs``), and
-    ``note`` what the ``filesystem`` row must add: the other filesystems the data lies on.
-    """
+    """``filesystem`` (text), ``free_space`` (GiB), ``free_inodes`` (count), ``read_only`` (1/0), ``open_files_limit``
+    (count) of ``fs``, the filesystem holding the dataset's bytes (``path`` a path on it); ``note``: the other
+    filesystems the data lies on."""
     method = f"/proc/self/mountinfo and statvfs({path})"
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     caveat = fs.caveat()
@@ -44,11 +41,8 @@ def facts(fs: Filesystem, path: str, note: str = "") -> list[Measurement]:
 
 
 def free_inodes(fs: Filesystem, method: str) -> Measurement:
-    """``free_inodes``: inodes an unprivileged writer may still take (statvfs ``f_favail``), of ``f_files``.
-
-    Not applicable (skipped, never failed) where the filesystem reports 0 inodes in all: btrfs, and many network
-    and FUSE filesystems allocate them as needed, and no limit can be read there.
-    """
+    """``free_inodes``: statvfs ``f_favail`` of ``f_files``; not applicable where the filesystem reports 0 inodes in
+    all (btrfs, many network and FUSE ones)."""
     if fs.total_inodes <= 0:
         return not_applicable("free_inodes", f"{fs.fstype} at {fs.mount_point} reports 0 inodes in all (statvfs "
                               f"f_files): it allocates them as needed (btrfs, many network and FUSE filesystems), "
@@ -60,12 +54,8 @@ def free_inodes(fs: Filesystem, method: str) -> Measurement:
 
 
 def os_error_reason(error: OSError, path: str, instance: str = "storage", directory: str = "") -> str:
-    """One line for a read or write that failed on the node: what failed, and the fix for the usual causes.
-
-    ``instance`` names the configuration's instance in a fix ("set checkpoints.scratch_dir"); ``directory`` is
-    where the failed write was (the scratch directory): on ENOSPC or EDQUOT the line says which ran out, inodes
-    or bytes, from statvfs of it (or of the failed file's folder) at that moment (``io.scratch.ran_out``).
-    """
+    """One line for a read or write that failed on the node, with the fix: ``instance`` names the option to set; on
+    ENOSPC or EDQUOT, which ran out in ``directory``, inodes or bytes (``io.scratch.ran_out``)."""
     what = f"{error.strerror or error}" + (f": {error.filename}" if error.filename else "")
     full = ""
     if error.errno in (errno.ENOSPC, errno.EDQUOT):

@@ -1,17 +1,8 @@
-"""Plausibility guard: a read rate the medium cannot deliver is the page cache talking.
+"""Plausibility guard: a read rate the medium cannot deliver is the page cache talking (checks layer).
 
-Two ceilings, both measured or read on this node rather than assumed:
-- where the bypass can fail silently (``fadvise``, or O_DIRECT through FUSE, a network
-  filesystem or overlay; O_DIRECT on a local block filesystem is honoured by the kernel and
-  is not probed), the page cache itself: the same loop (``reads.sequential_loop``) over the same files,
-  with the same readers and block size, after those bytes were read once so that they are
-  cached; an "uncached" rate at 80% of that or above means the bypass failed (fio's
-  documentation warns of the same for buffered runs: "invalidate"). The probe runs for
-  ``PROBE_SECONDS`` over up to ``PROBE_BYTES`` spread over the same spans, so thread start-up
-  and file opens weigh in it as little as in the measurement it judges: a probe too short to
-  mean anything would accuse a sound figure;
-- for network filesystems, the fastest network link (``/sys/class/net/*/speed``, Mb/s):
-  an NFS read faster than the wire came from the client cache.
+Where the bypass can fail silently (fadvise; O_DIRECT through FUSE, network, overlay), a rate at 80% or more of the
+page cache's own (same loop, ``PROBE_SECONDS``) failed to bypass it (fio's "invalidate"); on a network filesystem, one
+above the fastest link (``/sys/class/net/*/speed``).
 """
 
 from __future__ import annotations
@@ -30,12 +21,8 @@ PROBE_SECONDS = 0.3
 
 
 def page_cache_rate(runs: list[list[Segment]], block: int, processes: int = 1) -> float:
-    """MB/s (10^6 B/s) of the seq_read loop over the first ``PROBE_BYTES`` of ``runs``, cached.
-
-    ``runs`` are seq_read's spans, one per reader, shared by ``processes`` as seq_read's were.
-    The probed bytes are read once buffered, timed for ``PROBE_SECONDS`` with one thread per
-    run, and dropped from the cache again.
-    """
+    """MB/s (10^6 B/s) of the seq_read loop over the first ``PROBE_BYTES`` of ``runs`` (seq_read's spans, shared by
+    ``processes``), read once buffered, timed cached for ``PROBE_SECONDS``, then dropped again."""
     share = max(block, PROBE_BYTES // max(1, len(runs)) // block * block)
     probed = [_first_bytes(run, share) for run in runs]
     for run in probed:

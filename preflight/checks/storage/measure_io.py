@@ -1,22 +1,8 @@
-"""The timed part of the storage check: windows of reads, small files and writes, sampled.
+"""The timed part of the storage check: windows of reads, small files and writes, sampled (checks layer).
 
-``duration`` is the check's measuring time: each timed part that runs (``timed_parts``: the
-reads, small files, and the writes only where the configuration judges them) gets an equal
-share of it, its warm-up included, and at least ``MIN_PART_S``. Throughputs use
-``sampling.sample``: one warm-up window, then windows until the spread is low or the part's
-share is spent (torch.utils.benchmark's adaptive loop; fio's ``ramp_time`` is the same warm-up). A window is fio's ``--time_based`` run of
-``window`` seconds; its rate is one sample, and the median is what thresholds compare.
-``rand_read`` (with its latency percentiles) and ``fsync_p99`` come from one continuous
-run each instead, cut into windows afterwards (``ContinuousRun``, see ``IO.rand_read``). A
-latency percentile is taken over every operation after the warm-up, pooled, as fio reports
-clat percentiles.
-
-Each figure names the filesystem its bytes were on: the dataset's (``IO.fs``, the one that
-holds most of its bytes), or the scratch directory's own (``IO.scratch_fs``), which may be
-another: scratch stands for the dataset only when verified on its device (``subject``), and
-its rows then say "beside the dataset" ("beside the working directory's data" when no dataset
-was named); elsewhere they name the scratch's filesystem, are labelled ``scratch_elsewhere``
-and carry the fix (``IO.scratch_hint``).
+Each timed part gets an equal share of ``duration`` (at least ``MIN_PART_S``); throughputs are ``sampling.sample``
+windows (fio ``--time_based``), their median judged; ``rand_read`` and ``fsync_p99`` are one continuous run each,
+percentiles pooled as fio's clat. Scratch not verified beside the dataset is ``scratch_elsewhere``. docs/checks.md.
 """
 
 from __future__ import annotations
@@ -104,12 +90,8 @@ class IO:
         return [self._about(_noted(m, chosen.note), chosen.subject) for m in results]
 
     def _read_set(self, found: Found) -> ReadSet | str:
-        """The dataset's large files; else a scratch file verified beside it; else its own files read whole,
-        labelled; else a scratch file elsewhere, which cannot stand for it; else why not.
-
-        The dataset's own bytes read whole come before scratch elsewhere: they are the job's data on the job's
-        device (a read-only volume, a symlink farm whose links lie on another disk), scratch elsewhere is not.
-        """
+        """The dataset's large files; else a scratch file verified beside it; else its own files read whole, labelled
+        (the job's data on the job's device); else a scratch file elsewhere, which cannot stand for it; else why not."""
         wanted = int(self.options["data_size"])
         large = segments(found.large, wanted)
         if data_bytes(large) >= min(wanted, MIN_READ_BYTES):
@@ -137,23 +119,15 @@ class IO:
 
     def seq_read(self, parts: list[Segment], bypass: Bypass, where: str, whole_files: bool,
                  fs: Filesystem) -> Measurement:
-        """``readers`` threads over contiguous spans; over small files read whole, processes x threads.
-
-        A small file read whole is small_files' pattern, an open and a close around each request,
-        and threads of one process then wait on each other for the GIL: in paired rounds against
-        fio's 4 jobs over the same 1000 files of 110 kB (bench/storage_vs_fio_imagenet.py, 2-CPU VM),
-        4 threads read at 0.81-0.86 of fio and 4 processes at 0.93-0.98.
-        """
+        """``readers`` threads over contiguous spans; over small files read whole, processes x threads (threads of one
+        process wait on each other's GIL there: docs/checks.md, ``seq_read``)."""
         block, readers = int(self.options["block_size"]), int(self.options["readers"])
         processes, threads = self._split(readers) if whole_files else (1, readers)
         runs = reads.spans(parts, processes * threads, block)
         lost: list[int] = []
         before = self.dataset.mark()
-        # Small files read whole: one pass, windows continuing it, leaving the rest of a small dataset to small_files
-        # and the DataLoader. Large files are streamed from each span's start in every window, as fio does, except
-        # where a cache can sit below the page cache (a FUSE client's own: s3fs use_cache, gcsfuse's file cache):
-        # there a span read again is served by that cache, so each window continues the stream where the last
-        # stopped, and its end is the end of the pass (kahing/goofys#581, s3fs-fuse/s3fs-fuse#829).
+        # Small files: one pass, windows continuing it. Large files: each window from the spans' start, as fio,
+        # except below a possible cache (FUSE, NFS): the stream continues (kahing/goofys#581, s3fs-fuse/s3fs-fuse#829).
         streamed_once = not whole_files and fs.may_cache_below
         remaining = (self.dataset.share(parts, len(parts), _segment_name) if whole_files
                      else self.dataset.fresh(parts, _segment_name) if streamed_once else list(parts))
@@ -189,26 +163,16 @@ class IO:
         method = f"{who} x {format_value(to_unit(block, 'KiB'), 'KiB')} blocks, {where}"
         m = Measurement("seq_read", samples=taken.values, unit="MB/s", method=method, stopped=taken.stopped,
                         note="; ".join(n for n in (warm, _lost_note(sum(lost))) if n))
-        # O_DIRECT on a local block filesystem is honoured by the kernel: this host's page cache
-        # cannot serve it, and a cache probe would only add noise (a loaded CPU slows it, never the
-        # device). Where the bypass can fail silently (fadvise, FUSE, network, overlay), it is probed.
-        # Small files read whole are read once each (``io.dataset``): no cache of this run holds them, and the
-        # probe's own rereads would be what a FUSE client's cache serves.
+        # Probed only where the bypass can fail silently (fadvise, FUSE, network, overlay): O_DIRECT on a local
+        # block device is honoured. Small files are read once each: a probe's rereads would hit a FUSE cache.
         trusted = bypass == "O_DIRECT" and fs.kind == "block" or whole_files or streamed_once
         return self._honest(m, bypass, fs, None if trusted else guard.page_cache_rate(runs, block, processes))
 
     def rand_read(self, parts: list[Segment], bypass: Bypass, where: str, fs: Filesystem,
                   once: bool = False) -> list[Measurement]:
-        """IOPS per window and pooled latency percentiles of one continuous run.
-
-        Unlike the other metrics, not one forked run per window: a tail percentile must not
-        see the start of every window (fresh processes faulting in copy-on-write pages, 32
-        loops starting at once). In a probe on a 2-CPU VM, forked runs gave p99 a run-to-run
-        CV of 21-35% with 0.33 s windows and 7-12% with 1 s windows; one continuous run on one
-        file gave 9%, as fio psync with 32 jobs did (median p99 0.65 against 0.64 ms).
-        At most ``MAX_RANDOM_FILES`` files (and a quarter of the open-file limit) take part:
-        each process holds one descriptor per file.
-        """
+        """IOPS per window and pooled latency percentiles of one continuous run, not a forked run per window, whose
+        start-ups would land in the tail (docs/checks.md, ``rand_read``). At most ``MAX_RANDOM_FILES`` files (and a
+        quarter of the open-file limit): each process holds one descriptor per file."""
         block, depth = int(self.options["rand_block"]), int(self.options["rand_depth"])
         processes, threads = self._split(depth)
         parts = _within_descriptors(parts, min(MAX_RANDOM_FILES, _open_files_limit() // 4))
@@ -371,9 +335,7 @@ class IO:
         """(processes, threads per process) for ``loops`` concurrent loops."""
         chosen = self.options["io_processes"]
         processes = min(loops, MAX_AUTO_PROCESSES if chosen == "auto" else int(chosen))
-        # Each loop is a thread, each process past the first a task too: under a pids limit (a container's
-        # --pids-limit) a pool sized past what is left dies of "can't start new thread" (issue 33), so the pool
-        # shrinks to what the limit leaves, PIDS_RESERVE kept for the libraries' own threads.
+        # Every loop is a task: the pool shrinks to what the pids limit leaves, less PIDS_RESERVE (issue 33).
         return pids.affordable(processes, max(1, round(loops / processes)), pids.spare(reserve=PIDS_RESERVE))
 
     def _honest(self, m: Measurement, bypass: Bypass, fs: Filesystem, cache_mb_s: float | None = None) -> Measurement:
@@ -416,9 +378,8 @@ class ContinuousRun(NamedTuple):
 
 
 def _short(kept: Sequence[tuple[int, float]], shared: bool) -> tuple[str, ...]:
-    """small_files' ``short: `` warning where its kept windows (files read, seconds each) spanned under
-    ``sampling.MIN_SPAN_S``: the pass over its share of a small dataset ended within milliseconds. The fix names
-    the dataset that would give it that span (``shared``: the share rule bounded it), else more small files."""
+    """small_files' ``short: `` warning where its kept windows spanned under ``sampling.MIN_SPAN_S``, with the dataset
+    size that would give that span (``shared``: the share rule bounded it), else more small files."""
     files, span_s = sum(ops for ops, _ in kept), sum(seconds for _, seconds in kept)
     if not files or not span_s:
         return ()

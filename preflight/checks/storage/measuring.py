@@ -1,12 +1,7 @@
 """The storage check's measuring: the walk of the data, facts, then each group of I/O metrics isolated.
 
-Imported by ``storage.measure`` when the check runs (see the package's docstring for the method).
-The walk comes first because it says where the dataset's bytes are (``subject.bytes_home``):
-the filesystem named in every row, whose type decides the cache bypass and the caveats, and
-whose device scratch data must be verified on, is the one that holds most of them, where the
-job's ``open()`` lands, not the one that holds ``path``'s directory (a symlink farm's links).
-The walk never raises and gets a quarter of the check's timeout (``Budget.walk_s``), so facts
-are still reported whatever the reads do.
+Imported by ``storage.measure`` when the check runs (see the package's docstring for the method). The walk comes first
+(``Budget.walk_s``, never raising): the filesystem holding most of the bytes is the one every row measures.
 """
 
 from __future__ import annotations
@@ -86,9 +81,8 @@ def _filesystem(home: str, path: str) -> Filesystem:
 
 
 def _where_note(found: Found, path: str, fs: Filesystem) -> str:
-    """What the ``filesystem`` row adds when the data is not all on ``path``'s own filesystem: that its links lead
-    to ``fs``, or which filesystems hold what share of it (a volume mounted inside the dataset, a directory link
-    to another disk); only the one with the most bytes is measured: one figure describes one filesystem."""
+    """What the ``filesystem`` row adds when the data is not all on ``path``'s filesystem: where its links lead, or
+    which filesystems hold what share; only the one with the most bytes is measured."""
     if not found.devices:
         return ""
     if len(found.devices) > 1:
@@ -141,11 +135,8 @@ def _walk_metrics(found: Found, path: str) -> list[Measurement]:
 
 
 def _failed_reads(results: list[Measurement], failed: set[str], found: Found) -> list[Measurement]:
-    """``unreadable_files`` with the files whose reads failed with an I/O error (EIO) added, the first named.
-
-    ``open()`` and ``stat()`` succeed on such a file (a bad sector, an object lost behind a FUSE client):
-    only a read finds it, and the job's DataLoader worker raises on it, so it counts as unreadable.
-    """
+    """``unreadable_files`` with the files whose reads failed with EIO added, the first named: ``open()`` and
+    ``stat()`` succeed on them, only a read (and the job's worker) fails."""
     if not failed:
         return results
     named = sorted(failed)
@@ -204,8 +195,6 @@ def _shards_hint(results: list[Measurement]) -> list[Measurement]:
     if not (seq and small and seq.measured and small.measured) or small.value >= 0.25 * seq.value:  # type: ignore[operator]
         return results
     hint = SHARDS_HINT.format(small=small.value, seq=seq.value)
-    # Packing is no fix for scratch files elsewhere, nor for files of no dataset named: their own hints say where
-    # scratch must lie and how to name the dataset (a CI run's working directory read small files at 204 of 1351
-    # MB/s and was told to pack them into shards, not to set DATA_DIR).
+    # Packing is no fix for scratch elsewhere nor for no dataset named: their own hints say what to do.
     return [dataclasses.replace(m, hint=hint) if m.metric in ("small_files", "small_files_bandwidth")
             and m.subject not in ("scratch_elsewhere", "no_dataset") else m for m in results]

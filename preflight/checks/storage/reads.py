@@ -1,18 +1,8 @@
-"""Sequential and random read loops over data segments, uncached, as fio runs them.
+"""Sequential and random read loops over data segments, uncached, as fio runs them (checks layer).
 
-``seq_read``: fio ``--rw=read --direct=1 --bs=1M --numjobs=R --offset_increment``: the
-bytes are split into R contiguous spans, one reader thread each, read block by block and
-wrapped around until the deadline (``--time_based``). A reader opens one file at a time,
-so descriptors do not grow with the number of files.
-
-``rand_read``: fio ``--rw=randread --direct=1 --bs=4k --iodepth=D --ramp_time --runtime``:
-D synchronous loops (processes x threads, see ``io.parallel``) each read random aligned
-blocks over all the bytes in one continuous run; every read is timed, and its completion
-time lets ``io.parallel.in_intervals`` cut the run into intervals afterwards (fio's interval logs).
-The threads of one process share one descriptor per file (``pread`` carries its own offset).
-
-A file that vanished or turned unreadable since the walk is skipped and counted in
-``Tally.lost``, as find(1) reports and goes on; it never ends the run.
+``seq_read``: fio ``--rw=read --direct=1 --bs=1M --numjobs=R --offset_increment --time_based``, R spans, one file open
+per reader. ``rand_read``: fio ``--rw=randread --direct=1 --bs=4k --iodepth=D --ramp_time --runtime``, D loops
+(``io.parallel``) in one timed run. A file gone since the walk is counted in ``Tally.lost`` (find(1) goes on).
 """
 
 from __future__ import annotations
@@ -64,15 +54,10 @@ def _locate(parts: Sequence[Segment], start: int, end: int) -> list[Segment]:
 def sequential_loop(runs: list[list[Segment]], bypass: Bypass, block: int, once: bool = False,
                     left: list[list[Segment]] | None = None,
                     dataset: Dataset | None = None) -> Callable[[int], Callable[[float], Tally]]:
-    """A loop factory for ``io.parallel.run_loops``: reader i reads ``runs[i]`` over and over until the deadline;
-    with ``once``, one time only (small files read whole: a second read of a file is served by whatever cache
-    holds it, and ``measure_io`` gives each window the files no earlier read touched); each open is recorded in
-    the run's ``dataset``.
-
-    With ``left`` (loops run as threads of this process), reader i puts there the part of ``runs[i]`` it did not
-    read before the deadline, so that the next window continues the stream instead of starting it again.
-    A segment whose read fails with an I/O error (EIO) is named in ``Tally.failed`` and dropped.
-    """
+    """A loop factory for ``io.parallel.run_loops``: reader i reads ``runs[i]`` until the deadline, or once with
+    ``once`` (small files read whole); each open is recorded in the run's ``dataset``. With ``left`` (threads of this
+    process) reader i leaves there what it did not read, for the next window to continue. A segment failing with EIO
+    is named in ``Tally.failed`` and dropped."""
 
     def make(index: int) -> Callable[[float], Tally]:
         run = list(runs[index])
@@ -123,9 +108,8 @@ def sequential_loop(runs: list[list[Segment]], bypass: Bypass, block: int, once:
 
 
 def _read_on(fd: int, buffer: mmap.mmap, offset: int) -> int:
-    """Read on after a short read: read(2) returns the bytes it got before an error (EIO part way through a
-    file, dansuh17/segan-pytorch#19), and this read raises it. Any other refusal (EINVAL: an unaligned offset
-    under O_DIRECT, at a file that shrank since the walk) reads nothing more."""
+    """Read on after a short read: read(2) returns the bytes before an error (EIO part way, dansuh17/segan-pytorch#19)
+    and this read raises it; any other refusal (EINVAL at a file that shrank) reads nothing more."""
     try:
         return os.preadv(fd, [buffer], offset)
     except OSError as error:
@@ -135,11 +119,8 @@ def _read_on(fd: int, buffer: mmap.mmap, offset: int) -> int:
 
 
 class SharedFiles:
-    """Descriptors opened once per process and shared by its loop threads, closed by the last one out.
-
-    ``acquire`` in a loop factory (after fork, before the start signal) returns one
-    descriptor per name, None where the file is gone; ``release`` when the loop ends.
-    """
+    """Descriptors opened once per process and shared by its loop threads, closed by the last one out: ``acquire``
+    (after fork, before the start signal) gives one per name, None where gone; ``release`` at the end."""
 
     def __init__(self, names: Sequence[str], bypass: Bypass) -> None:
         self.names, self.bypass = list(names), bypass
@@ -172,13 +153,9 @@ class SharedFiles:
 
 def random_loop(parts: Sequence[Segment], bypass: Bypass, block: int, seed: int, once_of: int = 0,
                 dataset: Dataset | None = None) -> Callable[[int], Callable[[float], Tally]]:
-    """A loop factory: each loop reads uniformly random ``block``-aligned blocks of all segments.
-
-    With ``once_of`` (the number of loops, for small files read whole), loop i reads one random block of each of
-    its own files (every ``once_of``-th from i) in random order, then ends: a file read a second time would be
-    served by whatever cache its first read filled, a FUSE client's below the page cache. A file is recorded in
-    the run's ``dataset`` when first read.
-    """
+    """A loop factory: each loop reads uniformly random ``block``-aligned blocks of all segments; with ``once_of``
+    (small files read whole), loop i reads one random block of each of its own files, then ends (a second read would
+    hit a cache). A file is recorded in the run's ``dataset`` when first read."""
     names = sorted({name for name, _, _ in parts})
     shared = SharedFiles(names, bypass)
 
@@ -244,12 +221,8 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def pooled_percentile(windows: Sequence[Sequence[float]], q: float) -> float:
-    """The ``q``-th percentile of every latency of every window together, by nearest rank.
-
-    fio reports clat percentiles over all completions of a run, not per interval. The
-    median of per-window p99s would be a weaker estimator (each window has few tail
-    samples, so it swings run to run) and a biased one: a burst of slow requests inside
-    one window moves that window's p99 and is then discarded as the outlier window.
+    """The ``q``-th percentile of every latency of every window together, by nearest rank, as fio reports clat
+    percentiles (a median of per-window p99s swings and discards a slow burst).
 
     Raises:
         ValueError: no window holds a latency.

@@ -1,14 +1,7 @@
-"""The ImageNet-style pattern: open, read whole, close, many small files, cold each time.
+"""The ImageNet-style pattern: open, read whole, close, many small files, cold each time (checks layer).
 
-Per file the loop does what a DataLoader worker's ``open(path).read()`` does, with the
-page cache bypassed (O_DIRECT, else fadvise DONTNEED at open): metadata lookups and one
-small read, the pattern network and FUSE filesystems serve worst. Loops run in
-processes x threads (``io.parallel``), as a DataLoader's workers do; MLPerf Storage/DLIO
-reports the same files/s and MB/s for its file-per-sample workloads. One descriptor is open
-per loop at a time, whatever the number of files; a file that vanished or turned unreadable
-since the walk is dropped and counted (``Tally.lost``). Each file is read at most once per loop
-run, as a job's first epoch reads it: the loops do not wrap around their files (``measure_io.small``
-gives each window the files no earlier window or check read, ``io.dataset``).
+A worker's ``open(path).read()`` per file, uncached, in processes x threads (``io.parallel``), reported as files/s and
+MB/s as MLPerf Storage/DLIO do; each file read at most once (``io.dataset``), a file gone counted.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
-"""Checkpoint-style writes in scratch files: sequential write throughput and fsync latency.
+"""Checkpoint-style writes in scratch files: sequential write throughput and fsync latency (checks layer).
 
-``seq_write``: fio ``--rw=write --bs=1M --end_fsync=1``: write the bytes through the page
-cache, fsync, and time both, so the figure is what reached the device.
-``fsync_p99``: fio ``--rw=write --bs=4k --fsync=1 --size=64M --time_based``: write 4 KiB and
-fsync, over and over, wrapping around a 64 MiB file as fio's time-based job does, and take
-the 99th percentile of the fsync latencies (fio's ``sync`` percentiles), what a
-checkpoint's commit or a metadata journal waits on.
+``seq_write``: fio ``--rw=write --bs=1M --end_fsync=1``; ``fsync_p99``: fio
+``--rw=write --bs=4k --fsync=1 --size=64M --time_based``, the 99th percentile of fsync latencies (fio's ``sync``
+percentiles).
 """
 
 from __future__ import annotations
@@ -35,14 +32,9 @@ def write_once(name: str, size: int, chunk: bytes) -> float:
 
 
 def fsync_run(name: str, seconds: float) -> Tally:
-    """Write 4 KiB and fsync in one new file until ``seconds`` pass (at least 8 times), then remove it.
-
-    The writes append until the file holds ``FSYNC_FILE_BYTES``, then wrap to its start.
-
-    Every fsync is timed and its completion time kept (``Tally.completions``), so the run can
-    be cut into intervals after a ramp (``io.parallel.in_intervals``): one file and one
-    continuous run, as fio's job, because a fresh file's first fsyncs also commit its creation.
-    """
+    """Write 4 KiB and fsync in one new file until ``seconds`` pass (at least 8 times), wrapping at
+    ``FSYNC_FILE_BYTES``, then remove it. Completion times are kept for ``in_intervals``: one continuous run, as
+    fio's, since a fresh file's first fsyncs also commit its creation."""
     block = os.urandom(FSYNC_BLOCK)
     latencies, completions = array("d"), array("d")
     fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

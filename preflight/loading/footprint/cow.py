@@ -1,9 +1,7 @@
 """The DataLoader's copy-on-write growth: what forked workers copy of the main process's pages, fitted on readings.
 
-A worker writes the reference count of every Python object it reads, so it copies each page that holds
-a record it read (pytorch/pytorch#13246, #5902, #20433); it copies a page once, so its copies slow as
-its reads land on pages it already holds, and stop at the pages its records sit on. ``fit`` finds the
-curve in the readings ``memory.Watched`` takes after each window; ``memory.project`` projects it to an epoch.
+Loading layer (footprint): ``fit`` finds the ``Saturation`` in ``memory.Watched``'s readings, ``memory.project`` takes
+it to an epoch. The model and its accuracy: docs/benchmarks.md (dataloader_memory).
 """
 
 from __future__ import annotations
@@ -15,12 +13,9 @@ from typing import Any, NamedTuple, Sequence
 class Saturation(NamedTuple):
     """Copy-on-write growth that saturates: what ``workers`` forked workers copy of the main process's pages.
 
-    A worker writes the reference count of every Python object it reads, so it copies each page that
-    holds a record it read (pytorch/pytorch#13246); it copies a page once, and no more than the main
-    process's pages. A worker that has read a fraction ``x`` of the records, in a shuffled order, has
-    copied a page holding ``k`` records unless it missed all ``k``: ``per_worker x (1 - (1 - x)^k)``.
-    PSS (Documentation/filesystems/proc.rst: a page shared by n processes counts 1/n in each) sums to
-    the physical memory, so the loader's anonymous PSS grows by one page per page copied, whoever copies it.
+    A worker dirties the reference count of every object it reads, copying each page once (pytorch/pytorch#13246,
+    #5902, #20433): having read a fraction ``x`` of shuffled records, ``k`` a page, it copied
+    ``per_worker x (1 - (1 - x)^k)``. The loader's PSS grows by one page per page copied (proc.rst).
     """
 
     per_worker: float  # bytes: what one worker copies once it has read every record (the touched pages)
@@ -45,20 +40,13 @@ _NOISE = 2**20
 
 
 def fit(pools: Sequence[Sequence[Any]], epoch: int, workers: int, bound: float) -> Saturation | None:
-    """The ``Saturation`` that best fits the workers' copies against the samples each pool delivered.
+    """The ``Saturation`` that best fits the workers' copies against the samples each pool delivered; None with fewer
+    than two readings, no workers or no epoch.
 
-    ``pools``: each pool's ``memory.Reading``s in order (samples delivered, each worker's ``Private_Dirty``).
-
-    Method: a page a worker copies is its own, so the sum of the workers' ``Private_Dirty`` grows by each
-    page copied (and by what they allocate, a constant per pool once they run). Each pool's workers start
-    from the main process's pages, so every pool is one draw of the same curve:
-    ``dirty = offset(pool) + workers per_worker (1 - (1 - s / (workers epoch))^k)``. For each
-    ``k`` on a log grid (``_KS``), ``per_worker`` and the pools' offsets are a linear least-squares fit,
-    ``per_worker`` held to [0, ``bound``]. Windows that read too few records for the copies to slow
-    (``k x`` small) fit a straight line as well as a curve: among the fits within ``_NOISE`` of the best,
-    the one projecting the most is kept, which is ``bound`` where the windows show no slowing, and
-    ``fitted`` says whether the slowing was seen (the bound's fit is worse than the best by more than the noise).
-    None: fewer than two readings, no workers or no epoch.
+    Method: ``dirty = offset(pool) + workers per_worker (1 - (1 - s / (workers epoch))^k)`` on the sum of the workers'
+    ``Private_Dirty``; for each ``k`` of ``_KS``, ``per_worker`` (in [0, ``bound``]) and the offsets by linear least
+    squares. Of the fits within ``_NOISE`` of the best, the one projecting the most is kept (``bound`` where no
+    slowing shows); ``fitted`` says whether the slowing was seen.
     """
     import numpy as np  # a runtime dependency already; here so that importing this module stays cheap
 

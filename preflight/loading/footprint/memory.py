@@ -1,45 +1,16 @@
 """The DataLoader's host memory: the main process and every worker by PSS, projected to an epoch against the limit.
 
-Method (as PyTorch's own DataLoader benchmark script reports worker memory, pytorch/pytorch#159432):
-after each time window of every worker pool, read ``/proc/PID/smaps_rollup`` (Linux 4.14+) of the
-main process and of each worker. PSS counts a page shared by k processes as 1/k in each, so the
-sum over the processes is the physical memory the loader holds, shared pages counted once.
-
-A forked worker shares the main process's pages until it writes one. Reading a Python object writes
-its reference count, so a worker that reads a Dataset's list of dicts copies, page by page, every page
-it touches (pytorch/pytorch#13246, #5902, #20433); it copies a page once, so the growth slows as the
-pages it reads are already its own, and stops at the pages its records sit on. A worker that has read
-a fraction ``x`` of a shuffled epoch's records has copied a page holding ``k`` of them unless it missed
-all ``k`` (``Saturation``)::
+Loading layer (footprint). PSS from ``/proc/PID/smaps_rollup`` after each window (pytorch/pytorch#159432's method);
+forked workers copy the Dataset's pages as reference counts dirty them (pytorch/pytorch#13246, #5902, #20433)::
 
     copies(s)  = workers x per_worker x (1 - (1 - s / (workers x epoch))^k)     s: samples delivered
-    fit        = per_worker, k (and each pool's offset) by least squares on the sum of the workers'
-                 Private_Dirty after each window (a copied page is the copier's own); per_worker at most
-                 what building the dataset took in the main process (``user.Job.footprint``), else the
-                 main process's anonymous memory; of the fits within the readings' noise, the largest
-    tmpfs      = max(0, the cgroup's shmem now - before the pool started - sum of Pss_Shmem)
-                 where the cgroup holds another program: at most the bytes the main process and the workers
-                 wrote since (wchar of /proc/PID/io)
-    held       = sum of Pss + tmpfs
-    projected  = peak held + copies(epoch) - copies(samples at the peak)
-                 + tmpfs growth per sample (median over the intervals) x samples left
+    fit        = per_worker (at most ``user.Job.footprint``), k by least squares on the workers' Private_Dirty
+    tmpfs      = cgroup shmem growth - Pss_Shmem (moby/moby#47967, argonne-lcf/dlio_benchmark#165), at most the
+                 loader's wchar where the cgroup holds other programs (herdrdev/herdr#2178)
+    projected  = peak (Pss + tmpfs) + copies(epoch) - copies(at the peak) + tmpfs growth x samples left
 
-PSS (Documentation/filesystems/proc.rst) counts a page shared by n processes as 1/n in each, so the sum
-grows by one page for every page a worker copies. Windows that read too few records to see the copies
-slow (``k x`` well under 1) fit a straight line as well as the curve: the projection is then the bound,
-every worker copying the whole dataset, and the row says so. ``bench/dataloader_memory.py`` found the
-fitted projection within 8 % of a real epoch's peak at 300,000 and a million dicts and for numpy arrays,
-and the bound 22-28 % above where the windows read 13,000-15,000 of a million.
-``tmpfs`` is files the loader wrote to a tmpfs (/dev/shm, a memory-backed emptyDir) and left unmapped:
-no PSS holds them, yet the kernel charges them to the writer's cgroup and its limit counts them
-(moby/moby#47967, argonne-lcf/dlio_benchmark#165). The cgroup's counter also counts what other programs in
-the cgroup write to a tmpfs meanwhile (a CI runner's other jobs, a login session, a bare node's root cgroup:
-herdrdev/herdr#2178): where the cgroup holds a process that is neither the loader's nor one of its ancestors
-(``cgroup_memory.shared_with_others``), only as much as the loader's own processes wrote is the loader's. There
-a file a Dataset fills through a mapping it then drops, which passes no write(), is not counted; in a
-container's or a Slurm step's own cgroup it is.
-The limit is the tighter of the cgroup's (``memory.max`` / ``memory.limit_in_bytes``,
-``cgroup_memory.memory_limit``) and the host's MemAvailable plus what the loader already holds.
+Unseen slowing projects the bound; the limit is the tighter of the cgroup's and MemAvailable plus what the loader
+holds. docs/checks.md (``memory_peak``), docs/benchmarks.md (dataloader_memory).
 """
 
 from __future__ import annotations
@@ -57,8 +28,7 @@ from preflight.measurement import Measurement, unmeasurable
 from preflight.units import format_value
 
 PROC = Path("/proc")
-# Growth over the rest of the epoch below this share of the peak is not blamed on copy-on-write: a numpy-backed
-# Dataset's workers grow a few bytes per sample (allocator arenas), 5% of its peak over a million samples here.
+# Growth below this share of the peak is not blamed on copy-on-write (numpy-backed workers grew 5%: arenas).
 BLAMED_GROWTH = 0.10
 
 
@@ -119,9 +89,8 @@ class Reading(NamedTuple):
 
 
 def written(pid: int, proc: Path = PROC) -> int | None:
-    """Bytes ``pid`` has passed to write() and its kin since it started, its threads included (``wchar`` of
-    ``/proc/PID/io``, Documentation/filesystems/proc.rst: files on any filesystem, pipes and sockets alike);
-    None when the process is gone or its file unreadable (another user's process, no task I/O accounting)."""
+    """Bytes ``pid`` has passed to write() and its kin since it started (``wchar`` of ``/proc/PID/io``: files, pipes
+    and sockets alike); None when the process is gone or the file unreadable."""
     try:
         text = (proc / str(pid) / "io").read_text()
     except OSError:
@@ -131,8 +100,8 @@ def written(pid: int, proc: Path = PROC) -> int | None:
 
 
 def _written_since(main_pid: int, workers: Sequence[int], main_before: int | None, proc: Path) -> int | None:
-    """Bytes the main process wrote since it read ``main_before`` and the workers since they started (a new
-    process's counters start at 0); None when any of them is unreadable."""
+    """Bytes the main process wrote since ``main_before`` and the workers since they started; None when any of them is
+    unreadable."""
     if main_before is None:
         return None  # no cap asked (the cgroup holds the loader alone): the processes' files are not read
     main = written(main_pid, proc)
@@ -144,16 +113,12 @@ def _written_since(main_pid: int, workers: Sequence[int], main_before: int | Non
 
 def read(iterator: Any, delivered: int, main_pid: int, proc: Path = PROC, shmem_before: int | None = None,
          shmem_now: int | None = None, written_before: int | None = None) -> Reading | None:
-    """The memory of ``main_pid`` and of the workers of a DataLoader ``iterator``; None when unreadable.
+    """The memory of ``main_pid`` and of the workers of a DataLoader ``iterator`` (torch's ``_workers``); None when
+    unreadable.
 
-    The workers are torch's own record of the processes it started (``_workers``, set by
-    ``_MultiProcessingDataLoaderIter`` since torch 1.0); a loader without workers has none.
-    ``shmem_before``/``shmem_now``: the cgroup's tmpfs bytes (``cgroup_memory.shmem``) before the pool
-    started and now; what they grew by less the loader's mapped shared memory (batches in flight,
-    already in PSS) is files on tmpfs, which no PSS counts and the cgroup's limit does, up to what the loader's
-    processes wrote since (``written_before``: the main process's ``written`` before the pool started), where the
-    cgroup holds other programs whose files it counts too; None: the cgroup holds the loader alone, and the
-    whole growth is the loader's.
+    ``shmem_before``/``shmem_now``: the cgroup's tmpfs bytes before the pool started and now; their growth less the
+    mapped shared memory is files on tmpfs, capped by what the loader wrote since ``written_before`` (None: the cgroup
+    holds the loader alone).
     """
     main = rollup(main_pid, proc)
     if main is None:
@@ -197,9 +162,8 @@ class Watched(BatchPuller):
                     shmem_now=cgroup_memory.shmem(), written_before=self.written_before if self.shared else None)
 
     def ended_early(self) -> None:
-        """The pass ended before any window was read (inside the warm-up, or inside the first window): its last
-        reading taken on the way (batches 1, 2, 4, 8...) stands for the pool. Without it a small dataset's pass
-        left ``memory_headroom`` and ``pids_headroom`` unmeasured, and the bundled gate failed a healthy node."""
+        """The pass ended before any window was read: the last reading taken on the way (batches 1, 2, 4, 8...) stands
+        for the pool, so a small dataset still gets its memory and pids rows."""
         if self.watching and not self.readings and self.early is not None:
             self.readings.append(self.early)
 
@@ -232,17 +196,15 @@ class Watch:
         return self.last
 
     def stop(self) -> None:
-        """Read no later window of the last pool: the utilization phase's windows are the emulated steps', and a
-        reading between two of them is idle time the steps never had (windows are contiguous: ``loop.window``)."""
+        """Read no later window of the last pool: a reading between the utilization phase's windows would be idle time
+        its steps never had."""
         if self.last is not None:
             self.last.watching = False
 
     def measurements(self, epoch: int | None, workers: int, prefetch: Any, method: str,
                      footprint: int | None = None) -> list[Measurement]:
-        """The rows of the pools watched so far; later windows (the utilization phase) are not read.
-
-        ``footprint``: bytes building the dataset took in this process (``user.Job.footprint``), the most a
-        worker can copy of it; None: the main process's anonymous memory bounds the copies."""
+        """The rows of the pools watched so far; later windows (the utilization phase) are not read. ``footprint``:
+        bytes building the dataset took here, the most a worker can copy (None: the main process's anonymous memory)."""
         self.stop()
         self.last = None  # the pool is not kept alive here
         self.projection = project(self.pools, epoch, footprint, self.persistent)
@@ -254,9 +216,8 @@ class Watch:
         return [(r.main_tasks, r.tasks - r.main_tasks) for readings in self.pools for r in readings]
 
     def fits(self, workers: int) -> bool | None:
-        """Whether ``workers`` workers' projected epoch fits the limit (``Projection.at``); None when unknown.
-
-        Call after ``measurements``."""
+        """Whether ``workers`` workers' projected epoch fits the limit (``Projection.at``); None when unknown. Call
+        after ``measurements``."""
         if self.projection is None or self.limit is None or not self.projection.workers:
             return None
         return self.projection.at(workers) <= self.limit.bytes
@@ -299,11 +260,10 @@ class Projection(NamedTuple):
 
     @property
     def added(self) -> int:
-        """Bytes the rest of the epoch adds to the peak: the workers' copies still to come (``Saturation``), or
-        without workers or an epoch the growth per sample over the samples left, at most ``copyable``."""
+        """Bytes the rest of the epoch adds to the peak: the workers' copies still to come (``Saturation``), or,
+        without workers or an epoch, the growth per sample over the samples left, at most ``copyable``."""
         if self.cow is not None and self.epoch:
-            # Persistent workers read another share of the records each epoch and keep what they copied: in the
-            # end each holds every page (pytorch/pytorch#62066: RAM stepping up at later epochs).
+            # Persistent workers keep their copies, so each ends up holding every page (pytorch/pytorch#62066).
             end = self.epoch * (self.cow.workers if self.persistent else 1)
             grown = self.cow.copied(end, self.epoch) - self.cow.copied(self.delivered, self.epoch)
             return int(max(0.0, grown)) + self.tmpfs_added
@@ -314,9 +274,8 @@ class Projection(NamedTuple):
         return self.peak + self.added
 
     def at(self, workers: int) -> int:
-        """Bytes projected with ``workers`` workers instead: the main process's, and each worker's share of the rest.
-
-        Files on tmpfs are one per sample whoever writes them: they do not scale with the workers."""
+        """Bytes projected with ``workers`` workers instead: the main process's and tmpfs files fixed, each worker's
+        share of the rest."""
         if not self.workers:
             return self.projected
         fixed = self.main + self.tmpfs + self.tmpfs_added
@@ -327,19 +286,17 @@ def project(pools: Sequence[Sequence[Reading]], epoch: int | None, footprint: in
             persistent: bool = False) -> Projection | None:
     """The ``Projection`` of each pool's readings (in order); None when no pool has a reading.
 
-    With workers and an epoch the growth to come is the fitted ``Saturation`` (``fit``), each worker at
-    most copying the dataset's ``footprint`` (bytes building it took in the main process; at least what a
-    worker was seen to copy) or, unknown, the main process's anonymous memory at its pool's first reading;
-    else the median growth per sample over the samples left, at most ``copyable``. ``persistent``: the workers
-    live on from epoch to epoch, so the copies are projected to every worker's holding every page it can copy."""
+    With workers and an epoch the copies to come are the fitted ``Saturation``, each worker copying at most
+    ``footprint`` (at least what one was seen to copy) or else the main process's anonymous memory; otherwise the
+    median growth per sample, at most ``copyable``. ``persistent``: every worker ends up holding every page.
+    """
     pools = [p for p in pools if p]
     if not pools:
         return None
     slopes, tmpfs_slopes, worker_growth, main_growth = [], [], 0, 0
     for readings in pools:
         intervals = list(zip(readings, readings[1:]))
-        # The first interval is left out where later ones follow: the main process settles there (once, not
-        # per sample: 25 MiB in the CLI's worker over a numpy-backed Dataset, nothing after).
+        # The first interval is left out where later ones follow: the main process settles there, once.
         for first, last in intervals[1:] or intervals:
             if last.delivered > first.delivered:
                 slopes.append(max(0.0, (last.anon - first.anon) / (last.delivered - first.delivered)))
@@ -373,14 +330,9 @@ class Limit(NamedTuple):
 
 
 def limit(holding: int) -> Limit | None:
-    """The memory the job may use: the tighter of the cgroup's limit and MemAvailable plus ``holding`` (bytes).
-
-    ``holding``: what the loader already holds, which MemAvailable no longer counts. A cgroup limit
-    above what the host has left binds nothing: the node runs out first (a pod limit above the
-    node's RAM, Traitome/oxo-flow#96; "min(physical, cgroup limit)", sqliteai/warp#14). A v2
-    ``memory.high`` below the limit is where the kernel starts throttling: the job slows there
-    (sqliteai/warp#14 takes the smallest ``memory.max`` or ``memory.high``).
-    """
+    """The memory the job may use: the tighter of the cgroup's limit and MemAvailable plus ``holding`` (bytes the
+    loader already holds). A cgroup limit above what the host has binds nothing (Traitome/oxo-flow#96); a v2
+    ``memory.high`` below it is where the kernel throttles (sqliteai/warp#14)."""
     cgroup, high = cgroup_memory.memory_limit(), cgroup_memory.memory_high()
     available = hostmem.mem_available()
     host = None if available is None else available + holding

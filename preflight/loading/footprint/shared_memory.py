@@ -1,49 +1,18 @@
 """The /dev/shm the job's DataLoader needs for its batches in flight, read against what the mount has free.
 
-A DataLoader worker hands each batch to the main process through shared memory: torch's collate
-allocates the batch's tensors there in the worker (``default_collate``: ``_new_shared`` when
-``get_worker_info()`` is set) and ``torch.multiprocessing``'s reductions send any other tensor's
-storage the same way; glibc's ``shm_open`` puts the segments in ``/dev/shm``. A tmpfs too small for
-them kills the job: a worker that touches a page past the mount's end gets SIGBUS ("DataLoader worker
-(pid N) is killed by signal: Bus error"), one that grows a segment gets ENOSPC ("unable to write to
-file </torch_...>"), pytorch/pytorch#5040, #2244. Docker's and Kubernetes' default /dev/shm is 64 MiB.
+Loading layer (footprint); too small a tmpfs kills the job's workers (pytorch/pytorch#5040, #2244). Method::
 
-Method::
+    bytes     = one batch of the job's loader (num_workers 0, in a child process): distinct storages, page-rounded
+    held      = storages the Dataset keeps (batches are views), moved there once per worker
+                (torch/multiprocessing/reductions.py reduce_storage; StorageSharing.cpp THPStorage_shareFd)
+    in flight = prefetch_factor x num_workers (+ 2 the training loop holds, without pin_memory)
+                (torch/utils/data/dataloader.py _reset, _try_put_index; _next_data sends before __next__ returns)
+    once      = spawn/forkserver: the Dataset's own tensors, moved there once as it is pickled
+    needed    = bytes x in flight + held x num_workers + once + (3 x num_workers + 8) semaphore pages
+    headroom  = (free - needed) / free                  free: statvfs f_bavail of /dev/shm
 
-    batch    = one batch of the job's loader (its Dataset, sampler, collate_fn), loaded as num_workers 0 loads it,
-               before any worker starts, so the measuring cannot die of what it measures (in a child process
-               started as the job's workers are: the Dataset in the main process stays as the workers find it)
-    bytes    = sum over the batch's distinct tensor storages made for it of nbytes, each rounded up to a 4 KiB page
-               (tmpfs holds whole pages), scaled to batch_size where the batch came short
-    held     = the same sum over the storages that outlive the batch (the Dataset keeps them: each batch a view
-               of a tensor it loaded); torch sends a tensor by its whole storage and moves a storage not yet shared
-               into a new segment in place (torch/multiprocessing/reductions.py reduce_storage ->
-               storage._share_fd_cpu_(); torch/csrc/StorageSharing.cpp THPStorage_shareFd: new_shm_fd_storage, copy,
-               set_data_ptr_noswap), so each worker moves its copy there once, at its first batch, and it stays
-    in flight = prefetch_factor x num_workers          torch/utils/data/dataloader.py,
-                                                        _MultiProcessingDataLoaderIter._reset / _try_put_index
-                + 2 without pin_memory                  the batch the training loop holds still maps its segment,
-                                                        and so does the one before it: _next_data sends the next
-                                                        index (_process_data -> _try_put_index) before __next__
-                                                        returns, while the loop's variable still holds the last
-                                                        batch; a worker's posix_fallocate of the next segment meets
-                                                        the page-by-page freeing of the last (bench/shm_needed.py
-                                                        saw 9.8 batches at 4 x 2)
-                                                        with pin_memory the pin thread copies each batch to pinned
-                                                        memory and its segment is freed
-    semaphores = (3 x num_workers + 8) pages            multiprocessing's SemLocks (sem_open: /dev/shm/sem.*, one
-                                                        page each): 3 per worker's index queue and the result
-                                                        queue's, 5 for the workers' done Event
-    once     = spawn or forkserver: the Dataset's own tensors' storages, which pickling it to the workers moves
-               there once (reduce_storage); held then counts 0, being among them
-    needed   = bytes x in flight + held x num_workers + once + semaphores
-    headroom = (free - needed) / free                   free: statvfs f_bavail of /dev/shm
-
-Measured against a real loop's peak of statvfs(/dev/shm) in bench/shm_needed.py (docs/benchmarks.md).
-
-The job's ``num_workers`` and ``prefetch_factor`` (or its own DataLoader's) are those projected, whatever
-the run's pools use. Preflight's own loader is not started where the projection does not fit: its workers
-would die as the job's would (``Need.short``).
+Where it does not fit, preflight starts no pool of its own (``Need.short``). docs/checks.md (``shm_needed``),
+docs/benchmarks.md (shm_needed).
 """
 
 from __future__ import annotations
@@ -65,9 +34,8 @@ ROWS = ("shm_needed", "shm_headroom")
 def storages(batch: Any) -> dict[int, tuple[int, Any]]:
     """``batch``'s distinct tensor storages: {key: (page-rounded bytes, the storage or None)}.
 
-    Walks tuples, lists, dicts and dataclass-like objects (their ``__dict__``); a tensor that is a view of a
-    larger storage sends the whole storage. Other leaves (numpy arrays, strings, numbers) travel pickled
-    through the worker's pipe and are not there. Sparse and nested layouts count their elements' bytes (no storage).
+    Walks containers and objects' ``__dict__``; a view sends its whole storage; non-tensor leaves travel pickled and
+    count 0; sparse and nested layouts count their elements' bytes.
     """
     import torch
 
@@ -107,11 +75,9 @@ def batch_bytes(batch: Any) -> int:
 
 
 def split_held(make: Callable[[], Any]) -> tuple[int, int]:
-    """(bytes made for the batch ``make()`` returns, bytes of its storages that outlive it): the batch is dropped
-    here, and a storage still alive after (a weak reference, torch's ``StorageWeakRef``) is one the Dataset keeps, a
-    tensor it loaded whose views it returns. Each worker moves such a storage to shared memory once
-    (``_share_fd_cpu_`` shares it in place) and later batches reuse it, so it counts once per worker, not once per
-    batch in flight. Nothing but ``make()``'s result may reference the batch (its samples neither)."""
+    """(bytes made for the batch ``make()`` returns, bytes of its storages that outlive it): a storage still alive
+    once the batch is dropped (``StorageWeakRef``) is one the Dataset keeps, moved to shared memory once per worker.
+    Nothing but ``make()``'s result may reference the batch."""
     from torch.multiprocessing.reductions import StorageWeakRef
 
     refs = [(nbytes, StorageWeakRef(storage) if storage is not None else None)
@@ -121,28 +87,23 @@ def split_held(make: Callable[[], Any]) -> tuple[int, int]:
 
 
 def semaphores(workers: int) -> int:
-    """Bytes of the DataLoader's own semaphores in /dev/shm: multiprocessing's ``SemLock`` is a POSIX ``sem_open``
-    (glibc: a page-sized file /dev/shm/sem.*, unlinked at once, mapped while it lives): 3 per queue (``Queue``'s
-    _rlock, _wlock and _sem; one index queue per worker and the result queue) and 5 for the workers' done
-    ``Event`` (its Lock, Condition's 3 Semaphores, its flag): (3 x workers + 8) pages, 0 without workers.
-    Measured: 11, 14 and 20 pages at 1, 2 and 4 workers (statvfs of a fresh tmpfs)."""
+    """Bytes of the DataLoader's own semaphores in /dev/shm (multiprocessing's ``SemLock``, a page each): 3 per queue
+    (one per worker and the result queue) and 5 for the done ``Event``; 0 without workers."""
     return (3 * workers + 8) * PAGE if workers > 0 else 0
 
 
 def in_flight(workers: int, prefetch: int | None, pinned: bool) -> int:
-    """Batches held in /dev/shm at once: ``prefetch x workers`` sent ahead (torch's ``_MultiProcessingDataLoaderIter``
-    keeps that many indices outstanding), + 2 unless pinning copied them out: the one the training loop holds and
-    the one before it, which its loop variable holds until ``__next__`` returns, after the next index went out (a
-    worker's next segment can be allocated before the last is freed); 0 without workers."""
+    """Batches held in /dev/shm at once: ``prefetch x workers`` sent ahead (torch's
+    ``_MultiProcessingDataLoaderIter``), + 2 the training loop holds unless pinning copied them out; 0 without
+    workers."""
     if workers <= 0:
         return 0
     return int(prefetch or 2) * workers + (0 if pinned else 2)
 
 
 def shm_size(nbytes: int) -> tuple[str, str]:
-    """The size to set for ``nbytes``, rounded up: (``docker run --shm-size``, Kubernetes ``sizeLimit``).
-
-    A power of two MiB below 1 GiB (128m, 256m, 512m), whole GiB above (1g, 2g, 9g)."""
+    """The size to set for ``nbytes``, rounded up: (``docker run --shm-size``, Kubernetes ``sizeLimit``); a power of
+    two MiB below 1 GiB, whole GiB above."""
     mib = max(64, nbytes / (1 << 20))
     if mib <= 512:
         up = 1 << math.ceil(math.log2(mib - 1e-9))
@@ -171,8 +132,7 @@ class Need(NamedTuple):
         return in_flight(self.workers, self.prefetch, self.pinned)
 
     def fixed(self, workers: int) -> int:
-        """What ``workers`` workers hold in /dev/shm whatever the batch: their copies of the Dataset's kept storages
-        and the loader's semaphores."""
+        """What ``workers`` workers hold in /dev/shm whatever the batch: kept storages and semaphores."""
         return self.held * max(0, workers) + (self.once if workers > 0 else 0) + semaphores(workers)
 
     @property
@@ -189,9 +149,8 @@ class Need(NamedTuple):
         return self.batch * in_flight(workers, self.prefetch, self.pinned) + self.fixed(workers) <= self.free
 
     def arithmetic(self) -> str:
-        """``10 batches of 36.75 MiB (64 samples): num_workers 4 x prefetch_factor 2 + 2 the training loop holds (its
-        batch and the one before it), and 80 KiB of the loader's semaphores``, with the Dataset's kept storages
-        x num_workers where it keeps any."""
+        """The sum in words: ``10 batches of 36.75 MiB (64 samples): num_workers 4 x prefetch_factor 2 + 2 the
+        training loop holds ...``."""
         loop = "" if self.pinned else " + 2 the training loop holds (its batch and the one before it)"
         kept = (f", {_size(self.held)} of tensors the Dataset keeps (its batches are views of them) x "
                 f"num_workers {self.workers}" if self.held else "")
@@ -209,9 +168,8 @@ class Need(NamedTuple):
         return int(room // (per_sample * max(1, self.batches))) if per_sample else self.batch_size
 
     def fix(self) -> str:
-        """The size to set (what others hold on the mount stays held), and the settings that would fit instead: the
-        largest batch_size, the most workers (0: the main process loads, nothing passes through /dev/shm) and the
-        largest prefetch_factor at the job's workers, where one fits."""
+        """The size to set (what others hold on the mount kept), and what would fit instead: the largest batch_size,
+        the most workers, the largest prefetch_factor."""
         docker, kubernetes = shm_size(self.needed + max(0, self.size - self.free))
         instead = []
         if 0 < self.largest_batch() < self.batch_size:
@@ -247,8 +205,7 @@ class Need(NamedTuple):
             how = f"num_workers 0: the main process loads every batch, none passes through {SHM_DIR}; {method}"
         free = f"{_size(self.free)} free of {_size(self.size)} on {SHM_DIR}"
         if self.memory_limit is not None and self.memory_limit < self.free:
-            # A memory-backed emptyDir shows half the node's RAM whatever its sizeLimit (kubernetes/kubernetes#76263),
-            # and its pages are charged to the pod's memory limit: the limit binds first, with an OOM kill.
+            # A memory emptyDir shows half the node's RAM, charged to the pod's limit (kubernetes/kubernetes#76263).
             free += (f"; the cgroup memory limit, {_size(self.memory_limit)}, is below that: the segments' pages "
                      f"count against it, so memory_headroom judges the rest")
         hint = ""
@@ -296,21 +253,17 @@ def need(options: Mapping[str, Any], source: Any, built: Any) -> Need | list[Mea
 
 
 def pickled_tensors(built: Any) -> tuple[bool, int]:
-    """(whether ``built``'s workers get a pickled copy of its Dataset, the bytes of the tensor storages it holds).
+    """(whether ``built``'s workers get a pickled copy of its Dataset, the bytes of its tensor storages).
 
-    Under spawn and forkserver (the DataLoader's ``multiprocessing_context``, else torch.multiprocessing's start
-    method: forkserver is Python 3.14's default on Linux) torch's DataLoader pickles the Dataset to each worker
-    with multiprocessing's ForkingPickler, where torch's ``reduce_storage`` moves each of its tensors' storages
-    into a shared-memory segment in place at the first worker's start and hands the later ones the same segment
-    (ultralytics/ultralytics#26086: a RAM image cache held as a tensor): once, whatever the worker count. Under
-    fork nothing is pickled. The Dataset is walked as ``storages`` walks a batch, not pickled (that would fill
-    /dev/shm here). The loader is made (``Loader.fresh``), never iterated."""
+    Under spawn and forkserver (Python 3.14's default) torch's ``reduce_storage`` moves each storage to /dev/shm once
+    as the Dataset is pickled (ultralytics/ultralytics#26086); under fork nothing is. The Dataset is walked, not
+    pickled; the loader is made (``Loader.fresh``), never iterated.
+    """
     import torch.multiprocessing
 
     loader = built.fresh().dataloader
     context = loader.multiprocessing_context
-    # Without one, the start method set, else this Python's default (get_all_start_methods lists it first): read so
-    # as not to fix it here, as get_start_method() would.
+    # The start method set, else this Python's default, read without fixing it (as get_start_method() would).
     method = (context.get_start_method() if context is not None else
               torch.multiprocessing.get_start_method(allow_none=True)
               or torch.multiprocessing.get_all_start_methods()[0])
@@ -319,18 +272,14 @@ def pickled_tensors(built: Any) -> tuple[bool, int]:
     return True, sum(nbytes for nbytes, _ in storages(loader.dataset).values())
 
 
-# What torch says when a worker runs out of /dev/shm: the SIGBUS of a page touched past the mount's end (its SIGCHLD
-# handler's "killed by signal: Bus error ... out of shared memory"), or the worker's own ENOSPC re-raised in the main
-# process ("unable to allocate shared memory(shm) for file </torch_...>", "unable to write to file </torch_...>").
+# What torch says when a worker runs out of /dev/shm: a SIGBUS past the mount's end, or the worker's ENOSPC.
 SIGNS = ("Bus error", "out of shared memory", "unable to allocate shared memory", "unable to write to file </torch_",
          "unable to open shared memory")
 
 
 def died_of(error: BaseException) -> str | None:
-    """The reason, with the fix, when ``error`` is a DataLoader worker's death for want of /dev/shm; else None.
-
-    The projection fits but a worker died anyway where a later batch was larger than the first (samples of varying
-    size) or another process filled the mount meanwhile: the rows then say so rather than a traceback."""
+    """The reason, with the fix, when ``error`` is a DataLoader worker's death for want of /dev/shm; else None (a
+    later batch larger than the first, or another process filling the mount)."""
     text = str(error)
     if not any(sign in text for sign in SIGNS):
         return None
@@ -372,15 +321,8 @@ def pinned(options: Mapping[str, Any], source: Any) -> bool:
 
 def first_batch(built: Any) -> tuple[int, int, int | None]:
     """(bytes made for the batch, bytes of storages the Dataset keeps, samples) of one batch of ``built``'s loader,
-    loaded as ``num_workers=0`` loads it (``split_held``).
-
-    The loader object is made (``Loader.fresh``) but never iterated, so no worker starts. Its batch sampler's first
-    index list is drawn here, so a run's pass (``io.dataset``) moves past those samples and no later pool reads
-    them again; the samples are fetched and collated in a child process started as the job's workers are (its
-    ``multiprocessing_context``), as torch's ``_MapDatasetFetcher`` / ``_IterableDatasetFetcher`` do. In the child,
-    not here: a Dataset that opens a handle or draws a seed on its first ``__getitem__`` (h5py's lazy open) would
-    otherwise hand that state to every worker forked after it, as the job's main process never does. What the
-    job's code raises there is re-raised here with its traceback (torch's ``ExceptionWrapper``).
+    loaded as ``num_workers=0`` loads it (``split_held``) in a child started as the job's workers are (a handle the
+    Dataset opens lazily stays unopened for them). Its indices are drawn from the run's pass.
 
     Raises:
         RuntimeError: the child died before it answered (its exit code named), or what the job's code raised.
@@ -418,12 +360,8 @@ def first_batch(built: Any) -> tuple[int, int, int | None]:
 
 def _load(dataset: Any, collate: Any, indices: list[Any] | None, batched: bool, batch_size: int | None,
           answer: Any) -> None:
-    """In the child: fetch and collate one batch as torch's fetchers do, and send (bytes made for it, bytes the
-    Dataset keeps, samples) or the exception.
-
-    One intra-op thread, as torch's ``_worker_loop`` sets in each worker: a child forked after the parent ran
-    a parallel op inherits an OpenMP pool whose threads it does not have, and its first parallel op waits on them
-    for ever (a 3x224x224 ``torch.zeros`` hung here)."""
+    """In the child: fetch and collate one batch as torch's fetchers do; send the sizes or the exception. One intra-op
+    thread, as torch's ``_worker_loop``: a forked child's inherited OpenMP pool can hang its first op."""
     import itertools
 
     import torch

@@ -1,20 +1,12 @@
-"""The DataLoader's tasks (processes and threads) against the pids limits the job will meet.
+"""The DataLoader's tasks (processes and threads) against the pids limits the job will meet (loading layer).
 
-Method: before any loader starts, every limit on new tasks is read (``host.pids.read``: the cgroup's
-``pids.max`` less ``pids.current`` up the tree, ``RLIMIT_NPROC`` less the user's tasks,
-``kernel.threads-max`` and ``pid_max`` less the tasks scheduled). What the job's loader may use of
-the tightest is what is left plus what the job would not run: the gate's runner process, and this
-process, which stands for the job's main process and whose threads the loader's count includes::
+Method (limits by ``host.pids.read`` before any loader starts; docs/faults-and-noise.md, pids and threads)::
 
-    available = limit - in use + runner's tasks + this process's tasks        (pids_available)
-    needed    = max over the windows of every pool of
-                tasks of this process + sum of each worker's tasks          (/proc/PID/task)
-    headroom  = (available - needed) / available                              (pids_headroom)
+    available = tightest limit - in use + runner's tasks + this process's tasks        (pids_available)
+    needed    = max over every pool's windows of this process's tasks + each worker's (/proc/PID/task)
+    headroom  = (available - needed) / available                                        (pids_headroom)
 
-``needed`` is measured, not derived: the main process holds a queue feeder thread per worker, the
-pin-memory thread and torch's intra-op threads; each worker its own main thread, its result queue's
-feeder and more (2-3 tasks each here, torch 2.x on Linux). A loader that cannot start them all dies
-of EAGAIN, reported as "pids limit N reached (FILE)" (``host.pids.explain``).
+``needed`` is measured, not derived (2-3 tasks per worker with torch 2.x); EAGAIN is ``host.pids.explain``'s.
 """
 
 from __future__ import annotations
@@ -61,10 +53,8 @@ class Needed(NamedTuple):
 def needed(readings: Sequence[tuple[int, int]], workers: int, tensor_worker: int, intra_op: int) -> Needed | None:
     """The peak over ``readings`` (main process's tasks, workers' tasks) of what the job's loader holds.
 
-    Each worker counts at least ``tensor_worker`` tasks (``worker_tasks``): the gate's own file and shard
-    batches are pairs of counts, while a job's hold tensors, and a worker that sends one starts
-    multiprocessing's fd-passing thread too. ``intra_op`` threads are added to the main process: the
-    job's training step starts them (torch.get_num_threads() - 1) and the gate's loop runs none.
+    Each worker counts at least ``tensor_worker`` tasks (the gate's batches are counts, a job's are tensors, which
+    start the fd-passing thread); ``intra_op`` threads are added to the main process, as the job's step starts them.
     """
     best: Needed | None = None
     for main, in_workers in readings:
@@ -76,11 +66,9 @@ def needed(readings: Sequence[tuple[int, int]], workers: int, tensor_worker: int
 
 
 def worker_tasks() -> int:
-    """Tasks a DataLoader worker holds once it has sent a tensor batch, measured on one real worker here.
-
-    Its main thread, its result queue's feeder thread, and under torch's ``file_descriptor`` sharing
-    strategy multiprocessing's resource-sharer thread, which serves the tensors' file descriptors
-    (2-3 on Linux with torch 2.x; measured, since it depends on torch, Python and the start method)."""
+    """Tasks a DataLoader worker holds once it has sent a tensor batch, measured on one real worker here: its main
+    thread, its result queue's feeder, and under ``file_descriptor`` sharing the resource-sharer thread (2-3 with
+    torch 2.x)."""
     import torch
     from torch.utils.data import DataLoader
 
@@ -102,9 +90,8 @@ def intra_op_threads() -> int:
 
 
 def probe(workers: int) -> int:
-    """``worker_tasks()`` when the loader has workers, before its first pool starts (the probe's worker then
-    takes nothing from the loader's tasks); 0 without workers, or when the probe itself was refused at the
-    limit: the workers' own readings then stand alone."""
+    """``worker_tasks()`` when the loader has workers, before its first pool starts; 0 without workers or when the
+    probe was refused at the limit (the workers' own readings then stand alone)."""
     if not workers:
         return 0
     try:
