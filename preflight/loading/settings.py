@@ -7,9 +7,14 @@ before any starts. docs/checks.md ("The job's loader settings, all of them").
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import inspect
 import io
+import os
 import pickle
+import tempfile
+import time
 import types
 from typing import Any, Callable, Mapping
 
@@ -63,6 +68,76 @@ def worker_init(options: Mapping[str, Any]) -> Callable[..., Any] | None:
     return usercode.load(spec, "worker_init_fn") if spec else None
 
 
+class TimedInit:
+    """The job's ``worker_init_fn``, timed in each worker, so that a DataLoader timeout it alone causes is told
+    apart from a stalled node: the job's loader times out the same way on any node (MPI-Dortmund/tomotwin-cryoet#57).
+
+    Picklable (its function and a log's path), as a spawned worker receives it; each worker appends its start and
+    its duration to the log.
+    """
+
+    def __init__(self, init: Callable[..., Any], timeout_s: float) -> None:
+        handle, self.log = tempfile.mkstemp(prefix="preflight-init-", suffix=".log")
+        os.close(handle)
+        self.init, self.timeout_s = init, timeout_s
+        if not _TIMED:
+            atexit.register(lambda: [_remove(timed.log) for timed in _TIMED])
+        _TIMED.append(self)  # kept past its DataLoader: the timeout's error is read after the loader is gone
+
+    def __call__(self, worker_id: int) -> None:
+        start = time.monotonic()
+        _append(self.log, f"{worker_id} started {start}")
+        try:
+            self.init(worker_id)
+        finally:
+            _append(self.log, f"{worker_id} took {time.monotonic() - start}")
+
+    def overran(self) -> str:
+        """How the init function alone outlasted the DataLoader's timeout in some worker ("took 8.0 s in worker
+        0"; "has run 4.9 s in worker 1 and not returned": still running when the timeout struck, most of it, the
+        worker's start taking the rest); "" where none did."""
+        started: dict[str, float] = {}
+        took: dict[str, float] = {}
+        with contextlib.suppress(OSError), open(self.log) as handle:
+            for line in handle:
+                worker, what, value = line.split()
+                (started if what == "started" else took)[worker] = float(value)
+        for worker, seconds in took.items():
+            if seconds >= self.timeout_s:
+                return f"took {seconds:.1f} s in worker {worker}"
+        now = time.monotonic()
+        for worker, start in started.items():
+            if worker not in took and now - start >= self.timeout_s / 2:
+                return f"has run {now - start:.1f} s in worker {worker} and not returned"
+        return ""
+
+
+_TIMED: list[TimedInit] = []  # the timed init functions of this process's loaders, their logs removed at its exit
+
+
+def init_overran() -> str:
+    """Why the DataLoader timed out where the job's ``worker_init_fn`` alone took longer than its timeout, with the
+    figures and the fix; "" where it did not (then the wait is the workers' loading: a stalled node, or the code)."""
+    for timed in _TIMED:
+        said = timed.overran()
+        if said:
+            name = getattr(timed.init, "__qualname__", repr(timed.init))
+            return (f"the job's worker_init_fn {name} {said}, longer than the DataLoader's timeout of "
+                    f"{timed.timeout_s:g} s, so no batch can arrive in time on any node: the job's DataLoader fails "
+                    f"the same way: make worker_init_fn faster, or raise the timeout above it")
+    return ""
+
+
+def _append(path: str, line: str) -> None:
+    with contextlib.suppress(OSError), open(path, "a") as handle:
+        handle.write(line + "\n")
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
 def generator(options: Mapping[str, Any]) -> Any:
     """One ``torch.Generator`` seeded with ``seed`` (shared by every DataLoader of a run, so each pool continues
     it as the job's next epoch does), or None for ``seed: auto``."""
@@ -82,6 +157,8 @@ def keywords(options: Mapping[str, Any], workers: int, init: Callable[..., Any] 
     if workers > 0:
         arguments["persistent_workers"] = bool(options.get("persistent_workers", False))
         arguments["timeout"] = float(options.get("loader_timeout") or 0)
+        if init is not None and arguments["timeout"] > 0:  # told apart from a stall if the DataLoader times out
+            arguments["worker_init_fn"] = TimedInit(init, arguments["timeout"])
         if (options.get("multiprocessing_context") or "default") != "default":
             arguments["multiprocessing_context"] = options["multiprocessing_context"]
     if options.get("in_order", True) is False:

@@ -255,6 +255,9 @@ def _blamed(instance: str, option: str, ours: bool = False, waits: str = "loader
         raise usercode.UserCodeRaised(f"{instance}.{error.option}: {error}", error.option) from None
     except Exception as error:  # noqa: BLE001  only the job's own exceptions are re-worded
         if isinstance(error, RuntimeError) and str(error).startswith("DataLoader timed out after"):  # torch's own
+            init = settings.init_overran()
+            if init:  # the job's own setting stops it on any node: its code's, exit 2, never a stalled node
+                raise usercode.UserCodeRaised(f"{instance}.worker_init_fn: {init}", "worker_init_fn") from None
             raise usercode.UserCodeRaised(f"{instance}.{waits}: {error}: no batch came from the workers within the "
                                           f"DataLoader's timeout, and the job's DataLoader raises the same: find "
                                           f"what stalls a worker (a hung mount, a slow __getitem__), or raise the "
@@ -380,6 +383,8 @@ def _jobs_own(options: Mapping[str, Any], source: Source) -> Loader:
     loader = job.loader  # type: ignore[union-attr]
     job_loader.refuse_unpicklable(options, loader)
     workers = loader.num_workers
+    if workers and loader.timeout > 0 and loader.worker_init_fn is not None:  # told apart from a stall (``_blamed``)
+        loader.worker_init_fn = settings.TimedInit(loader.worker_init_fn, loader.timeout)
     replays = user.Replays(workers) if user.iterable(loader.dataset) and workers > 1 else None
     count = job_loader.counting(loader, job, replays)  # type: ignore[arg-type]
     method = source.description + f", {user.counted_by(job, options.get('count_samples') or '')}"  # type: ignore[arg-type]

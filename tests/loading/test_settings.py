@@ -112,6 +112,11 @@ def images_loader(n=64):
     return torch.utils.data.DataLoader(dataset, batch_size=8, shuffle=True)
 
 
+def slow_init(worker_id):
+    """A worker_init_fn that loads a vocabulary for 3 s (MPI-Dortmund/tomotwin-cryoet#57: 8 s against timeout=5)."""
+    time.sleep(3)
+
+
 def mark(worker_id):
     """worker_init_fn: one file per worker started, saying who started it and with which seed."""
     info = torch.utils.data.get_worker_info()
@@ -251,6 +256,22 @@ def test_a_batch_later_than_loader_timeout_is_the_error_of_loader_timeout_as_it_
                                    f"the job's DataLoader raises the same: find what stalls a worker (a hung mount, "
                                    f"a slow __getitem__), or raise the timeout (a fault of the node's, stall, "
                                    f"not the code's: exit 1)")
+
+
+def test_tomotwin_57_a_worker_init_fn_slower_than_loader_timeout_is_the_jobs_setting_exit_2(tmp_path, src):
+    """The job's own loader fails after its timeout on every node: its setting, exit 2 naming both figures, not a
+    stalled node (exit 1 would drain a healthy one from a Slurm prolog)."""
+    body = (SPAWNED.format(factory="at_module_level").replace("spawn", "fork")
+            + '    worker_init_fn: "jobpkg.data:slow_init"\n    loader_timeout: 1s\n')
+    path = _config(tmp_path, body)
+    code, results = _run(path)
+    row = results["throughput"]
+    assert code == 2 and row["verdict"] == "error", row
+    assert re.search(r"dataloader\.worker_init_fn: the job's worker_init_fn slow_init has run [01]\.\d s in worker 0 "
+                     r"and not returned, longer than the DataLoader's timeout of 1 s, so no batch can arrive in time "
+                     r"on any node: the job's DataLoader fails the same way: make worker_init_fn faster, or raise "
+                     r"the timeout above it", row["message"]), row["message"]
+    assert "a fault of the node's" not in row["message"]
 
 
 def test_a_lambda_collate_fn_under_spawn_is_the_error_of_collate_fn(tmp_path, src):
