@@ -62,3 +62,30 @@ def available_cpus(root: Path = CGROUP_ROOT, membership: Path = PROC_CGROUP) -> 
 def auto_workers(root: Path = CGROUP_ROOT, membership: Path = PROC_CGROUP) -> int:
     """DataLoader ``num_workers`` for ``auto``: 70% of the usable CPUs, at least 1."""
     return max(1, math.floor(available_cpus(root, membership) * WORKER_SHARE))
+
+
+# A loader whose workers spend under half their time on a CPU waits more than it computes (on I/O, a remote
+# store, a sleep): a CPU quota does not bound it, and more workers than CPUs keep more reads in flight.
+WAITING_SHARE = 0.5
+
+
+def for_waiting(cpu_share: float, cpus: float) -> int:
+    """Workers that keep ``WORKER_SHARE`` of ``cpus`` busy when each spends ``cpu_share`` of its time on a CPU:
+    ``auto``'s count and the worker sweep's ceiling for a loader that waits (``cpu_share`` < ``WAITING_SHARE``),
+    at most twice the CPUs (at least 8): each worker is a copy of the Dataset's memory."""
+    ceiling = max(8, 2 * math.ceil(cpus))
+    return max(1, min(ceiling, math.floor(cpus * WORKER_SHARE / max(cpu_share, 1e-3))))
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User and system CPU time of ``pids`` so far, in seconds (/proc/PID/stat utime and stime, proc(5)); a pid
+    that has gone counts 0."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15, counted after the ")"
+    return total / os.sysconf("SC_CLK_TCK")

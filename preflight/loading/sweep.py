@@ -16,11 +16,14 @@ from preflight.checks.base import Budget
 KNEE_SHARE = 0.95  # within 5 % of the best rate counts as the best: window-to-window noise is about that
 
 
-def counts(configured: int, cpus: float) -> list[int]:
-    """1, 2, 4, ... up to the larger of ``cpus`` (rounded down) and ``configured``, with both included."""
-    top = max(1, configured, math.floor(cpus))
+def counts(configured: int, cpus: float, ceiling: int = 0) -> list[int]:
+    """1, 2, 4, ... up to the largest of ``cpus`` (rounded down), ``configured`` and ``ceiling`` (a loader that waits
+    may use more workers than CPUs: ``cpus.for_waiting``), with each included, and never fewer than two counts: a
+    knee is not told from one point."""
+    top = max(2, configured, math.floor(cpus), ceiling)
     powers = [2**k for k in range(top.bit_length()) if 2**k <= top]
-    return sorted({*powers, max(1, math.floor(cpus)), top} | ({configured} if configured >= 1 else set()))
+    return sorted({*powers, max(1, math.floor(cpus)), top} | ({configured} if configured >= 1 else set())
+                  | ({ceiling} if ceiling >= 1 else set()))
 
 
 class Curve(NamedTuple):

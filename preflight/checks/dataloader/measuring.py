@@ -20,6 +20,7 @@ from preflight.checks.dataloader.required import Required, visible_gpus
 from preflight.loading.source import Loader, Source, loader_for, opened
 from preflight.loading.user import Uncountable
 from preflight.host import pids
+from preflight.host.cpus import WAITING_SHARE, available_cpus, for_waiting
 from preflight.io.dataset import failures_note
 from preflight.measurement import Measurement, not_applicable, unmeasurable
 from preflight.units import format_value
@@ -79,6 +80,11 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits:
     # One batch loaded in this process, before any worker: a projection past /dev/shm's free space starts no pool,
     # whose workers would die with a bus error as the job's would (issue 36).
     shm = shared_memory.need(options, source, built)
+    cpu_share = shm.cpu_share if isinstance(shm, shared_memory.Need) else None
+    waiting = for_waiting(cpu_share, available_cpus()) if cpu_share is not None and cpu_share < WAITING_SHARE else 0
+    if options["num_workers"] == "auto" and not options.get("loader") and waiting > built.workers:  # the loader waits
+        built = loader_for({**options, "num_workers": waiting}, source)
+        shm = shm._replace(workers=built.workers, prefetch=built.prefetch_factor)  # type: ignore[union-attr]
     shm_rows = shm.rows(built.method) if isinstance(shm, shared_memory.Need) else shm
     if isinstance(shm, shared_memory.Need) and shm.short:
         raise _ShmShort(shm.why_not_started(), [dataclasses.replace(m, subject=source.subject) for m in shm_rows])
@@ -191,7 +197,7 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits:
                                   source.job.footprint if source.job is not None else None)
     results.append(tasks.headroom(limits, watch.tasks(), options, workers, method, tensor_worker))
     results += shm_rows
-    results.append(sweep.used(options, workers, method))
+    results.append(sweep.used(options, workers, method, cpu_share))
     results = [dataclasses.replace(m, note=note) if note and m.measured else m for m in results]
     # Fewer pools than worker_pools, or a pass read in well under a second (as rough as storage's small_files over
     # the same files): the loader's rates are a rougher draw than asked for, and say so.
@@ -205,7 +211,8 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits:
         del puller, taken
         try:
             results.append(sweep.measure(options, source, phase, workers, method, watch.fits,
-                                         shm.fits if isinstance(shm, shared_memory.Need) else lambda n: True))
+                                         shm.fits if isinstance(shm, shared_memory.Need) else lambda n: True,
+                                         cpu_share))
         except Exception as error:  # noqa: BLE001  a count past the pids limit costs the sweep, not the rows above
             why = tasks.refused(limits, error, options)
             if why is None:

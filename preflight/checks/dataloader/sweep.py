@@ -17,7 +17,7 @@ import math
 from typing import Any, Callable, Mapping
 
 from preflight.checks.base import Budget
-from preflight.host.cpus import available_cpus
+from preflight.host.cpus import WAITING_SHARE, available_cpus, for_waiting
 from preflight.loading.loop import BURST_NAMED, BatchPuller, pool_rate, windows
 from preflight.loading.source import Source, loader_for
 from preflight.loading.sweep import KNEE_SHARE, Curve, counts, sweep
@@ -52,6 +52,10 @@ def recommended(curve: Curve, workers: int, method: str,
                 fits: Callable[[int], bool | None] = lambda n: None) -> Measurement:
     """``recommended_num_workers``: the knee, or the most workers below it whose projected epoch ``fits`` the memory
     limit (``memory.Watch.fits``), with the curve and what changing ``workers`` to it gains in the note."""
+    if len(curve.counts) < 2:  # a knee is never told from one point
+        return Measurement("recommended_num_workers", None, "", method=f"{method}, swept at {curve.shown()}",
+                           reason=f"{curve.shown()}: only one worker count could be measured, and no knee is told "
+                                  f"from one")
     knee = curve.knee()
     fitting = [n for n in curve.counts if n <= knee and fits(n)] if fits(knee) is False else []
     now, best = curve.rate(workers), curve.rate(knee)
@@ -80,10 +84,17 @@ def recommended(curve: Curve, workers: int, method: str,
 
 def measure(options: Mapping[str, Any], source: Source, budget: Budget, workers: int, method: str,
             fits: Callable[[int], bool | None] = lambda n: None,
-            shm_fits: Callable[[int], bool] = lambda n: True) -> Measurement:
+            shm_fits: Callable[[int], bool] = lambda n: True, cpu_share: float | None = None) -> Measurement:
     """Sweep the worker counts for ``options`` over ``source`` and recommend one that ``fits``; a count whose batches
-    in flight would not fit /dev/shm (``shm_fits``) is not started, and the method names it."""
-    every = counts(workers, available_cpus())
+    in flight would not fit /dev/shm (``shm_fits``) is not started, and the method names it. A loader whose
+    samples took under ``WAITING_SHARE`` of their time on a CPU (``cpu_share``) is swept past the CPUs the cgroup
+    allows, up to ``for_waiting``: waiting workers use no CPU quota (pytorch/pytorch#19836)."""
+    cpus = available_cpus()
+    waits = cpu_share is not None and cpu_share < WAITING_SHARE
+    every = counts(workers, cpus, for_waiting(cpu_share, cpus) if waits else 0)  # type: ignore[arg-type]
+    if waits:
+        method += (f"; swept past the {cpus:g} CPUs allowed: a batch took {cpu_share:.0%} of its loading time on a "
+                   f"CPU, waiting the rest")
     swept = [n for n in every if shm_fits(n)] or every[:1]
     curve = sweep(loader_rate(options, source), swept, budget)
     left_out = [n for n in every if n not in swept]
@@ -93,8 +104,16 @@ def measure(options: Mapping[str, Any], source: Source, budget: Budget, workers:
     return recommended(curve, workers, method, fits)
 
 
-def used(options: Mapping[str, Any], workers: int, method: str) -> Measurement:
-    """``workers``: the worker count the loader ran with, and where ``auto`` took it from."""
-    why = (f"num_workers: auto, 70 % of the {available_cpus():g} CPUs the cgroup allows" if options["num_workers"] == "auto"
-           else "num_workers as configured")
+def used(options: Mapping[str, Any], workers: int, method: str, cpu_share: float | None = None) -> Measurement:
+    """``workers``: the worker count the loader ran with, and where ``auto`` took it from: 70 % of the CPUs the
+    cgroup allows, or for a loader whose batch took under ``WAITING_SHARE`` of its time on a CPU (``cpu_share``),
+    the workers that keep that share of them busy (``for_waiting``)."""
+    cpus = available_cpus()
+    if options["num_workers"] != "auto":
+        why = "num_workers as configured"
+    elif cpu_share is not None and cpu_share < WAITING_SHARE:
+        why = (f"num_workers: auto: one batch took {cpu_share:.0%} of its loading time on a CPU, waiting the rest, so "
+               f"{workers} workers keep 70 % of the {cpus:g} CPUs the cgroup allows busy (at most {max(8, 2 * math.ceil(cpus))})")
+    else:
+        why = f"num_workers: auto, 70 % of the {cpus:g} CPUs the cgroup allows"
     return Measurement("workers", float(workers), "", method=f"{why}; {method}")

@@ -18,6 +18,7 @@ docs/benchmarks.md (shm_needed).
 from __future__ import annotations
 
 import math
+import time
 import types
 from typing import Any, Callable, Mapping, NamedTuple
 
@@ -126,6 +127,7 @@ class Need(NamedTuple):
     memory_limit: int | None = None  # the cgroup's memory limit (``cgroup_memory.memory_limit``); None: none read
     held: int = 0  # bytes of the storages the Dataset keeps (``split_held``): moved there once by each forked worker
     once: int = 0  # bytes of the Dataset's tensors, moved there once as it is pickled to spawned workers
+    cpu_share: float | None = None  # of the probe batch's loading time, the share spent on a CPU (the rest waited)
 
     @property
     def batches(self) -> int:
@@ -239,17 +241,18 @@ def need(options: Mapping[str, Any], source: Any, built: Any) -> Need | list[Mea
     batch_size = int(built.batch_size or 1)
     workers, prefetch = built.workers, built.prefetch_factor
     nbytes = held = once = 0
+    cpu_share = None
     if workers:
         pickled, tensors = pickled_tensors(built)
         once = tensors if pickled else 0
         if once <= fs.free_bytes:  # else the probe's start would fill /dev/shm as the job's workers' start does
-            nbytes, held, samples = first_batch(built)
+            nbytes, held, samples, cpu_share = first_batch(built)
             if samples and samples < batch_size:  # a dataset shorter than one batch: scaled to a full one
                 nbytes = int(nbytes * batch_size / samples)
             if pickled:  # the storages it keeps are the ones shared once, already in `once`
                 held = 0
     return Need(nbytes, batch_size, workers, prefetch, pinned(options, source), fs.free_bytes, fs.size_bytes,
-                fs.describe(), cgroup_memory.memory_limit(), held, once)
+                fs.describe(), cgroup_memory.memory_limit(), held, once, cpu_share)
 
 
 def pickled_tensors(built: Any) -> tuple[bool, int]:
@@ -319,8 +322,9 @@ def pinned(options: Mapping[str, Any], source: Any) -> bool:
     return bool(wanted) and torch.cuda.is_available()
 
 
-def first_batch(built: Any) -> tuple[int, int, int | None]:
-    """(bytes made for the batch, bytes of storages the Dataset keeps, samples) of one batch of ``built``'s loader,
+def first_batch(built: Any) -> tuple[int, int, int | None, float | None]:
+    """(bytes made for the batch, bytes of storages the Dataset keeps, samples, the share of its loading time spent
+    on a CPU, the rest waiting) of one batch of ``built``'s loader,
     loaded as ``num_workers=0`` loads it (``split_held``) in a child started as the job's workers are (a handle the
     Dataset opens lazily stays unopened for them). Its indices are drawn from the run's pass.
 
@@ -336,7 +340,7 @@ def first_batch(built: Any) -> tuple[int, int, int | None]:
     if not isinstance(loader.dataset, torch.utils.data.IterableDataset):
         drawn = next(iter(loader.batch_sampler if batched else loader.sampler), None)
         if drawn is None:
-            return 0, 0, 0
+            return 0, 0, 0, None
         indices = list(drawn) if batched else [drawn]
     context = loader.multiprocessing_context or torch.multiprocessing
     receive, send = context.Pipe(duplex=False)
@@ -355,7 +359,7 @@ def first_batch(built: Any) -> tuple[int, int, int | None]:
     child.join()
     if answer[0] == "raised":
         answer[1].reraise()
-    return answer[1], answer[2], answer[3]
+    return answer[1], answer[2], answer[3], answer[4]
 
 
 def _load(dataset: Any, collate: Any, indices: list[Any] | None, batched: bool, batch_size: int | None,
@@ -369,15 +373,18 @@ def _load(dataset: Any, collate: Any, indices: list[Any] | None, batched: bool, 
 
     torch.set_num_threads(1)
     try:
+        wall, cpu = time.perf_counter(), time.process_time()
         if indices is not None:
             data = [dataset[i] for i in indices] if batched else dataset[indices[0]]
         else:
             stream = iter(dataset)
             data = list(itertools.islice(stream, batch_size)) if batched else next(stream)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         samples = len(data) if batched else None
         box = [data]  # the samples, let go in collate: a storage alive after the batch is then one the Dataset keeps
         del data
-        answer.send(("measured", *split_held(lambda: collate(box.pop()) if box[0] is not None else None), samples))
+        answer.send(("measured", *split_held(lambda: collate(box.pop()) if box[0] is not None else None), samples,
+                     min(1.0, cpu / wall) if wall > 0 else None))
     except BaseException:  # noqa: BLE001  the job's exception, sent back whole
         answer.send(("raised", ExceptionWrapper(where="in the process loading one batch (num_workers 0)")))
     finally:

@@ -89,11 +89,12 @@ def test_a_sleep_bound_dataset_keeps_growing_to_the_most_workers_swept(tmp_path)
     # idle: 302 and 389 samples/s), and beside two busy loops and three other test processes the slower one fell
     # within 5 % of one worker's best: the knee read 1 (samples/s 93, 167, 241). Batches of 2 halve a window's step
     # (idle: 367 and 392).
+    # Its workers wait: the sweep goes past the 2 CPUs and the configured 4, to 8 (issue 42 case 4).
     rows = swept(tmp_path, "sleeps", batch_size=2)
     recommended = rows["recommended_num_workers"]
-    assert recommended.value == 4, recommended.note
-    assert recommended.note.startswith("samples/s at 1, 2, 4 workers: ")
-    assert recommended.note.endswith("num_workers 4 is where throughput stops growing")
+    assert recommended.value == 8, recommended.note
+    assert recommended.note.startswith("samples/s at 1, 2, 4, 8 workers: ")
+    assert recommended.note.endswith("raise num_workers from 4 to 8: +" + recommended.note.split(": +")[-1])
     assert rows["workers"].value == 4 and rows["workers"].method.startswith("num_workers as configured; ")
 
 
@@ -204,7 +205,8 @@ def test_the_counts_double_up_to_the_cpus_allowed_and_the_configured_count():
     assert sweep.counts(1, 2.0) == [1, 2]
     assert sweep.counts(3, 2.0) == [1, 2, 3]
     assert sweep.counts(8, 16.0) == [1, 2, 4, 8, 16]
-    assert sweep.counts(0, 1.5) == [1]
+    assert sweep.counts(0, 1.5) == [1, 2]  # a knee is never told from one count (issue 42 case 4)
+    assert sweep.counts(1, 1.0, ceiling=8) == [1, 2, 4, 8]  # a loader that waits: past the quota's one CPU
 
 
 def test_without_the_sweep_the_loader_reports_the_workers_it_used_and_no_recommendation(tmp_path):
@@ -212,3 +214,39 @@ def test_without_the_sweep_the_loader_reports_the_workers_it_used_and_no_recomme
     assert "recommended_num_workers" not in rows
     assert rows["workers"].method.startswith("num_workers: auto, 70 % of the ")
     assert rows["workers"].value >= 1
+
+
+def test_pytorch_19836_a_loader_that_waits_is_swept_past_its_cpu_quota_and_auto_follows_it(tmp_path):
+    """Issue 42 case 4: one CPU of quota and a Dataset that waits 10 ms a sample: the job read about twice as much
+    with each doubling of workers up to 8, where the gate ran `auto` at 1 worker and stated a knee from that one
+    point. The probe batch's loading took a few % of its time on a CPU, so auto and the sweep go past the quota.
+    Asserted on what was done (the counts swept, the workers used), not on rates a busy machine moves."""
+    src = job_package(tmp_path / "src", "bound", {"__init__": DATASETS})
+    config = write_config(tmp_path, f"""
+        version: 1
+        checks:
+          dataloader:
+            dataset: "bound:sleeps"
+            python_path: [{src}]
+            batch_size: 4
+            worker_pools: 1
+            worker_sweep: true
+            duration: 2s
+        """)
+    with cpu_limited_cgroup(1.0) as prefix:
+        run = run_cli("run", "-c", str(config), "--format", "json", prefix=prefix, cwd=tmp_path, timeout=180)
+    rows = {r["id"]: r for r in json.loads(run.stdout)["results"]}
+    workers, recommended = rows["dataloader.workers"], rows["dataloader.recommended_num_workers"]
+    assert workers["value"] == 8, workers  # 70 % of 1 CPU / a few % on a CPU, at most 8
+    assert re.match(r"num_workers: auto: one batch took \d+% of its loading time on a CPU, waiting the rest, so 8 "
+                    r"workers keep 70 % of the 1 CPUs the cgroup allows busy", workers["method"]), workers["method"]
+    assert re.search(r"samples/s at 1, 2, 4, 8 workers: ", recommended["message"]), recommended["message"]
+    assert "swept past the 1 CPUs allowed" in recommended["method"]
+    assert recommended["value"] in (4.0, 8.0), recommended["message"]  # sleeps scale: the knee is well past 1
+
+
+def test_a_knee_is_never_told_from_one_count():
+    only = sweep.recommended(Curve((1,), (200.0,), ((190.0, 210.0),)), 1, "m")
+    assert only.value is None
+    assert only.reason == "samples/s at 1 workers: 200: only one worker count could be measured, and no knee is told " \
+                          "from one"
