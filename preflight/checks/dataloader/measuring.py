@@ -199,6 +199,11 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits:
     results += shm_rows
     results.append(sweep.used(options, workers, method, cpu_share))
     results = [dataclasses.replace(m, note=note) if note and m.measured else m for m in results]
+    threads = tasks.oversubscribed(watch.tasks(), workers, tensor_worker, available_cpus())
+    if threads:  # the rates are lower than the job's workers would read with one thread each: the rows say why
+        results = [dataclasses.replace(m, note="; ".join(filter(None, (m.note, threads))),
+                                       hint=f"{threads}; {m.hint}" if m.hint else threads)
+                   if m.metric in ("throughput", "bandwidth") and m.measured else m for m in results]
     # Fewer pools than worker_pools, or a pass read in well under a second (as rough as storage's small_files over
     # the same files): the loader's rates are a rougher draw than asked for, and say so.
     rough = tuple(w for w in (taken.shortfall(phase_names(options)), _short(taken, files, halves)) if w)

@@ -120,6 +120,21 @@ def headroom(limits: pids.Limits, readings: Sequence[tuple[int, int]], options: 
                        hint=HINT.format(needed=peak.total, available=value, workers=options["num_workers"]))
 
 
+def oversubscribed(readings: Sequence[tuple[int, int]], workers: int, tensor_worker: int, cpus: float) -> str:
+    """What to set where the workers' threads exceed the CPUs the job has: each worker holding more threads than a
+    torch worker's own (``tensor_worker``: a BLAS or OpenMP pool starts a thread per core in each, the job's
+    transforms in numpy or OpenCV) and together more than ``cpus``; "" otherwise. Their threads then wait on each
+    other for the cores, and the loader runs slower than with one each (bench/blas_threads.py)."""
+    most = max((-(-in_workers // workers) for _, in_workers in readings), default=0) if workers else 0
+    extra = most - max(tensor_worker, 1)
+    if extra < 1 or workers * (1 + extra) <= cpus:
+        return ""
+    return (f"each of the {workers} workers runs {most} threads, {workers * most} on the {cpus:g} CPUs the job has "
+            f"(its numpy, OpenCV or torch ops start a thread pool a core wide in every worker): set OMP_NUM_THREADS=1 "
+            f"and OPENBLAS_NUM_THREADS=1 (MKL_NUM_THREADS=1 for MKL) in the job's environment, or call "
+            f"torch.set_num_threads(1) and threadpoolctl.threadpool_limits(1) in its worker_init_fn")
+
+
 def refused(limits: pids.Limits, error: BaseException, options: Mapping[str, Any]) -> str | None:
     """Why the loader died, when a pids limit refused one of its threads or processes; None otherwise."""
     return pids.explain(error, limits, f"or lower num_workers ({options['num_workers']})")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 
 import pytest
@@ -12,7 +13,7 @@ from preflight.errors import ConfigMistake
 from preflight.checks import dataloader
 from preflight.config import Instance, Threshold
 from preflight.verdict import Outcome, judge
-from tests.helpers import run_check, run_cli
+from tests.helpers import job_package, run_check, run_cli, write_config
 
 WORKERS = 2
 
@@ -177,3 +178,55 @@ def test_unreadable_samples_is_not_applicable_where_the_loader_reads_no_sample_f
     row = measured["unreadable_samples"]
     assert not row.applicable and row.value is None
     assert row.reason == "synthetic samples: no file is read"
+
+
+BLAS = '''
+import numpy as np
+import torch
+
+
+class Products(torch.utils.data.Dataset):
+    def __len__(self):
+        return 100_000
+
+    def __getitem__(self, index):
+        x = np.ones((120, 120), dtype=np.float32)
+        for _ in range(6):
+            x = x @ x / 120
+        return torch.from_numpy(x[:4, :4].copy())
+
+
+def products():
+    return Products()
+'''
+
+
+@pytest.mark.parametrize("one_thread", [False, True], ids=["as-the-job-runs", "one-blas-thread"])
+def test_issue_42_case_6_workers_whose_blas_threads_exceed_the_cpus_are_told_what_to_set(tmp_path, one_thread):
+    """Each worker's BLAS starts a thread per core: 2 workers on 2 CPUs hold 2 x (1 + 2) threads, and the loop runs
+    at a fraction of its one-thread rate (bench/blas_threads.py). Asserted on the threads the workers held, read
+    from /proc, not on a rate."""
+    if os.cpu_count() < 2:
+        pytest.skip("one CPU: a worker's BLAS pool is one thread")
+    job_package(tmp_path / "src", "blasjob", {"__init__": BLAS})
+    config = write_config(tmp_path, f"""
+        version: 1
+        checks:
+          dataloader:
+            dataset: "blasjob:products"
+            python_path: [{tmp_path / "src"}]
+            num_workers: 2
+            batch_size: 8
+            worker_pools: 1
+            duration: 1s
+        """)
+    env = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"} if one_thread else None
+    run = run_cli("run", "-c", str(config), "--format", "json", cwd=tmp_path, env=env)
+    rows = {r["metric"]: r for r in json.loads(run.stdout)["results"]}
+    said = re.search(r"each of the 2 workers runs (\d+) threads, (\d+) on the [\d.]+ CPUs the job has .*: set "
+                     r"OMP_NUM_THREADS=1 and OPENBLAS_NUM_THREADS=1", rows["throughput"]["note"])
+    if one_thread:
+        assert said is None, rows["throughput"]["note"]
+    else:
+        assert said and int(said[1]) >= 3 and int(said[2]) == 2 * int(said[1]), rows["throughput"]["note"]
+        assert "OPENBLAS_NUM_THREADS=1" in rows["bandwidth"]["note"]
