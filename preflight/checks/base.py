@@ -146,6 +146,10 @@ class Budget(NamedTuple):
         each, and their pools, warm-ups and windows come out of it."""
         return self._replace(duration_s=self.duration_s / phases)
 
+    def requires(self, metric: str) -> bool:
+        """Whether the configuration judges ``metric`` (not merely measures it: ``None`` metrics judge none)."""
+        return self.metrics is not None and metric in self.metrics
+
     def wants(self, *metrics: str) -> bool:
         """Whether any of ``metrics`` is asked for (always, when ``metrics`` is ``None``)."""
         return self.metrics is None or any(m in self.metrics for m in metrics)

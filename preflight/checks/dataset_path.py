@@ -23,16 +23,39 @@ import os
 import stat
 
 from preflight.errors import ConfigMistake
-from preflight.host.fsinfo import unmounted
+from preflight.host.fsinfo import filesystem_of, unmounted
+from preflight.measurement import Measurement
+
+MOUNTED_HINT = ("mount the dataset's volume at {path} on this node (an NFS or FUSE mount that did not come up, a "
+                "Kubernetes volume missing from the pod), or point {path} at where it is mounted")
 
 
-def reason(path: str, instance: str, directory: bool) -> str:
+def mounted(path: str) -> Measurement:
+    """``mounted`` (1 or 0): ``path`` exists and lies on a filesystem mounted for it, not on the root filesystem (the
+    node's, or a container's overlay), where a dataset mount that did not come up leaves an empty folder or none;
+    read from /proc/self/mountinfo (the mount point holding its real path)."""
+    method = f"/proc/self/mountinfo: the mount holding {path}"
+    try:
+        fs = filesystem_of(path)
+    except OSError as error:
+        return Measurement("mounted", 0.0, "", method=method, reason=f"{path} does not exist on this node "
+                           f"({error.strerror}): no filesystem is mounted there", hint=MOUNTED_HINT.format(path=path))
+    on_root = fs.mount_point == "/"
+    return Measurement("mounted", 0.0 if on_root else 1.0, "", method=f"{method}: {fs.describe()}",
+                       hint=MOUNTED_HINT.format(path=path),
+                       reason=f"{path} lies on the root filesystem ({fs.fstype} at /), not on a volume mounted for the "
+                              f"dataset" if on_root else "")
+
+
+def reason(path: str, instance: str, directory: bool, mount_required: bool = False) -> str:
     """Why ``path`` (``{instance}.path``) cannot be read, when that is the node's fault; "" when it is there.
 
     ``directory``: the check reads a directory (the dataloader); a file is then the config's mistake too.
+    ``mount_required``: a ``mounted`` threshold is declared, so a missing path is the node's missing mount.
 
     Raises:
-        ConfigMistake: on option ``path``: it does not exist, or is not a directory where one is read.
+        ConfigMistake: on option ``path``: it does not exist, or is not a directory where one is read (without
+            ``mount_required``).
     """
     try:
         mode = os.stat(path).st_mode  # links followed, as the job's open() follows them
@@ -44,6 +67,9 @@ def reason(path: str, instance: str, directory: bool) -> str:
         if mount_point:
             return (f"{path} does not exist: it lies under {mount_point}, which /etc/fstab mounts but is not mounted "
                     f"on this node: mount it (mount {mount_point}), then run again")
+        if mount_required:  # the config says the dataset is a mount of its own: its absence is the node's
+            return (f"{path} does not exist on this node: the dataset's mount did not come up ({instance}.mounted is "
+                    f"required): mount it, then run again")
         raise ConfigMistake(f"{instance}.path: {path} does not exist on this node: set {instance}.path (or DATA_DIR "
                             f"with the bundled thresholds.yaml) to the dataset's directory, or mount the dataset "
                             f"there", "path") from None

@@ -98,7 +98,7 @@ def opened(options: Mapping[str, Any], budget: Budget, check: str) -> Iterator[S
             yield _continuing(source, data)
     else:
         with usercode.on_path(options["python_path"]), _blamed(instance, "worker_init_fn", ours=True), \
-                _ours(options, instance, budget.walk_s, data) as source:
+                _ours(options, instance, budget.walk_s, data, budget.requires("mounted")) as source:
             yield _continuing(source, data)
 
 
@@ -108,7 +108,8 @@ def _continuing(source: Source | str, data: Dataset) -> Source | str:
 
 
 @contextlib.contextmanager
-def _ours(options: Mapping[str, Any], instance: str, walk_s: float, data: Dataset) -> Iterator[Source | str]:
+def _ours(options: Mapping[str, Any], instance: str, walk_s: float, data: Dataset,
+          mount_required: bool = False) -> Iterator[Source | str]:
     """Synthetic samples, or the files under ``path`` (``_files``) labelled as the dataset or not (``opened``)."""
     if options["synthetic"]:
         shape = "x".join(map(str, synthetic_shape(options)))
@@ -116,7 +117,7 @@ def _ours(options: Mapping[str, Any], instance: str, walk_s: float, data: Datase
                      "synthetic")
         return
     options, dataset_named = subject.named(options)
-    with _files(options, instance, walk_s, data, dataset_named) as source:
+    with _files(options, instance, walk_s, data, dataset_named, mount_required) as source:
         if dataset_named:
             yield source
         elif isinstance(source, str):
@@ -126,8 +127,8 @@ def _ours(options: Mapping[str, Any], instance: str, walk_s: float, data: Datase
 
 
 @contextlib.contextmanager
-def _files(options: Mapping[str, Any], instance: str, walk_s: float, data: Dataset,
-           named: bool = True) -> Iterator[Source | str]:
+def _files(options: Mapping[str, Any], instance: str, walk_s: float, data: Dataset, named: bool = True,
+           mount_required: bool = False) -> Iterator[Source | str]:
     """The files under ``path``, tar shards, or a scratch set beside a path with too few files.
 
     Without a dataset ``named`` (the working directory), files are stray files, never judged as
@@ -139,7 +140,8 @@ def _files(options: Mapping[str, Any], instance: str, walk_s: float, data: Datas
     ``open()`` lands (``Walk`` follows links onto other filesystems).
     """
     path = options["path"]
-    missing = dataset_path.reason(path, instance, directory=True)  # ConfigMistake where it is the config's (issue 35)
+    # ConfigMistake where it is the config's (issue 35), unless a `mounted` threshold makes the mount the node's
+    missing = dataset_path.reason(path, instance, directory=True, mount_required=mount_required)
     if missing:
         yield missing
         return

@@ -126,3 +126,64 @@ def test_a_dataset_on_a_mount_whose_daemon_is_gone_is_the_nodes_fault(tmp_path, 
     [result] = [r for r in report["results"] if r["verdict"] != "info"]
     assert result["verdict"] == "fail" and (f"{mount}/imagenet cannot be reached (ENOTCONN: Transport endpoint is "
                                             f"not connected): the node's volume or mount fails") in result["message"]
+
+
+MOUNTED = """
+version: 1
+defaults: {{timeout: 60s, retries: 0}}
+checks:
+  storage:
+    path: {path}
+    duration: 0.3s
+    mounted: {{min: 1}}
+  dataloader:
+    path: {path}
+    duration: 0.3s
+    mounted: {{min: 1}}
+"""
+
+
+def _mounted_rows(report: Path) -> dict[str, dict]:
+    return {r["id"]: r for r in json.loads(report.read_text())["results"] if r["metric"] in ("mounted", "seq_read")}
+
+
+def test_issue_43_a_required_mount_that_is_missing_or_on_the_root_filesystem_fails_the_node(tmp_path):
+    """The new user's most common bad node: the dataset's NFS mount did not come up. With `mounted: {min: 1}` the
+    path missing, or an empty folder on the root filesystem where the mount should be, is the node's failure (exit
+    1: the health check drains it, NPD reports it); without the threshold a missing path stays the config's
+    mistake (exit 2)."""
+    on_root = tmp_path.stat().st_dev == Path("/").stat().st_dev  # else no folder here lies on the root filesystem
+    for where, made in (("missing", False), ("on-root", True))[:2 if on_root else 1]:
+        path = tmp_path / where
+        if made:
+            path.mkdir()
+            for index in range(30):
+                (path / f"{index}.jpg").write_bytes(b"x" * 5000)
+        report = tmp_path / f"{where}.json"
+        run = run_cli("run", "-c", str(write_config(tmp_path, MOUNTED.format(path=path))), "--json", str(report),
+                      cwd=tmp_path)
+        assert run.returncode == 1, run.stdout + run.stderr
+        rows = _mounted_rows(report)
+        for instance in ("storage", "dataloader"):
+            mounted = rows[f"{instance}.mounted"]
+            assert (mounted["verdict"], mounted["value"]) == ("fail", 0.0), mounted
+            said = ("does not exist on this node (No such file or directory): no filesystem is mounted there" if not made
+                    else "lies on the root filesystem")
+            assert said in mounted["message"] and f"mount the dataset's volume at {path}" in mounted["hint"]
+    # the exit-2 rule stands without the threshold
+    run = run_cli("run", "-c", str(write_config(tmp_path, MOUNTED.format(path=tmp_path / "missing").replace(
+        "    mounted: {min: 1}\n", ""))), cwd=tmp_path)
+    assert run.returncode == 2 and "does not exist on this node" in run.stderr, run.stderr
+
+
+def test_issue_43_a_dataset_on_a_mount_of_its_own_passes_mounted(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    report = tmp_path / "report.json"
+    config = write_config(tmp_path, MOUNTED.format(path=data))
+    made = "; ".join(f"head -c 5000 /dev/urandom > {data}/{i}.jpg" for i in range(30))
+    done = in_mount_namespace(f"mount -t tmpfs -o size=16m tmpfs {shlex.quote(str(data))} && {made} && "
+                              f"{shlex.quote(sys.executable)} -m preflight run -c {config} --json {report}")
+    rows = _mounted_rows(report)
+    assert rows["storage.mounted"]["value"] == 1.0 and rows["dataloader.mounted"]["value"] == 1.0, done.stdout
+    assert f"the mount holding {data}: tmpfs at {data}" in rows["storage.mounted"]["method"]

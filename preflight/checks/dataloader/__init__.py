@@ -68,6 +68,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from preflight.checks.base import Budget, Metric, Option, Timing
+from preflight.checks.dataset_path import MOUNTED_HINT
 from preflight.loading import options as loading_options
 from preflight.measurement import Measurement
 from preflight.units import Dimension
@@ -113,6 +114,10 @@ METRICS = (
            "first steps excluded (MLPerf Storage AU; DLIO); MLPerf requires >= 90% (70% CosmoFlow)", about_data=True, by_user=True),
     Metric("throughput_vs_required", "%", True, "throughput as a share of samples_per_gpu x gpus x "
            "(1 + headroom); `{min: 100 %}` means the node can feed its GPUs", about_data=True, by_user=True),
+    Metric("mounted", "", True, "1 when path exists and lies on a filesystem mounted for it, not on the root "
+           "filesystem (the node's, or a container's overlay), else 0 (/proc/self/mountinfo); `{min: 1}` makes a "
+           "dataset mount that did not come up the node's failure (exit 1), where a missing path is otherwise the "
+           "config's mistake (exit 2)", flag=True, hint=MOUNTED_HINT),
     Metric("unreadable_samples", "", False, "sample files of the pass whose read failed with an I/O error (EIO: a "
            "bad sector, an object lost behind a FUSE client) or whose image Pillow could not decode (truncated, "
            "zero-filled); each one stops the job's DataLoader worker with its exception; the first named in the "

@@ -10,7 +10,7 @@ import dataclasses
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from preflight import sampling
-from preflight.checks import subject
+from preflight.checks import dataset_path, subject
 from preflight.checks.base import Budget, Metric, Produced
 from preflight.loading.footprint import memory, shared_memory, tasks
 from preflight.checks.dataloader import phase_names, phases, sweep
@@ -33,6 +33,7 @@ def measure(options: Mapping[str, Any], budget: Budget, metrics: Sequence[Metric
     loader killed by a pids limit (a thread or worker refused with EAGAIN) makes every other metric
     unmeasurable with "pids limit N reached (FILE)" and the fix (``tasks.refused``)."""
     limits = pids.read()  # before the walk's and the loader's threads: what the job's loader starts from
+    mount = dataset_path.mounted(options["path"] or ".") if not _reads_no_files(options) else None
     try:
         with opened(options, budget, "dataloader") as source:
             if isinstance(source, str):
@@ -55,7 +56,8 @@ def measure(options: Mapping[str, Any], budget: Budget, metrics: Sequence[Metric
         if why is None:
             raise
         results = [unmeasurable(m.name, why, m.unit) for m in metrics]
-    return [tasks.fact(limits)] + [m for m in results if m.metric != "pids_available"]
+    results = [m for m in results if m.metric not in ("pids_available", "mounted")]
+    return [tasks.fact(limits)] + ([mount] if mount is not None else []) + results
 
 
 class _NoSample(Exception):
@@ -271,6 +273,11 @@ def _short(taken: Pools, files: Sequence[Any] | None, halves: bool) -> str:
         read = -(-len(files) // 2) if halves else len(files)  # each phase reads half (``_measure``)
         fix = f"a pass over {needed:,} files or more would span 0.5 s (this check's pass is over {read:,})"
     return sampling.short_warning(f"the windows of {pools}", span_s, fix)
+
+
+def _reads_no_files(options: Mapping[str, Any]) -> bool:
+    """The loader reads the job's Dataset or DataLoader, or synthetic samples: no ``path`` to be mounted."""
+    return bool(options.get("loader") or options["dataset"] or options["synthetic"])
 
 
 def _no_sample_files(source: Source, tar: bool) -> str:

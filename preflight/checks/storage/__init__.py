@@ -34,6 +34,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from preflight.checks.base import Budget, Metric, Option, Timing
+from preflight.checks.dataset_path import MOUNTED_HINT
 from preflight.measurement import Measurement
 from preflight.units import Dimension
 
@@ -88,6 +89,10 @@ METRICS = (
                 "with more inodes (mkfs.ext4 -N, or a smaller -i bytes-per-inode)", about_data=True),
     Metric("read_only", "", True, "1 when path's mount is read-only, else 0; `{min: 1}` requires it "
            "(mount options in /proc/self/mountinfo)", about_data=True, flag=True),
+    Metric("mounted", "", True, "1 when path exists and lies on a filesystem mounted for it, not on the root "
+           "filesystem (the node's, or a container's overlay), else 0 (/proc/self/mountinfo); `{min: 1}` makes a "
+           "dataset mount that did not come up the node's failure (exit 1), where a missing path is otherwise the "
+           "config's mistake (exit 2)", flag=True, hint=MOUNTED_HINT),
     Metric("open_files_limit", "", True, "soft RLIMIT_NOFILE of this process (getrlimit(2))"),
     Metric("unreadable_files", "", False, "files and directories under path this process cannot read "
            "(access(2) R_OK, or listing refused): the job would stop on PermissionError; `{max: 0}` gates on it",

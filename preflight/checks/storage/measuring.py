@@ -35,9 +35,10 @@ def measure(options: Mapping[str, Any], budget: Budget, metrics: Sequence[Metric
     """Measure every one of ``metrics`` on ``options["path"]``; unmeasurable ones say why in one line."""
     options, dataset_named = subject.named(options)
     path, instance = options["path"], budget.named("storage")  # "checkpoints" names its own options in fixes
-    missing = dataset_path.reason(path, instance, directory=False)  # ConfigMistake where it is the config's
+    mount = dataset_path.mounted(path)  # where a `mounted` threshold is declared, a missing path is the node's
+    missing = dataset_path.reason(path, instance, directory=False, mount_required=budget.requires("mounted"))
     if missing:
-        return [unmeasurable(m.name, missing, m.unit) for m in metrics]
+        return [mount] + [unmeasurable(m.name, missing, m.unit) for m in metrics if m.name != "mounted"]
     for option in ("block_size", "rand_block"):
         if int(options[option]) % 4096:
             reason = f"{instance}.{option} must be a multiple of 4 KiB for O_DIRECT, found {options[option]} B"
@@ -48,6 +49,7 @@ def measure(options: Mapping[str, Any], budget: Budget, metrics: Sequence[Metric
     home = subject.bytes_home(found.files, path)
     fs, device = _filesystem(home, path), subject.device_of(home)
     results = facts(fs, path if subject.device_of(path) == device else fs.mount_point, _where_note(found, path, fs))
+    results.append(mount)
     results += _walk_metrics(found, path)
     results = subject.labelled(results, "dataset", metrics)
     parent, no_scratch = choose_parent(path, options["scratch_dir"], f"{instance}.scratch_dir")
