@@ -360,6 +360,7 @@ def _run(config: Config, progress: ProgressCallback, lock: node_lock.Settings | 
         signal.signal(signum, interrupt)
     pending = ordered(config.instances)
     done: dict[str, tuple[list[Result], Outcome]] = {}  # what producers measured, for their consumers
+    noted: dict[str, tuple[str, str]] = {}  # each instance's notes: whose view it took, the lock's wait
     current: Instance | None = None
     try:
         try:
@@ -399,8 +400,10 @@ def _run(config: Config, progress: ProgressCallback, lock: node_lock.Settings | 
                     earlier.append(judged)
                     continue
                 break
-            judged = _noted(_not_the_jobs(record_attempts(judged, earlier), not_the_job if as_job else ""), wait.note)
+            notes = (not_the_job if as_job else "", wait.note)
+            judged = _noted(_not_the_jobs(record_attempts(judged, earlier), notes[0]), notes[1])
             done[instance.name] = (judged, outcome)
+            noted[instance.name] = notes
             results += judged
             current = None
             progress(instance, judged)
@@ -418,6 +421,7 @@ def _run(config: Config, progress: ProgressCallback, lock: node_lock.Settings | 
         for worker in workers.values():
             worker.stop()
         node.close()
+    results = _with_the_runs_faults(results, done, noted, config.instances, dataset)
     place = {instance.name: index for index, instance in enumerate(config.instances)}
     # stable: config order; then the one hint that reads another instance's verdict (``verdict.storage_first``)
     return storage_first(sorted(results, key=lambda result: place.get(result.instance, len(place))))
@@ -454,6 +458,37 @@ def _noted(results: list[Result], note: str) -> list[Result]:
     if not note:
         return results
     return [dataclasses.replace(r, note=f"{note}; {r.note}" if r.note else note) for r in results]
+
+
+def _with_the_runs_faults(results: list[Result], done: Done, noted: Mapping[str, tuple[str, str]],
+                          instances: Sequence[Instance], dataset: Dataset) -> list[Result]:
+    """``results`` with each row that counts the dataset's faults (``Metric.counts_faults``) counting those that
+    other checks of the run met under its ``path`` too: every file the run read belongs to the one dataset, so a
+    storage row that read a share passes no file the DataLoader found unreadable after it (issue 43). Such an
+    instance is judged again with its count raised and its note naming them."""
+    for instance in instances:
+        path = instance.options.get("path")
+        faulty = {m.name for m in CHECKS[instance.check].METRICS if m.counts_faults}
+        if not faulty or not isinstance(path, str) or not path or instance.name not in done:
+            continue
+        found = dataset.failures_under(path)
+        own = {name for name, (_, reader) in found.items() if reader == instance.name}
+        others = {name: met for name, met in found.items() if name not in own and met[1] != instance.name}
+        judged, outcome = done[instance.name]
+        if not others or outcome.error:
+            continue
+        named = sorted(others)
+        said = (f"{len(named)} more found by {', '.join(sorted({reader or 'another check' for _, reader in others.values()}))} "
+                f"in the files it read: {', '.join(named[:3])}{', ...' if len(named) > 3 else ''} "
+                f"({others[named[0]][0]})")
+        raised = Outcome(tuple(dataclasses.replace(m, value=float(m.value) + len(named), samples=(),
+                                                   note="; ".join(filter(None, (m.note, said))))
+                               if m.metric in faulty and isinstance(m.value, (int, float)) else m
+                               for m in outcome.measurements), duration_s=outcome.duration_s)
+        view, wait = noted.get(instance.name, ("", ""))
+        again = _noted(_not_the_jobs(judge(instance, raised), view), wait)
+        results = [r for r in results if r.instance != instance.name] + again
+    return results
 
 
 def _not_the_jobs(results: list[Result], note: str) -> list[Result]:

@@ -55,6 +55,8 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         check = importlib.import_module(job["module"])
         metrics = job.get("metrics")
         dataset = Dataset.attached(job["dataset"]) if job.get("dataset") else None
+        if dataset is not None:
+            dataset.reader = job.get("instance", "")  # each fault it meets is recorded as this instance's
         budget = Budget(job["duration_s"], job["timeout_s"], None if metrics is None else tuple(metrics),
                         job.get("instance", ""), dataset)
         measurements = check.measure(job["options"], budget)

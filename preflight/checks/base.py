@@ -82,6 +82,9 @@ class Metric(NamedTuple):
     # The figure depends on who reads (file modes, groups, per-user limits, capabilities): measured as the job's user
     # (``host.identity``); measured as root instead, its row says so.
     by_user: bool = False
+    # A count of the dataset's faults (files that cannot be read or decoded): the run's, whichever check met them
+    # (``runner`` adds those other checks on the same path found after this one), with how much was read.
+    counts_faults: bool = False
 
     @property
     def is_performance(self) -> bool:

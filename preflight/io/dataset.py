@@ -44,6 +44,7 @@ class Dataset:
 
     def __init__(self, ledger: str) -> None:
         self.ledger = ledger
+        self.reader = ""  # the check instance reading now, named with each failure it records
         self._reset()
 
     def _reset(self) -> None:
@@ -52,14 +53,14 @@ class Dataset:
         self._append: int | None = None  # this process's O_APPEND descriptor of the ledger
         self._opened: collections.Counter[str] = collections.Counter()
         self._read_to = 0  # bytes of the ledger counted into ``_opened``
-        self._failed: dict[str, str] = {}
+        self._failed: dict[str, tuple[str, str]] = {}  # name -> (why, the instance that met it first)
         self._failed_to = 0
 
-    def __getstate__(self) -> str:
-        return self.ledger
+    def __getstate__(self) -> tuple[str, str]:
+        return self.ledger, self.reader
 
-    def __setstate__(self, ledger: str) -> None:
-        self.ledger = ledger
+    def __setstate__(self, state: tuple[str, str]) -> None:
+        self.ledger, self.reader = state
         self._reset()
 
     def _own(self) -> None:
@@ -131,7 +132,7 @@ class Dataset:
     def record_failure(self, name: str, why: str) -> None:
         """Note that reading (or decoding) ``name`` failed with ``why`` ("cannot be read: [Errno 5] ..."), as the
         job's worker would have raised there; ``failures`` reads them back, whichever process met them."""
-        line = f"{name}\t{why}".replace("\n", " ").encode("utf-8", "surrogateescape")[:3000] + b"\n"
+        line = f"{name}\t{why}\t{self.reader}".replace("\n", " ").encode("utf-8", "surrogateescape")[:3000] + b"\n"
         try:
             fd = os.open(self.ledger + ".failed", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
@@ -141,14 +142,27 @@ class Dataset:
         except OSError:
             pass  # as ``record``: the ledger is never the measurement's failure
 
-    def failures(self, names: Sequence[str] | None = None) -> dict[str, str]:
-        """The files whose reads failed in this run and why (the first reason each), of ``names`` when given."""
-        for line in self._new_lines(self.ledger + ".failed", "_failed_to"):
-            name, _, why = line.partition("\t")
-            self._failed.setdefault(name, why)
+    def failures(self, names: Sequence[str] | None = None, by: str | None = None) -> dict[str, str]:
+        """The files whose reads failed in this run and why (the first reason each), of ``names`` when given, met by
+        the check instance ``by`` when given."""
+        found = {name: why for name, (why, reader) in self._failures().items() if by is None or reader == by}
         if names is None:
-            return dict(self._failed)
-        return {name: self._failed[name] for name in dict.fromkeys(names) if name in self._failed}
+            return found
+        return {name: found[name] for name in dict.fromkeys(names) if name in found}
+
+    def failures_under(self, path: str) -> dict[str, tuple[str, str]]:
+        """The files under ``path`` whose reads failed in this run: name -> (why, the check instance that met it
+        first), whichever check read them: the dataset's faults are the run's (issue 43)."""
+        root = os.path.abspath(path)
+        return {name: met for name, met in self._failures().items()
+                if os.path.abspath(name) == root or os.path.abspath(name).startswith(root.rstrip(os.sep) + os.sep)}
+
+    def _failures(self) -> dict[str, tuple[str, str]]:
+        for line in self._new_lines(self.ledger + ".failed", "_failed_to"):
+            name, _, rest = line.partition("\t")
+            why, _, reader = rest.partition("\t")
+            self._failed.setdefault(name, (why, reader))
+        return self._failed
 
     def opened(self) -> collections.Counter[str]:
         """How many times each file was opened in this run so far (a copy: ``mark`` is the cheap way to compare)."""

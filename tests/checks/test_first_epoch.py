@@ -13,6 +13,7 @@ import io
 import json
 import os
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -263,3 +264,64 @@ checks:
         assert code == 0, output
     else:
         assert "repeated an earlier batch" in row["message"] and "get_worker_info()" in row["message"], row
+
+
+def test_issue_43_a_fault_any_check_met_is_the_datasets_and_a_sampled_zero_says_how_much_was_read(tmp_path):
+    """Case 1: 5 of 1,000 files return EIO behind FUSE; storage reads its share first and meets none of them, the
+    DataLoader meets them after it. storage.unreadable_files passed at 0 while the dataloader's note named the 5:
+    exit 0. Every file the run read is the one dataset's: the storage row now counts what the DataLoader found, and
+    fails its {max: 0}. Case 2: the storage row, over its share, says how much it read."""
+    root = datasets.imagenet(tmp_path / "data", classes=10, per_class=100, size=8_000)
+    names = sorted(str(p.relative_to(root)) for p in root.rglob("*.JPEG"))
+    broken = names[7::200][:5]
+    with fusefs.mounted(str(root), eio=broken) as mount:
+        code, results, output = _run(tmp_path, """
+version: 1
+defaults: {{timeout: 120s, retries: 0}}
+checks:
+  storage:
+    path: {path}
+    duration: 0.5s
+    unreadable_files: {{max: 0}}
+  dataloader:
+    path: {path}
+    duration: 20s
+    num_workers: 2
+    batch_size: 16
+""".format(path=mount))
+        broken_paths = {os.path.join(mount, name) for name in broken}
+    storage, loader = results["storage.unreadable_files"], results["dataloader.unreadable_samples"]
+    met_by_loader = int(loader["value"])
+    assert met_by_loader >= 1, loader  # the loader's pass read the rest of the files, the broken ones among them
+    assert storage["verdict"] == "fail" and storage["value"] == 5, storage["message"]
+    assert code == 1, output
+    more = re.search(r"(\d+) more found by dataloader in the files it read: (.*?) \(cannot be read", storage["note"])
+    assert more and int(more[1]) == met_by_loader, storage["note"]
+    assert set(more[2].replace(", ...", "").split(", ")) <= broken_paths
+    assert re.search(r"reads over \d+ of the 1000 files found: a file not read shows no read error \(scan: all "
+                     r"reads them\)", storage["note"]), storage["note"]
+
+
+def test_issue_43_a_sampled_count_of_undecodable_jpegs_says_how_much_it_read_and_decoded(tmp_path):
+    """Case 2: a new user put 2 corrupt JPEGs among 1,347 and read `unreadable_samples PASS 0`: the pass read 768
+    files and decoded half of them. The row now says how much it read, of how many, and how many it decoded."""
+    _jpegs(tmp_path / "jpegs", 400, 0)
+    code, results, output = _run(tmp_path, f"""
+version: 1
+defaults: {{timeout: 120s, retries: 0}}
+checks:
+  dataloader:
+    path: {tmp_path / 'jpegs'}
+    duration: 0.4s
+    decode: image
+    num_workers: 1
+    batch_size: 4
+    worker_pools: 1
+    unreadable_samples: {{max: 0}}
+""")
+    row = results["dataloader.unreadable_samples"]
+    said = re.search(r"\b0 of the ([\d,]+) files read, of 400; ([\d,]+) decoded: a file not read shows no fault "
+                     r"\(scan: all reads them\)", row["note"])
+    assert said, row["note"]
+    read, decoded = (int(group.replace(",", "")) for group in said.groups())
+    assert decoded < read < 400 and row["verdict"] == "pass", row

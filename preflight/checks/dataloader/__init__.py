@@ -122,7 +122,7 @@ METRICS = (
            "bad sector, an object lost behind a FUSE client) or whose image Pillow could not decode (truncated, "
            "zero-filled); each one stops the job's DataLoader worker with its exception; the first named in the "
            "row", hint="remove or re-fetch the files named, or make the job's Dataset skip what it cannot read",
-           about_data=True, by_user=True),
+           about_data=True, by_user=True, counts_faults=True),
     Metric("memory_peak", "B", False, "host memory the loader held: the largest sum of PSS (shared pages counted "
            "once) of the main process and every worker, read from /proc/PID/smaps_rollup after each window (as "
            "PyTorch's dataloader benchmark script does), plus the files on tmpfs they wrote and left unmapped "

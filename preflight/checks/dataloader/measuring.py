@@ -109,6 +109,8 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits:
 
     results: list[Measurement] = []
     raw_rate = None
+    raw_built: Loader | None = None
+    sampled = ""  # how much of the dataset unreadable_samples counts over, where its pass read part of it
     phase = budget.split(phases(options))
     if decode == "image":
         raw_built = loader_for(options, source._replace(files=files[0::2]) if halves else source,  # type: ignore[index]
@@ -188,11 +190,13 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits:
                    for m in results]
     if files is not None and not tar:  # per-sample failures: counted where the sample was read, the first named
         assert source.data is not None  # ``opened`` gives every source the run's dataset
-        failed = source.data.failures([f.name for f in files])
+        # its own: what other checks met under the path is added to the row when the run ends (``runner``)
+        failed = source.data.failures([f.name for f in files], by=source.data.reader)
         results.append(Measurement("unreadable_samples", float(len(failed)), "", method=method + ", each sample of "
                                    "the pass read (and decoded) by the workers; a failure counted, not raised"))
         said = failures_note(failed, len(files), len(files[1::2]) if halves else None)
         note = "; ".join(part for part in (note, said) if part)
+        sampled = _read_of(built, raw_built if halves else None, len(files), len(failed))
     else:  # no file the loader reads itself: the bundled {max: 0} must not fail on a row that cannot exist here
         results.append(not_applicable("unreadable_samples", _no_sample_files(source, tar)))
     results += watch.measurements(_epoch(source, tar), workers, built.prefetch_factor, method,
@@ -201,6 +205,9 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits:
     results += shm_rows
     results.append(sweep.used(options, workers, method, cpu_share))
     results = [dataclasses.replace(m, note=note) if note and m.measured else m for m in results]
+    if sampled:  # a count over part of the dataset says so in the table, not only in the JSON (issue 43)
+        results = [dataclasses.replace(m, note="; ".join(filter(None, (m.note, sampled))))
+                   if m.metric == "unreadable_samples" and m.measured else m for m in results]
     threads = tasks.oversubscribed(watch.tasks(), workers, tensor_worker, available_cpus())
     if threads:  # the rates are lower than the job's workers would read with one thread each: the rows say why
         results = [dataclasses.replace(m, note="; ".join(filter(None, (m.note, threads))),
@@ -273,6 +280,17 @@ def _short(taken: Pools, files: Sequence[Any] | None, halves: bool) -> str:
         read = -(-len(files) // 2) if halves else len(files)  # each phase reads half (``_measure``)
         fix = f"a pass over {needed:,} files or more would span 0.5 s (this check's pass is over {read:,})"
     return sampling.short_warning(f"the windows of {pools}", span_s, fix)
+
+
+def _read_of(built: Loader, raw: Loader | None, files: int, failed: int) -> str:
+    """"2 of the 768 files read, of 1,347; 674 decoded": how much of the dataset ``unreadable_samples`` counts over,
+    where its pass read part of it; "" where it read them all."""
+    decoded = built.first_pass.cursor if built.first_pass is not None else files
+    read = decoded + (raw.first_pass.cursor if raw is not None and raw.first_pass is not None else 0)
+    if read >= files:
+        return ""
+    return (f"{failed} of the {read:,} files read, of {files:,}" + (f"; {decoded:,} decoded" if raw is not None else "")
+            + ": a file not read shows no fault (scan: all reads them)")
 
 
 def _reads_no_files(options: Mapping[str, Any]) -> bool:

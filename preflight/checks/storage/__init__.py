@@ -96,7 +96,7 @@ METRICS = (
     Metric("open_files_limit", "", True, "soft RLIMIT_NOFILE of this process (getrlimit(2))"),
     Metric("unreadable_files", "", False, "files and directories under path this process cannot read "
            "(access(2) R_OK, or listing refused): the job would stop on PermissionError; `{max: 0}` gates on it",
-           hint="make {path} readable by the job's user (chmod/chown, fsGroup in the pod's securityContext)", about_data=True, by_user=True),
+           hint="make {path} readable by the job's user (chmod/chown, fsGroup in the pod's securityContext)", about_data=True, by_user=True, counts_faults=True),
     Metric("skipped_files", "", False, "entries under path that are not samples: unreadable, vanished while "
            "walked, special files, dangling links, directory loops, pseudo filesystems below path (proc, sysfs: not "
            "descended), empty files, hard or symbolic links to a file already counted, hidden entries the job's "

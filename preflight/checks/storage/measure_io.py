@@ -67,6 +67,13 @@ class IO:
         self.failed: set[str] = set()  # dataset files whose reads failed with an I/O error (EIO), by any part
         self.unstreamed: list[Segment] = []  # large files' bytes seq_read did not reach, where it streams once
 
+    def _failed_reads(self, names: Sequence[str]) -> None:
+        """Count ``names`` (reads failed with an I/O error) for ``unreadable_files``, and record them as the run's
+        dataset's faults, which every row counting them reads (issue 43)."""
+        for name in set(names) - self.failed:
+            self.dataset.record_failure(name, "cannot be read: [Errno 5] Input/output error")
+        self.failed.update(names)
+
     def reads(self, found: Found) -> list[Measurement]:
         """``seq_read``, then ``rand_read`` with its latency percentiles, over the same bytes."""
         chosen = self._read_set(found)
@@ -155,7 +162,7 @@ class IO:
                 remaining = [segment for run in left for segment in run]
                 self.unstreamed = remaining
             lost.append(tally.lost)
-            self.failed.update(tally.failed)
+            self._failed_reads(tally.failed)
             return tally.nbytes / tally.elapsed_s / 1e6
 
         taken = sample(window, self.part_s)
@@ -180,7 +187,7 @@ class IO:
         loops = reads.random_loop(parts, bypass, block, seed=0, once_of=processes * threads if once else 0,
                                   dataset=self.dataset)
         tally = run_loops(loops, processes, threads, run.seconds)
-        self.failed.update(tally.failed)
+        self._failed_reads(tally.failed)
         intervals = run.intervals(tally)
         stopped = f"time-based: {len(intervals)} windows in {run}"
         if once and not any(i.latencies for i in intervals) and tally.ops:  # one block of each file, all read
@@ -243,7 +250,7 @@ class IO:
             rates.append(tally.nbytes / tally.elapsed_s / 1e6)
             spans.append((tally.ops, tally.elapsed_s))
             lost.append(tally.lost)
-            self.failed.update(tally.failed)
+            self._failed_reads(tally.failed)
             return tally.ops / tally.elapsed_s
 
         taken = sample(window, self.part_s)

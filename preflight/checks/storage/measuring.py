@@ -62,6 +62,7 @@ def measure(options: Mapping[str, Any], budget: Budget, metrics: Sequence[Metric
         if asked:  # scratch writes on the dataset's volume only for a configuration that judges them
             results += _isolated(io.writes, asked, path, instance, scratch)
         results = _failed_reads(results, io.failed, found)
+        results = _sampled(results, budget.dataset.touched_count([f.name for f in found.files]), len(found.files))  # type: ignore[union-attr]
     results = _reached(results, found, path)
     caveat = fs.caveat()
     if caveat and fs.kind != "memory":
@@ -146,6 +147,16 @@ def _failed_reads(results: list[Measurement], failed: set[str], found: Found) ->
     said = f"{len(named)} of {len(found.files)} files cannot be read (I/O error): {first}"
     return [dataclasses.replace(m, value=float(m.value or 0) + len(named), samples=(),
                                 note="; ".join(n for n in (said, m.note) if n))
+            if m.metric == "unreadable_files" and m.measured else m for m in results]
+
+
+def _sampled(results: list[Measurement], read: int, found: int) -> list[Measurement]:
+    """``unreadable_files`` saying how much of the dataset was read, where the reads took a share of it: a read error
+    in a file no check read does not show, so its 0 is "none in the files read" (issue 43)."""
+    if read >= found:
+        return results
+    said = f"reads over {read} of the {found} files found: a file not read shows no read error (scan: all reads them)"
+    return [dataclasses.replace(m, note="; ".join(n for n in (m.note, said) if n))
             if m.metric == "unreadable_files" and m.measured else m for m in results]
 
 
