@@ -130,8 +130,9 @@ class Worker:
         self.buffer = b""
         self.oom = OomWatch.start()  # taken again for each job: an OOM kill is told from other SIGKILLs by it
 
-    def run(self, job: dict[str, Any], timeout_s: float, scratch_dirs: list[str]) -> list[Measurement]:
-        """Send ``job`` and wait for its measurements.
+    def run(self, job: dict[str, Any], timeout_s: float, scratch_dirs: list[str],
+            said: Callable[[str], None] = lambda line: None) -> list[Measurement]:
+        """Send ``job`` and wait for its measurements; ``said`` gets each line of progress the check reports.
 
         Raises:
             TimeoutError: no answer within ``timeout_s`` (the worker is then killed).
@@ -151,6 +152,8 @@ class Worker:
             message = self._read_message(deadline)
             if "scratch" in message:
                 scratch_dirs.append(message["scratch"])
+            elif "progress" in message:
+                said(message["progress"])
             elif "error" in message:
                 raise (ConfigMistakeReply if message.get("config_error") else RuntimeError)(message["error"])
             else:
@@ -387,7 +390,8 @@ def _run(config: Config, progress: ProgressCallback, lock: node_lock.Settings | 
             seat = seats[as_job]
             while True:
                 abandoned = len(ABANDONED)
-                outcome, worker = _measure(workers.pop(seat, None), instance, seat, dataset)
+                outcome, worker = _measure(workers.pop(seat, None), instance, seat, dataset,
+                                           getattr(progress, "said", lambda line: None))
                 if worker is not None:
                     workers[seat] = worker
                 left = [orphans.orphan(a.threads[0], instance.name) for a in ABANDONED[abandoned:] if a.threads]
@@ -566,9 +570,10 @@ def _figure(wanted: Produced, done: Done) -> Produced:
                                                        f"device{'s' if len(values) != 1 else ''}"}
 
 
-def _measure(worker: Worker | None, instance: Instance, seat: Seat,
-             dataset: Dataset) -> tuple[Outcome, Worker | None]:
-    """Run ``instance`` ``repeats`` times and combine each metric's runs (median of their values).
+def _measure(worker: Worker | None, instance: Instance, seat: Seat, dataset: Dataset,
+             said: Callable[[str], None] = lambda line: None) -> tuple[Outcome, Worker | None]:
+    """Run ``instance`` ``repeats`` times and combine each metric's runs (median of their values); ``said`` gets its
+    progress lines.
 
     Any run's error is the outcome (fail closed); returns the worker to reuse, if any.
     """
@@ -576,7 +581,7 @@ def _measure(worker: Worker | None, instance: Instance, seat: Seat,
     for _ in range(instance.repeats):
         if worker is None or worker.process.poll() is not None:
             worker = Worker(seat.place, seat.user)
-        outcome, worker = _run_instance(worker, instance, dataset)
+        outcome, worker = _run_instance(worker, instance, dataset, said)
         if outcome.error:
             return outcome, worker
         runs.append(outcome)
@@ -590,7 +595,8 @@ def _measure(worker: Worker | None, instance: Instance, seat: Seat,
     return Outcome(combined, duration_s=sum(outcome.duration_s for outcome in runs)), worker
 
 
-def _run_instance(worker: Worker, instance: Instance, dataset: Dataset) -> tuple[Outcome, Worker | None]:
+def _run_instance(worker: Worker, instance: Instance, dataset: Dataset,
+                  said: Callable[[str], None] = lambda line: None) -> tuple[Outcome, Worker | None]:
     """Run one instance; returns its outcome and the worker to reuse (None if it was killed)."""
     job = {
         "module": CHECKS[instance.check].__name__,
@@ -608,7 +614,7 @@ def _run_instance(worker: Worker, instance: Instance, dataset: Dataset) -> tuple
     left: list[stuck.Blocked] = []
     kept: list[str] = []
     try:
-        measurements = worker.run(job, instance.timeout_s, scratch_dirs)
+        measurements = worker.run(job, instance.timeout_s, scratch_dirs, said)
         outcome = Outcome(tuple(measurements), duration_s=time.monotonic() - start)
     except TimeoutError:
         worker.drain_scratch(scratch_dirs)

@@ -25,6 +25,7 @@ from typing import Any, TextIO
 from preflight.host import pids
 from preflight.io import scratch
 from preflight.io.dataset import Dataset
+from preflight.checks import base
 from preflight.checks.base import Budget
 from preflight.checks.usercode import node_fault
 from preflight.errors import ConfigMistake
@@ -40,6 +41,7 @@ def main(log_path: str) -> int:
     sys.stdout = os.fdopen(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
     sys.stderr = os.fdopen(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
     scratch.on_create = lambda path: _send(channel, {"scratch": path})
+    base.on_progress = lambda line: _send(channel, {"progress": line})
     for line in sys.stdin:
         _send(channel, run_job(json.loads(line)))
     return 0

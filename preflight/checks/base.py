@@ -8,7 +8,7 @@ from the same tables. A check measures; it never sees a threshold.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, Mapping, NamedTuple, Protocol, TypedDict, Union, cast
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, NamedTuple, Protocol, TypedDict, Union, cast
 
 from preflight.units import UNITS, Dimension
 
@@ -108,6 +108,10 @@ class Metric(NamedTuple):
     def is_text(self) -> bool:
         return self.unit == "text"
 
+
+# How far a long part of a check got ("12,345 of 1,000,000 files read, ..."): shown on stderr while it runs.
+# Replaced by the worker with its channel to the runner (as ``io.scratch.on_create``).
+on_progress: Callable[[str], None] = lambda line: None  # noqa: E731
 
 WALK_SHARE = 0.25  # of a check's timeout, for walking its dataset (``Budget.walk_s``)
 

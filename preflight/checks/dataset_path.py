@@ -21,11 +21,13 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from typing import Any
 
 from preflight.errors import ConfigMistake
 from preflight.host.fsinfo import filesystem_of, unmounted
 from preflight.measurement import Measurement
 
+SCAN_ALL = 1 << 40  # the walk's cap for ``scan: all``: none but its time (``Budget.walk_s``)
 MOUNTED_HINT = ("mount the dataset's volume at {path} on this node (an NFS or FUSE mount that did not come up, a "
                 "Kubernetes volume missing from the pod), or point {path} at where it is mounted")
 
@@ -45,6 +47,11 @@ def mounted(path: str) -> Measurement:
                        hint=MOUNTED_HINT.format(path=path),
                        reason=f"{path} lies on the root filesystem ({fs.fstype} at /), not on a volume mounted for the "
                               f"dataset" if on_root else "")
+
+
+def max_files(options: Any) -> int:
+    """The files a walk of ``path`` takes: ``max_files``, or for ``scan: all`` every one it finds in its time."""
+    return SCAN_ALL if options.get("scan") == "all" else int(options["max_files"])
 
 
 def reason(path: str, instance: str, directory: bool, mount_required: bool = False) -> str:

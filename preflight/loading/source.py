@@ -148,7 +148,7 @@ def _files(options: Mapping[str, Any], instance: str, walk_s: float, data: Datas
     if options["decode"] == "image" and importlib.util.find_spec("PIL") is None:
         yield "decode: image needs Pillow: pip install pillow in this image (or drop decode: image)"
         return
-    files, walk = data.files(path, int(options["max_files"]), walk_s, options["include"], options["exclude"])
+    files, walk = data.files(path, dataset_path.max_files(options), walk_s, options["include"], options["exclude"])
     skipped, note = walk.summary(tuple(SKIPPED)), walk.note(files, path)  # note: what was skipped, and any stop
     if not files:
         yield (f"no readable files under {path} match include={options['include']!r} "

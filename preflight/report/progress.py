@@ -39,12 +39,18 @@ class Progress:
         self._wait = wait or self._stop.wait
         self._ticker: threading.Thread | None = None
         self._started = 0.0
+        self._detail = ""  # the last progress line the running check reported (``said``)
 
     def __call__(self, instance: Instance, results: Sequence[Result] | None) -> None:
         if results is None:
             self._begin(instance)
         else:
             self._end(instance, results)
+
+    def said(self, line: str) -> None:
+        """The running check's own progress ("12,345 of 1,000,000 files read, ..."): on a terminal it replaces the
+        status line's clock, in a log it is the next tick's line."""
+        self._detail = line
 
     def close(self) -> None:
         """Stop the ticker (after an interruption the runner may not call the end)."""
@@ -58,6 +64,7 @@ class Progress:
 
     def _begin(self, instance: Instance) -> None:
         self._started = self.clock()
+        self._detail = ""
         expected = expected_s(instance)
         if not self.live:
             print(f"  running {instance.name} (expect ~{expected:.1f}s, timeout {instance.timeout_s:g}s) ...",
@@ -70,13 +77,13 @@ class Progress:
         if not self.live:
             while not self._wait(LOG_TICK_S):
                 elapsed = self.clock() - self._started
-                print(f"  {instance.name}: still running after {elapsed:.0f}s (expected ~{expected:.1f}s, timeout "
-                      f"{instance.timeout_s:g}s)", file=self.stream, flush=True)
+                print(f"  {instance.name}: " + (self._detail or f"still running after {elapsed:.0f}s (expected "
+                      f"~{expected:.1f}s, timeout {instance.timeout_s:g}s)"), file=self.stream, flush=True)
             return
         while True:
             elapsed = self.clock() - self._started
-            self.stream.write(f"\r\033[K  {instance.name}: {elapsed:.0f}s of ~{expected:.1f}s expected, "
-                              f"{instance.timeout_s:g}s timeout")
+            self.stream.write(f"\r\033[K  {instance.name}: " + (self._detail or f"{elapsed:.0f}s of ~{expected:.1f}s "
+                              f"expected, {instance.timeout_s:g}s timeout"))
             self.stream.flush()
             if self._wait(TICK_S):
                 return

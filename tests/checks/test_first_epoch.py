@@ -325,3 +325,30 @@ checks:
     assert said, row["note"]
     read, decoded = (int(group.replace(",", "")) for group in said.groups())
     assert decoded < read < 400 and row["verdict"] == "pass", row
+
+
+def test_issue_43_scan_all_decodes_every_file_once_and_names_both_corrupt_jpegs(tmp_path):
+    """Case 3: the nightly data-integrity run. A sampled pass decoded half of what it read and named neither of the 2
+    corrupt JPEGs; `scan: all` reads and decodes every file the walk finds, once, names both, and reports its
+    progress on stderr as it goes (a log's line every 5 s carries it)."""
+    paths = _jpegs(tmp_path / "jpegs", 600, 0)
+    for broken, path in enumerate((paths[137], paths[451])):  # one truncated, one of 4 bytes
+        path.write_bytes(path.read_bytes()[:2000] if not broken else b"\xff\xd8\xff\xe0")
+    code, results, output = _run(tmp_path, f"""
+version: 1
+defaults: {{timeout: 120s, retries: 0}}
+checks:
+  dataloader:
+    path: {tmp_path / 'jpegs'}
+    duration: 0.3s
+    decode: image
+    scan: all
+    num_workers: 2
+    batch_size: 8
+    worker_pools: 1
+    unreadable_samples: {{max: 0}}
+""")
+    row = results["dataloader.unreadable_samples"]
+    assert code == 1 and row["verdict"] == "fail" and row["value"] == 2, row
+    assert f"{paths[137]}, {paths[451]} (" in row["message"] and "cannot be decoded" in row["message"], row["message"]
+    assert "scan: all read the rest of the 600 files: " in row["note"] and "files read, of 600" not in row["note"]

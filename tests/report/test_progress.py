@@ -69,3 +69,30 @@ def test_a_log_gets_a_line_at_least_every_10_s_while_a_long_check_runs():
     assert len(ticks) == 24 and ticks[0] == "  storage: still running after 5s (expected ~6.5s, timeout 120s)"
     seen = [0.0] + [float(re.search(r"after (\d+)s", line).group(1)) for line in ticks] + [120.0]
     assert max(b - a for a, b in zip(seen, seen[1:])) <= 10 and LOG_TICK_S <= 10
+
+
+class ScanningCheck(LongCheck):
+    """A long check that reports its own progress (a scan: all) after its first tick."""
+
+    def __init__(self, ticks: int, progress: Progress) -> None:
+        super().__init__(ticks)
+        self.progress = progress
+
+    def wait(self, seconds: float) -> bool:
+        ended = super().wait(seconds)
+        self.progress.said(f"scan: {int(self.now - 1000) * 100:,} of 5,000 files, 80 files/s, ~20 s left")
+        return ended
+
+
+def test_a_checks_own_progress_is_the_logs_line_while_it_runs():
+    """Issue 43 case 3: scan: all says how far it got (files, bytes, rate, time left) on stderr as it goes."""
+    stream = io.StringIO()
+    progress = Progress(stream, live=False)
+    check = ScanningCheck(ticks=3, progress=progress)
+    progress.clock, progress._wait = check.clock, check.wait
+    progress(INSTANCE, None)
+    progress(INSTANCE, [result("unreadable_files", "pass")])
+    lines = stream.getvalue().splitlines()
+    assert lines[1:4] == ["  storage: scan: 500 of 5,000 files, 80 files/s, ~20 s left",
+                          "  storage: scan: 1,000 of 5,000 files, 80 files/s, ~20 s left",
+                          "  storage: scan: 1,500 of 5,000 files, 80 files/s, ~20 s left"], lines

@@ -83,6 +83,8 @@ HELP = ("samples/s of a real torch DataLoader over the dataset files or the job'
         "utilization, required rate")
 OPTIONS = (
     *loading_options.OPTIONS,
+    Option("scan", "choice", "sample", "`sample` (the default): the check reads its share of the dataset, and the rows that count faults say how much they read; `all`: after measuring, it reads every file under path the walk finds (max_files does not cap it) once, with the job's loader settings (its workers, batch size, decode), counting and naming every file that cannot be read or decoded, with progress on stderr, for as long as the instance's timeout allows: the nightly data-integrity run beside the per-job gate",
+           choices=("sample", "all"), ignored_with=("dataset", "synthetic", "loader", "format", "worker_sweep")),
     Option("worker_pools", "int", 8, "fresh worker pools measured in turn, each in an equal share of duration that "
            "pays for its start and warm-up too (pools that do not fit are left out, as the method and a warning "
            "say); the figures are their sustained rates weighed by their measured time (a pool's rate: the lower of "

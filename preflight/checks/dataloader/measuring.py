@@ -7,6 +7,8 @@ what the loader reads and the loader itself come from ``source``, which the pipe
 from __future__ import annotations
 
 import dataclasses
+import math
+import time
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from preflight import sampling
@@ -14,6 +16,7 @@ from preflight.checks import dataset_path, subject
 from preflight.checks.base import Budget, Metric, Produced
 from preflight.loading.footprint import memory, shared_memory, tasks
 from preflight.checks.dataloader import phase_names, phases, sweep
+from preflight.loading.scan import rest_of_pass
 from preflight.loading.loop import (BatchPuller, EmptyLoader, Pools, Taken, Window, explaining_worker_oom,
                                              pooled, windows)
 from preflight.checks.dataloader.required import Required, visible_gpus
@@ -33,6 +36,7 @@ def measure(options: Mapping[str, Any], budget: Budget, metrics: Sequence[Metric
     loader killed by a pids limit (a thread or worker refused with EAGAIN) makes every other metric
     unmeasurable with "pids limit N reached (FILE)" and the fix (``tasks.refused``)."""
     limits = pids.read()  # before the walk's and the loader's threads: what the job's loader starts from
+    deadline = time.monotonic() + budget.timeout_s * SCAN_SHARE  # where a scan: all stops, the rows still reported
     mount = dataset_path.mounted(options["path"] or ".") if not _reads_no_files(options) else None
     try:
         with opened(options, budget, "dataloader") as source:
@@ -40,7 +44,7 @@ def measure(options: Mapping[str, Any], budget: Budget, metrics: Sequence[Metric
                 results = [unmeasurable(m.name, source, m.unit) for m in metrics]
             else:
                 try:
-                    results = _measure(options, budget, source, limits)
+                    results = _measure(options, budget, source, limits, deadline)
                 except (_NoSample, Uncountable) as error:
                     results = [unmeasurable(m.name, str(error), m.unit) for m in metrics]
                 except _ShmShort as short:  # no pool started: the shm rows, and why the others have no figure
@@ -73,11 +77,14 @@ class _ShmShort(Exception):
         self.rows = rows
 
 
-def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits: pids.Limits) -> list[Measurement]:
+def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits: pids.Limits,
+             deadline: float = math.inf) -> list[Measurement]:
     """The loader over ``source``; every measured row carrying its note."""
     # With decode: image the raw reads and the decoded loader each read half the files, once: a decoded pass over
     # files the raw phase just read would be a second touch (``io.dataset``), not the job's first epoch.
-    halves = source.files is not None and options["decode"] == "image" and options["format"] != "tar"
+    # With scan: all every file is decoded, once: no half is left to raw reads (raw_throughput is not measured).
+    scan = options.get("scan") == "all"
+    halves = source.files is not None and options["decode"] == "image" and options["format"] != "tar" and not scan
     built = loader_for(options, source._replace(files=source.files[1::2]) if halves else source)  # type: ignore[index]
     # One batch loaded in this process, before any worker: a projection past /dev/shm's free space starts no pool,
     # whose workers would die with a bus error as the job's would (issue 36).
@@ -111,8 +118,11 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits:
     raw_rate = None
     raw_built: Loader | None = None
     sampled = ""  # how much of the dataset unreadable_samples counts over, where its pass read part of it
+    read_all = False  # scan: all read every file
     phase = budget.split(phases(options))
-    if decode == "image":
+    if decode == "image" and scan:
+        results.append(not_applicable("raw_throughput", "scan: all decodes every file, so none is left to read raw"))
+    elif decode == "image":
         raw_built = loader_for(options, source._replace(files=files[0::2]) if halves else source,  # type: ignore[index]
                                decode="none")
         raw = pooled(lambda: _puller(raw_built), take, phase, pools, handed_out=_handed_out(raw_built),
@@ -188,6 +198,10 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits:
     if source.cache_bound:  # the job's Dataset's files stayed in the page cache (``cold``): memory's figures
         results = [dataclasses.replace(m, cache_bound=True) if m.measured and m.metric in READ_ROWS else m
                    for m in results]
+    if options.get("scan") == "all" and files is not None and not tar:  # every file left in the pass, read once
+        scanned = rest_of_pass(built, max(0.0, deadline - time.monotonic()))
+        note = "; ".join(filter(None, (note, scanned.said(len(files)))))
+        read_all = not scanned.left
     if files is not None and not tar:  # per-sample failures: counted where the sample was read, the first named
         assert source.data is not None  # ``opened`` gives every source the run's dataset
         # its own: what other checks met under the path is added to the row when the run ends (``runner``)
@@ -196,7 +210,7 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits:
                                    "the pass read (and decoded) by the workers; a failure counted, not raised"))
         said = failures_note(failed, len(files), len(files[1::2]) if halves else None)
         note = "; ".join(part for part in (note, said) if part)
-        sampled = _read_of(built, raw_built if halves else None, len(files), len(failed))
+        sampled = "" if read_all else _read_of(built, raw_built if halves else None, len(files), len(failed))
     else:  # no file the loader reads itself: the bundled {max: 0} must not fail on a row that cannot exist here
         results.append(not_applicable("unreadable_samples", _no_sample_files(source, tar)))
     results += watch.measurements(_epoch(source, tar), workers, built.prefetch_factor, method,
@@ -247,6 +261,7 @@ READ_ROWS = ("raw_throughput", "throughput", "bandwidth", "throughput_vs_require
 # With `dataset:` the samples come through the job's own __getitem__: its decode, transforms and per-sample I/O
 # set the pace, so "use a faster volume" points the wrong way (issue 25: storage measured 9,432 files/s on that
 # node). ``verdict.storage_first`` puts the volume first when the storage check missed too.
+SCAN_SHARE = 0.85  # of the timeout, where scan: all stops reading, so the rows are reported before the kill
 JOB_DATASET_HINT = ("the job's Dataset delivers {measured}: its own code sets this pace (decode, transforms, "
                     "per-sample I/O in __getitem__): profile one worker (num_workers: 0 under py-spy or cProfile), "
                     "move decode or augmentation to the GPU (NVIDIA DALI, torchvision.transforms.v2 on tensors), "

@@ -73,6 +73,8 @@ OPTIONS = (
     Option("max_files", "int", 10000, "data files under path to look at, taken in turn from every folder (the "
            "walk stops there, and after 4x as many entries, and every figure on it says so), so walk time and "
            "memory stay bounded", minimum=1),
+    Option("scan", "choice", "sample", "`sample` (the default): the check reads its share of the dataset, and the rows that count faults say how much they read; `all`: after measuring, it reads every file under path the walk finds (max_files does not cap it) once, with file_readers readers, counting and naming every file that cannot be read, with progress on stderr, for as long as the instance's timeout allows: the nightly data-integrity run beside the per-job gate",
+           choices=("sample", "all")),
 )
 
 METRICS = (

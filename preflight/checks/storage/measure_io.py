@@ -10,9 +10,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import resource
+import time
 from typing import Any, Mapping, NamedTuple, Sequence
 
 from preflight.checks import subject
+from preflight.checks import base
 from preflight.checks.base import Budget
 from preflight.checks.storage import guard, reads, small_files, writes
 from preflight.checks.storage.data import LARGE_FILE, Found, Segment, data_bytes, segments
@@ -31,6 +33,7 @@ from preflight.io.scratch import room_for, write_file, write_small_files
 from preflight.units import format_value, to_unit
 
 MIN_READ_BYTES = 16 << 20  # less data than this cannot keep readers busy for a window
+SCAN_TICK_S = 2.0  # scan: all reads in rounds this long, a progress line after each
 MAX_AUTO_PROCESSES = 4
 PIDS_RESERVE = 8  # tasks left to the worker's own threads when a pids limit sizes the I/O pool
 MAX_RANDOM_FILES = 128  # rand_read keeps one descriptor per file in each process
@@ -266,6 +269,31 @@ class IO:
                         note=note, warnings=warnings),
             Measurement("small_files_bandwidth", samples=tuple(rates[-len(taken.values):]), unit="MB/s",
                         method=method, stopped=taken.stopped, note=note, warnings=warnings))]
+
+    def scan(self, found: Found, seconds: float) -> str:
+        """``scan: all``: every file the walk found and no check of the run read yet, read whole once by
+        ``file_readers`` readers, each I/O error counted (``unreadable_files``), for at most ``seconds``, with
+        progress (``base.on_progress``); returns what it read, or how far it got."""
+        files = self.dataset.fresh(found.files, _name)
+        total, nbytes, start = len(files), 0, time.monotonic()
+        bypass = bypass_for([f.name for f in files[:1000]], self.fs.memory_backed, self.dataset) if files else "none"
+        processes, threads = self._split(int(self.options["file_readers"]))
+        while files and time.monotonic() - start < seconds:
+            loops = small_files.file_loop(files, processes * threads, bypass, self.dataset)
+            tally = run_loops(loops, processes, threads, min(SCAN_TICK_S, seconds - (time.monotonic() - start)))
+            self._failed_reads(tally.failed)
+            nbytes += tally.nbytes
+            files = self.dataset.fresh(files, _name)
+            elapsed = time.monotonic() - start
+            rate = (total - len(files)) / max(elapsed, 1e-9)
+            base.on_progress(f"scan: {total - len(files):,} of {total:,} files, {format_value(nbytes / 1e6, 'MB')}, "
+                             f"{rate:,.0f} files/s" + (f", ~{len(files) / rate:.0f} s left" if rate > 0 else ""))
+        done, elapsed = total - len(files), time.monotonic() - start
+        rate = f"{format_value(nbytes / 1e6, 'MB')}, {done / max(elapsed, 1e-9):,.0f} files/s"
+        if not files:
+            return f"scan: all read the rest of the {len(found.files):,} files: {done:,} in {elapsed:.1f} s ({rate})"
+        return (f"scan: all stopped at the check's timeout with {len(files):,} of the {len(found.files):,} files not "
+                f"read ({done:,} read in {elapsed:.1f} s, {rate}): raise the instance's timeout to read them all")
 
     def writes(self) -> list[Measurement]:
         """``seq_write`` (MB/s, with the final fsync) and ``fsync_p99`` (ms) in the scratch directory, each only

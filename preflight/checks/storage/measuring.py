@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import time
 import errno
 import os
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -27,6 +28,7 @@ from preflight.units import format_value
 # The rows whose figures come from the files the walk found (the facts and the writes do not).
 BUILT_ON_WALK = ("filesystem", "unreadable_files", "seq_read", "rand_read", "rand_read_p50", "rand_read_p99",
                  "small_files", "small_files_bandwidth")
+SCAN_SHARE = 0.85  # of the timeout, where scan: all stops reading, so the rows are reported before the kill
 SHARDS_HINT = ("small files read at {small:.0f} MB/s against {seq:.0f} MB/s sequential: pack them into shards "
                "(WebDataset tar, LMDB, TFRecord) so each read is large")
 
@@ -35,6 +37,7 @@ def measure(options: Mapping[str, Any], budget: Budget, metrics: Sequence[Metric
     """Measure every one of ``metrics`` on ``options["path"]``; unmeasurable ones say why in one line."""
     options, dataset_named = subject.named(options)
     path, instance = options["path"], budget.named("storage")  # "checkpoints" names its own options in fixes
+    deadline = time.monotonic() + budget.timeout_s * SCAN_SHARE  # where a scan: all stops, the rows still reported
     mount = dataset_path.mounted(path)  # where a `mounted` threshold is declared, a missing path is the node's
     missing = dataset_path.reason(path, instance, directory=False, mount_required=budget.requires("mounted"))
     if missing:
@@ -44,7 +47,7 @@ def measure(options: Mapping[str, Any], budget: Budget, metrics: Sequence[Metric
             reason = f"{instance}.{option} must be a multiple of 4 KiB for O_DIRECT, found {options[option]} B"
             return [unmeasurable(m.name, reason, m.unit) for m in metrics]
     budget = budget.with_dataset()
-    found = survey(path, int(options["data_size"]), int(options["small_file_size"]), int(options["max_files"]),
+    found = survey(path, int(options["data_size"]), int(options["small_file_size"]), dataset_path.max_files(options),
                    budget.walk_s, budget.dataset)
     home = subject.bytes_home(found.files, path)
     fs, device = _filesystem(home, path), subject.device_of(home)
@@ -61,6 +64,10 @@ def measure(options: Mapping[str, Any], budget: Budget, metrics: Sequence[Metric
         asked = [(name, unit) for name, unit in (("seq_write", "MB/s"), ("fsync_p99", "ms")) if budget.wants(name)]
         if asked:  # scratch writes on the dataset's volume only for a configuration that judges them
             results += _isolated(io.writes, asked, path, instance, scratch)
+        if options.get("scan") == "all":  # every file no part read, read once, before the faults are counted
+            said = io.scan(found, max(0.0, deadline - time.monotonic()))
+            results = [dataclasses.replace(m, note="; ".join(filter(None, (m.note, said))))
+                       if m.metric == "unreadable_files" else m for m in results]
         results = _failed_reads(results, io.failed, found)
         results = _sampled(results, budget.dataset.touched_count([f.name for f in found.files]), len(found.files))  # type: ignore[union-attr]
     results = _reached(results, found, path)
