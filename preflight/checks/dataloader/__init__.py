@@ -123,7 +123,8 @@ METRICS = (
     Metric("unreadable_samples", "", False, "sample files of the pass whose read failed with an I/O error (EIO: a "
            "bad sector, an object lost behind a FUSE client) or whose image Pillow could not decode (truncated, "
            "zero-filled); each one stops the job's DataLoader worker with its exception; the first named in the "
-           "row", hint="remove or re-fetch the files named, or make the job's Dataset skip what it cannot read",
+           "row; with those other checks of the run met under path added, over the files the run read (the note says "
+           "how many), or every file with scan: all", hint="remove or re-fetch the files named, or make the job's Dataset skip what it cannot read",
            about_data=True, by_user=True, counts_faults=True),
     Metric("memory_peak", "B", False, "host memory the loader held: the largest sum of PSS (shared pages counted "
            "once) of the main process and every worker, read from /proc/PID/smaps_rollup after each window (as "

@@ -96,9 +96,12 @@ METRICS = (
            "dataset mount that did not come up the node's failure (exit 1), where a missing path is otherwise the "
            "config's mistake (exit 2)", flag=True, hint=MOUNTED_HINT),
     Metric("open_files_limit", "", True, "soft RLIMIT_NOFILE of this process (getrlimit(2))"),
-    Metric("unreadable_files", "", False, "files and directories under path this process cannot read "
-           "(access(2) R_OK, or listing refused): the job would stop on PermissionError; `{max: 0}` gates on it",
-           hint="make {path} readable by the job's user (chmod/chown, fsGroup in the pod's securityContext)", about_data=True, by_user=True, counts_faults=True),
+    Metric("unreadable_files", "", False, "files and directories under path the job's user cannot read (access(2) "
+           "R_OK, or listing refused: the job would stop on PermissionError), and files whose read failed with an "
+           "I/O error, those the run's other checks met under path added, over the files the run read (the note "
+           "says how many), or every file with scan: all; `{max: 0}` gates on it",
+           hint="make {path} readable by the job's user (chmod/chown, fsGroup in the pod's securityContext)",
+           about_data=True, by_user=True, counts_faults=True),
     Metric("skipped_files", "", False, "entries under path that are not samples: unreadable, vanished while "
            "walked, special files, dangling links, directory loops, pseudo filesystems below path (proc, sysfs: not "
            "descended), empty files, hard or symbolic links to a file already counted, hidden entries the job's "
