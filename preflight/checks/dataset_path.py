@@ -70,7 +70,8 @@ def _not_its_mount(path: str, fs: Filesystem) -> str:
                 f"on this node, and the job would read and write the node's disk")
     if root != "/" and device and device == mount_root("/")[1]:
         return (f"{path} lies on the root filesystem ({fs.fstype} {fs.source}, device {device}): {fs.mount_point} is "
-                f"its folder {root}, bind-mounted there, not a volume mounted for the dataset")
+                f"its folder {root} mounted again there (a bind mount, or a subvolume), not a volume mounted for the "
+                f"dataset")
     return ""
 
 

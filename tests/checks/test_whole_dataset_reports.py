@@ -125,8 +125,8 @@ def test_an_fstab_bind_of_a_folder_whose_filesystem_mounted_later_is_the_root_fi
         row = rows[f"{instance}.mounted"]
         assert (row["verdict"], row["value"]) == ("fail", 0.0), row
         assert (f"{data} lies on the root filesystem (") in row["message"], row["message"]
-        assert (f"device {os.major(root)}:{os.minor(root)}): {data} is its folder {source}, bind-mounted there, not "
-                f"a volume mounted for the dataset") in row["message"], row["message"]
+        assert (f"device {os.major(root)}:{os.minor(root)}): {data} is its folder {source} mounted again there (a "
+                f"bind mount, or a subvolume), not a volume mounted for the dataset") in row["message"], row["message"]
     code, rows = _rows(late)
     assert rows["storage.mounted"]["value"] == rows["dataloader.mounted"]["value"] == 1.0, done.stderr
     assert code == 0, rows
