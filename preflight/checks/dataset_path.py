@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 from typing import Any
 
 from preflight.errors import ConfigMistake
-from preflight.host.fsinfo import filesystem_of, unmounted
+from preflight.host.fsinfo import Filesystem, filesystem_of, mount_root, unmounted
 from preflight.measurement import Measurement
 
 SCAN_ALL = 1 << 40  # the walk's cap for ``scan: all``: none but its time (``Budget.walk_s``)
@@ -32,21 +33,67 @@ MOUNTED_HINT = ("mount the dataset's volume at {path} on this node (an NFS or FU
                 "Kubernetes volume missing from the pod), or point {path} at where it is mounted")
 
 
+# The kubelet's folder for a pod's volume, where the volume's plugin mounts its filesystem; a container's bind mount
+# of it with nothing mounted there shows the kubelet's own folder on the node's disk (kubernetes-csi/csi-driver-nfs#762,
+# cubefs/cubefs#3684): its path is then the mount's root, which a mounted volume's never is.
+KUBELET_VOLUME = re.compile(r"/pods/[^/]+/volumes/kubernetes\.io~(?P<plugin>[^/]+)/(?P<name>[^/]+)(?:/mount)?(?:/.*)?$")
+ON_NODE_DISK = ("empty-dir", "configmap", "secret", "projected", "downward-api", "git-repo")  # no mount of their own
+
+
 def mounted(path: str) -> Measurement:
     """``mounted`` (1 or 0): ``path`` exists and lies on a filesystem mounted for it, not on the root filesystem (the
     node's, or a container's overlay), where a dataset mount that did not come up leaves an empty folder or none;
-    read from /proc/self/mountinfo (the mount point holding its real path)."""
+    read from /proc/self/mountinfo (the mount point holding its real path, and the folder of its filesystem mounted
+    there: a bind mount of a folder of the root filesystem, or of the kubelet's folder for a pod's volume on which
+    nothing was mounted, is no mount of the dataset's)."""
     method = f"/proc/self/mountinfo: the mount holding {path}"
     try:
         fs = filesystem_of(path)
     except OSError as error:
         return Measurement("mounted", 0.0, "", method=method, reason=f"{path} does not exist on this node "
-                           f"({error.strerror}): no filesystem is mounted there", hint=MOUNTED_HINT.format(path=path))
-    on_root = fs.mount_point == "/"
-    return Measurement("mounted", 0.0 if on_root else 1.0, "", method=f"{method}: {fs.describe()}",
-                       hint=MOUNTED_HINT.format(path=path),
-                       reason=f"{path} lies on the root filesystem ({fs.fstype} at /), not on a volume mounted for the "
-                              f"dataset" if on_root else "")
+                           f"({error.strerror}): {_what_is_mounted(path)}", hint=MOUNTED_HINT.format(path=path))
+    why = _not_its_mount(path, fs)
+    return Measurement("mounted", 0.0 if why else 1.0, "", method=f"{method}: {fs.describe()}",
+                       hint=MOUNTED_HINT.format(path=path), reason=why)
+
+
+def _not_its_mount(path: str, fs: Filesystem) -> str:
+    """Why ``path`` (on ``fs``) is on no filesystem mounted for the dataset; "" when it is."""
+    if fs.mount_point == "/":
+        return f"{path} lies on the root filesystem ({fs.fstype} at /), not on a volume mounted for the dataset"
+    root, device = mount_root(os.path.realpath(path))
+    kubelet = KUBELET_VOLUME.search(root)
+    if kubelet and kubelet["plugin"] not in ON_NODE_DISK:
+        return (f"{path} is the kubelet's own folder for the pod's volume {kubelet['name']} "
+                f"(kubernetes.io~{kubelet['plugin']}: {root} on {fs.fstype} {fs.source}), bind-mounted at "
+                f"{fs.mount_point} with nothing mounted on it: the volume's mount (its CSI driver's, NFS's) is absent "
+                f"on this node, and the job would read and write the node's disk")
+    if root != "/" and device and device == mount_root("/")[1]:
+        return (f"{path} lies on the root filesystem ({fs.fstype} {fs.source}, device {device}): {fs.mount_point} is "
+                f"its folder {root} mounted again there (a bind mount, or a subvolume), not a volume mounted for the "
+                f"dataset")
+    return ""
+
+
+def _mounted_above(path: str) -> Filesystem | None:
+    """The filesystem holding the nearest folder above ``path`` that exists, when it is not the root filesystem."""
+    above = os.path.abspath(path)
+    while not os.path.isdir(above) and os.path.dirname(above) != above:
+        above = os.path.dirname(above)
+    try:
+        fs = filesystem_of(above)
+    except OSError:
+        return None
+    return None if fs.mount_point == "/" else fs
+
+
+def _what_is_mounted(path: str) -> str:
+    """What a missing ``path`` says of the mounts: none there, or one above it that does not hold it."""
+    fs = _mounted_above(path)
+    if fs is None:
+        return "no filesystem is mounted there"
+    return (f"{fs.describe()} is mounted above it and does not hold it (another export, bucket or subPath, or a "
+            f"bucket mounted without its folders, as gcsfuse lists them without --implicit-dirs)")
 
 
 def max_files(options: Any) -> int:
@@ -75,8 +122,11 @@ def reason(path: str, instance: str, directory: bool, mount_required: bool = Fal
             return (f"{path} does not exist: it lies under {mount_point}, which /etc/fstab mounts but is not mounted "
                     f"on this node: mount it (mount {mount_point}), then run again")
         if mount_required:  # the config says the dataset is a mount of its own: its absence is the node's
-            return (f"{path} does not exist on this node: the dataset's mount did not come up ({instance}.mounted is "
-                    f"required): mount it, then run again")
+            above = _mounted_above(path)
+            mount = ("the dataset's mount did not come up" if above is None else
+                     f"{above.fstype} at {above.mount_point} is mounted but does not hold it")
+            return (f"{path} does not exist on this node: {mount} ({instance}.mounted is required): mount it, then "
+                    f"run again")
         raise ConfigMistake(f"{instance}.path: {path} does not exist on this node: set {instance}.path (or DATA_DIR "
                             f"with the bundled thresholds.yaml) to the dataset's directory, or mount the dataset "
                             f"there", "path") from None

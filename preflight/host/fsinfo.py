@@ -88,7 +88,21 @@ def filesystem_of(path: str, mountinfo: str = MOUNTINFO) -> Filesystem:
 def mount_entry(path: str, mountinfo: str = MOUNTINFO) -> tuple[str, str, str, str, str]:
     """(mount point, fstype, source, options, major:minor) of the longest mount point prefixing ``path``, by name from
     mountinfo, never touching ``path``; ("/", "unknown", "unknown", "", "") when unreadable."""
-    best = ("/", "unknown", "unknown", "", "")
+    return _entry(path, mountinfo)[:5]  # type: ignore[return-value]
+
+
+def mount_root(path: str, mountinfo: str = MOUNTINFO) -> tuple[str, str]:
+    """(root, major:minor) of the mount holding ``path``: ``root`` is the folder of its filesystem mounted there
+    (proc(5) field 4), "/" for a filesystem mounted whole, another folder for a bind mount (``mount --bind``, a
+    container's volume, a Kubernetes hostPath or the kubelet's folder of a pod's volume) or a subvolume; ("/", "")
+    when unreadable."""
+    entry = _entry(path, mountinfo)
+    return entry[5], entry[4]
+
+
+def _entry(path: str, mountinfo: str) -> tuple[str, str, str, str, str, str]:
+    """``mount_entry``'s fields, then the mount's root."""
+    best = ("/", "unknown", "unknown", "", "", "/")
     try:
         with open(mountinfo, "rb") as lines:
             for line in lines:
@@ -97,7 +111,7 @@ def mount_entry(path: str, mountinfo: str = MOUNTINFO) -> tuple[str, str, str, s
                 mount_point = _unescape(fields[4])
                 if _contains(mount_point, path) and len(mount_point) >= len(best[0]):
                     best = (mount_point, os.fsdecode(fields[separator + 1]), _unescape(fields[separator + 2]),
-                            os.fsdecode(fields[5]), os.fsdecode(fields[2]))
+                            os.fsdecode(fields[5]), os.fsdecode(fields[2]), _unescape(fields[3]))
     except (OSError, ValueError, IndexError):
         pass
     return best

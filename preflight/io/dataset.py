@@ -48,7 +48,7 @@ class Dataset:
         self._reset()
 
     def _reset(self) -> None:
-        self._listed: dict[tuple[str, int, float, str, str], tuple[list[DataFile], Walk]] = {}
+        self._listed: dict[tuple[str, int, float, str, str, tuple[str, ...]], tuple[list[DataFile], Walk]] = {}
         self._pid = os.getpid()
         self._append: int | None = None  # this process's O_APPEND descriptor of the ledger
         self._opened: collections.Counter[str] = collections.Counter()
@@ -110,12 +110,12 @@ class Dataset:
         _remove(self.ledger)
 
     def files(self, path: str, max_files: int, seconds: float = math.inf, include: str = "*",
-              exclude: str = "") -> tuple[list[DataFile], Walk]:
+              exclude: str = "", extensions: tuple[str, ...] = ()) -> tuple[list[DataFile], Walk]:
         """The files under ``path`` the job would read (``dataset_walk.listing``), walked once for each such request
         in this process: checks and phases that ask again get the same list."""
-        key = (path, max_files, seconds, include, exclude)
+        key = (path, max_files, seconds, include, exclude, extensions)
         if key not in self._listed:
-            self._listed[key] = listing(path, max_files, seconds, include, exclude)
+            self._listed[key] = listing(path, max_files, seconds, include, exclude, extensions)
         files, walk = self._listed[key]
         return list(files), walk
 

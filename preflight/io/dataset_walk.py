@@ -42,6 +42,9 @@ SKIPPED = {  # reason: (one, several)
                "hidden files or directories, not read (the job's os.walk may read them)"),
 }
 UNREADABLE = ("unreadable", "unreadable_dir")
+# What a folder dataset of images lists: torchvision's ImageFolder (``IMG_EXTENSIONS``), matched in any case, as
+# its ``has_file_allowed_extension`` does; a tag, caption or label file beside the images is no sample of it.
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 EXAMPLES = 3  # entries named per reason
 
 WALK_FACTOR = 4  # entries looked at per wanted file (``Walk.for_files``): skipped entries cannot unbound a walk
@@ -90,6 +93,7 @@ class Walk:
         self.skipped: Counter[str] = Counter()
         self.examples: dict[str, list[str]] = {}
         self.looked_at = 0
+        self.left_out: Counter[str] = Counter()  # data files ``listing`` did not take, by extension ("" for none)
         self.stopped = ""
         self._seen: set[tuple[int, int]] = set()
         self._linked: set[tuple[int, int]] = set()  # files first counted through a symbolic link
@@ -346,18 +350,39 @@ class Walk:
 
 
 def listing(path: str, max_files: int, seconds: float = math.inf, include: str = "*",
-            exclude: str = "") -> tuple[list[DataFile], Walk]:
+            exclude: str = "", extensions: tuple[str, ...] = ()) -> tuple[list[DataFile], Walk]:
     """The data files under ``path`` a job would read, at most ``max_files`` matching ``include`` and not ``exclude``
-    (comma-separated fnmatch globs on the relative path and the name), and the ``Walk``."""
+    (comma-separated fnmatch globs on the relative path and the name) and, when given, ending in one of
+    ``extensions`` in any case (``IMAGE_EXTENSIONS``), and the ``Walk``, whose ``left_out`` counts the others."""
     includes = [g.strip() for g in include.split(",") if g.strip()] or ["*"]
     excludes = [g.strip() for g in exclude.split(",") if g.strip()]
     walk = Walk.for_files(path, max_files, seconds)
 
     def wanted(candidate: DataFile) -> bool:
         relative, name = os.path.relpath(candidate.name, path), os.path.basename(candidate.name)
-        return _matches(relative, name, includes) and not _matches(relative, name, excludes)
+        taken = (_matches(relative, name, includes) and not _matches(relative, name, excludes)
+                 and (not extensions or name.lower().endswith(extensions)))
+        if not taken:
+            walk.left_out[extension(name)] += 1
+        return taken
 
     return walk.take(max_files, wanted), walk  # walk.stopped says when it stopped at max_files
+
+
+def extension(name: str) -> str:
+    """``name``'s extension as written, with its dot; "" for none (a dot file's name is no extension)."""
+    stem, dot, suffix = name.rpartition(".")
+    return f".{suffix}" if dot and stem else ""
+
+
+def left_out(walk: Walk) -> str:
+    """The files ``listing`` did not take, in numbers by extension: "150 files (.txt: 150)", "" for none."""
+    if not walk.left_out:
+        return ""
+    kinds = sorted(walk.left_out.items(), key=lambda item: (-item[1], item[0]))
+    named = ", ".join(f"{kind or 'no extension'}: {count:,}" for kind, count in kinds[:EXAMPLES + 1])
+    total = sum(walk.left_out.values())
+    return f"{_plural(total, 'file', 'files')} ({named}{', ...' if len(kinds) > EXAMPLES + 1 else ''})"
 
 
 def _matches(relative: str, name: str, globs: list[str]) -> bool:

@@ -41,7 +41,9 @@ OPTIONS = (
            "dataset threshold can pass); every matching regular file under it (links followed wherever "
            "they lead and mount points descended, as os.walk does; pseudo filesystems and hidden entries skipped "
            "and counted) is one sample, or with format: tar one shard", ignored_with=FILES_ONLY),
-    Option("include", "text", "*", "comma-separated globs of files to read (\"*.jpg,*.png\", \"train/*\")",
+    Option("include", "text", "*", "comma-separated globs of files to read (\"*.jpg,*.png\", \"train/*\"); with "
+           "decode: image, \"*\" reads the images as a folder dataset lists them (torchvision ImageFolder's "
+           "extensions, in any case), the other files (tags, captions) left out and counted in the table",
            ignored_with=FILES_ONLY),
     Option("exclude", "text", "", "comma-separated globs of files to skip", ignored_with=FILES_ONLY),
     Option("format", "choice", "files", "`files`: each file is one sample; `tar`: the files are WebDataset tar shards "

@@ -31,7 +31,8 @@ from preflight.loading.sampler import PassSampler
 from preflight.loading.loop import sizes_or_tensor
 from preflight.host.cpus import auto_workers
 from preflight.host.fsinfo import Filesystem, filesystem_of
-from preflight.io.dataset_walk import MIN_SAMPLES, SKIPPED, DataFile, Walk, filesystems, too_few
+from preflight.io.dataset_walk import (EXAMPLES, IMAGE_EXTENSIONS, MIN_SAMPLES, SKIPPED, DataFile, Walk, filesystems,
+                                       left_out, too_few)
 from preflight.io.dataset import Dataset
 from preflight.io.scratch import choose_parent, room_for, scratch_dir, write_small_files
 from preflight.io.uncached import Bypass, bypass_for
@@ -148,17 +149,22 @@ def _files(options: Mapping[str, Any], instance: str, walk_s: float, data: Datas
     if options["decode"] == "image" and importlib.util.find_spec("PIL") is None:
         yield "decode: image needs Pillow: pip install pillow in this image (or drop decode: image)"
         return
-    files, walk = data.files(path, dataset_path.max_files(options), walk_s, options["include"], options["exclude"])
+    images = _as_a_folder_of_images(options)
+    files, walk = data.files(path, dataset_path.max_files(options), walk_s, options["include"], options["exclude"],
+                             IMAGE_EXTENSIONS if images else ())
     skipped, note = walk.summary(tuple(SKIPPED)), walk.note(files, path)  # note: what was skipped, and any stop
+    left = _also(_left_out(walk, path, options, images), _class_folders(path, files, walk) if images else "")
     if not files:
-        yield (f"no readable files under {path} match include={options['include']!r} "
-               f"exclude={options['exclude']!r}" + (f" ({walk.summary()} skipped)" if walk.summary() else "")
+        yield ((f"no image files (by name, as a folder dataset lists them) under {path}" if images else
+                f"no readable files under {path} match include={options['include']!r} exclude={options['exclude']!r}")
+               + (f" ({walk.summary()} skipped)" if walk.summary() else "") + (f"; {left}" if left else "")
                + f": point {instance}.path at the dataset")
         return
-    passed_over = note  # for the note or the reason: what the walk skipped, and where it stopped early
+    passed_over = _also(note, left)  # for the note or the reason: what the walk skipped or left out, any early stop
     listed = f" ({skipped} skipped)" if skipped else ""  # for the method column
     globs = f" (include={options['include']!r} exclude={options['exclude']!r})"
-    where = path + (globs if (options["include"], options["exclude"]) != ("*", "") else "")
+    where = path + (" (its image files)" if images else
+                    globs if (options["include"], options["exclude"]) != ("*", "") else "")
     if options.get("format") == "tar":
         refused = _too_few_shards(files, where, instance, walk)
         yield _also(refused, passed_over) if refused else Source(
@@ -189,6 +195,59 @@ def _files(options: Mapping[str, Any], instance: str, walk_s: float, data: Datas
         yield Source(scratch, f"{count} scratch files of {size // 1000} kB in ImageNet-style class folders, cold "
                      f"cache per file", _also(f"on an ImageNet-shaped scratch set{place}: {too_little}", passed_over),
                      measured_on)
+
+
+def _as_a_folder_of_images(options: Mapping[str, Any]) -> bool:
+    """Whether the files are listed as a folder dataset of images lists them, by extension (``IMAGE_EXTENSIONS``, any
+    case): ``decode: image`` with ``include`` at "*", where the job decodes every sample as an image and a tag or
+    caption file beside the images is none (ShivamShrirao/diffusers#134)."""
+    return options["decode"] == "image" and options["include"].strip() == "*" and options.get("format") != "tar"
+
+
+def _left_out(walk: Walk, path: str, options: Mapping[str, Any], images: bool) -> str:
+    """What the listing did not take of the files the walk found, in numbers by extension and why; "" for none."""
+    counted = left_out(walk)
+    if not counted:
+        return ""
+    if images:
+        return (f"left out under {path}: {counted} not images by name, as a folder dataset of images leaves them "
+                f"out (torchvision's ImageFolder lists {', '.join(IMAGE_EXTENSIONS)}, in any case); a job that lists "
+                f"every file decodes them too and fails: name them in include (\"*.jpg,*.txt\") to read them as it "
+                f"does")
+    return f"left out under {path}: {counted} by include={options['include']!r} exclude={options['exclude']!r}"
+
+
+def _class_folders(path: str, files: Sequence[DataFile], walk: Walk) -> str:
+    """What torchvision's ImageFolder, which takes each folder directly under ``path`` as a class, makes of ``files``
+    (``listing``'s, by ``IMAGE_EXTENSIONS``): images in no class folder, which it does not list (none at all: it
+    raises, pytorch/examples#412), and, when the walk looked at everything, class folders holding no image, on which it
+    raises (layumi/University1652-Baseline#46); "" when it lists them all. Hidden folders are left to the walk's
+    count of them."""
+    try:
+        folders = sorted(entry.name for entry in os.scandir(path) if entry.is_dir() and not entry.name.startswith("."))
+    except OSError:
+        return ""
+    loose = sum(1 for found in files if os.sep not in os.path.relpath(found.name, path))
+    said = []
+    if loose and not folders:
+        said.append(f"the {_count(loose, 'image')} lie directly under {path}, in no folder: torchvision's ImageFolder "
+                    f"takes the folders under it as classes, finds none and raises FileNotFoundError (a flat folder "
+                    f"dataset reads them)")
+    elif loose:
+        said.append(f"{_count(loose, 'image')} lie directly under {path}, in no class folder: torchvision's "
+                    f"ImageFolder does not list them")
+    holding = {os.path.relpath(found.name, path).split(os.sep)[0] for found in files}
+    empty = [name for name in folders if name not in holding] if not walk.stopped else []
+    if empty:
+        named = ", ".join(empty[:EXAMPLES]) + (", ..." if len(empty) > EXAMPLES else "")
+        said.append(f"{len(empty)} of the {len(folders)} folders under {path} hold no image ({named}): torchvision's "
+                    f"ImageFolder raises FileNotFoundError on them (\"Found no valid file for the classes ...\") "
+                    f"unless allow_empty=True")
+    return "; ".join(said)
+
+
+def _count(count: int, noun: str) -> str:
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
 def _too_few_shards(files: list[DataFile], where: str, instance: str, walk: Walk | None = None) -> str:
