@@ -212,6 +212,9 @@ def _parser() -> argparse.ArgumentParser:
     diff.add_argument("--fail-on", metavar="N%",
                       help="exit 1 when a rate or latency got worse beyond its noise by more than N%% (e.g. 10%%); "
                            "without it, diff only reports")
+    diff.add_argument("--inconclusive", choices=("pass", "fail"), default="pass",
+                      help="with --fail-on, what a change whose noise is wider than N%% counts as: pass (the "
+                           "default) or fail, to fail closed")
     make_dataset = add("make-dataset", "write an ImageNet-shaped sample dataset to rehearse the gate on")
     make_dataset.add_argument("directory", metavar="DIR", help="where to write it: a new or empty directory")
     for flag, default, help in (("--classes", 10, "class folders"), ("--per-class", 100, "files per class folder"),

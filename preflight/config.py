@@ -23,11 +23,14 @@ from preflight.yaml_source import OVERRIDE_PREFIX, Located
 
 Severity = Literal["fail", "warn"]
 SEVERITIES: tuple[Severity, ...] = ("fail", "warn")
-INSTANCE_KEYS = ("check", "timeout", "duration", "severity", "required", "repeats", "retries", "retry_margin")
+INSTANCE_KEYS = ("check", "timeout", "duration", "max_duration", "marginal", "severity", "required", "repeats",
+                 "retries", "retry_margin")
+MARGINAL = ("warn", "fail", "pass")  # what a figure whose interval still straddles its threshold does to the exit
+MAX_DURATION_TIMES = 3  # max_duration's default: this many times duration, and never past half the timeout
 THRESHOLD_KEYS = ("min", "max", "match", "severity")
 TOP_LEVEL_KEYS = ("version", "defaults", "fleet", "checks", "baseline")
-DEFAULTS = {"timeout": "120s", "duration": "5s", "severity": "fail", "repeats": 1, "retries": 0,
-            "retry_margin": "10%"}
+DEFAULTS = {"timeout": "120s", "duration": "5s", "max_duration": "", "marginal": "warn", "severity": "fail",
+            "repeats": 1, "retries": 0, "retry_margin": "10%"}
 MAX_REPEATS, MAX_RETRIES = 20, 5
 RUN_AS = "run_as"  # a key of ``defaults`` that is the run's, not each instance's: who the job runs as
 RUN_AS_FORM = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*(:[A-Za-z0-9_][A-Za-z0-9_.-]*)?$")
@@ -65,11 +68,17 @@ class Instance(NamedTuple):
     retries: int = 0  # re-measurements allowed when a miss is within retry_margin of its bound
     retry_margin: float = 0.10  # as a fraction of the bound
     option_where: Mapping[str, str] = NO_MAPPING  # FILE:LINE:COL of each option given
+    max_duration_s: float = 0.0  # how long a figure whose interval straddles its threshold is measured at most
+    marginal: str = "warn"  # what such a figure, still straddling at max_duration, does to the exit (``MARGINAL``)
 
     @property
     def budget(self) -> Budget:
-        """What the check may spend: ``duration`` and ``timeout``, on the metrics this instance judges."""
-        return Budget(self.duration_s, self.timeout_s, tuple(sorted({t.metric for t in self.thresholds})), self.name)
+        """What the check may spend: ``duration`` and ``timeout``, on the metrics this instance judges, and up to
+        ``max_duration`` on those whose interval straddles their fixed bound (``Budget.bounds``)."""
+        bounds = {t.metric: (t.min, t.max) for t in self.thresholds if not t.relative and t.match is None
+                  and all(b is None or isinstance(b, float) for b in (t.min, t.max))}
+        return Budget(self.duration_s, self.timeout_s, tuple(sorted({t.metric for t in self.thresholds})), self.name,
+                      bounds=bounds, max_duration_s=max(self.duration_s, self.max_duration_s))
 
 
 class FleetSettings(NamedTuple):
@@ -332,8 +341,39 @@ def _instance(name: str, node: Located, defaults: Mapping[str, Any], baseline: b
         found.add(ConfigError(_node(body.get("retry_margin", defaults["retry_margin"])).where,
                               f"`{name}.retry_margin` must be at most 100%, found {margin:g}%"))
     option_where = {option.name: body[option.name].where for option in check.OPTIONS if option.name in body}
+    marginal = found.attempt(_marginal, body.get("marginal", defaults["marginal"]), name)
+    most = body.get("max_duration", defaults["max_duration"])
+    given = _node(most).value not in ("", None)
+    max_duration_s = (setting("max_duration", Dimension.DURATION) if given
+                      else _default_max_duration(duration_s, timeout_s))
+    if given and INVALID not in (max_duration_s, duration_s, timeout_s) and not duration_s <= max_duration_s <= timeout_s:
+        found.add(ConfigError(_node(most).where, f"`{name}.max_duration` must lie between duration "
+                              f"({duration_s:g} s) and timeout ({timeout_s:g} s), found {max_duration_s:g} s"))
     return Instance(name, check_name, parsed_options, thresholds, timeout_s, duration_s, required, node.where,
-                    repeats, retries, margin / 100 if margin is not INVALID else INVALID, option_where)
+                    repeats, retries, margin / 100 if margin is not INVALID else INVALID, option_where,
+                    max_duration_s, marginal)
+
+
+def _default_max_duration(duration_s: Any, timeout_s: Any) -> Any:
+    """``MAX_DURATION_TIMES`` x ``duration``, never past half the timeout (the check's start and its other parts
+    need the rest), never below ``duration``."""
+    if INVALID in (duration_s, timeout_s):
+        return INVALID
+    return max(duration_s, min(MAX_DURATION_TIMES * duration_s, timeout_s / 2))
+
+
+def _marginal(node: Any, name: str) -> str:
+    """``marginal``: warn, fail or pass.
+
+    Raises:
+        ConfigError: any other value.
+    """
+    node = _node(node)
+    if node.value not in MARGINAL:
+        raise ConfigError(node.where, f"`{name}.marginal` must be one of {', '.join(MARGINAL)}: what a figure whose "
+                                      f"interval still straddles its threshold at max_duration does, found "
+                                      f"{node.value!r}")
+    return str(node.value)
 
 
 def _refuse_misplaced(name: str, node: Located) -> None:

@@ -12,6 +12,71 @@ from typing import Any, Sequence
 
 # IQR / median above which a measurement is flagged noisy, as fio and torch.utils.benchmark warn.
 NOISY_SPREAD = 0.10
+# The shortest span of kept samples that is a figure of the device, not of the scheduler or of a throttle's start-up
+# burst (issues 35, 44; docs/benchmarks.md, 'The Quick start's small_files'): a shorter figure warns (``SHORT``), is
+# never decided by its interval, and ``preflight diff`` skips it.
+MIN_SPAN_S = 0.5
+SHORT = "short: "  # how the warning of a figure sampled over less than MIN_SPAN_S begins
+# Student's t at 95 % one-sided (a two-sided 90 % interval), by degrees of freedom; 1.645 past the table (normal).
+_T90 = (6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812, 1.796, 1.782, 1.771, 1.761, 1.753,
+        1.746, 1.740, 1.734, 1.729, 1.725, 1.721, 1.717, 1.714, 1.711, 1.708, 1.706, 1.703, 1.701, 1.699, 1.697)
+
+
+def interval(samples: Sequence[float], center: float) -> tuple[float, float] | None:
+    """The 90 % interval of a figure from its samples; None for fewer than two.
+
+    A figure that is its samples' median (storage's windows) gets the median's distribution-free interval: the
+    k-th lowest and highest samples, k the largest with binomial coverage >= 90 % (Conover, "Practical
+    Nonparametric Statistics", 3.2; the whole range below 8 samples), which one burst window does not widen. Any
+    other ``center`` (the DataLoader's pools, weighed by time) gets ``center`` +/- t(0.95, n-1) x s / sqrt(n). Windows
+    of one pass share its state (a cache, a throttle), so for them either is a floor (docs/checks.md, "A verdict that
+    holds").
+    """
+    import statistics
+
+    n = len(samples)
+    if n < 2:
+        return None
+    ordered = sorted(samples)
+    if n >= 3 and center == statistics.median(ordered):
+        k = max(1, max((k for k in range(1, n // 2 + 1) if _binomial_tail(n, k - 1) <= 0.05), default=1))
+        return ordered[k - 1], ordered[n - k]
+    half = (_T90[n - 2] if n - 2 < len(_T90) else 1.645) * statistics.stdev(samples) / n ** 0.5
+    return center - half, center + half
+
+
+def _binomial_tail(n: int, k: int) -> float:
+    """P(X <= k) for X ~ Binomial(n, 1/2)."""
+    import math
+
+    return sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
+
+
+# A figure with no interval (one sample) or a short one is decided only where its bound lies outside value / 3 to
+# value x 3: short small_files figures scattered from 0.43x to 1.87x of fio's over the same files (docs/benchmarks.md).
+ROUGH_FACTOR = 3.0
+# While more of the pass can be read, sampling stops on such a figure only past 10x: a read throttle's start-up burst
+# read 497 MB/s through a 20 MB/s limit in one short sample (issue 44), which a 3x band would have passed at 100 MB/s.
+EXTEND_FACTOR = 10.0
+
+
+def band(samples: Sequence[float], center: float, short: bool = False,
+         factor: float = ROUGH_FACTOR) -> tuple[float, float] | None:
+    """Where a figure may lie, for its verdict: its 90 % ``interval``, or, over one sample or a span under
+    ``MIN_SPAN_S`` (``short``), ``center`` / ``factor`` to ``center`` x ``factor``; None without samples."""
+    if not samples:
+        return None
+    if short or len(samples) < 2:
+        return (center / factor, center * factor) if center >= 0 else (center * factor, center / factor)
+    return interval(samples, center)
+
+
+def clears(bounds: tuple[float | None, float | None], lows_highs: tuple[float, float] | None) -> bool:
+    """Whether an interval lies wholly on one side of each bound of ``bounds`` (min, max): False for none."""
+    if lows_highs is None:
+        return False
+    low, high = lows_highs
+    return all(bound is None or not low < bound <= high for bound in bounds)
 
 # What a figure was measured on (DESIGN.md "Every result says what it measured"), in the words reports use.
 # Checks decide it from evidence (the file's st_dev and mount source, the batch sampler's indices), never from
@@ -118,6 +183,16 @@ class Measurement:
     @property
     def measured(self) -> bool:
         return self.value is not None
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        """The value's 90 % interval from its samples (``interval``); None for a text, or under two samples."""
+        return interval(self.samples, float(self.value)) if isinstance(self.value, (int, float)) else None
+
+    @property
+    def short(self) -> bool:
+        """Its kept samples spanned under ``MIN_SPAN_S``: the scheduler's or a burst's figure as much as the device's."""
+        return any(w.startswith(SHORT) for w in self.warnings)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict; ``from_dict`` rebuilds the same record."""

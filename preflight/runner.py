@@ -607,6 +607,8 @@ def _run_instance(worker: Worker, instance: Instance, dataset: Dataset,
         "metrics": list(instance.budget.metrics or ()),  # the judged ones: a costly part only they need runs
         "option_where": dict(instance.option_where),  # FILE:LINE:COL, to name where the job's code was named
         "dataset": dataset.ledger,  # the run's one pass over the dataset, continued by every check
+        "bounds": dict(instance.budget.bounds),  # the judged metrics' fixed bounds: how long to measure, not a verdict
+        "max_duration_s": instance.max_duration_s,
     }
     scratch_dirs: list[str] = []
     start = time.monotonic()

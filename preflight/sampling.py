@@ -5,16 +5,10 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Sequence
 
 from preflight.io.dataset import Spent
-from preflight.measurement import Stats
-
-
-# The shortest span of kept samples that is a figure of the device, not of the scheduler (issue 35; docs/benchmarks.md,
-# 'The Quick start's small_files'); a shorter figure warns (``short_warning``) and ``preflight diff`` skips it.
-MIN_SPAN_S = 0.5
-SHORT = "short: "  # how the warning of a figure sampled over less than MIN_SPAN_S begins (``short_warning``)
+from preflight.measurement import MIN_SPAN_S, SHORT, Stats
 
 
 def short_warning(what: str, span_s: float, fix: str = "") -> str:
@@ -47,6 +41,9 @@ def sample(
     max_samples: int = 50,
     target_spread: float = 0.05,
     min_time_s: float | None = None,
+    decided: Callable[[Sequence[float], float], bool] | None = None,
+    max_s: float | None = None,
+    more: Callable[[], bool] = lambda: False,
     clock: Callable[[], float] = time.monotonic,
 ) -> Samples:
     """Repeat ``measure_once`` (one sample, higher is better) within ``budget_s`` seconds; its samples.
@@ -56,16 +53,24 @@ def sample(
         call measure_once() `warmup` times and discard the results
         repeat:
             append measure_once()
-            stop if n >= min_samples and IQR/median <= target_spread
-                 and at least min_time_s has passed                    ("spread ...")
-            stop if n >= max_samples                                   ("max samples")
-            stop if n >= min_samples and the next sample would overrun ("budget spent")
+            with a threshold (`decided`, ``Budget.decider``; span: since the first kept sample began):
+                stop if decided(samples, span) and at least min_time_s has passed    ("decided ...")
+                stop if the next sample would overrun max_s                          ("max_duration ...")
+            without one:
+                stop if n >= min_samples and IQR/median <= target_spread
+                     and at least min_time_s has passed                              ("spread ...")
+                stop if n >= min_samples and the next sample would overrun budget_s  ("budget spent")
+            stop if n >= max_samples                                                 ("max samples")
 
+    A sequential verdict (hyperfine's and criterion's "sample until the estimate is tight", fio's ``steadystate``):
+    a figure its interval decides stops early, one it does not is measured up to ``max_s`` (``max_duration``).
     ``min_samples`` wins over the budget (the timeout bounds a slow target); ``min_time_s`` (half the budget; fio's
     ``time_based``) keeps a fast target from stopping in a lull of other load. A reader's ``io.dataset.Spent`` stops
-    it; spent before any kept sample, the warm-up's (a first touch too) is kept.
+    it, unless the figure is undecided and ``more()`` found it more of the pass to read; spent before any kept
+    sample, the warm-up's (a first touch too) is kept.
     """
     min_time_s = budget_s / 2 if min_time_s is None else min_time_s
+    longest = max(budget_s, max_s or 0.0) if decided is not None else budget_s
     start = clock()
     warm: list[float] = []  # the last warm-up's sample: kept only if the pass is spent before another
     values: list[float] = []
@@ -76,6 +81,7 @@ def sample(
         if not warm:
             raise  # nothing measured at all: the caller says what the pass held
         return Samples(tuple(warm), f"{spent} in the warm-up")
+    first = clock()
     while True:
         before = clock()
         try:
@@ -84,14 +90,27 @@ def sample(
             values = values or warm
             if not values:
                 raise  # the pass ended before the first sample: the caller measures what it held
+            if decided is not None and not decided(values, clock() - first) and clock() - start < longest and more():
+                continue  # undecided: the reader took more of the pass
             return Samples(tuple(values), f"{spent} after {len(values)} samples")
         took = clock() - before
         n = len(values)
+        elapsed = clock() - start
+        if decided is not None:
+            if n >= 2 and decided(values, clock() - first) and elapsed >= min_time_s:
+                return Samples(tuple(values), f"decided after {n} samples in {elapsed:.2f} s: the interval clears "
+                                              f"the threshold")
+            if n >= max_samples:
+                return Samples(tuple(values), f"max {max_samples} samples taken")
+            if n >= min_samples and elapsed + took > longest:
+                verdict = "decided" if decided(values, clock() - first) else "undecided"
+                return Samples(tuple(values), f"max_duration {longest:g}s spent after {n} samples ({verdict})")
+            continue
         if n >= min_samples:
             spread = Stats.of(tuple(values)).spread
-            if spread <= target_spread and clock() - start >= min_time_s:
+            if spread <= target_spread and elapsed >= min_time_s:
                 return Samples(tuple(values), f"spread {spread:.1%} <= {target_spread:.0%} after {n} samples")
             if n >= max_samples:
                 return Samples(tuple(values), f"max {max_samples} samples taken (spread {spread:.1%})")
-            if clock() - start + took > budget_s:
+            if elapsed + took > budget_s:
                 return Samples(tuple(values), f"time budget {budget_s:g}s spent after {n} samples (spread {spread:.1%})")

@@ -27,7 +27,7 @@ from preflight.checks import CHECKS, metric_of
 from preflight.checks.base import Metric
 from preflight.config import Instance, Threshold
 from preflight.errors import EXIT_USAGE
-from preflight.measurement import DATASET_SUBJECTS, SUBJECTS, Measurement
+from preflight.measurement import DATASET_SUBJECTS, MIN_SPAN_S, ROUGH_FACTOR, SUBJECTS, Measurement, band, clears
 from preflight.units import format_value
 
 Verdict = Literal["pass", "fail", "warn", "error", "skip", "info"]
@@ -60,7 +60,8 @@ class Attempt:
     samples: tuple[float, ...]
 
 
-MEASURED = ("device", "value", "samples", "method", "stopped", "warnings", "runs", "note", "subject", "cache_bound")
+MEASURED = ("device", "value", "samples", "method", "stopped", "warnings", "runs", "note", "subject", "cache_bound",
+            "interval")
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,10 @@ class Result:
     # an ``error`` that is the config's or the job's code's mistake, no fault of the node's (``exit_code``)
     config_error: bool = False
     cache_bound: bool = False  # the value may come from memory, not the device (``Measurement.cache_bound``)
+    interval: tuple[float, float] | None = None  # the value's 90 % interval (``measurement.interval``)
+    # why the interval still straddled the threshold at max_duration (or the figure was short), "" where it did not:
+    # judged on its estimate, its verdict the instance's ``marginal`` setting's
+    marginal: str = ""
 
     @classmethod
     def of(cls, instance: Instance, m: Measurement, verdict: Verdict, message: str, unit: str, duration_s: float,
@@ -241,6 +246,11 @@ def _judge_one(instance: Instance, metric: Metric, threshold: Threshold, m: Meas
     ok = _within(m.value, threshold, metric)
     verdict = "pass" if ok else threshold.severity
     message = f"measured {measured}, required {required}"
+    undecided = _undecided(metric, threshold, m)
+    if undecided:
+        message += f" (marginal: {undecided}: on its estimate it {'passes' if ok else 'misses'})"
+        verdict = _MARGINAL_VERDICT[instance.marginal] if threshold.severity == "fail" else (
+            "pass" if instance.marginal == "pass" else "warn")
     if m.reason:
         message += f" ({m.reason})"
     if m.note:
@@ -268,7 +278,30 @@ def _judge_one(instance: Instance, metric: Metric, threshold: Threshold, m: Meas
     # A figure of the working directory, measured because the config named no dataset, judges the config, not the
     # node: like a path that does not exist (issue 35), its failure exits 2 and takes no node out of rotation.
     config_error = m.subject == "no_dataset" and verdict in GATING
-    return Result.of(instance, m, verdict, message, hint=hint, config_error=config_error, **common)
+    return Result.of(instance, m, verdict, message, hint=hint, config_error=config_error, marginal=undecided,
+                     **common)
+
+
+_MARGINAL_VERDICT: dict[str, Verdict] = {"warn": "warn", "fail": "fail", "pass": "pass"}
+
+
+def _undecided(metric: Metric, threshold: Threshold, m: Measurement) -> str:
+    """Why a measured rate or latency is not decided by its threshold, "" where it is: its 90 % interval straddles a
+    bound, or, with one sample or samples spanning under ``MIN_SPAN_S`` (a throttle's start-up burst read 25x its
+    rate; issue 44), the bound lies within ``ROUGH_FACTOR`` of it (``measurement.band``). A figure given without
+    samples, and counts, facts and texts, are exact: always decided."""
+    if (not metric.is_performance or threshold.match is not None or threshold.relative
+            or not isinstance(m.value, (int, float)) or not m.samples):  # no samples: a figure given as measured
+        return ""
+    bounds = tuple(b if isinstance(b, (int, float)) else None for b in (threshold.min, threshold.max))
+    if clears(bounds, band(m.samples, float(m.value), m.short)):  # type: ignore[arg-type]
+        return ""
+    if m.short:
+        return f"its samples spanned under {MIN_SPAN_S:g} s and the threshold is within {ROUGH_FACTOR:g}x of it"
+    if m.interval is None:
+        return f"one sample, and the threshold is within {ROUGH_FACTOR:g}x of it"
+    return (f"the 90% interval {format_value(m.interval[0], metric.unit)} to {format_value(m.interval[1], metric.unit)}"
+            f" straddles the threshold")
 
 
 def said(value: float | str | None, metric: Metric | None, unit: str) -> str:

@@ -59,8 +59,9 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         dataset = Dataset.attached(job["dataset"]) if job.get("dataset") else None
         if dataset is not None:
             dataset.reader = job.get("instance", "")  # each fault it meets is recorded as this instance's
+        bounds = {metric: tuple(bound) for metric, bound in job.get("bounds", {}).items()}
         budget = Budget(job["duration_s"], job["timeout_s"], None if metrics is None else tuple(metrics),
-                        job.get("instance", ""), dataset)
+                        job.get("instance", ""), dataset, bounds, job.get("max_duration_s", 0.0))  # type: ignore[arg-type]
         measurements = check.measure(job["options"], budget)
         return {"measurements": [m.to_dict() for m in measurements]}
     except ConfigMistake as error:  # the config's or the job's own code: say where the config named it

@@ -144,3 +144,18 @@ def test_unmeasured_and_not_applicable_records_keep_their_unit_and_default_to_no
     assert not_applicable("ecc_errors", "no ECC", "count").unit == "count"
     for record in (unmeasurable("m", "r"), not_applicable("m", "r")):
         assert (record.value, record.unit, record.device, record.reason) == (None, "", None, "r")
+
+
+def test_the_interval_of_a_median_is_distribution_free_and_one_burst_does_not_widen_it():
+    """Issue 44: a throttle's start-up burst (328 MB/s among 30 MB/s windows) widened a t interval past a 100 MB/s
+    threshold; the median's order-statistic interval (Conover 3.2) from 8 samples is the 2nd lowest to 2nd highest."""
+    import statistics
+
+    from preflight.measurement import interval
+
+    windows = (328.2, 36.4, 14.7, 31.1, 30.7, 14.6, 30.2, 14.5)
+    assert interval(windows, statistics.median(windows)) == (14.6, 36.4)
+    assert interval(windows[:5], statistics.median(windows[:5])) == (14.7, 328.2)  # under 8: their whole range
+    low, high = interval((900.0, 1000.0, 1100.0, 1000.0), 1010.0)  # another centre (a mean over pools): t-based
+    assert (low, high) == pytest.approx((1010.0 - 2.353 * 81.65 / 2, 1010.0 + 2.353 * 81.65 / 2), abs=0.01)
+    assert interval((5.0,), 5.0) is None

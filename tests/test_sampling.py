@@ -124,3 +124,66 @@ def test_a_figure_sampled_over_under_half_a_second_warns_short_and_names_the_fix
                        "files gives it 0.5 s") and warning.startswith(SHORT)
     # 100 files in 11.6 ms is 8621 files/s; a part that reads a tenth of a dataset spans 0.5 s from 43,104 files
     assert files_for_span(100 / 0.0116, 0.1) == 43104 and files_for_span(8000.0, 1.0) == 4000
+
+
+# Issue 44: a sequential verdict. With a threshold (``Budget.decider``), a figure whose 90 % interval clears it stops
+# once half the duration has passed; one whose interval straddles it is measured on, up to max_duration.
+def _decider(minimum):
+    from preflight.checks.base import Budget
+
+    return Budget(4.0, 60.0, bounds={"seq_read": (minimum, None)}, max_duration_s=12.0).decider("seq_read")
+
+
+def test_a_figure_far_from_its_threshold_stops_inside_the_duration():
+    clock = Scripted(0.25, [100.0, 101.0, 99.0, 100.5, 99.5] * 20)
+    taken = sample(clock.measure, budget_s=4.0, decided=_decider(10.0), max_s=12.0, clock=clock)
+    assert taken.stopped.startswith("decided after ") and "the interval clears the threshold" in taken.stopped
+    assert clock.now == 2.0  # the warm-up, then samples until half the duration (min_time_s): never past it
+    assert len(taken.values) == 7
+
+
+def test_a_figure_straddling_its_threshold_is_measured_up_to_max_duration_and_says_undecided():
+    clock = Scripted(0.25, [90.0, 110.0] * 100)  # median 100, interval 90-110: straddles 100 forever
+    taken = sample(clock.measure, budget_s=4.0, decided=_decider(100.0), max_s=12.0, clock=clock)
+    assert taken.stopped == f"max_duration 12s spent after {len(taken.values)} samples (undecided)"
+    assert 4.0 < clock.now <= 12.0 and len(taken.values) == 47  # 0.25 s each: the next would end past 12 s
+
+
+def test_a_straddling_figure_that_settles_stops_as_soon_as_it_is_decided():
+    clock = Scripted(0.25, [90.0, 110.0, 90.0, 110.0] + [80.0] * 100)  # then the rate falls clear of 100
+    taken = sample(clock.measure, budget_s=4.0, decided=_decider(100.0), max_s=12.0, clock=clock)
+    assert taken.stopped.startswith("decided after ")
+    assert 2.0 <= clock.now < 12.0 and max(taken.values[-3:]) == 80.0
+
+
+def test_without_a_threshold_the_old_rule_ends_at_the_duration():
+    clock = Scripted(0.25, [90.0, 110.0] * 100)
+    taken = sample(clock.measure, budget_s=4.0, max_s=12.0, clock=clock)  # no decider: max_s is never used
+    assert taken.stopped.startswith("time budget 4s spent") and clock.now <= 4.0
+
+
+def test_an_undecided_reader_that_spent_its_share_takes_another_of_the_pass():
+    """Small files read whole: a share of the dataset is spent in one sample; undecided, the reader takes more of the
+    first pass (``more``) instead of stopping on one sample, a throttle's start-up burst (issue 44)."""
+    from preflight.io.dataset import Spent
+
+    clock = FakeClock(0.2)
+    shares = [[300.0], [30.0, 30.0], [31.0, 29.0, 30.0], [30.0, 30.0]]  # a burst, then the throttle's rate
+    current = list(shares.pop(0))
+
+    def read():
+        clock.now += 0.2
+        if not current:
+            raise Spent("each of its files read once")
+        return current.pop(0)
+
+    def more():
+        if not shares:
+            return False
+        current.extend(shares.pop(0))
+        return True
+
+    taken = sample(read, budget_s=1.0, warmup=0, decided=_decider(100.0), max_s=3.0, more=more, clock=clock)
+    assert taken.values == (300.0, 30.0, 30.0, 31.0, 29.0, 30.0, 30.0, 30.0)  # every share read, not the burst alone
+    # from 8 samples the median's interval is the 2nd lowest to the 2nd highest (29-31): the burst no longer widens it
+    assert taken.stopped.startswith("decided after 8 samples")

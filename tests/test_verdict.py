@@ -1,7 +1,7 @@
 import pytest
 
 from preflight.config import Instance, Threshold
-from preflight.measurement import Measurement, not_applicable, unmeasurable
+from preflight.measurement import Measurement, interval, not_applicable, unmeasurable
 from preflight.verdict import (Attempt, Outcome, Result, against_baseline, exit_code, judge, judge_against_fleet,
                                near_miss, record_attempts, requirement)
 from tests.helpers import judged
@@ -16,7 +16,7 @@ def seq_read(low=None, high=None, severity="fail"):
 
 
 def test_pass_fail_and_warn_follow_the_threshold():
-    measured = Outcome((Measurement("seq_read", samples=(900.0, 950.0, 1000.0), unit="MB/s", subject="dataset"),))
+    measured = Outcome((Measurement("seq_read", samples=(945.0, 950.0, 955.0), unit="MB/s", subject="dataset"),))
     [passed] = judge(instance(thresholds=[seq_read(low=900.0)]), measured)
     [failed] = judge(instance(thresholds=[seq_read(low=1000.0)]), measured)
     [warned] = judge(instance(thresholds=[seq_read(low=1000.0, severity="warn")]), measured)
@@ -25,7 +25,7 @@ def test_pass_fail_and_warn_follow_the_threshold():
     assert failed.value == 950.0  # the median of the samples is what is compared
     assert failed.message == "measured 950 MB/s, required >= 1 GB/s"
     assert capped.message == "measured 950 MB/s, required <= 920 MB/s"
-    assert failed.samples == (900.0, 950.0, 1000.0)
+    assert failed.samples == (945.0, 950.0, 955.0)
     assert failed.where == "t.yaml:3:5"
     assert exit_code([passed, warned]) == 0
     assert exit_code([passed, failed]) == 1
@@ -232,7 +232,7 @@ def test_a_judged_result_carries_every_field_of_its_measurement_and_threshold():
         hint="/data reads at 400 MB/s: use a faster volume class or a local NVMe cache",
         samples=(380.0, 400.0, 420.0), duration_s=2.5, method="O_DIRECT, 1 MiB blocks", where="t.yaml:3:5",
         required=">= 1 GB/s", warnings=("short run",), runs=(390.0, 400.0, 410.0),
-        note="on scratch data: ./ holds 3 files", subject="dataset")
+        note="on scratch data: ./ holds 3 files", subject="dataset", interval=interval((380.0, 400.0, 420.0), 400.0))
 
 
 def test_a_pass_has_no_hint():
@@ -267,7 +267,7 @@ def test_an_info_result_carries_every_field_of_its_measurement():
         "data", "storage", "seq_read", "info", "measured 400 MB/s (no threshold); on scratch data: ./ holds 3 files",
         device="nvme0", value=400.0, unit="MB/s", samples=(380.0, 400.0, 420.0), duration_s=2.5,
         method="O_DIRECT, 1 MiB blocks", warnings=("short run",), runs=(390.0, 400.0, 410.0),
-        note="on scratch data: ./ holds 3 files", subject="dataset")
+        note="on scratch data: ./ holds 3 files", subject="dataset", interval=interval((380.0, 400.0, 420.0), 400.0))
     [plain] = judge(instance(), Outcome((Measurement("seq_read", 2080.44, "MB/s", subject="dataset"),)))
     assert plain.message == "measured 2.08 GB/s (no threshold)"
 
@@ -361,7 +361,7 @@ def test_a_device_the_baseline_lacks_is_an_error_that_keeps_what_was_measured():
         "data", "storage", "seq_read", "error",
         "the baseline has no value for data.seq_read[nvme1]: save a baseline on a run that measured it",
         device="nvme1", value=950.0, unit="MB/s", samples=(940.0, 950.0, 960.0), duration_s=2.5, method="O_DIRECT",
-        where="t.yaml:3:5", required=">= 90% of baseline")
+        where="t.yaml:3:5", required=">= 90% of baseline", interval=interval((940.0, 950.0, 960.0), 950.0))
 
 
 def missed(value, verdict="fail", metric="seq_read", **bounds):
@@ -566,3 +566,51 @@ def test_a_synthetic_figure_above_its_minimum_is_told_to_measure_the_dataset_not
     [result] = judge(instance(thresholds=[seq_read(low=200.0)]), Outcome((m,)))
     assert result.verdict == "fail" and result.message.endswith("not the dataset, so it cannot pass")
     assert result.hint.startswith("point data.path at the dataset's own files")
+
+
+# Issue 44: a figure whose interval straddles its threshold at max_duration is decided on its estimate and says
+# `marginal`; the instance's `marginal:` setting says what that does to the exit code.
+STRADDLING = Measurement("seq_read", samples=(900.0, 950.0, 1000.0, 1050.0, 1100.0), unit="MB/s", subject="dataset")
+
+
+@pytest.mark.parametrize("setting, verdict, code", [("warn", "warn", 0), ("fail", "fail", 1), ("pass", "pass", 0)])
+def test_a_straddling_figure_is_marginal_and_its_setting_decides_the_exit_code(setting, verdict, code):
+    judged_by = instance(thresholds=[seq_read(low=1020.0)])._replace(marginal=setting)
+    [result] = judge(judged_by, Outcome((STRADDLING,)))
+    assert (result.verdict, exit_code([result])) == (verdict, code)
+    assert result.interval == (900.0, 1100.0)  # five samples: the median's interval is their range
+    assert result.marginal == "the 90% interval 900 MB/s to 1.1 GB/s straddles the threshold"
+    assert result.message == ("measured 1 GB/s, required >= 1.02 GB/s (marginal: the 90% interval 900 MB/s to 1.1 GB/s "
+                              "straddles the threshold: on its estimate it misses)")
+
+
+def test_a_figure_whose_interval_clears_the_threshold_is_decided_on_either_side():
+    [far_below] = judge(instance(thresholds=[seq_read(low=1200.0)]), Outcome((STRADDLING,)))
+    [far_above] = judge(instance(thresholds=[seq_read(low=800.0)]), Outcome((STRADDLING,)))
+    assert (far_below.verdict, far_below.marginal) == ("fail", "")
+    assert (far_above.verdict, far_above.marginal) == ("pass", "")
+
+
+def test_a_warn_severity_never_fails_on_a_marginal_figure_even_when_told_to_fail():
+    judged_by = instance(thresholds=[seq_read(low=1020.0, severity="warn")])._replace(marginal="fail")
+    [result] = judge(judged_by, Outcome((STRADDLING,)))
+    assert result.verdict == "warn" and result.marginal
+
+
+@pytest.mark.parametrize("value, minimum, marginal", [(5077.0, 1.0, False), (5077.0, 2000.0, True),
+                                                      (5077.0, 16000.0, False)])
+def test_a_short_or_single_sample_figure_is_decided_only_beyond_three_times_its_value(value, minimum, marginal):
+    from preflight.measurement import SHORT
+
+    short = Measurement("seq_read", samples=(value,), unit="MB/s", subject="dataset",
+                        warnings=(f"{SHORT}1 sample of 100 files in 12 ms",))
+    [result] = judge(instance(thresholds=[seq_read(low=minimum)]), Outcome((short,)))
+    assert bool(result.marginal) is marginal
+    if marginal:
+        assert result.marginal == "its samples spanned under 0.5 s and the threshold is within 3x of it"
+
+
+def test_a_value_given_without_samples_and_a_relative_bound_are_never_marginal():
+    [given] = judge(instance(thresholds=[seq_read(low=1000.0)]), Outcome((Measurement("seq_read", 1000.0, "MB/s",
+                                                                                       subject="dataset"),)))
+    assert given.verdict == "pass" and not given.marginal and given.interval is None

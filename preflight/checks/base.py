@@ -8,7 +8,8 @@ from the same tables. A check measures; it never sees a threshold.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, NamedTuple, Protocol, TypedDict, Union, cast
+import types
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, NamedTuple, Protocol, Sequence, TypedDict, Union, cast
 
 from preflight.units import UNITS, Dimension
 
@@ -113,6 +114,7 @@ class Metric(NamedTuple):
 # Replaced by the worker with its channel to the runner (as ``io.scratch.on_create``).
 on_progress: Callable[[str], None] = lambda line: None  # noqa: E731
 
+NO_BOUNDS: Mapping[str, tuple[float | None, float | None]] = types.MappingProxyType({})
 WALK_SHARE = 0.25  # of a check's timeout, for walking its dataset (``Budget.walk_s``)
 
 
@@ -135,6 +137,33 @@ class Budget(NamedTuple):
     # The run's dataset (``io.dataset``): its one pass over the files and the faults met, shared by every check of
     # the run; None outside a run, where ``with_dataset`` gives the check one of its own.
     dataset: Dataset | None = None
+    # The judged metrics' fixed bounds (min, max), in their units, and how long one whose interval straddles them
+    # may be measured (0: ``duration``): the sequential verdict's stopping rule (``decider``), never a verdict.
+    bounds: Mapping[str, tuple[float | None, float | None]] = NO_BOUNDS
+    max_duration_s: float = 0.0
+
+    def decider(self, metric: str) -> Callable[[Sequence[float], float], bool] | None:
+        """For ``metric`` judged against a fixed bound: whether its samples, kept over a span of seconds, decide it:
+        their ``measurement.band`` around their median lies wholly on one side (``measurement.clears``): stricter than
+        the verdict's, so a short figure or a single sample is read on unless ``EXTEND_FACTOR`` from the bound. None
+        where it has no such bound: its sampling stops as it always has."""
+        bounds = self.bounds.get(metric)
+        if bounds is None:
+            return None
+
+        def decided(samples: Sequence[float], span_s: float) -> bool:
+            import statistics
+
+            from preflight.measurement import EXTEND_FACTOR, MIN_SPAN_S, band, clears
+
+            return clears(bounds, band(samples, statistics.median(samples), span_s < MIN_SPAN_S, EXTEND_FACTOR))
+
+        return decided
+
+    @property
+    def longest_s(self) -> float:
+        """``max_duration``: how long a figure that its interval does not decide is measured, at least ``duration``."""
+        return max(self.duration_s, self.max_duration_s)
 
     def with_dataset(self) -> Budget:
         """This budget with a dataset: the run's, else (a bench, a test calling a check) one of its own."""
@@ -149,9 +178,9 @@ class Budget(NamedTuple):
         return self.instance or check
 
     def split(self, phases: int) -> Budget:
-        """Each of ``phases`` equal shares of ``duration``: a check's phases (raw reads, the loader, a sweep) take one
-        each, and their pools, warm-ups and windows come out of it."""
-        return self._replace(duration_s=self.duration_s / phases)
+        """Each of ``phases`` equal shares of ``duration`` (and of ``max_duration``): a check's phases (raw reads, the
+        loader, a sweep) take one each, and their pools, warm-ups and windows come out of it."""
+        return self._replace(duration_s=self.duration_s / phases, max_duration_s=self.max_duration_s / phases)
 
     def requires(self, metric: str) -> bool:
         """Whether the configuration judges ``metric`` (not merely measures it: ``None`` metrics judge none)."""

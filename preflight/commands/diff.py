@@ -17,10 +17,12 @@ UsageError to the CLI's boundary).
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import Sequence, TextIO
 
 from preflight.errors import UsageError
+from preflight.report import noise
 from preflight.report.compare import Change, Entry, load, pair
 from preflight.units import Dimension, UnitError, format_value, parse_quantity
 
@@ -39,7 +41,10 @@ def main(args: argparse.Namespace, stdout: TextIO | None = None) -> int:
         if ids:
             lines.append(f"{label}: {', '.join(ids)}")
     regressed = [c for c in changes if fail_on is not None and c.regressed(fail_on)]
-    lines.append(closing(changes, regressed, fail_on))
+    unsure = [c for c in changes if fail_on is not None and c.cannot_tell(fail_on)]
+    lines.append(closing(changes, regressed, fail_on, unsure, args.inconclusive))
+    if args.inconclusive == "fail":
+        regressed += unsure
     stdout.write("\n".join(lines) + "\n")
     return EXIT_REGRESSED if regressed else 0
 
@@ -82,6 +87,10 @@ def verdict(c: Change, fail_on: float | None) -> str:
     change, if any (``pass -> fail``)."""
     if c.short:
         text = f"too short to compare ({c.short})"
+    elif fail_on is not None and c.cannot_tell(fail_on):
+        longer = c.duration_to_tell(fail_on)
+        text = (f"cannot tell at this noise ({c.ratio - 1:+.0%}, noise ±{c.band:.0%} > --fail-on {fail_on:.0%}): "  # type: ignore[operator]
+                + _to_tell(c, fail_on))
     elif c.delta is not None:
         text = _count(c, fail_on)
     elif not c.judged:
@@ -100,6 +109,18 @@ def verdict(c: Change, fail_on: float | None) -> str:
     return text
 
 
+def _to_tell(c: Change, fail_on: float) -> str:
+    """What would tell: ``a duration of about 25s in both runs would tell`` (``Change.duration_to_tell``)."""
+    longer = c.duration_to_tell(fail_on)
+    if longer is None:
+        return "the runs' repeats disagree by more than that: compare runs of a quieter node"
+    if not longer:  # a report without the check's time: say it as a multiple
+        times = max(noise.samples_to_tell(f"{c.new.check}.{c.new.metric}", e.samples, fail_on) or 1.0
+                    for e in (c.old, c.new))
+        return f"sampling {math.ceil(times)}x longer in both runs would tell"
+    return f"a duration of about {math.ceil(longer)}s in both runs would tell"
+
+
 def _count(c: Change, fail_on: float | None) -> str:
     """An exact count's change: ``same``, ``changed +2 (a fact, not judged)``, ``worse -1 (-12%, an exact count)``,
     ``REGRESSED +3 (from 0, an exact count, --fail-on 10%)``: no noise band, it changed or it did not."""
@@ -116,15 +137,17 @@ def _count(c: Change, fail_on: float | None) -> str:
     return f"{'worse' if c.worse else 'better'} {amount} ({said})"
 
 
-def closing(changes: Sequence[Change], regressed: Sequence[Change], fail_on: float | None) -> str:
-    """``== 1 regressed beyond 10%, 2 worse, 1 better, 20 within noise, 2 too short to compare, 9 not judged; 35
-    metrics in both runs ==``."""
-    judged = [c for c in changes if c.judged]
+def closing(changes: Sequence[Change], regressed: Sequence[Change], fail_on: float | None,
+            unsure: Sequence[Change] = (), inconclusive: str = "pass") -> str:
+    """``== 1 regressed beyond 10%, 2 worse, 1 better, 20 within noise, 1 cannot tell (counted as pass), 2 too
+    short to compare, 9 not judged; 35 metrics in both runs ==``."""
+    judged = [c for c in changes if c.judged and c not in unsure]
     counts = [(f"regressed beyond {fail_on:.0%}" if fail_on is not None else "", len(regressed)),
               ("worse", sum(c.worse for c in judged) - len(regressed)),
               ("better", sum(c.beyond_noise and not c.worse for c in judged)),
               ("within noise", sum(not c.beyond_noise and not c.exact for c in judged)),
               ("same count", sum(not c.beyond_noise and c.exact for c in judged)),
+              (f"cannot tell (counted as {inconclusive})", len(unsure)),
               ("too short to compare", sum(bool(c.short) for c in changes)),
               ("not judged", sum(not c.judged and not c.short for c in changes))]
     said = ", ".join(f"{n} {what}" for what, n in counts if n and what)

@@ -21,7 +21,12 @@ _VERSION = r"^\d+(\.\d+)*$"
 # Each instance setting (config.INSTANCE_KEYS but `check`), also the keys of `defaults:`.
 _SETTINGS = {
     "timeout": {**quantity(Dimension.DURATION), "description": "timeout of each check"},
-    "duration": {**quantity(Dimension.DURATION), "description": "duration of each check"},
+    "duration": {**quantity(Dimension.DURATION), "description": "duration of each check: the least it measures"},
+    "max_duration": {**quantity(Dimension.DURATION),
+                     "description": "the most a check measures a figure whose interval straddles its threshold; "
+                                    "default 3x duration, at most half the timeout"},
+    "marginal": {"enum": list(config.MARGINAL), "description": "what a figure still straddling its threshold at "
+                                                               "max_duration does: warn (default), fail or pass"},
     "severity": {"enum": list(config.SEVERITIES), "description": "fail: a miss fails the gate; warn: reported only"},
     "required": {"type": "boolean", "description": "false: an unmeasurable metric is skipped, not failed"},
     "repeats": {"type": "integer", "minimum": 1, "maximum": config.MAX_REPEATS,

@@ -348,6 +348,15 @@ class Pools(NamedTuple):
     tail: int = 0  # samples of the pass's end that a fresh pool read inside its warm-up: not in the rate (``pooled``)
     read_on: bool = False  # the first pool read on to the pass's end, which the duration held (``pooled``)
     burst: float = 0.0  # the most a pool's sustained rate fell below its count over time (``sustained``), a fraction
+    windows: tuple[Window, ...] = ()  # the last pool's windows
+
+    @property
+    def spread(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """The (samples/s, MB/s) draws a figure's interval is taken over: the pools' rates, else the one pool's
+        windows (not independent draws of the loader: a floor of its uncertainty; docs/checks.md)."""
+        if len(self.rates) > 1 or len(self.windows) < 2:
+            return self.rates, self.mb_rates
+        return tuple(w.samples_per_s for w in self.windows), tuple(w.mb_per_s for w in self.windows)
 
     @property
     def rate(self) -> float:
@@ -395,8 +404,11 @@ class Pools(NamedTuple):
 
 def pooled(start_pool: Callable[[], BatchPuller], take: Callable[[BatchPuller, Budget, int], Taken],
            budget: Budget, pools: int, clock: Callable[[], float] = time.perf_counter,
-           handed_out: Callable[[], bool] = lambda: False, left_in_pass: Callable[[], int | None] = lambda: None) -> Pools:
-    """Measure up to ``pools`` fresh worker pools in turn, within ``budget.duration_s`` in all.
+           handed_out: Callable[[], bool] = lambda: False, left_in_pass: Callable[[], int | None] = lambda: None,
+           decided: Callable[[Sequence[float], float], bool] | None = None) -> Pools:
+    """Measure up to ``pools`` fresh worker pools in turn, within ``budget.duration_s`` in all; with a threshold
+    (``decided``, ``Budget.decider``), further pools while their rates' interval straddles it, up to
+    ``budget.longest_s`` (``max_duration``).
 
     Algorithm::
 
@@ -411,6 +423,8 @@ def pooled(start_pool: Callable[[], BatchPuller], take: Callable[[BatchPuller, B
                 take(pool, what is left of the duration)       the pool reads the pass to its end
             stop, not counting the pool, if it is not the first and the pass ended before its second window
             stop if the pass ended, or its sampler handed out its last index (``handed_out``)
+            with a threshold: stop past the pools asked for once their rates decide it; while they do not,
+                 go on past ``pools`` and past the duration, to another pool that would end within max_duration
         pool's rate = the lower of its samples / its windows' time and their least-squares slope (``sustained``)
         rate = the pools' rates weighed by their windows' time                (``time_weighted``)
 
@@ -419,9 +433,17 @@ def pooled(start_pool: Callable[[], BatchPuller], take: Callable[[BatchPuller, B
     """
     slot, began = budget.duration_s / pools, clock()
     rates, mb_rates, seconds, tail, stopped, below = [], [], [], 0, "", 0.0
-    puller, pool_s = None, 0.0
-    for index in range(pools):
-        if index and clock() - began + pool_s > OVERRUN * budget.duration_s:
+    puller, pool_s, index, kept = None, 0.0, -1, Taken()
+
+    def undecided() -> bool:  # another pool may still change the verdict, and would end within max_duration
+        return (decided is not None and not decided(rates, clock() - began)
+                and clock() - began + pool_s <= budget.longest_s)
+
+    while True:
+        index += 1
+        if index >= pools and not undecided():
+            break
+        if index and clock() - began + pool_s > OVERRUN * budget.duration_s and not undecided():
             break
         pool_began = clock()
         if puller is not None:  # the previous pool's workers exit before the next pool's start, as at an epoch's
@@ -446,11 +468,12 @@ def pooled(start_pool: Callable[[], BatchPuller], take: Callable[[BatchPuller, B
         rates.append(rate)
         mb_rates.append(mb_rate)
         seconds.append(sum(w.seconds for w in taken))
+        kept = taken
         if puller.spent or handed_out() or taken.read_on:  # the pass is read or handed out (a further pool would
             break                                          # read it again), or the first pool had the duration
     spent = puller is not None and (puller.spent or handed_out())
     return Pools(tuple(rates), tuple(mb_rates), stopped, puller, pools, pool_s, spent,  # type: ignore[arg-type]
-                 tuple(seconds), tail, taken.read_on, below)
+                 tuple(seconds), tail, taken.read_on, below, tuple(kept))
 
 
 def _rest_fits(taken: Taken, left: int | None, seconds: float) -> bool:

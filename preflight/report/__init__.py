@@ -58,6 +58,15 @@ def shown_value(result: Result) -> str:
     return said(result.value, result.declared, result.unit)
 
 
+def shown_interval(result: Result) -> str:
+    """``result``'s 90 % interval as the table shows it beside the value: ``±4%``, its farther side from the value
+    (a median's interval is not symmetric); "" without one."""
+    if result.interval is None or not isinstance(result.value, (int, float)) or not result.value:
+        return ""
+    low, high = result.interval
+    return f"±{max(result.value - low, high - result.value) / abs(result.value):.0%}"
+
+
 def build(config_path: str, config_digest: str, results: Sequence[Result], started: datetime,
           duration_s: float) -> RunReport:
     """Assemble the report; host facts come from ``host_facts`` and the cuda check's results."""

@@ -38,6 +38,7 @@ class Entry(NamedTuple):
     threshold: Mapping[str, Any] | None  # {"min": 200.0}; None where the run gated nothing on it
     runs: tuple[float, ...] = ()  # with `repeats`: each run's figure
     warnings: tuple[str, ...] = ()  # the row's warnings ("short: 1 sample of 100 files in 12 ms; ...")
+    duration_s: float = 0.0  # the check's wall time in that run
 
 
 class Report(NamedTuple):
@@ -101,6 +102,19 @@ class Change(NamedTuple):
         down to 7)."""
         return self.worse and self.change > fail_on
 
+    def cannot_tell(self, fail_on: float) -> bool:
+        """Within noise, but the noise is wider than ``fail_on``: a regression past it could hide in the band."""
+        return self.judged and self.delta is None and not self.beyond_noise and self.band > fail_on  # type: ignore[operator]
+
+    def duration_to_tell(self, fail_on: float) -> float | None:
+        """The check duration (s) in both runs that would narrow the band to ``fail_on`` (``noise.samples_to_tell``,
+        from the longer run's wall time); None where no duration would (its repeats disagree)."""
+        metric_id = f"{self.new.check}.{self.new.metric}"
+        times = [noise.samples_to_tell(metric_id, e.samples, fail_on, e.runs) for e in (self.old, self.new)]
+        if None in times:
+            return None
+        return max(self.old.duration_s, self.new.duration_s) * max(times)  # type: ignore[type-var]
+
 
 def _number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -156,7 +170,7 @@ def _entries(results: Sequence[Mapping[str, Any]], node: str | None) -> list[Ent
         entries.append(Entry(f"{base}[{device}]" if device else base, r["check"], r["metric"], r.get("value"),
                              r.get("unit", ""), r["verdict"], tuple(float(s) for s in r.get("samples") or ()),
                              r.get("threshold") or None, tuple(float(v) for v in r.get("runs") or ()),
-                             tuple(str(w) for w in r.get("warnings") or ())))
+                             tuple(str(w) for w in r.get("warnings") or ()), float(r.get("duration_s") or 0.0)))
     return entries
 
 

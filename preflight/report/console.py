@@ -20,14 +20,14 @@ from typing import Callable, NamedTuple, TextIO
 
 from preflight.host import node_lock
 from preflight.measurement import DATASET_SUBJECTS, SUBJECTS
-from preflight.report import RunReport, shown_value, tally
+from preflight.report import RunReport, shown_interval, shown_value, tally
 from preflight.units import UNITS
 from preflight.verdict import Result
 
 DEFAULT_WIDTH = 80  # when stdout is not a terminal
 MIN_WIDTH = 40  # narrower terminals get 40-column lines
 _VERDICT = 5  # "ERROR"
-_MEASURED_MAX = 16  # "123456 samples/s"; a longer value wraps, or spans the requirement column when it has none
+_MEASURED_MAX = 19  # "5077 samples/s ±12%"; a longer value wraps, or spans the requirement column when it has none
 _REQUIRED_MIN = 14  # ">= 1000 files/s": the requirement column never shrinks below this for long ids
 _COLOURS = {"pass": "32", "info": "2", "skip": "33", "warn": "33", "fail": "31", "error": "31;1"}
 
@@ -121,7 +121,7 @@ class _Cells(NamedTuple):
     @classmethod
     def of(cls, result: Result, first: bool = True) -> _Cells:
         """``first``: the first row of its check instance, the one that shows the check's duration."""
-        measured = shown_value(result)
+        measured = " ".join(filter(None, (shown_value(result), shown_interval(result))))
         if result.value is None:
             measured = "not run" if result.verdict == "error" else "not measured"
         return cls(result.id, result.verdict, measured, result.required, f"{result.duration_s:.1f}s" if first else "")
@@ -215,7 +215,8 @@ def table_note(result: Result) -> str:
     23% of the median")."""
     shown = "" if result.subject in ("", *DATASET_SUBJECTS) else f"measured on {SUBJECTS[result.subject]}"
     note = f"{shown}: {result.note}" if shown and result.note else shown or result.note
-    return "; ".join(part for part in (skip_reason(result), note, *result.warnings) if part)
+    marginal = f"marginal: {result.marginal}" if result.marginal else ""
+    return "; ".join(part for part in (skip_reason(result), marginal, note, *result.warnings) if part)
 
 
 def skip_reason(result: Result) -> str:

@@ -14,6 +14,7 @@ from preflight.report.console import grouped_fixes, run_note, skip_reason
 from preflight.report.heatmap import fleet_body
 from preflight.report.page import MISSES, badge, banner, measured_text, page
 from preflight.report.svg import Axis, bar, numbers_of, scale_note, strip
+from preflight.units import format_value
 from preflight.verdict import Result
 
 
@@ -127,7 +128,9 @@ def _drawing(result: Result, measured: str) -> str:
     if result.samples:
         drawing += strip(axis, result.samples, f"{len(result.samples)} samples")
     return drawing + f'<span class="scale">{escape(scale_note(axis, result.unit))}' + (
-        f" · {len(result.samples)} sample{'s' if len(result.samples) != 1 else ''}" if result.samples else "") + "</span>"
+        f" · {len(result.samples)} sample{'s' if len(result.samples) != 1 else ''}" if result.samples else "") + (
+        f" · 90% interval {format_value(result.interval[0], result.unit)} to "
+        f"{format_value(result.interval[1], result.unit)}" if result.interval else "") + "</span>"
 
 
 def _same_reason(result: Result, previous: Result | None) -> bool:

@@ -49,6 +49,8 @@ def to_dict(report: RunReport) -> dict[str, Any]:
                 "subject": r.subject or None,
                 "cache_bound": r.cache_bound,
                 "samples": list(r.samples),
+                "interval": list(r.interval) if r.interval else None,
+                "marginal": r.marginal or None,
                 "runs": list(r.runs),
                 "attempts": [{"value": a.value, "verdict": a.verdict, "samples": list(a.samples)}
                              for a in r.attempts],

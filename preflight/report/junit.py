@@ -147,6 +147,8 @@ def _details(result: Result) -> str:
         lines.append(f"method: {result.method}")
     if result.samples:
         lines.append(f"samples ({result.unit}): " + ", ".join(f"{s:.4g}" for s in result.samples))
+    if result.interval:
+        lines.append(f"90% interval ({result.unit}): {result.interval[0]:.4g} to {result.interval[1]:.4g}")
     if result.runs:
         lines.append(f"runs ({result.unit}, median judged): " + ", ".join(f"{v:.4g}" for v in result.runs))
     for number, attempt in enumerate(result.attempts, 1):

@@ -51,6 +51,10 @@ RUN_TO_RUN: dict[str, Floor] = {
 _UNMEASURED = "not measured run to run: issue 14's stability target (bench/noise.py holds the gate to it)"
 # From two values the stdev is off by half or more one time in three: too unsure to widen the band.
 MIN_SAMPLES = 3
+# The samples the floors' runs took: a storage part of 1 s stops at its third window (``sampling.sample``). A run that
+# sampled a figure n times longer holds it to floor / sqrt(n), as ``check_wall_time`` found the CV grow by sqrt(2)
+# where a part's time halved (docs/benchmarks.md): the duration that tells (``samples_to_tell``).
+FLOOR_SAMPLES = 3
 
 
 def cv(series: Sequence[float]) -> float:
@@ -79,17 +83,35 @@ def standard_error(samples: Sequence[float]) -> float:
     return cv(samples) / math.sqrt(len(samples)) if len(samples) >= MIN_SAMPLES else 0.0
 
 
+def run_noise(metric_id: str, samples: Sequence[float], runs: Sequence[float] = ()) -> float:
+    """One run's relative noise on ``metric_id``: the larger of the floor held over its sampling (floor x
+    sqrt(``FLOOR_SAMPLES`` / n), never above the floor), the CV of its repeats, and its samples' standard error."""
+    held = floor(metric_id).cv * math.sqrt(FLOOR_SAMPLES / max(len(samples), FLOOR_SAMPLES))
+    return max(held, cv(runs), standard_error(samples))
+
+
 def band(metric_id: str, old_samples: Sequence[float], new_samples: Sequence[float],
          runs: Sequence[Sequence[float]] = ()) -> float:
     """The relative change (0.31 for 31%) within which two runs' values of ``metric_id`` differ by chance.
 
     Method::
 
-        sigma = sqrt(v_old^2 + v_new^2),  v = max(floor, CV of the run's repeats, standard error of its samples)
+        sigma = sqrt(v_old^2 + v_new^2),  v = ``run_noise``: max(floor x sqrt(3 / n), CV of repeats, standard error)
 
     A change beyond ``SIGMAS`` (3) sigma comes by chance about once in 740 comparisons (normal spread); the samples'
     CV alone misses the drift between runs on a busy node (issue 35). Details: docs/reports.md.
     """
-    between = max([floor(metric_id).cv] + [cv(figures) for figures in runs])
-    old, new = (max(between, standard_error(samples)) for samples in (old_samples, new_samples))
+    old_runs, new_runs = (tuple(runs) + ((), ()))[:2]
+    old, new = run_noise(metric_id, old_samples, old_runs), run_noise(metric_id, new_samples, new_runs)
     return SIGMAS * math.sqrt(old * old + new * new)
+
+
+def samples_to_tell(metric_id: str, samples: Sequence[float], within: float, runs: Sequence[float] = ()) -> float | None:
+    """How many times longer a run would sample ``metric_id`` for ``band`` to fall to ``within`` (0.2), both runs alike:
+    the floor and the standard error fall by sqrt of it (``run_noise``); None where its repeats' spread alone is wider,
+    which no duration narrows."""
+    needed = within / SIGMAS / math.sqrt(2)  # each run's noise, both alike
+    if needed <= 0 or cv(runs) > needed:
+        return None
+    held = floor(metric_id).cv * math.sqrt(FLOOR_SAMPLES / max(len(samples), FLOOR_SAMPLES))
+    return max(1.0, (max(held, standard_error(samples)) / needed) ** 2)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from html import escape
 
 from preflight.measurement import DATASET_SUBJECTS, SUBJECTS
-from preflight.report import RunReport, shown_value
+from preflight.report import RunReport, shown_interval, shown_value
 from preflight.verdict import Result
 
 # What a badge says for each subject; its title carries SUBJECTS' full words.
@@ -74,7 +74,7 @@ def badge(subject: str) -> str:
 
 
 def measured_text(result: Result) -> str:
-    """The value as the table says it: ``982 MB/s``, a version or name as it is, ``not measured``."""
+    """The value as the table says it: ``982 MB/s ±4%``, a version or name as it is, ``not measured``."""
     if result.value is None:
         return "not run" if result.verdict == "error" else "not measured"
-    return shown_value(result)
+    return " ".join(filter(None, (shown_value(result), shown_interval(result))))

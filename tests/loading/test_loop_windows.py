@@ -589,3 +589,57 @@ def test_a_long_pass_keeps_a_bounded_record_of_its_deliveries_and_the_same_rate(
     assert puller.batches > 2000 and len(puller.deliveries) <= 257 and puller.stride >= 8
     assert puller.deliveries[0].samples == 4  # the windows' start, after the warm-up's 4 batches, is kept
     assert pools.rate == pytest.approx(1000.0, rel=1e-3) and pools.burst < 1e-3
+
+
+# Issue 44: with a threshold, pools are the unit a sequential verdict adds: past the pools asked for while their
+# rates' interval straddles it, and never past max_duration.
+def _pools_at(rates, minimum, pools=4, duration=2.0, longest=6.0):
+    clock, rates = Clock(), iter(rates)
+
+    def start_pool():
+        clock.now += 0.1  # the workers' start
+        return BatchPuller([], clock=clock)
+
+    def take(puller, share, min_windows):
+        clock.now += share.duration_s
+        rate = next(rates)
+        return Taken([Window(rate, rate / 10, 100.0, share.duration_s)])
+
+    budget = Budget(duration, 60.0, bounds={"throughput": (minimum, None)}, max_duration_s=longest)
+    taken = pooled(start_pool, take, budget, pools, clock=clock, decided=budget.decider("throughput"))
+    return taken, clock.now
+
+
+def test_pools_far_from_the_threshold_stop_at_the_pools_asked_for_inside_the_duration():
+    taken, spent = _pools_at(itertools.cycle([1000.0, 1010.0, 990.0]), minimum=100.0)
+    assert len(taken.rates) == 4 and spent == pytest.approx(2.0)
+
+
+def test_pools_straddling_the_threshold_go_on_to_max_duration_and_no_further():
+    taken, spent = _pools_at(itertools.cycle([900.0, 1100.0]), minimum=1000.0)
+    assert len(taken.rates) == 12 and spent == pytest.approx(6.0)  # 0.5 s a pool: as many as max_duration holds
+    assert taken.shortfall() == ""  # more pools than asked: nothing for the user to raise
+
+
+def test_pools_that_do_not_fit_the_duration_extend_while_undecided_instead_of_warning():
+    """A pool costing more than its share was left out with a warning to raise duration (issue 44's new user: "1 of 8
+    worker pools fit"); undecided, the pools go on into max_duration."""
+    clock = Clock()
+
+    def start_pool():
+        clock.now += 0.5  # longer than its 0.25 s share of 2 s
+        return BatchPuller([], clock=clock)
+
+    rates = itertools.cycle([280.0, 320.0])
+
+    def take(puller, share, min_windows):
+        clock.now += 0.25
+        rate = next(rates)
+        return Taken([Window(rate, rate / 10, 100.0, 0.25)])
+
+    budget = Budget(2.0, 60.0, bounds={"throughput": (300.0, None)}, max_duration_s=6.0)
+    taken = pooled(start_pool, take, budget, 8, clock=clock, decided=budget.decider("throughput"))
+    assert len(taken.rates) == 8 and clock.now == pytest.approx(6.0)  # without a threshold: 3 pools and a warning
+    clock.now = 0.0
+    plain = pooled(start_pool, take, Budget(2.0, 60.0), 8, clock=clock)
+    assert len(plain.rates) == 3 and plain.shortfall().startswith("3 of 8 worker pools fit in the duration")

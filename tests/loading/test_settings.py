@@ -212,7 +212,7 @@ def test_the_same_dataset_under_fork_is_measured(tmp_path, src):
     path = _config(tmp_path, SPAWNED.format(factory="with_lambda").replace("spawn", "fork"))
     assert run_cli("validate", str(path), cwd=tmp_path).returncode == 0
     code, results = _run(path)
-    assert code == 0 and results["throughput"]["verdict"] == "pass", results["throughput"]
+    assert code == 0 and results["throughput"]["verdict"] == "pass", {k: results["throughput"].get(k) for k in ("message", "samples", "warnings", "stopped")}
     assert "multiprocessing_context=fork" in results["throughput"]["method"]
 
 
@@ -220,7 +220,7 @@ def test_a_module_level_dataset_under_spawn_is_measured_by_spawned_workers(tmp_p
     path = _config(tmp_path, SPAWNED.format(factory="at_module_level") + '    worker_init_fn: "jobpkg.data:mark"\n')
     assert run_cli("validate", str(path), cwd=tmp_path).returncode == 0
     code, results = _run(path, marks)
-    assert code == 0 and results["throughput"]["verdict"] == "pass", results["throughput"]
+    assert code == 0 and results["throughput"]["verdict"] == "pass", {k: results["throughput"].get(k) for k in ("message", "samples", "warnings", "stopped")}
     assert results["throughput"]["value"] > 0
     assert "multiprocessing_context=spawn" in results["throughput"]["method"]
     started = _marks(marks)
@@ -430,7 +430,7 @@ def test_our_own_file_samples_are_read_under_spawn_with_the_jobs_worker_init_fn(
     """)
     assert run_cli("validate", str(path), cwd=tmp_path).returncode == 0
     code, results = _run(path, marks)
-    assert code == 0 and results["throughput"]["verdict"] == "pass", results["throughput"]
+    assert code == 0 and results["throughput"]["verdict"] == "pass", {k: results["throughput"].get(k) for k in ("message", "samples", "warnings", "stopped")}
     assert "multiprocessing_context=spawn" in results["throughput"]["method"]
     assert "worker_init_fn=jobpkg.data:mark" in results["throughput"]["method"]
     started = _marks(marks)

@@ -103,8 +103,12 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits:
     decode = options["decode"] if files is not None else "none"
     tar = files is not None and options["format"] == "tar"
     note = source.note
-    if built.first_pass is None and (source.job is not None or tar):  # a stream, read once as the job reads it in
+    stream = built.first_pass is None and (source.job is not None or tar)  # read once as the job reads it in
+    if stream:
         pools = 1  # an epoch: a fresh pool would start it again and read its samples twice
+
+    def decider(metric: str) -> Any:  # more pools while undecided: never on a stream, which they would reread
+        return None if stream else phase.decider(metric)
 
     def take(pulling: BatchPuller, share: Budget, min_windows: int) -> Taken:
         try:
@@ -126,11 +130,11 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits:
         raw_built = loader_for(options, source._replace(files=files[0::2]) if halves else source,  # type: ignore[index]
                                decode="none")
         raw = pooled(lambda: _puller(raw_built), take, phase, pools, handed_out=_handed_out(raw_built),
-                     left_in_pass=_left_in_pass(raw_built))
-        results.append(Measurement("raw_throughput", raw.rate, "samples/s", samples=raw.rates,
+                     left_in_pass=_left_in_pass(raw_built), decided=decider("raw_throughput"))
+        shortfall = "" if decider("raw_throughput") else raw.shortfall(phase_names(options))
+        results.append(Measurement("raw_throughput", raw.rate, "samples/s", samples=raw.spread[0],
                                    method=method + raw.method + ", raw bytes, not decoded", stopped=raw.stopped,
-                                   warnings=(raw.shortfall(phase_names(options)),)
-                                   if raw.shortfall(phase_names(options)) else ()))
+                                   warnings=(shortfall,) if shortfall else ()))
         raw_rate = raw.rate
     watch = memory.Watch()
     ended: list[int] = []  # each pool's epochs read to their end
@@ -142,7 +146,7 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits:
             ended.append(pulling.epochs_ended)
 
     taken = pooled(lambda: _puller(built, watch), take_counting_epochs, phase, pools, handed_out=_handed_out(built),
-                   left_in_pass=_left_in_pass(built))
+                   left_in_pass=_left_in_pass(built), decided=decider("throughput"))
     if tar:  # every pool streams the shards in one order: one epoch ended is every shard tallied
         read_all = any(ended) or (not any(taken.rates) and taken.last.finish_epoch(phase.duration_s))
         problems = built.tally.note(len(files), read_all)  # type: ignore[union-attr,arg-type]
@@ -174,15 +178,15 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits:
     else:  # synthetic samples: nothing is read; shared memory and collation set the pace, not storage
         hint = (f"the loader delivers {format_value(taken.rate, 'samples/s')} of synthetic samples, nothing read "
                 f"from storage (shared memory and collation set this pace): raise num_workers if CPUs are idle")
-    throughput = Measurement("throughput", taken.rate, "samples/s", samples=taken.rates,
+    throughput = Measurement("throughput", taken.rate, "samples/s", samples=taken.spread[0],
                              method=method + taken.method + what, stopped=taken.stopped, hint=hint)
     results.append(throughput)
     if files is not None:
         bytes_are = ", payload bytes of the samples' members (tar headers and padding not counted)" if tar else ""
-        results.append(Measurement("bandwidth", taken.mb_rate, "MB/s", samples=taken.mb_rates,
+        results.append(Measurement("bandwidth", taken.mb_rate, "MB/s", samples=taken.spread[1],
                                    method=method + taken.method + bytes_are, stopped=taken.stopped))
     elif source.job is not None:
-        results.append(Measurement("bandwidth", taken.mb_rate, "MB/s", samples=taken.mb_rates,
+        results.append(Measurement("bandwidth", taken.mb_rate, "MB/s", samples=taken.spread[1],
                                    method=method + taken.method + ", bytes of the batches' tensors delivered to "
                                    "the training loop (strings and other objects count 0)", stopped=taken.stopped))
     puller = taken.last
@@ -229,7 +233,9 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits:
                    if m.metric in ("throughput", "bandwidth") and m.measured else m for m in results]
     # Fewer pools than worker_pools, or a pass read in well under a second (as rough as storage's small_files over
     # the same files): the loader's rates are a rougher draw than asked for, and say so.
-    rough = tuple(w for w in (taken.shortfall(phase_names(options)), _short(taken, files, halves)) if w)
+    # With a threshold, fewer pools is a reason the sampling extended (``pooled``), not a warning to act on.
+    shortfall = "" if decider("throughput") else taken.shortfall(phase_names(options))
+    rough = tuple(w for w in (shortfall, _short(taken, files, halves)) if w)
     if rough:
         results = [dataclasses.replace(m, warnings=(*m.warnings, *rough))
                    if m.measured and m.metric in ("throughput", "bandwidth", "throughput_vs_required") else m

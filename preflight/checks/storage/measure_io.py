@@ -11,7 +11,7 @@ import dataclasses
 import os
 import resource
 import time
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from preflight.checks import subject
 from preflight.checks import base
@@ -65,6 +65,8 @@ class IO:
         self.path = options["path"]
         self.instance = budget.named("storage")  # the configuration's name for these options, in fixes
         self.part_s = part_s(budget)  # each timed part's share of duration, its warm-up included
+        # and of max_duration: how long a part whose figure its interval does not decide may go on (issue 44)
+        self.longest_part_s = self.part_s * budget.longest_s / budget.duration_s if budget.duration_s else self.part_s
         self.window = min(1.0, max(MIN_WINDOW_S, self.part_s / 6))
         self.cache_note = ""  # set when seq_read proves the cache was not bypassed
         self.failed: set[str] = set()  # dataset files whose reads failed with an I/O error (EIO), by any part
@@ -168,7 +170,14 @@ class IO:
             self._failed_reads(tally.failed)
             return tally.nbytes / tally.elapsed_s / 1e6
 
-        taken = sample(window, self.part_s)
+        def more() -> bool:  # undecided with its share read: further files of the same first pass
+            nonlocal remaining, share
+            remaining = self.dataset.share(parts, len(parts), _segment_name) if whole_files else []
+            share += len({name for name, _, _ in remaining})
+            return bool(remaining)
+
+        taken = sample(window, self.part_s, decided=self.budget.decider("seq_read"), max_s=self.longest_part_s,
+                       more=more)
         who = f"{processes} processes x {threads} threads" if processes > 1 else f"{readers} readers"
         method = f"{who} x {format_value(to_unit(block, 'KiB'), 'KiB')} blocks, {where}"
         m = Measurement("seq_read", samples=taken.values, unit="MB/s", method=method, stopped=taken.stopped,
@@ -193,6 +202,16 @@ class IO:
         self._failed_reads(tally.failed)
         intervals = run.intervals(tally)
         stopped = f"time-based: {len(intervals)} windows in {run}"
+        decided, extra_s = self.budget.decider("rand_read"), self.longest_part_s - self.part_s
+        if (decided is not None and not once and extra_s >= 2 * self.window and intervals
+                and not decided([i.ops_per_s for i in intervals], run.runtime_s)):  # undecided: a further run
+            longer = ContinuousRun(self.window, extra_s - self.window)
+            more = run_loops(reads.random_loop(parts, bypass, block, seed=1, dataset=self.dataset), processes,
+                             threads, longer.seconds)
+            self._failed_reads(more.failed)
+            tally = tally._replace(ops=tally.ops + more.ops, lost=tally.lost + more.lost)
+            intervals += longer.intervals(more)
+            stopped += f"; its interval straddled the threshold: {longer} more"
         if once and not any(i.latencies for i in intervals) and tally.ops:  # one block of each file, all read
             intervals = [Interval(tally.ops / max(tally.elapsed_s, 1e-9), tally.latencies)]  # inside the ramp
             stopped = f"one random block of each of its {len(parts)} files read once, in {tally.elapsed_s:.2f} s"
@@ -256,11 +275,19 @@ class IO:
             self._failed_reads(tally.failed)
             return tally.ops / tally.elapsed_s
 
-        taken = sample(window, self.part_s)
+        def more() -> bool:  # undecided with its share read: further files of the same first pass
+            nonlocal remaining, share
+            remaining = [] if too_little else self.dataset.share(files, len(found.files), _name)
+            share += len(remaining)
+            return bool(remaining)
+
+        taken = sample(window, self.part_s, decided=_read_for(self.budget.decider("small_files"), spans),
+                       max_s=self.longest_part_s, more=more)
         note = "; ".join(n for n in (note, warm, _lost_note(sum(lost))) if n)
         if share < len(files):  # the first-epoch rule left the rest of the dataset to later readers: say so
-            source = (f"up to {share} of {source}, each once (its share of the first epoch: "
-                      f"{SHARE:.0%} of the dataset's {len(found.files)} files, at least {MIN_SHARE})")
+            source = (f"up to {share} of {source}, each once (its shares of the first epoch: "
+                      f"{SHARE:.0%} of the dataset's {len(found.files)} files each, at least {MIN_SHARE}, a further one "
+                      f"while the threshold was undecided)")
         method = (f"{processes} processes x {threads} threads, open+read+close of {source} on "
                   f"{fs.describe()}; {describe(bypass)}")
         warnings = _short(spans[-len(taken.values):], share < len(files))
@@ -322,7 +349,8 @@ class IO:
             return unmeasurable("seq_write", f"nowhere to write scratch files: {no_room}", "MB/s")
         name = os.path.join(self.scratch, "write.dat")  # type: ignore[arg-type]
         chunk = os.urandom(1 << 20)
-        taken = sample(lambda: writes.write_once(name, size, chunk), self.part_s)
+        taken = sample(lambda: writes.write_once(name, size, chunk), self.part_s,
+                       decided=self.budget.decider("seq_write"), max_s=self.longest_part_s)
         method = f"{format_value(to_unit(size, 'MiB'), 'MiB')} in 1 MiB writes, then fsync, {where}"
         return Measurement("seq_write", samples=taken.values, unit="MB/s", method=method, stopped=taken.stopped)
 
@@ -410,6 +438,15 @@ class ContinuousRun(NamedTuple):
 
     def __str__(self) -> str:
         return f"{self.runtime_s:g}s of {self.window_s:g}s windows after a {self.window_s:g}s ramp"
+
+
+def _read_for(decided: Callable[[Sequence[float], float], bool] | None,
+              spans: Sequence[tuple[int, float]]) -> Callable[[Sequence[float], float], bool] | None:
+    """small_files' stopping rule: ``decided`` over the time its kept windows spent reading (``spans``), the span
+    ``_short`` warns on, not the wall time around them (each window forks its readers)."""
+    if decided is None:
+        return None
+    return lambda samples, _: decided(samples, sum(seconds for _, seconds in spans[-len(samples):]))
 
 
 def _short(kept: Sequence[tuple[int, float]], shared: bool) -> tuple[str, ...]:
