@@ -142,23 +142,22 @@ class Budget(NamedTuple):
     bounds: Mapping[str, tuple[float | None, float | None]] = NO_BOUNDS
     max_duration_s: float = 0.0
 
-    def decider(self, metric: str) -> Callable[[Sequence[float], float], bool] | None:
+    def decider(self, metric: str, center: Callable[[Sequence[float]], float] | None = None
+                ) -> Callable[[Sequence[float], float], bool] | None:
         """For ``metric`` judged against a fixed bound: whether its samples, kept over a span of seconds, decide it:
-        their ``measurement.band`` around their median lies wholly on one side (``measurement.clears``): stricter than
-        the verdict's, so a short figure or a single sample is read on unless ``EXTEND_FACTOR`` from the bound. None
-        where it has no such bound: its sampling stops as it always has."""
-        bounds = self.bounds.get(metric)
+        their ``measurement.band`` around ``center`` (their median; the DataLoader's pools: their mean, the figure
+        it reports) lies wholly on one side (``measurement.clears``): stricter than the verdict's, so a short figure
+        or a single sample is read on unless ``EXTEND_FACTOR`` from the bound. None where it has no such bound: its
+        sampling stops as it always has."""
+        import statistics
+
+        from preflight.measurement import EXTEND_FACTOR, MIN_SPAN_S, band, clears
+
+        bounds, middle = self.bounds.get(metric), center or statistics.median
         if bounds is None:
             return None
-
-        def decided(samples: Sequence[float], span_s: float) -> bool:
-            import statistics
-
-            from preflight.measurement import EXTEND_FACTOR, MIN_SPAN_S, band, clears
-
-            return clears(bounds, band(samples, statistics.median(samples), span_s < MIN_SPAN_S, EXTEND_FACTOR))
-
-        return decided
+        return lambda samples, span_s: bool(samples) and clears(
+            bounds, band(samples, middle(samples), span_s < MIN_SPAN_S, EXTEND_FACTOR))
 
     @property
     def longest_s(self) -> float:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 import time
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
@@ -108,7 +109,7 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits:
         pools = 1  # an epoch: a fresh pool would start it again and read its samples twice
 
     def decider(metric: str) -> Any:  # more pools while undecided: never on a stream, which they would reread
-        return None if stream else phase.decider(metric)
+        return None if stream else phase.decider(metric, statistics.fmean)  # the figure: the pools' mean
 
     def take(pulling: BatchPuller, share: Budget, min_windows: int) -> Taken:
         try:
