@@ -27,6 +27,7 @@ from typing import Callable, Iterator, Sequence, TypeVar
 from preflight.io.dataset_walk import DataFile, Walk, listing
 
 SHARE, MIN_SHARE = 0.1, 25  # of a dataset's files, what one storage part may read (``Dataset.share``)
+LATER_SHARES = 2  # shares an undecided part leaves unread for the readers after it (``Dataset.further``)
 WARM = "warm: "  # how a row read twice begins to say so (``warm_note``)
 
 Named = TypeVar("Named")
@@ -183,6 +184,13 @@ class Dataset:
         fewer than ``MIN_SHARE``: a storage part leaves the rest of a small dataset to the readers after it, so each
         of them still reads first touches (the DataLoader's included)."""
         return self.fresh(items, name)[:max(MIN_SHARE, int(of * SHARE))]
+
+    def further(self, items: Sequence[Named], of: int, name: Callable[[Named], str] = str) -> list[Named]:  # type: ignore[assignment]
+        """A further ``share`` for a part still undecided, or none where taking it would leave fewer than
+        ``LATER_SHARES`` shares, or under half of ``of``, unread: a part measured on cannot spend the first touches
+        its later siblings and the DataLoader need."""
+        unread, size = self.fresh(items, name), max(MIN_SHARE, int(of * SHARE))
+        return unread[:size] if len(unread) - size >= max(LATER_SHARES * size, of // 2) else []
 
     def touched_count(self, names: Sequence[str]) -> int:
         """How many of ``names`` were read in this run so far."""

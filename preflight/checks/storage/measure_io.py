@@ -149,6 +149,8 @@ class IO:
         share = len({name for name, _, _ in remaining})
         self.unstreamed = list(remaining) if streamed_once and not warm else []
 
+        spans: list[tuple[int, float]] = []  # each window's files read and seconds (``_short``)
+
         def window() -> float:
             nonlocal remaining
             if not remaining or streamed_once and sum(high - low for _, low, high in remaining) < block:
@@ -162,7 +164,9 @@ class IO:
                                           dataset=self.dataset)
             tally = run_loops(loops, processes, threads, self.window)
             if whole_files:
-                remaining = self.dataset.unread_since(remaining, before, _segment_name)
+                unread = self.dataset.unread_since(remaining, before, _segment_name)
+                spans.append((len({n for n, _, _ in remaining}) - len({n for n, _, _ in unread}), tally.elapsed_s))
+                remaining = unread
             elif left is not None:
                 remaining = [segment for run in left for segment in run]
                 self.unstreamed = remaining
@@ -172,16 +176,19 @@ class IO:
 
         def more() -> bool:  # undecided with its share read: further files of the same first pass
             nonlocal remaining, share
-            remaining = self.dataset.share(parts, len(parts), _segment_name) if whole_files else []
+            remaining = self.dataset.further(parts, len(parts), _segment_name) if whole_files else []
             share += len({name for name, _, _ in remaining})
             return bool(remaining)
 
-        taken = sample(window, self.part_s, decided=self.budget.decider("seq_read"), max_s=self.longest_part_s,
-                       more=more)
+        # Files read whole: a window can be one share read in milliseconds, a throttle's start-up burst (issue 44):
+        # the figure is decided only once its windows spent MIN_SPAN_S reading, while the pass has more to read.
+        decided = _spanning(self.budget.decider("seq_read"), spans) if whole_files else self.budget.decider("seq_read")
+        taken = sample(window, self.part_s, decided=decided, max_s=self.longest_part_s, more=more)
         who = f"{processes} processes x {threads} threads" if processes > 1 else f"{readers} readers"
         method = f"{who} x {format_value(to_unit(block, 'KiB'), 'KiB')} blocks, {where}"
         m = Measurement("seq_read", samples=taken.values, unit="MB/s", method=method, stopped=taken.stopped,
-                        note="; ".join(n for n in (warm, _lost_note(sum(lost))) if n))
+                        note="; ".join(n for n in (warm, _lost_note(sum(lost))) if n),
+                        warnings=_short(spans[-len(taken.values):], share < len(parts)) if whole_files else ())
         # Probed only where the bypass can fail silently (fadvise, FUSE, network, overlay): O_DIRECT on a local
         # block device is honoured. Small files are read once each: a probe's rereads would hit a FUSE cache.
         trusted = bypass == "O_DIRECT" and fs.kind == "block" or whole_files or streamed_once
@@ -233,7 +240,10 @@ class IO:
     def small(self, found: Found) -> list[Measurement]:
         """``small_files`` (files/s) and ``small_files_bandwidth`` (MB/s), cold cache per file."""
         count = int(self.options["small_file_count"])
-        files, source, note = found.small[:count], f"{min(len(found.small), count)} existing small files", ""
+        unread = self.dataset.fresh(found.small, _name)  # first touches first: an earlier part read some
+        fresh = set(unread)
+        files = (unread + [f for f in found.small if f not in fresh])[:count]
+        source, note = f"{min(len(found.small), count)} existing small files", ""
         fs, measured_on = self.fs, "dataset"
         limit = format_value(to_unit(int(self.options["small_file_size"]), "KiB"), "KiB")
         too_little = too_few(found.small, f"{self.path} (files up to {limit})", walk=found.walk)
@@ -275,19 +285,22 @@ class IO:
             self._failed_reads(tally.failed)
             return tally.ops / tally.elapsed_s
 
+        shares = 1
+
         def more() -> bool:  # undecided with its share read: further files of the same first pass
-            nonlocal remaining, share
-            remaining = [] if too_little else self.dataset.share(files, len(found.files), _name)
-            share += len(remaining)
+            nonlocal remaining, share, shares
+            remaining = [] if too_little else self.dataset.further(files, len(found.files), _name)
+            share, shares = share + len(remaining), shares + bool(remaining)
             return bool(remaining)
 
         taken = sample(window, self.part_s, decided=_read_for(self.budget.decider("small_files"), spans),
                        max_s=self.longest_part_s, more=more)
         note = "; ".join(n for n in (note, warm, _lost_note(sum(lost))) if n)
         if share < len(files):  # the first-epoch rule left the rest of the dataset to later readers: say so
-            source = (f"up to {share} of {source}, each once (its shares of the first epoch: "
-                      f"{SHARE:.0%} of the dataset's {len(found.files)} files each, at least {MIN_SHARE}, a further one "
-                      f"while the threshold was undecided)")
+            rule = f"{SHARE:.0%} of the dataset's {len(found.files)} files, at least {MIN_SHARE}"
+            source = (f"up to {share} of {source}, each once (its share of the first epoch: {rule})" if shares == 1
+                      else f"up to {share} of {source}, each once ({shares} shares of the first epoch, each {rule}: "
+                           f"the threshold was undecided after the first)")
         method = (f"{processes} processes x {threads} threads, open+read+close of {source} on "
                   f"{fs.describe()}; {describe(bypass)}")
         warnings = _short(spans[-len(taken.values):], share < len(files))
@@ -447,6 +460,17 @@ def _read_for(decided: Callable[[Sequence[float], float], bool] | None,
     if decided is None:
         return None
     return lambda samples, _: decided(samples, sum(seconds for _, seconds in spans[-len(samples):]))
+
+
+def _spanning(decided: Callable[[Sequence[float], float], bool] | None,
+              spans: Sequence[tuple[int, float]]) -> Callable[[Sequence[float], float], bool] | None:
+    """seq_read's stopping rule over files read whole: ``_read_for``'s, and never before its kept windows spent
+    ``MIN_SPAN_S`` reading."""
+    within = _read_for(decided, spans)
+    if within is None:
+        return None
+    return lambda samples, span: (sum(seconds for _, seconds in spans[-len(samples):]) >= sampling.MIN_SPAN_S
+                                  and within(samples, span))
 
 
 def _short(kept: Sequence[tuple[int, float]], shared: bool) -> tuple[str, ...]:

@@ -94,7 +94,7 @@ def test_a_symlink_farm_is_measured_on_the_disk_its_links_lead_to(farms):
     skipped = results["storage.skipped_files"]
     assert skipped["verdict"] == "pass" and skipped["value"] == 0 and own_note(skipped["note"]) == ""
     small = results["storage.small_files"]
-    assert small["verdict"] == "pass" and small["subject"] == "dataset" and own_note(small["note"]) == ""
+    assert small["verdict"] == "pass" and small["subject"] == "dataset" and own_note(small["note"]) == "", json.dumps(small)
     # its share of the first epoch (the farm's 400 files, 200 of them small), each read once (issue 35: the method
     # says what it read)
     assert re.search(rf"open\+read\+close of up to 40 of 200 existing small files, each once \(its share of the first "
