@@ -28,9 +28,9 @@ def interval(samples: Sequence[float], center: float) -> tuple[float, float] | N
     A figure that is its samples' median (storage's windows) gets the median's distribution-free interval: the
     k-th lowest and highest samples, k the largest with binomial coverage >= 90 % (Conover, "Practical
     Nonparametric Statistics", 3.2; the whole range below 8 samples), which one burst window does not widen. Any
-    other ``center`` (the DataLoader's pools, weighed by time) gets ``center`` +/- t(0.95, n-1) x s / sqrt(n). Windows
-    of one pass share its state (a cache, a throttle), so for them either is a floor (docs/checks.md, "A verdict that
-    holds").
+    other ``center`` (the DataLoader's pools, weighed by time) gets ``center`` +/- t(0.95, n-1) x s / sqrt(n), within
+    the samples' range. Windows of one pass share its state (a cache, a throttle), so for them either is a floor
+    (docs/checks.md, "A verdict that holds").
     """
     import statistics
 
@@ -42,7 +42,9 @@ def interval(samples: Sequence[float], center: float) -> tuple[float, float] | N
         k = max(1, max((k for k in range(1, n // 2 + 1) if _binomial_tail(n, k - 1) <= 0.05), default=1))
         return ordered[k - 1], ordered[n - k]
     half = (_T90[n - 2] if n - 2 < len(_T90) else 1.645) * statistics.stdev(samples) / n ** 0.5
-    return center - half, center + half
+    # Never past the samples' range: a few skewed windows (workers still starting) stretch a t-interval below the
+    # slowest window, even below zero, where no window read.
+    return max(center - half, ordered[0]), min(center + half, ordered[-1])
 
 
 def _binomial_tail(n: int, k: int) -> float:

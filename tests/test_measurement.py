@@ -157,5 +157,7 @@ def test_the_interval_of_a_median_is_distribution_free_and_one_burst_does_not_wi
     assert interval(windows, statistics.median(windows)) == (14.6, 36.4)
     assert interval(windows[:5], statistics.median(windows[:5])) == (14.7, 328.2)  # under 8: their whole range
     low, high = interval((900.0, 1000.0, 1100.0, 1000.0), 1010.0)  # another centre (a mean over pools): t-based
-    assert (low, high) == pytest.approx((1010.0 - 2.353 * 81.65 / 2, 1010.0 + 2.353 * 81.65 / 2), abs=0.01)
+    assert (low, high) == pytest.approx((1010.0 - 2.353 * 81.65 / 2, 1100.0), abs=0.01)  # within the samples' range
+    skewed = (5.0, 10.0, 15.0, 3000.0)  # workers still starting in three pools: t reaches below zero
+    assert interval(skewed, 757.5)[0] == 5.0
     assert interval((5.0,), 5.0) is None

@@ -79,8 +79,15 @@ def floor(metric_id: str) -> Floor:
 
 
 def standard_error(samples: Sequence[float]) -> float:
-    """The relative standard error of a run's figure from its own samples: CV / sqrt(n); 0 for under ``MIN_SAMPLES``."""
-    return cv(samples) / math.sqrt(len(samples)) if len(samples) >= MIN_SAMPLES else 0.0
+    """The relative standard error of a run's figure from its own samples, read robustly: 1.253 x 1.4826 x MAD /
+    sqrt(n) over the median (the median's standard error; the MAD estimates the stdev, 1.4826 MAD for a normal
+    spread), so one burst window among steady ones does not widen it (issue 44: a throttle's start-up burst read 4x
+    its rate in one window of six); 0 for under ``MIN_SAMPLES``."""
+    if len(samples) < MIN_SAMPLES:
+        return 0.0
+    middle = statistics.median(samples)
+    mad = statistics.median(abs(s - middle) for s in samples)
+    return 1.253 * 1.4826 * mad / math.sqrt(len(samples)) / abs(middle) if middle else 0.0
 
 
 def run_noise(metric_id: str, samples: Sequence[float], runs: Sequence[float] = ()) -> float:

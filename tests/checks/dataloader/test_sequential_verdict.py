@@ -1,0 +1,94 @@
+"""Issue 44 on real loaders: a job's Dataset whose samples cost a fixed time each, behind a real DataLoader.
+
+Far from its threshold the figure stops at the pools asked for; where its pools disagree across the threshold (a
+worker_init_fn that makes every second pool's samples cost 3 ms instead of 1 ms: pools near 900 and 320 samples/s
+around a 600 samples/s threshold), more pools are measured up to max_duration and the row says `marginal`, its exit
+code the one the `marginal:` setting names.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import job_package, run_cli, write_config
+
+SLOW = '''
+import os
+import time
+
+import torch
+
+COST = [0.001]  # seconds a sample costs in this worker
+
+
+def alternate(worker_id):
+    """worker_init_fn: count this pool's start in POOLS; every second pool's samples cost 3 ms, the others 1 ms."""
+    with open(os.environ["POOLS"], "a") as handle:
+        handle.write("started\\n")
+    with open(os.environ["POOLS"]) as handle:
+        COST[0] = 0.003 if len(handle.readlines()) % 2 == 0 else 0.001
+
+
+class Fixed(torch.utils.data.Dataset):
+    def __len__(self):
+        return 1_000_000
+
+    def __getitem__(self, index):
+        time.sleep(COST[0])
+        return torch.zeros(4)
+
+
+def fixed():
+    return Fixed()
+'''
+
+
+def _run(tmp_path: Path, threshold: float, marginal: str = "warn", alternate: bool = False):
+    src = job_package(tmp_path / "src", "jobpkg", {"slow": SLOW})
+    init = '\n            worker_init_fn: "jobpkg.slow:alternate"' if alternate else ""
+    config = write_config(tmp_path, f"""
+        version: 1
+        defaults: {{duration: 2s, max_duration: 6s, timeout: 60s, retries: 0, marginal: {marginal}}}
+        checks:
+          dataloader:
+            dataset: "jobpkg.slow:fixed"
+            python_path: [{src}]
+            num_workers: 1
+            batch_size: 16
+            worker_pools: 4{init}
+            throughput: {{min: {threshold:g} samples/s}}
+        """)
+    pools = tmp_path / "pools.txt"
+    done = run_cli("run", "-c", str(config), "--json", "-", cwd=tmp_path, env={"POOLS": str(pools)}, timeout=240)
+    rows = {r["metric"]: r for r in json.loads(done.stdout)["results"]}
+    return done, rows["throughput"]
+
+
+def test_a_figure_far_from_its_threshold_measures_the_pools_asked_for_and_no_more(tmp_path):
+    done, row = _run(tmp_path, threshold=10.0)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert row["verdict"] == "pass" and row["marginal"] is None
+    assert len(row["samples"]) == 4 and "mean of 4 fresh worker pools" in row["method"]
+    low, high = row["interval"]
+    assert 10.0 < low <= row["value"] <= high  # the interval clears the threshold, the value inside it
+
+
+@pytest.mark.parametrize("setting, verdict, code", [("warn", "warn", 0), ("fail", "fail", 1), ("pass", "pass", 0)])
+def test_pools_that_straddle_the_threshold_extend_to_max_duration_and_say_marginal(tmp_path, setting, verdict, code):
+    done, row = _run(tmp_path, threshold=600.0, marginal=setting, alternate=True)
+    assert done.returncode == code, done.stdout + done.stderr
+    assert row["verdict"] == verdict
+    assert row["marginal"].startswith("the 90% interval ") and row["marginal"].endswith("straddles the threshold")
+    low, high = row["interval"]
+    assert low < 600.0 <= high
+    assert "(marginal: the 90% interval " in row["message"]
+    # More pools than the 4 asked for, as many as max_duration (6 s) held: the check ended well inside its 60 s
+    # timeout, a pool's start and the job's import beside the 6 s
+    assert len(row["samples"]) > 4 and row["duration_s"] < 12, (row["stopped"], row["duration_s"])
+    assert min(row["samples"]) < 600.0 < max(row["samples"])
+    assert os.path.getsize(tmp_path / "pools.txt") >= len(row["samples"]) * len("started\n")
+    assert not any("worker pools fit in the duration" in w for w in row["warnings"])  # a reason to extend, not a fix
