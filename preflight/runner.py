@@ -110,7 +110,7 @@ class Worker:
         user = user or identity.own()
         if not user.is_own:
             os.chown(self.log_path, user.uid, user.gid)
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), TMPDIR=temp_dir)
+        env = user.environ(dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), TMPDIR=temp_dir))
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "preflight.worker", self.log_path],
@@ -331,7 +331,7 @@ def _refuse_unimportable(user: identity.Identity, place: str) -> None:
     Raises:
         UsageError: ``python -m preflight.worker``'s modules do not import as ``user``; the line names the fix.
     """
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), TMPDIR=place)
+    env = user.environ(dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), TMPDIR=place))
     try:
         probe = subprocess.run([sys.executable, "-c", "import preflight.worker"], capture_output=True, text=True,
                                env=env, timeout=60, check=False, **user.popen())

@@ -5,7 +5,8 @@ user: root reads files of any mode, ignores RLIMIT_NPROC and RLIMIT_MEMLOCK, and
 dies. So the checks whose answer depends on who reads run in a worker started as the job: ``run_as`` in
 ``defaults`` (``UID[:GID]``, names or numbers), else slurmd's ``SLURM_JOB_UID``/``SLURM_JOB_GID``, else the
 gate's own. The worker drops supplementary groups, gid and uid, in that order (``subprocess.Popen``'s ``user``,
-``group``, ``extra_groups``), and keeps no capability: setuid(2) from root to another uid clears them all.
+``group``, ``extra_groups``), and keeps no capability: setuid(2) from root to another uid clears them all. Its
+HOME, USER and LOGNAME are the job's (``Identity.environ``), not root's.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ class Identity(NamedTuple):
     groups: tuple[int, ...]
     name: str  # the user's name, or the uid where the node has no entry for it
     source: str  # "defaults.run_as", "SLURM_JOB_UID", or ``OWN``
+    home: str = "/"  # its passwd entry's home; "/" where it has none, as docker and the kubelet set HOME then
+    known: bool = True  # the node's passwd names it (getpass.getuser() then works without USER)
 
     def describe(self) -> str:
         """``uid 65534 (nobody), gid 65534``: for notes and errors."""
@@ -45,6 +48,21 @@ class Identity(NamedTuple):
         """Whether the gate can run a worker as this identity: it is the gate's own, or the gate is root."""
         return self.is_own or os.geteuid() == 0
 
+    def environ(self, base: Mapping[str, str]) -> dict[str, str]:
+        """``base`` as the job's process would have it: HOME, USER and LOGNAME its own, not the gate's (torch's
+        caches live under HOME; ``getpass.getuser()`` reads USER first and fails for an unknown uid without it);
+        ``base`` unchanged for the gate's own user."""
+        env = dict(base)
+        if self.is_own:
+            return env
+        env["HOME"] = self.home
+        for key in ("USER", "LOGNAME"):
+            if self.known:
+                env[key] = self.name
+            else:
+                env.pop(key, None)
+        return env
+
     def popen(self) -> dict[str, Any]:
         """``subprocess.Popen`` keywords that start a process as this identity ({} for the gate's own)."""
         if self.is_own:
@@ -55,7 +73,7 @@ class Identity(NamedTuple):
 def own() -> Identity:
     """The gate's effective user, group and groups."""
     uid, gid = os.geteuid(), os.getegid()
-    return Identity(uid, gid, tuple(os.getgroups()), _name(uid), OWN)
+    return Identity(uid, gid, tuple(os.getgroups()), _name(uid), OWN, os.environ.get("HOME", "/"))
 
 
 def job(run_as: str | None, environ: Mapping[str, str] = os.environ) -> Identity:
@@ -120,7 +138,9 @@ def _resolve(user: str, group: str, source: str) -> Identity:
     else:
         gid = entry.pw_gid if entry is not None else 0
     groups = tuple(os.getgrouplist(entry.pw_name, gid)) if entry is not None else (gid,)
-    return Identity(uid, gid, groups, entry.pw_name if entry is not None else str(uid), source)
+    if entry is None:
+        return Identity(uid, gid, groups, str(uid), source, "/", known=False)
+    return Identity(uid, gid, groups, entry.pw_name, source, entry.pw_dir or "/")
 
 
 def _name(uid: int) -> str:
