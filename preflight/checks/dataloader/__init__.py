@@ -76,7 +76,8 @@ from preflight.units import Dimension
 NAME = "dataloader"
 DURATION = ("the whole measuring, split equally between its phases (raw reads with decode: image, the loader, the "
             "emulated GPU with step_time); in each, worker_pools fresh pools share it, each pool's start and warm-up "
-            "included; pools that do not fit are left out, as the method and a warning say")
+            "included; with a throughput threshold its pools' interval straddles, further pools up to max_duration; "
+            "without one, pools that do not fit are left out, as the method and a warning say")
 # A run's cost whatever its duration (bench/check_wall_time.py): importing torch (~2 s), the walk, a scratch set.
 STARTUP_S = 2.5
 HELP = ("samples/s of a real torch DataLoader over the dataset files or the job's own Dataset, accelerator "
@@ -86,8 +87,8 @@ OPTIONS = (
     Option("scan", "choice", "sample", "`sample` (the default): the check reads its share of the dataset, and the rows that count faults say how much they read; `all`: after measuring, it reads every file under path the walk finds (max_files does not cap it) once, with the job's loader settings (its workers, batch size, decode), counting and naming every file that cannot be read or decoded, with progress on stderr, for as long as the instance's timeout allows: the nightly data-integrity run beside the per-job gate",
            choices=("sample", "all"), ignored_with=("dataset", "synthetic", "loader", "format", "worker_sweep")),
     Option("worker_pools", "int", 8, "fresh worker pools measured in turn, each in an equal share of duration that "
-           "pays for its start and warm-up too (pools that do not fit are left out, as the method and a warning "
-           "say); the figures are their sustained rates weighed by their measured time (a pool's rate: the lower of "
+           "pays for its start and warm-up too (with a threshold the pools' interval straddles, further pools up to "
+           "max_duration; else pools that do not fit are left out, as the method and a warning say); the figures are their sustained rates weighed by their measured time (a pool's rate: the lower of "
            "its samples over its time and the least-squares slope of its count against time, which a throttle's "
            "start-up burst does not lift; a pool's rate can hang on where its workers started, as an epoch's does)",
            minimum=1),
