@@ -100,9 +100,11 @@ def test_bundled_default_on_a_cpu_machine_fails_on_cuda_and_measures_the_rest(tm
     assert "no CUDA device: torch" in result.stdout and "is a CPU build" in result.stdout
     for measured in ("shm.size", "shm.allocatable", "storage.seq_read", "dataloader.throughput"):
         assert " - " not in lines[measured] and "could not measure" not in lines[measured], lines[measured]
-    for first in ("shm.size", "storage.filesystem", "dataloader.throughput"):  # each check's duration, once
-        assert re.search(r" \d+\.\ds$", lines[first]), lines[first]
-    assert not re.search(r" \d+\.\ds$", lines["shm.allocatable"]), lines["shm.allocatable"]
+    # each check's duration, once, on its first row: where every id fits beside the column (the intervals beside
+    # the values may take its room at 80 columns; then no row has it)
+    timed = {name for name, row in lines.items() if re.search(r" \d+\.\ds$", row)}
+    assert timed in (set(), {"cuda.device_count", "xid.xid_drain", "shm.size", "storage.filesystem",
+                             "dataloader.throughput", "transfer.h2d_pinned"}), timed
     read_junit(report)
     suite = ET.parse(report).getroot().find("testsuite")
     cases = {(c.get("classname"), c.get("name")): c for c in suite.findall("testcase")}
@@ -115,7 +117,7 @@ def test_bundled_default_on_a_cpu_machine_fails_on_cuda_and_measures_the_rest(tm
     assert "no CUDA device" in cases[("preflight.cuda", "device_count")].find("failure").text
     assert data["exit_code"] == 1 and data["schema"] == 1
     seq = next(r for r in data["results"] if r["id"] == "storage.seq_read")
-    assert seq["unit"] == "MB/s" and seq["value"] > 1 and len(seq["samples"]) >= 3
+    assert seq["unit"] == "MB/s" and seq["value"] > 1 and len(seq["samples"]) >= 2  # decided: its interval clears 200 MB/s
 
 
 def test_the_bundled_default_with_no_dataset_named_fails_its_dataset_rows_and_says_how_to_name_one(tmp_path, dataset):

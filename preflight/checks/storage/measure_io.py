@@ -181,8 +181,8 @@ class IO:
             return bool(remaining)
 
         # Files read whole: a window can be one share read in milliseconds, a throttle's start-up burst (issue 44):
-        # the figure is decided only once its windows spent MIN_SPAN_S reading, while the pass has more to read.
-        decided = _spanning(self.budget.decider("seq_read"), spans) if whole_files else self.budget.decider("seq_read")
+        # decided on the time its windows spent reading, so a short figure reads on unless EXTEND_FACTOR away.
+        decided = _read_for(self.budget.decider("seq_read"), spans) if whole_files else self.budget.decider("seq_read")
         taken = sample(window, self.part_s, decided=decided, max_s=self.longest_part_s, more=more)
         who = f"{processes} processes x {threads} threads" if processes > 1 else f"{readers} readers"
         method = f"{who} x {format_value(to_unit(block, 'KiB'), 'KiB')} blocks, {where}"
@@ -455,22 +455,12 @@ class ContinuousRun(NamedTuple):
 
 def _read_for(decided: Callable[[Sequence[float], float], bool] | None,
               spans: Sequence[tuple[int, float]]) -> Callable[[Sequence[float], float], bool] | None:
-    """small_files' stopping rule: ``decided`` over the time its kept windows spent reading (``spans``), the span
-    ``_short`` warns on, not the wall time around them (each window forks its readers)."""
+    """The stopping rule of small_files, and of seq_read over files read whole: ``decided`` over the time its kept
+    windows spent reading (``spans``), the span ``_short`` warns on, not the wall time around them (each window forks
+    its readers)."""
     if decided is None:
         return None
     return lambda samples, _: decided(samples, sum(seconds for _, seconds in spans[-len(samples):]))
-
-
-def _spanning(decided: Callable[[Sequence[float], float], bool] | None,
-              spans: Sequence[tuple[int, float]]) -> Callable[[Sequence[float], float], bool] | None:
-    """seq_read's stopping rule over files read whole: ``_read_for``'s, and never before its kept windows spent
-    ``MIN_SPAN_S`` reading."""
-    within = _read_for(decided, spans)
-    if within is None:
-        return None
-    return lambda samples, span: (sum(seconds for _, seconds in spans[-len(samples):]) >= sampling.MIN_SPAN_S
-                                  and within(samples, span))
 
 
 def _short(kept: Sequence[tuple[int, float]], shared: bool) -> tuple[str, ...]:
