@@ -182,8 +182,12 @@ def throttled(device: int, bytes_per_s: int) -> Iterator[Throttle]:
 
 @contextlib.contextmanager
 def busy(cores: int) -> Iterator[None]:
-    """``cores`` processes spinning (``yes > /dev/null``) for the block's length; killed by pid when it ends."""
-    spinners = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL) for _ in range(cores)]
+    """``cores`` processes spinning (``yes > /dev/null``) for the block's length; killed by pid when it ends.
+
+    Each in a session of its own, as another job's process is: where the kernel groups the scheduler by session
+    (``sched_autogroup_enabled``), spinners in the bench's session took their CPU from the bench's own plain loop
+    while preflight's worker, which starts its own session, kept a whole group's share."""
+    spinners = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL, start_new_session=True) for _ in range(cores)]
     try:
         time.sleep(0.5)  # let them take their cores before the run starts
         yield
