@@ -14,32 +14,15 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import tempfile
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from tests import nobody
-from tests.test_runner_run_as import gate
+from tests.test_runner_run_as import child, gate, work  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
                                 reason="switching to the job's user needs root and setpriv")
-
-
-@pytest.fixture(scope="module")
-def child():
-    with nobody.child("torch", "numpy", "yaml") as found:
-        yield found
-
-
-@pytest.fixture
-def work():
-    """A folder the job's user may enter and read, removed afterwards."""
-    folder = Path(tempfile.mkdtemp(prefix="preflight-reports-"))
-    os.chmod(folder, 0o755)
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _package(work: Path, code: str) -> Path:
