@@ -165,6 +165,13 @@ class IO:
             tally = run_loops(loops, processes, threads, self.window)
             if whole_files:
                 unread = self.dataset.unread_since(remaining, before, _segment_name)
+                if unread and data_bytes(unread) < tally.nbytes / 2:  # the share's tail: this window takes it
+                    tail = run_loops(reads.sequential_loop([unread[i::readers] for i in range(readers)], bypass,
+                                                           block, once=True, dataset=self.dataset),
+                                     processes, threads, self.window)
+                    tally = tally._replace(nbytes=tally.nbytes + tail.nbytes, lost=tally.lost + tail.lost,
+                                           elapsed_s=tally.elapsed_s + tail.elapsed_s, failed=tally.failed + tail.failed)
+                    unread = self.dataset.unread_since(remaining, before, _segment_name)
                 spans.append((len({n for n, _, _ in remaining}) - len({n for n, _, _ in unread}), tally.elapsed_s))
                 remaining = unread
             elif left is not None:
