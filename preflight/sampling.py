@@ -54,7 +54,7 @@ def sample(
         repeat:
             append measure_once()
             with a threshold (`decided`, ``Budget.decider``; span: since the first kept sample began):
-                stop if decided(samples, span) and at least min_time_s has passed    ("decided ...")
+                stop if decided(samples, span) and the next sample would end past budget_s ("decided ...")
                 stop if the next sample would overrun max_s                          ("max_duration ...")
             without one:
                 stop if n >= min_samples and IQR/median <= target_spread
@@ -63,12 +63,16 @@ def sample(
             stop if n >= max_samples                                                 ("max samples")
 
     A sequential verdict (hyperfine's and criterion's "sample until the estimate is tight", fio's ``steadystate``):
-    a figure its interval decides stops early, one it does not is measured up to ``max_s`` (``max_duration``).
+    a figure its interval decides stops at ``budget_s`` (``duration``: the minimum), one it does not is measured on
+    up to ``max_s`` (``max_duration``).
     ``min_samples`` wins over the budget (the timeout bounds a slow target); ``min_time_s`` (half the budget; fio's
     ``time_based``) keeps a fast target from stopping in a lull of other load. A reader's ``io.dataset.Spent`` stops
     it, unless the figure is undecided and ``more()`` found it more of the pass to read; spent before any kept
     sample, the warm-up's (a first touch too) is kept.
     """
+    # Decided figures run their whole duration, the minimum (issue 44): what `duration` buys is what a diff of two
+    # runs compares, and the duration it names as the one that would tell must buy samples.
+    decided_after_s = budget_s if min_time_s is None else min_time_s
     min_time_s = budget_s / 2 if min_time_s is None else min_time_s
     longest = max(budget_s, max_s or 0.0) if decided is not None else budget_s
     start = clock()
@@ -97,7 +101,7 @@ def sample(
         n = len(values)
         elapsed = clock() - start
         if decided is not None:
-            if n >= 2 and decided(values, clock() - first) and elapsed >= min_time_s:
+            if n >= 2 and elapsed + took > decided_after_s and decided(values, clock() - first):
                 return Samples(tuple(values), f"decided after {n} samples in {elapsed:.2f} s: the interval clears "
                                               f"the threshold")
             if n >= max_samples:

@@ -127,19 +127,19 @@ def test_a_figure_sampled_over_under_half_a_second_warns_short_and_names_the_fix
 
 
 # Issue 44: a sequential verdict. With a threshold (``Budget.decider``), a figure whose 90 % interval clears it stops
-# once half the duration has passed; one whose interval straddles it is measured on, up to max_duration.
+# at the duration (the minimum); one whose interval straddles it is measured on, up to max_duration.
 def _decider(minimum):
     from preflight.checks.base import Budget
 
     return Budget(4.0, 60.0, bounds={"seq_read": (minimum, None)}, max_duration_s=12.0).decider("seq_read")
 
 
-def test_a_figure_far_from_its_threshold_stops_inside_the_duration():
+def test_a_figure_far_from_its_threshold_stops_at_the_duration():
     clock = Scripted(0.25, [100.0, 101.0, 99.0, 100.5, 99.5] * 20)
     taken = sample(clock.measure, budget_s=4.0, decided=_decider(10.0), max_s=12.0, clock=clock)
     assert taken.stopped.startswith("decided after ") and "the interval clears the threshold" in taken.stopped
-    assert clock.now == 2.0  # the warm-up, then samples until half the duration (min_time_s): never past it
-    assert len(taken.values) == 7
+    assert clock.now == 4.0  # the warm-up, then samples until the next would end past the duration: never past it
+    assert len(taken.values) == 15
 
 
 def test_a_figure_straddling_its_threshold_is_measured_up_to_max_duration_and_says_undecided():
@@ -153,7 +153,7 @@ def test_a_straddling_figure_that_settles_stops_as_soon_as_it_is_decided():
     clock = Scripted(0.25, [90.0, 110.0, 90.0, 110.0] + [80.0] * 100)  # then the rate falls clear of 100
     taken = sample(clock.measure, budget_s=4.0, decided=_decider(100.0), max_s=12.0, clock=clock)
     assert taken.stopped.startswith("decided after ")
-    assert 2.0 <= clock.now < 12.0 and max(taken.values[-3:]) == 80.0
+    assert 4.0 <= clock.now < 12.0 and max(taken.values[-3:]) == 80.0
 
 
 def test_without_a_threshold_the_old_rule_ends_at_the_duration():

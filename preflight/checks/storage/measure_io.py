@@ -67,7 +67,9 @@ class IO:
         self.part_s = part_s(budget)  # each timed part's share of duration, its warm-up included
         # and of max_duration: how long a part whose figure its interval does not decide may go on (issue 44)
         self.longest_part_s = self.part_s * budget.longest_s / budget.duration_s if budget.duration_s else self.part_s
-        self.window = min(1.0, max(MIN_WINDOW_S, self.part_s / 6))
+        # One window length at every duration: a longer duration buys more windows, as `preflight diff` holds the
+        # run-to-run floor by their count (``report.noise.FLOOR_SAMPLES``) and names the duration that would tell.
+        self.window = MIN_WINDOW_S
         self.cache_note = ""  # set when seq_read proves the cache was not bypassed
         self.failed: set[str] = set()  # dataset files whose reads failed with an I/O error (EIO), by any part
         self.unstreamed: list[Segment] = []  # large files' bytes seq_read did not reach, where it streams once
