@@ -115,10 +115,12 @@ def band(metric_id: str, old_samples: Sequence[float], new_samples: Sequence[flo
 
 def samples_to_tell(metric_id: str, samples: Sequence[float], within: float, runs: Sequence[float] = ()) -> float | None:
     """How many times longer a run would sample ``metric_id`` for ``band`` to fall to ``within`` (0.2), both runs alike:
-    the floor and the standard error fall by sqrt of it (``run_noise``); None where its repeats' spread alone is wider,
-    which no duration narrows."""
+    the samples that would hold its floor and its standard error to it (``run_noise``: floor x sqrt(3 / n'), error x
+    sqrt(n / n')), over the n it took (a run of 2 samples, held as 3 by ``run_noise``, needs 6x to reach 12); None
+    where its repeats' spread alone is wider, which no duration narrows."""
     needed = within / SIGMAS / math.sqrt(2)  # each run's noise, both alike
     if needed <= 0 or cv(runs) > needed:
         return None
-    held = floor(metric_id).cv * math.sqrt(FLOOR_SAMPLES / max(len(samples), FLOOR_SAMPLES))
-    return max(1.0, (max(held, standard_error(samples)) / needed) ** 2)
+    taken = max(len(samples), 1)
+    wanted = max(FLOOR_SAMPLES * (floor(metric_id).cv / needed) ** 2, taken * (standard_error(samples) / needed) ** 2)
+    return max(1.0, wanted / taken)
