@@ -79,7 +79,8 @@ def test_a_throttles_start_up_burst_never_passes_seq_read_on_a_read_only_volume(
 def test_a_share_s_tail_is_read_in_its_last_window_not_timed_alone_inside_a_burst(tmp_path):
     """Far from its threshold (5 MB/s behind a 30 MB/s throttle, 1000 files of 110 kB), seq_read over small files read 404 MB/s: the
     warm-up window read most of its share, and the 16 files left were timed alone in 4 ms, inside the burst the
-    throttle allows after the gap between windows. A tail under half a window's bytes is read in that window."""
+    throttle allows after the gap between windows. A tail under half a window's bytes is read in that window.
+    Of the kind of WGBH-MLA/AAPB2#171: a volume on burst credits, where a short test reads the burst."""
     with contextlib.ExitStack() as stack:
         try:
             volume = stack.enter_context(loop_volume(str(tmp_path), 192 << 20))
