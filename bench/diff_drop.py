@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import re
 import subprocess
@@ -78,8 +79,8 @@ def main() -> int:
                                   capture_output=True, text=True, cwd=REPO, env=env)
 
         _, _, line = pair(-1, "3s")
-        named = re.search(r"a duration of about (\d+)s in both runs would tell", line)
-        duration = f"{named.group(1)}s" if named else "3s"
+        named = re.search(r"a duration ([\d.]+)x as long in both runs would tell", line)
+        duration = f"{math.ceil(3 * float(named.group(1)))}s" if named else "3s"
         print(f"the unchanged pair at the bundled 3s: {'the diff names ' + duration if named else 'within its band'}; "
               f"{args.pairs} pairs at {duration}", flush=True)
         caught = unchanged_failed = 0

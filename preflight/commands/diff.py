@@ -22,7 +22,6 @@ import sys
 from typing import Sequence, TextIO
 
 from preflight.errors import UsageError
-from preflight.report import noise
 from preflight.report.compare import Change, Entry, load, pair
 from preflight.units import Dimension, UnitError, format_value, parse_quantity
 
@@ -88,7 +87,6 @@ def verdict(c: Change, fail_on: float | None) -> str:
     if c.short:
         text = f"too short to compare ({c.short})"
     elif fail_on is not None and c.cannot_tell(fail_on):
-        longer = c.duration_to_tell(fail_on)
         text = (f"cannot tell at this noise ({c.ratio - 1:+.0%}, noise ±{c.band:.0%} > --fail-on {fail_on:.0%}): "  # type: ignore[operator]
                 + _to_tell(c, fail_on))
     elif c.delta is not None:
@@ -110,15 +108,13 @@ def verdict(c: Change, fail_on: float | None) -> str:
 
 
 def _to_tell(c: Change, fail_on: float) -> str:
-    """What would tell: ``a duration of about 25s in both runs would tell`` (``Change.duration_to_tell``)."""
-    longer = c.duration_to_tell(fail_on)
-    if longer is None:
+    """What would tell: ``a duration 5.9x as long in both runs would tell`` (``Change.times_to_tell``). A multiple of
+    the runs' own ``duration``: a report holds the check's wall time, which parts that read their share early
+    leave shorter than it."""
+    times = c.times_to_tell(fail_on)
+    if times is None:
         return "the runs' repeats disagree by more than that: compare runs of a quieter node"
-    if not longer:  # a report without the check's time: say it as a multiple
-        times = max(noise.samples_to_tell(f"{c.new.check}.{c.new.metric}", e.samples, fail_on) or 1.0
-                    for e in (c.old, c.new))
-        return f"sampling {math.ceil(times)}x longer in both runs would tell"
-    return f"a duration of about {math.ceil(longer)}s in both runs would tell"
+    return f"a duration {math.ceil(times * 10) / 10:g}x as long in both runs would tell"
 
 
 def _count(c: Change, fail_on: float | None) -> str:

@@ -106,14 +106,15 @@ class Change(NamedTuple):
         """Within noise, but the noise is wider than ``fail_on``: a regression past it could hide in the band."""
         return self.judged and self.delta is None and not self.beyond_noise and self.band > fail_on  # type: ignore[operator]
 
-    def duration_to_tell(self, fail_on: float) -> float | None:
-        """The check duration (s) in both runs that would narrow the band to ``fail_on`` (``noise.samples_to_tell``,
-        from the longer run's wall time); None where no duration would (its repeats disagree)."""
+    def times_to_tell(self, fail_on: float) -> float | None:
+        """How many times its ``duration`` both runs would need for the band to narrow to ``fail_on``
+        (``noise.samples_to_tell``: samples grow with the duration, the window length fixed); None where no duration
+        would (its repeats disagree)."""
         metric_id = f"{self.new.check}.{self.new.metric}"
         times = [noise.samples_to_tell(metric_id, e.samples, fail_on, e.runs) for e in (self.old, self.new)]
         if None in times:
             return None
-        return max(self.old.duration_s, self.new.duration_s) * max(times)  # type: ignore[type-var]
+        return max(times)  # type: ignore[type-var]
 
 
 def _number(value: object) -> bool:
