@@ -169,6 +169,7 @@ def test_fmriprep_3059_the_jobs_users_process_limit_counts_its_other_tasks(work,
         code, results, output = gate(work, child, f"version: 1\ndefaults: {{run_as: '{uid}:{uid}'}}\nchecks:{checks}",
                                      prefix=limit)
         assert code == 1, output
+        assert "dataloader.pids_available" in results, output
         assert results["dataloader.pids_available"]["value"] <= 25  # about 60 less the other job's 40 tasks
         assert "RLIMIT_NPROC limit 60 reached" in results["dataloader.pids_headroom"]["message"], results
     finally:
