@@ -5,8 +5,10 @@ Guava's SmoothBursty behind Flink's rate-limited file system, apache/flink#6149;
 bandwidth-throttle/token-bucket#11) lets a reader that sat idle take the burst at once, then the rate. The burst
 here is 15% of the pass's bytes. Counted over its time, the ~2.3 s pass read 1.17-1.18x the limit; a line fitted
 to one point per batch, 1.06-1.07x (the burst's many batches tilt it); fitted to the count at evenly spaced
-moments, 1.01-1.02x. What is asserted is an upper bound and that every file went through the bucket once: a busy
-machine only lowers a figure behind a limiter."""
+moments, 1.01-1.02x (1.07x once in a loaded CI run). What is asserted: the figure lies nearer the refill than the
+count over time does (which reads bytes / (bytes - burst), the burst taken as bandwidth), it read through the bucket,
+and every file went through the bucket once. A load-tight bound (1.06x) failed on a busy machine; the gap this test
+guards is the burst's, ~1.18x."""
 
 from __future__ import annotations
 
@@ -51,6 +53,8 @@ def test_a_client_s_token_bucket_burst_is_not_read_as_its_bandwidth_limit(tmp_pa
     expected = expected_rate(RATE_MB_S * 1e6, sum(sizes) / len(sizes))
     assert row["value"] is not None, row
     assert "least-squares slope of samples delivered against time" in row["method"], row["method"]  # named
-    assert row["value"] <= 1.06 * expected, (row["value"] / expected, row["method"])  # 1.02-1.03x beside 3 spinners
+    burst_as_bandwidth = sum(sizes) / (sum(sizes) - BURST_MB * 1e6)  # what a count over the pass's time reads: ~1.18x
+    halfway = 1 + (burst_as_bandwidth - 1) / 2
+    assert row["value"] <= halfway * expected, (row["value"] / expected, halfway, row["method"])  # 1.01-1.07x seen
     assert row["value"] >= 0.4 * expected, (row["value"] / expected, row["method"])  # it read through the bucket
     assert served_twice == [], served_twice[:5]  # each file went through the bucket once: no figure from a cache
