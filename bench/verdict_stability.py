@@ -204,6 +204,8 @@ def main() -> int:
                             row = next(r for r in done.report["results"] if r["id"] == f"{check}.{metric}")
                             got[factor].append((outcome(row), row["value"], done.wall_s))
                             value = "-" if row["value"] is None else f"{row['value']:.0f}"
+                            if row.get("interval"):
+                                value += f" ({row['interval'][0]:.0f} to {row['interval'][1]:.0f})"
                             print(f"{check} {load} {factor:g}x run {run}: {value} {unit} "
                                   f"{got[factor][-1][0]} ({done.wall_s:.1f} s)", file=sys.stderr, flush=True)
                     table += [(check, metric, unit, load, plain, f, got[f]) for f in factors]

@@ -147,6 +147,8 @@ class Measurement:
         note: where the value came from, shown under its row ("on scratch data: ./ holds 3 files").
         subject: what it was measured on (``SUBJECTS``; "" when not about data); only ``DATASET_SUBJECTS`` pass a
             dataset threshold.
+        floor: the least half-width of its interval, a fraction of the value: the spread between runs that samples
+            all taken in one run cannot show (the check's run-to-run figure from ``bench/noise.py``); 0 for none.
     """
 
     metric: str
@@ -164,6 +166,7 @@ class Measurement:
     hint: str = ""
     note: str = ""
     subject: str = ""
+    floor: float = 0.0
     stats: Stats | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
@@ -188,8 +191,18 @@ class Measurement:
 
     @property
     def interval(self) -> tuple[float, float] | None:
-        """The value's 90 % interval from its samples (``interval``); None for a text, or under two samples."""
-        return interval(self.samples, float(self.value)) if isinstance(self.value, (int, float)) else None
+        """The value's 90 % interval from its samples (``interval``), at least ``floor`` either side; None for a
+        text, or under two samples."""
+        if not isinstance(self.value, (int, float)):
+            return None
+        return _at_least(interval(self.samples, float(self.value)), float(self.value), self.floor)
+
+    @property
+    def band(self) -> tuple[float, float] | None:
+        """Where the value may lie, for its verdict: ``band`` of its samples, at least ``floor`` either side."""
+        if not isinstance(self.value, (int, float)):
+            return None
+        return _at_least(band(self.samples, float(self.value), self.short), float(self.value), self.floor)
 
     @property
     def short(self) -> bool:
@@ -211,12 +224,20 @@ class Measurement:
                       "runs": tuple(data.get("runs", ()))})
 
 
+def _at_least(lows_highs: tuple[float, float] | None, value: float, floor: float) -> tuple[float, float] | None:
+    """``lows_highs`` widened to ``value`` -/+ ``floor`` x |value| where narrower; None stays None."""
+    if lows_highs is None or not floor:
+        return lows_highs
+    half = floor * abs(value)
+    return min(lows_highs[0], value - half), max(lows_highs[1], value + half)
+
+
 def combine(repeats: Sequence[Measurement]) -> Measurement:
     """One measurement from the same metric measured in several runs of its check (``repeats: N``).
 
     The value is the median of the runs' values (fio's and MLPerf Storage's run rules), ``samples`` every run's
-    samples, ``runs`` each run's value. One unmeasured run makes the whole unmeasured (fail closed); a text is the
-    last run's.
+    samples, ``runs`` each run's value, ``floor`` the first's over sqrt(runs) (the runs' own spread is in the samples).
+    One unmeasured run makes the whole unmeasured (fail closed); a text is the last run's.
 
     Raises:
         ValueError: ``repeats`` is empty or mixes metrics or devices.
@@ -243,7 +264,7 @@ def combine(repeats: Sequence[Measurement]) -> Measurement:
         first.metric, stats.median, first.unit, first.device,
         samples=tuple(s for m in repeats for s in m.samples), method=first.method,
         reason=next((m.reason for m in repeats if m.reason), ""), note=last.note, subject=_weakest(repeats),
-        stopped=f"median of {len(values)} runs", warnings=warnings, runs=values,
+        stopped=f"median of {len(values)} runs", warnings=warnings, runs=values, floor=first.floor / len(values) ** 0.5,
     )
 
 

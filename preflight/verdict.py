@@ -27,7 +27,7 @@ from preflight.checks import CHECKS, metric_of
 from preflight.checks.base import Metric
 from preflight.config import Instance, Threshold
 from preflight.errors import EXIT_USAGE
-from preflight.measurement import DATASET_SUBJECTS, MIN_SPAN_S, ROUGH_FACTOR, SUBJECTS, Measurement, band, clears
+from preflight.measurement import DATASET_SUBJECTS, MIN_SPAN_S, ROUGH_FACTOR, SUBJECTS, Measurement, clears
 from preflight.units import format_value
 
 Verdict = Literal["pass", "fail", "warn", "error", "skip", "info"]
@@ -294,14 +294,16 @@ def _undecided(metric: Metric, threshold: Threshold, m: Measurement) -> str:
             or not isinstance(m.value, (int, float)) or not m.samples):  # no samples: a figure given as measured
         return ""
     bounds = tuple(b if isinstance(b, (int, float)) else None for b in (threshold.min, threshold.max))
-    if clears(bounds, band(m.samples, float(m.value), m.short)):  # type: ignore[arg-type]
+    if clears(bounds, m.band):
         return ""
     if m.short:
         return f"its samples spanned under {MIN_SPAN_S:g} s and the threshold is within {ROUGH_FACTOR:g}x of it"
     if m.interval is None:
         return f"one sample, and the threshold is within {ROUGH_FACTOR:g}x of it"
+    floor = (f" (at least ±{m.floor:.0%}: the spread between runs that one run's samples cannot show)"
+             if m.floor else "")
     return (f"the 90% interval {format_value(m.interval[0], metric.unit)} to {format_value(m.interval[1], metric.unit)}"
-            f" straddles the threshold")
+            f"{floor} straddles the threshold")
 
 
 def said(value: float | str | None, metric: Metric | None, unit: str) -> str:

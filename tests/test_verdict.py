@@ -614,3 +614,28 @@ def test_a_value_given_without_samples_and_a_relative_bound_are_never_marginal()
     [given] = judge(instance(thresholds=[seq_read(low=1000.0)]), Outcome((Measurement("seq_read", 1000.0, "MB/s",
                                                                                        subject="dataset"),)))
     assert given.verdict == "pass" and not given.marginal and given.interval is None
+
+
+# A rate whose samples all come from one run (the DataLoader's pools) carries the spread between runs as a floor of
+# its interval: busy, pools that agreed within ±5 % decided a 1.0x threshold both ways in runs of one node.
+TIGHT = Measurement("seq_read", samples=(990.0, 1000.0, 1000.0, 1010.0, 1000.0), unit="MB/s", subject="dataset",
+                    floor=0.17)
+
+
+@pytest.mark.parametrize("minimum, verdict, marginal", [(1100.0, "warn", True), (900.0, "warn", True),
+                                                        (1200.0, "fail", False), (820.0, "pass", False)])
+def test_a_figure_s_floor_widens_its_interval_and_marks_a_threshold_inside_it_marginal(minimum, verdict, marginal):
+    [result] = judge(instance(thresholds=[seq_read(low=minimum)]), Outcome((TIGHT,)))
+    assert result.interval == (830.0, 1170.0)  # the samples' own range is 990 to 1010
+    assert (result.verdict, bool(result.marginal)) == (verdict, marginal)
+    if marginal:
+        assert result.marginal == ("the 90% interval 830 MB/s to 1.17 GB/s (at least ±17%: the spread between runs "
+                                   "that one run's samples cannot show) straddles the threshold")
+
+
+def test_the_floor_survives_the_worker_round_trip_and_shrinks_over_repeated_runs():
+    from preflight.measurement import combine
+
+    assert Measurement.from_dict(TIGHT.to_dict()).floor == 0.17
+    four = combine([TIGHT] * 4)
+    assert four.floor == pytest.approx(0.085) and four.interval == pytest.approx((915.0, 1085.0))
