@@ -290,7 +290,8 @@ def _undecided(metric: Metric, threshold: Threshold, m: Measurement) -> str:
     bound, or, with one sample or samples spanning under ``MIN_SPAN_S`` (a throttle's start-up burst read 25x its
     rate; issue 44), the bound lies within ``ROUGH_FACTOR`` of it (``measurement.band``). A figure given without
     samples, and counts, facts and texts, are exact: always decided."""
-    if (not metric.is_performance or threshold.match is not None or threshold.relative
+    # a share of a rate (throughput_vs_required, in %) carries the rate's run-to-run floor: judged as the rate is
+    if ((not metric.is_performance and not m.floor) or threshold.match is not None or threshold.relative
             or not isinstance(m.value, (int, float)) or not m.samples):  # no samples: a figure given as measured
         return ""
     bounds = tuple(b if isinstance(b, (int, float)) else None for b in (threshold.min, threshold.max))

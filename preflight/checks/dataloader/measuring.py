@@ -109,7 +109,18 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits:
         pools = 1  # an epoch: a fresh pool would start it again and read its samples twice
 
     def decider(metric: str) -> Any:  # more pools while undecided: never on a stream, which they would reread
-        return None if stream else phase.decider(metric, statistics.fmean)  # the figure: the pools' mean
+        if stream:
+            return None
+        own = phase.decider(metric, statistics.fmean)  # the figure: the pools' mean
+        required = _required(options) if metric == "throughput" else None
+        share = phase.bounds.get("throughput_vs_required") if isinstance(required, Required) else None
+        if share is None:
+            return own
+        # throughput_vs_required is throughput over a fixed rate: its % bounds are samples/s bounds on the same pools
+        rate = required.rate / 100  # type: ignore[union-attr]
+        versus = phase._replace(bounds={metric: tuple(None if b is None else b * rate for b in share)}
+                                ).decider(metric, statistics.fmean)
+        return versus if own is None else lambda samples, span_s: own(samples, span_s) and versus(samples, span_s)
 
     def take(pulling: BatchPuller, share: Budget, min_windows: int) -> Taken:
         try:
@@ -398,21 +409,28 @@ def _per_gpu(given: float | Produced) -> float | str:
     return float(given["value"])
 
 
-def _versus_required(options: Mapping[str, Any], throughput: Measurement) -> Measurement:
+def _required(options: Mapping[str, Any]) -> Required | str:
+    """The samples/s the node's GPUs need (``samples_per_gpu`` x GPUs x headroom), or why it is not known."""
     per_gpu = _per_gpu(options["samples_per_gpu"])
     if isinstance(per_gpu, str):
-        return unmeasurable("throughput_vs_required", per_gpu, "%")
+        return per_gpu
     gpus = visible_gpus() if options["gpus"] == "auto" else int(options["gpus"])
     if gpus < 1:
-        return unmeasurable("throughput_vs_required", "no CUDA device is visible to count GPUs: set "
-                            "dataloader.gpus to the number the job uses", "%")
+        return "no CUDA device is visible to count GPUs: set dataloader.gpus to the number the job uses"
     given = options["samples_per_gpu"]
     source = given.get("source", "") if isinstance(given, dict) else ""
-    required = Required(per_gpu, gpus, float(options["headroom"]), source)
+    return Required(per_gpu, gpus, float(options["headroom"]), source)
+
+
+def _versus_required(options: Mapping[str, Any], throughput: Measurement) -> Measurement:
+    required = _required(options)
+    if isinstance(required, str):
+        return unmeasurable("throughput_vs_required", required, "%")
+    gpus = required.gpus
     share = tuple(100 * s / required.rate for s in throughput.samples)
     reason = f"{format_value(throughput.value, 'samples/s')} of {required.arithmetic()}"
     return Measurement("throughput_vs_required", 100 * float(throughput.value) / required.rate, "%",  # type: ignore[arg-type]
-                       samples=share, method=throughput.method, reason=reason,
+                       samples=share, floor=throughput.floor, method=throughput.method, reason=reason,
                        stopped=throughput.stopped, hint=f"this node can feed {float(throughput.value) / required.rate * gpus:.1f} "  # type: ignore[arg-type]
                        f"of its {gpus} GPUs at {required.arithmetic()}; {throughput.hint}")  # whole: throughput's
                                                                 # own fix is printed only when it is judged and missed

@@ -47,7 +47,8 @@ def fixed():
 '''
 
 
-def _run(tmp_path: Path, threshold: float, marginal: str = "warn", alternate: bool = False):
+def _run(tmp_path: Path, threshold: float, marginal: str = "warn", alternate: bool = False,
+         judged: str = "throughput: {{min: {threshold:g} samples/s}}", metric: str = "throughput"):
     src = job_package(tmp_path / "src", "jobpkg", {"slow": SLOW})
     init = '\n            worker_init_fn: "jobpkg.slow:alternate"' if alternate else ""
     config = write_config(tmp_path, f"""
@@ -60,12 +61,12 @@ def _run(tmp_path: Path, threshold: float, marginal: str = "warn", alternate: bo
             num_workers: 1
             batch_size: 16
             worker_pools: 4{init}
-            throughput: {{min: {threshold:g} samples/s}}
+            {judged.format(threshold=threshold)}
         """)
     pools = tmp_path / "pools.txt"
     done = run_cli("run", "-c", str(config), "--json", "-", cwd=tmp_path, env={"POOLS": str(pools)}, timeout=240)
     rows = {r["metric"]: r for r in json.loads(done.stdout)["results"]}
-    return done, rows["throughput"]
+    return done, rows[metric]
 
 
 def test_a_figure_far_from_its_threshold_measures_the_pools_asked_for_and_no_more(tmp_path):
@@ -92,3 +93,16 @@ def test_pools_that_straddle_the_threshold_extend_to_max_duration_and_say_margin
     assert min(row["samples"]) < 300.0 < max(row["samples"])
     assert os.path.getsize(tmp_path / "pools.txt") >= len(row["samples"]) * len("started\n")
     assert not any("worker pools fit in the duration" in w for w in row["warnings"])  # a reason to extend, not a fix
+
+
+def test_throughput_vs_required_alone_extends_its_pools_where_they_straddle_its_bound(tmp_path):
+    """throughput_vs_required is throughput over samples_per_gpu x gpus x headroom (300 samples/s here): its % bound
+    stops the sampling as a samples/s bound would, so pools near 900 and 100 samples/s around 100 % extend."""
+    required = ("samples_per_gpu: 300 samples/s\n            gpus: 1\n            headroom: 0 %\n"
+                "            throughput_vs_required: {{min: {threshold:g} %}}")
+    done, row = _run(tmp_path, threshold=100.0, alternate=True, judged=required, metric="throughput_vs_required")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert row["marginal"] and row["verdict"] == "warn", (row["message"], row["interval"])
+    assert len(row["samples"]) > 4 and row["duration_s"] < 12, (row["samples"], row["duration_s"])  # 4 asked
+    low, high = row["interval"]
+    assert low < 100.0 <= high
