@@ -12,9 +12,9 @@ a scratch directory on the working directory's filesystem (or --dir), then, per 
 ``yes > /dev/null`` held throughout, ``founding_table.busy(2)``) and per gate:
 
 - measures the node's plain-loop rate on the same files under the same load, the median of 3 cold passes:
-  dataloader: a plain torch DataLoader (the bundled batch_size, num_workers (auto resolved as the check does),
-  prefetch_factor; shuffled) over every file, each read whole with ``open().read()``, samples/s after its first
-  batch; storage: every file read whole with O_DIRECT by ``file_readers`` loops (processes x threads as the
+  dataloader: a plain torch DataLoader (the bundled batch_size and prefetch_factor; num_workers auto is the
+  count the gate chose in a calibration run under the same load, ``gate_settings``; shuffled) over every file,
+  each read whole with ``open().read()``, samples/s after its first batch; storage: every file read whole with O_DIRECT by ``file_readers`` loops (processes x threads as the
   check splits them: ``small_files.file_loop``, the plain loop of bench/dataloader_vs_plain.py), files/s;
 - runs ``preflight run -c CONFIG --only CHECK --json FILE`` --runs times per threshold factor (factors
   interleaved run by run), the page cache dropped before each. CONFIG is ``version: 1``, ``defaults:
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -137,6 +138,23 @@ def plain_storage(data: str, block: dict[str, Any]) -> float:
 PLAIN: dict[str, Callable[[str, dict[str, Any]], float]] = {"dataloader": plain_loader, "storage": plain_storage}
 
 
+def gate_settings(check: str, block: dict[str, Any], data: str, configs: str) -> dict[str, Any]:
+    """``block`` with ``num_workers: auto`` replaced by the count the gate chose in one calibration run: ``auto``
+    follows the loader's CPU share (a cold read waits, so it takes more workers than 70 % of the CPUs), and a
+    plain loop with fewer workers read 1.2-1.6x below the gate."""
+    if check != "dataloader" or str(block.get("num_workers", "auto")) != "auto":
+        return block
+    if os.geteuid() == 0:
+        drop_caches()
+    done = run_preflight("-c", write_config(configs, check, block, 1.0), "--only", check, data_dir=data)
+    row = next(r for r in done.report["results"] if r["id"] == "dataloader.throughput")
+    chosen = re.search(r"num_workers=(\d+)", row["method"])
+    if chosen is None:
+        raise SystemExit(f"bench: the gate's method names no num_workers: {row['method']}")
+    print(f"dataloader: the gate's num_workers auto is {chosen[1]} here", file=sys.stderr, flush=True)
+    return {**block, "num_workers": int(chosen[1])}
+
+
 def write_config(where: str, check: str, block: dict[str, Any], threshold: float) -> str:
     """A thresholds file: ``version: 1``, ``defaults: {retries: 0}``, the bundled block with only the main
     figure's ``min`` replaced by ``threshold``."""
@@ -190,7 +208,7 @@ def main() -> int:
         for load in loads:
             with busy(2 if load == "busy" else 0):
                 for check in checks:
-                    block = bundled_block(check)
+                    block = gate_settings(check, bundled_block(check), data, configs)
                     plain = statistics.median(PLAIN[check](data, block) for _ in range(PLAIN_PASSES))
                     paths = {f: write_config(configs, check, block, f * plain) for f in factors}
                     metric, unit = FIGURES[check]
