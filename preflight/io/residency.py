@@ -174,6 +174,19 @@ def _nowait(fd: int, length: int, shift: int) -> tuple[int, int]:
     return resident, len(offsets)
 
 
+def written_back(name: str) -> None:
+    """Write back the dirty pages of the filesystem that holds ``name`` (``syncfs``), so that posix_fadvise(DONTNEED)
+    can drop a just-written dataset's pages; nothing where ``name`` cannot be opened (its reader then says why)."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return
+    try:
+        _syncfs(fd)
+    finally:
+        os.close(fd)
+
+
 def _syncfs(fd: int) -> None:
     """Write back the dirty pages of ``fd``'s filesystem (syncfs(2), Linux >= 2.6.39); where libc has no syncfs or
     the filesystem refuses it, nothing (the eviction then drops the clean pages only)."""

@@ -21,16 +21,12 @@ class PassSampler:
     """
 
     def __init__(self, data: Dataset, size: int, names: Sequence[str] | None = None, shuffle: bool = True,
-                 seed: int = 0, before: int | None = None, probed: int = 0) -> None:
+                 seed: int = 0) -> None:
         # names: the files, one per index; None for a job's Dataset of ``size`` samples, whose files are not known
         self.data, self.size = data, size
         self.names = list(names) if names is not None else None
         self.shuffle, self.seed = shuffle, seed
-        # how many of the files checks before this one read: given by a caller that read one itself meanwhile
-        self.before = data.touched_count(self.names or ()) if before is None else before
-        # how many the caller itself read before the pass (the cache-bypass probe, ``uncached.bypass_for``):
-        # counted apart, so that the note's figures add up to the dataset's files (issue 35)
-        self.probed = probed
+        self.before = data.touched_count(self.names or ())  # how many of the files checks before this one read
         self.order: list[int] | None = None
         self.cursor = 0
         self.warm = False  # every sample of the current pass was read before in this run
@@ -84,17 +80,13 @@ class PassSampler:
 
     def describe(self) -> str:
         """How the pass went, for a row's note: how many files it read of how many, whether warm, and what read
-        the rest: the files of the pass, those checks before this one read and the probe's add up to ``size``."""
+        the rest: the files of the pass and those checks before this one read add up to ``size``."""
         order = self._start()
         if self.passes > 1:
             return (f"{self.passes} passes over the {self.size} samples: the first is the job's first epoch, the "
                     f"others re-read it ({WARM.strip()} a cache can serve them)")
         said = f"one pass: {self.cursor} of {len(order)} files read once"
-        if self.read_before or (self.probed and not self.warm and self.order is not None):
-            by = [f"{self.read_before} {'other was' if self.read_before == 1 else 'others were'} read by checks "
-                  f"before this one"] if self.read_before else []
-            if self.probed:
-                many = "" if self.read_before else (" other was" if self.probed == 1 else " others were")
-                by.append(f"{self.probed}{many} read by this check's probe of the page-cache bypass (O_DIRECT)")
-            said += f" ({', '.join(by)})"
+        if self.read_before:
+            said += (f" ({self.read_before} {'other was' if self.read_before == 1 else 'others were'} read by checks "
+                     f"before this one)")
         return warm_note(self.cursor, self.size) if self.warm else said

@@ -35,7 +35,8 @@ from preflight.io.dataset_walk import (EXAMPLES, IMAGE_EXTENSIONS, MIN_SAMPLES, 
                                        left_out, too_few)
 from preflight.io.dataset import Dataset
 from preflight.io.scratch import choose_parent, room_for, scratch_dir, write_small_files
-from preflight.io.uncached import Bypass, bypass_for
+from preflight.io import residency
+from preflight.io.uncached import Bypass
 
 SYNTHETIC_SHAPE = (3, 224, 224)
 SCRATCH_SET = (1000, 110_000)  # files, bytes each: ImageNet's median JPEG is about 110 kB
@@ -386,9 +387,12 @@ def loader_for(options: Mapping[str, Any], source: Source, decode: str | None = 
         # Where open() lands (a link's target), by its directory: that stays when a file vanishes.
         fs = filesystem_of(os.path.dirname(os.path.realpath(files[0].name)))
         names = [f.name for f in files]
-        read_before = data.touched_count(names)  # by checks before this one, not the probe
-        bypass = bypass_for(names[:1000], fs.memory_backed, data)  # it probes a file not read before
-        probed = data.touched_count(names) - read_before  # that file: said apart in the pass's note
+        # The job reads through the page cache, so the loader does too, each file's cached pages dropped first
+        # (fio's --invalidate=1): in a DataLoader worker, O_DIRECT read 1.5-1.7x the buffered reads of the same
+        # cold files (docs/checks.md, "Cold, as the job reads"); storage keeps O_DIRECT, a device's figure.
+        bypass = "none" if fs.memory_backed else "fadvise"
+        if bypass == "fadvise":
+            residency.written_back(files[0].name)  # DONTNEED leaves dirty pages: a dataset just written stays cached
         if options.get("format") == "tar":  # an IterableDataset: each worker streams its own shards, in order
             dataset = shards.ShardSamples(files, bypass, decode or options["decode"], float(options["sample_delay"]),
                                           data)
@@ -399,9 +403,9 @@ def loader_for(options: Mapping[str, Any], source: Source, decode: str | None = 
                                   data)
             collate = collate_sizes
             # One pass over the files for every DataLoader made here: fresh pools continue it, never restart it.
-            first_pass = PassSampler(data, len(names), names, bool(shuffle), _seed(options), read_before,
-                                     probed)
-        description += f" ({bypass})"
+            first_pass = PassSampler(data, len(names), names, bool(shuffle), _seed(options))
+        description += (" (buffered, as the job reads, each file's cached pages dropped first: posix_fadvise "
+                        "DONTNEED)" if bypass == "fadvise" else f" ({bypass})")
     # Under spawn and forkserver each worker is sent these pickled: one that cannot be is the job's failure at its
     # first batch ("Can't pickle local object"), told here before a worker starts, naming the object.
     settings.refuse_unpicklable(options, workers, {"dataset": dataset if job is not None else None,

@@ -319,6 +319,7 @@ checks:
     num_workers: 1
     batch_size: 4
     worker_pools: 1
+    sample_delay: 5ms  # 200 decoded files take 1 s: a pass the 0.4 s cannot finish, however fast the disk
     unreadable_samples: {{max: 0}}
 """)
     row = results["dataloader.unreadable_samples"]
