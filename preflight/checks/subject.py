@@ -79,6 +79,13 @@ def bytes_home(files: Sequence[DataFile], path: str) -> str:
     return path
 
 
+def of_reads(measured_on: str, warm: bool, fs: Any) -> str:
+    """What reads were measured on: ``reread`` where every file was read before in this run (``warm``) and a cache
+    below the page cache may serve it (``Filesystem.may_cache_below``: FUSE, NFS, a loop device's host), else
+    ``measured_on``: the one rule for storage, the DataLoader and the pipeline."""
+    return "reread" if warm and fs is not None and fs.may_cache_below else measured_on
+
+
 def labelled(measurements: Iterable[Measurement], subject: str, metrics: Iterable[Metric]) -> list[Measurement]:
     """``measurements`` with ``subject`` set on those of ``metrics`` that are about data (``Metric.about_data``);
     a process fact (the open-file limit) or a filesystem's name keeps none."""

@@ -265,9 +265,7 @@ def _measure(options: Mapping[str, Any], budget: Budget, source: Source, limits:
                 raise
             results.append(unmeasurable("recommended_num_workers", f"the sweep's larger pools: {why}", ""))
     fix = subject.no_dataset_fix("dataloader") if source.subject == "no_dataset" else None
-    measured_on = source.subject
-    if first is not None and first.warm and built.fs is not None and built.fs.may_cache_below:
-        measured_on = "reread"  # every file was read before in this run, and a cache below the page cache serves it
+    measured_on = subject.of_reads(source.subject, first is not None and first.warm, built.fs)
     return [dataclasses.replace(m, subject=measured_on if m.metric in READ_ROWS else source.subject, hint=fix or m.hint)
             for m in results]
 

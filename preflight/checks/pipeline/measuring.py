@@ -10,7 +10,7 @@ import dataclasses
 import time
 from typing import Any, Callable, Mapping, Sequence
 
-from preflight.checks import usercode
+from preflight.checks import subject, usercode
 from preflight.checks.base import Budget, UserCodeError
 from preflight.loading.footprint import shared_memory
 from preflight.loading.loop import EPOCH_ENDED, Epochs, explaining_worker_oom
@@ -97,8 +97,7 @@ def _measure(options: Mapping[str, Any], budget: Budget, device: str) -> list[Me
                                      note="; ".join(filter(None, (source.note, first.describe() if reread else ""))),
                                      method=f"{feed.loader.method}, {feed.fed}; step: {method}",
                                      cache_bound=source.cache_bound,  # the job's files stayed in memory
-                                     subject="reread" if reread and fs is not None and fs.may_cache_below
-                                     else source.subject)
+                                     subject=subject.of_reads(source.subject, reread, fs))
             bound = input_bound(pairs, end_to_end, device)
             results = [end_to_end, _model_rate(pairs, device, method, stopped), bound]
             if options["worker_sweep"]:

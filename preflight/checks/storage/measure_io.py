@@ -416,8 +416,8 @@ class IO:
         is scratch elsewhere: the only way such a figure can pass is scratch on the dataset's device."""
         if not m.measured:
             return m
-        if measured_on == "dataset" and WARM in m.note and self.fs.may_cache_below:
-            measured_on = "reread"
+        if measured_on == "dataset":
+            measured_on = subject.of_reads(measured_on, WARM in m.note, self.fs)
         if measured_on == "scratch_elsewhere":
             return dataclasses.replace(m, subject=measured_on, hint=self.scratch_hint())
         return dataclasses.replace(m, subject=measured_on)
