@@ -24,6 +24,7 @@ import tempfile
 import weakref
 from typing import Callable, Iterator, Sequence, TypeVar
 
+from preflight.io import residency
 from preflight.io.dataset_walk import DataFile, Walk, listing
 
 SHARE, MIN_SHARE = 0.1, 25  # of a dataset's files, what one storage part may read (``Dataset.share``)
@@ -56,6 +57,7 @@ class Dataset:
         self._read_to = 0  # bytes of the ledger counted into ``_opened``
         self._failed: dict[str, tuple[str, str]] = {}  # name -> (why, the instance that met it first)
         self._failed_to = 0
+        self._written_back: set[int] = set()  # st_dev of each filesystem synced in this process
 
     def __getstate__(self) -> tuple[str, str]:
         return self.ledger, self.reader
@@ -119,6 +121,18 @@ class Dataset:
             self._listed[key] = listing(path, max_files, seconds, include, exclude, extensions)
         files, walk = self._listed[key]
         return list(files), walk
+
+    def written_back(self, name: str) -> None:
+        """Write back the dirty pages of ``name``'s filesystem (``residency.written_back``) once per filesystem in
+        this process: posix_fadvise(DONTNEED) drops clean pages only, and on a network mount each syncfs is a round
+        trip. Nothing where ``name`` cannot be stat'ed (its reader then says why)."""
+        try:
+            device = os.stat(name).st_dev
+        except OSError:
+            return
+        if device not in self._written_back:
+            self._written_back.add(device)
+            residency.written_back(name)
 
     def record(self, name: str) -> None:
         """Note that ``name`` was opened for reading (one atomic append); never raises for the ledger."""

@@ -35,7 +35,6 @@ from preflight.io.dataset_walk import (EXAMPLES, IMAGE_EXTENSIONS, MIN_SAMPLES, 
                                        left_out, too_few)
 from preflight.io.dataset import Dataset
 from preflight.io.scratch import choose_parent, room_for, scratch_dir, write_small_files
-from preflight.io import residency
 from preflight.io.uncached import Bypass
 
 SYNTHETIC_SHAPE = (3, 224, 224)
@@ -392,7 +391,7 @@ def loader_for(options: Mapping[str, Any], source: Source, decode: str | None = 
         # cold files (docs/checks.md, "Cold, as the job reads"); storage keeps O_DIRECT, a device's figure.
         bypass = "none" if fs.memory_backed else "fadvise"
         if bypass == "fadvise":
-            residency.written_back(files[0].name)  # DONTNEED leaves dirty pages: a dataset just written stays cached
+            data.written_back(files[0].name)  # DONTNEED leaves dirty pages: a dataset just written stays cached
         if options.get("format") == "tar":  # an IterableDataset: each worker streams its own shards, in order
             dataset = shards.ShardSamples(files, bypass, decode or options["decode"], float(options["sample_delay"]),
                                           data)

@@ -148,3 +148,19 @@ def test_a_private_dataset_goes_with_its_object(tmp_path, monkeypatch):
     assert os.path.dirname(ledger) == str(tmp_path) and os.path.exists(ledger)
     del dataset
     assert not os.path.exists(ledger)
+
+
+def test_a_filesystem_is_written_back_once_a_run_however_many_loaders_ask(tmp_path, monkeypatch):
+    """Each loader built (raw and decoded halves, each sweep count) asks before it drops cached pages; a network
+    mount pays a round trip for each syncfs, so the run's dataset syncs a filesystem once."""
+    synced = []
+    monkeypatch.setattr(dataset_module.residency, "written_back", synced.append)
+    names = []
+    for i in range(3):
+        (tmp_path / f"{i}.bin").write_bytes(b"x" * 10)
+        names.append(str(tmp_path / f"{i}.bin"))
+    with Dataset.started(str(tmp_path)) as dataset:
+        for name in names + names:
+            dataset.written_back(name)
+        dataset.written_back(str(tmp_path / "gone.bin"))  # a vanished file: its reader says why, not this
+    assert synced == [names[0]]
