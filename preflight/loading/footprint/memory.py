@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import time
 from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
@@ -30,6 +31,9 @@ from preflight.units import format_value
 PROC = Path("/proc")
 # Growth below this share of the peak is not blamed on copy-on-write (numpy-backed workers grew 5%: arenas).
 BLAMED_GROWTH = 0.10
+# A reading (smaps_rollup of every process) costs ~3 ms of CPU a process, taken from the workers on a busy node:
+# a reading waits until this many times its own cost has passed since the last, so it takes at most 5% of a CPU.
+READ_DUTY = 20
 
 
 class Rollup(NamedTuple):
@@ -148,18 +152,27 @@ class Watched(BatchPuller):
         self.readings: list[Reading] = []
         self.early: Reading | None = None
         self.watching = True
+        self.next_read = 0.0  # time.perf_counter() before which a reading waits (``READ_DUTY``)
 
     def _next(self) -> tuple[int, int]:
         samples, nbytes = super()._next()
         self.delivered += samples
-        if self.watching and not self.readings and not self.batches & (self.batches - 1):
+        if self.watching and not self.readings and not self.batches & (self.batches - 1) and self._due():
             self.early = self._read()  # batches 1, 2, 4, 8...: a pass that ends inside the warm-up is read too
         return samples, nbytes
 
+    def _due(self) -> bool:
+        """Whether a reading now keeps the readings within ``READ_DUTY``'s share of the CPU."""
+        return time.perf_counter() >= self.next_read
+
     def _read(self) -> Reading | None:
+        began = time.perf_counter()
         self.shared = self.shared or bool(cgroup_memory.shared_with_others(self.main_pid))
-        return read(self.iterator, self.delivered, self.main_pid, shmem_before=self.shmem_before,
-                    shmem_now=cgroup_memory.shmem(), written_before=self.written_before if self.shared else None)
+        reading = read(self.iterator, self.delivered, self.main_pid, shmem_before=self.shmem_before,
+                       shmem_now=cgroup_memory.shmem(), written_before=self.written_before if self.shared else None)
+        ended = time.perf_counter()
+        self.next_read = ended + READ_DUTY * (ended - began)
+        return reading
 
     def ended_early(self) -> None:
         """The pass ended before any window was read: the last reading taken on the way (batches 1, 2, 4, 8...) stands
@@ -169,12 +182,12 @@ class Watched(BatchPuller):
 
     def window(self, seconds: float) -> Window:
         taken = super().window(seconds)
-        if self.watching and not self.spent:  # at the pass's end torch is already shutting its workers down
+        if self.spent:  # the pass ended inside the first window (a small dataset): as in the warm-up, the last reading
+            self.ended_early()  # stands; at the pass's end torch is already shutting its workers down
+        elif self.watching and (len(self.readings) < 2 or self._due()):  # two: the growth between them (``project``)
             reading = self._read()
             if reading is not None:
                 self.readings.append(reading)
-        else:  # the pass ended inside the first window (a small dataset): as in the warm-up, the last reading stands
-            self.ended_early()
         return taken
 
 
