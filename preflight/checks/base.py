@@ -142,22 +142,30 @@ class Budget(NamedTuple):
     bounds: Mapping[str, tuple[float | None, float | None]] = NO_BOUNDS
     max_duration_s: float = 0.0
 
-    def decider(self, metric: str, center: Callable[[Sequence[float]], float] | None = None
-                ) -> Callable[[Sequence[float], float], bool] | None:
+    def decider(self, metric: str, center: Callable[[Sequence[float]], float] | None = None,
+                floor: Callable[[int], float] | None = None) -> Callable[[Sequence[float], float], bool] | None:
         """For ``metric`` judged against a fixed bound: whether its samples, kept over a span of seconds, decide it:
         their ``measurement.band`` around ``center`` (their median; the DataLoader's pools: their mean, the figure
-        it reports) lies wholly on one side (``measurement.clears``): stricter than the verdict's, so a short figure
-        or a single sample is read on unless ``EXTEND_FACTOR`` from the bound. None where it has no such bound: its
-        sampling stops as it always has."""
+        it reports), at least ``floor(n)`` of it either side for n samples (``measurement.verdict_floor``), lies wholly
+        on one side (``measurement.clears``): stricter than the verdict's, so a short figure or a single sample is
+        read on unless ``EXTEND_FACTOR`` from the bound. None where it has no such bound: its sampling stops as it
+        always has."""
         import statistics
 
-        from preflight.measurement import EXTEND_FACTOR, MIN_SPAN_S, band, clears
+        from preflight.measurement import EXTEND_FACTOR, MIN_SPAN_S, at_least, band, clears
 
         bounds, middle = self.bounds.get(metric), center or statistics.median
         if bounds is None:
             return None
-        return lambda samples, span_s: bool(samples) and clears(
-            bounds, band(samples, middle(samples), span_s < MIN_SPAN_S, EXTEND_FACTOR))
+
+        def decided(samples: Sequence[float], span_s: float) -> bool:
+            if not samples:
+                return False
+            value = middle(samples)
+            found = band(samples, value, span_s < MIN_SPAN_S, EXTEND_FACTOR)
+            return clears(bounds, at_least(found, value, floor(len(samples)) if floor else 0.0))
+
+        return decided
 
     @property
     def longest_s(self) -> float:

@@ -26,7 +26,7 @@ from preflight.host import pids
 from preflight.host.fsinfo import Filesystem, filesystem_of
 from preflight.io.parallel import Interval, Tally, in_intervals, run_loops
 from preflight.io.uncached import Bypass, bypass_for, describe
-from preflight.measurement import Measurement, unmeasurable
+from preflight.measurement import Measurement, unmeasurable, verdict_floor
 from preflight import sampling
 from preflight.sampling import sample
 from preflight.io.scratch import room_for, write_file, write_small_files
@@ -191,11 +191,13 @@ class IO:
 
         # Files read whole: a window can be one share read in milliseconds, a throttle's start-up burst (issue 44):
         # decided on the time its windows spent reading, so a short figure reads on unless EXTEND_FACTOR away.
-        decided = _read_for(self.budget.decider("seq_read"), spans) if whole_files else self.budget.decider("seq_read")
+        decider = self.budget.decider("seq_read", floor=_floor("seq_read"))
+        decided = _read_for(decider, spans) if whole_files else decider
         taken = sample(window, self.part_s, decided=decided, max_s=self.longest_part_s, more=more)
         who = f"{processes} processes x {threads} threads" if processes > 1 else f"{readers} readers"
         method = f"{who} x {format_value(to_unit(block, 'KiB'), 'KiB')} blocks, {where}"
         m = Measurement("seq_read", samples=taken.values, unit="MB/s", method=method, stopped=taken.stopped,
+                        floor=_floor("seq_read")(len(taken.values)),
                         note="; ".join(n for n in (warm, _lost_note(sum(lost))) if n),
                         warnings=_short(spans[-len(taken.values):], share < len(parts)) if whole_files else ())
         # Probed only where the bypass can fail silently (fadvise, FUSE, network, overlay): O_DIRECT on a local
@@ -306,7 +308,8 @@ class IO:
             share, shares = share + len(remaining), shares + bool(remaining)
             return bool(remaining)
 
-        taken = sample(window, self.part_s, decided=_read_for(self.budget.decider("small_files"), spans),
+        decider = self.budget.decider("small_files", floor=_floor("small_files"))
+        taken = sample(window, self.part_s, decided=_read_for(decider, spans),
                        max_s=self.longest_part_s, more=more)
         note = "; ".join(n for n in (note, warm, _lost_note(sum(lost))) if n)
         if not too_little:  # further shares may have gone past small_file_count
@@ -321,9 +324,10 @@ class IO:
         warnings = _short(spans[-len(taken.values):], share < len(files))
         return [self._about(self._honest(m, bypass, fs), measured_on) for m in (
             Measurement("small_files", samples=taken.values, unit="files/s", method=method, stopped=taken.stopped,
-                        note=note, warnings=warnings),
+                        note=note, warnings=warnings, floor=_floor("small_files")(len(taken.values))),
             Measurement("small_files_bandwidth", samples=tuple(rates[-len(taken.values):]), unit="MB/s",
-                        method=method, stopped=taken.stopped, note=note, warnings=warnings))]
+                        method=method, stopped=taken.stopped, note=note, warnings=warnings,
+                        floor=_floor("small_files_bandwidth")(len(taken.values))))]
 
     def scan(self, found: Found, seconds: float) -> str:
         """``scan: all``: every file the walk found and no check of the run read yet, read whole once by
@@ -378,9 +382,10 @@ class IO:
         name = os.path.join(self.scratch, "write.dat")  # type: ignore[arg-type]
         chunk = os.urandom(1 << 20)
         taken = sample(lambda: writes.write_once(name, size, chunk), self.part_s,
-                       decided=self.budget.decider("seq_write"), max_s=self.longest_part_s)
+                       decided=self.budget.decider("seq_write", floor=_floor("seq_write")), max_s=self.longest_part_s)
         method = f"{format_value(to_unit(size, 'MiB'), 'MiB')} in 1 MiB writes, then fsync, {where}"
-        return Measurement("seq_write", samples=taken.values, unit="MB/s", method=method, stopped=taken.stopped)
+        return Measurement("seq_write", samples=taken.values, unit="MB/s", method=method, stopped=taken.stopped,
+                           floor=_floor("seq_write")(len(taken.values)))
 
     def _fsync_p99(self, name: str, where: str) -> Measurement:
         """fsync p99 over one continuous append+fsync run of the part's share, after a ramp of half a window."""
@@ -466,6 +471,12 @@ class ContinuousRun(NamedTuple):
 
     def __str__(self) -> str:
         return f"{self.runtime_s:g}s of {self.window_s:g}s windows after a {self.window_s:g}s ramp"
+
+
+def _floor(metric: str) -> Callable[[int], float]:
+    """The least half-width of ``metric``'s interval over n samples: the runs' spread that one run's windows cannot
+    show, held over their count (``measurement.verdict_floor``)."""
+    return lambda samples: verdict_floor(f"storage.{metric}", samples)
 
 
 def _read_for(decided: Callable[[Sequence[float], float], bool] | None,
