@@ -290,10 +290,11 @@ def not_applicable(metric: str, reason: str, unit: str = "", device: str | None 
 # to it (``verdict_floor``). docs/checks.md, "A verdict that holds".
 Z90 = 1.645  # a normal spread's 90% two-sided quantile: the verdict's intervals are 90%
 # Metrics whose floor the verdict holds: the read and write rates, whose run-to-run CV is the device's (or the
-# loader's) steady spread. Left out: rand_read and the latency percentiles, whose runs are bimodal (CV 22-43%, fio's
-# own 40%): a floor that wide would turn every near miss into a warning; ``repeats`` narrows them instead.
+# loader's) steady spread; the DataLoader's other rates take its throughput's (``checks.dataloader.measuring``).
+# Left out: rand_read and the latency percentiles, whose runs are bimodal (CV 22-43%, fio's own 40%): a floor that
+# wide would turn every near miss into a warning; ``repeats`` narrows them instead.
 VERDICT_FLOORED = ("storage.seq_read", "storage.small_files", "storage.small_files_bandwidth", "storage.seq_write",
-                   "dataloader.throughput", "dataloader.bandwidth", "dataloader.throughput_vs_required")
+                   "dataloader.throughput")
 
 
 class Floor(NamedTuple):
