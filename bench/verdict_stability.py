@@ -182,6 +182,11 @@ def flips(outcomes: list[str]) -> int:
     return sum(decided.values()) - max(decided.values(), default=0)
 
 
+def cv(values: list[float]) -> float:
+    """The coefficient of variation of ``values`` (sample standard deviation / mean); 0 for fewer than two."""
+    return statistics.stdev(values) / statistics.mean(values) if len(values) > 1 else 0.0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20, help="runs per gate, factor and load")
@@ -231,7 +236,7 @@ def main() -> int:
                                   f"{got[factor][-1][0]} ({done.wall_s:.1f} s)", file=sys.stderr, flush=True)
                     table += [(check, metric, unit, load, plain, f, got[f]) for f in factors]
     print(f"{'gate':10} {'figure':12} {'load':5} {'plain':>7} {'factor':>6} {'threshold':>9} {'PASS':>4} "
-          f"{'FAIL':>4} {'marg':>4} {'err':>3} {'flips':>5} {'median/plain':>12} {'wall':>6}")
+          f"{'FAIL':>4} {'marg':>4} {'err':>3} {'flips':>5} {'median/plain':>12} {'cv':>6} {'wall':>6}")
     flipped = marginal_ends = 0
     agree = True
     for check, metric, unit, load, plain, factor, runs in table:
@@ -240,14 +245,20 @@ def main() -> int:
         ratio = f"{statistics.median(values) / plain:.2f}" if values else "-"
         print(f"{check:10} {metric:12} {load:5} {plain:7.0f} {factor:5g}x {factor * plain:9.0f} {counts['PASS']:4} "
               f"{counts['FAIL']:4} {counts['marginal']:4} {counts['error']:3} {flips(outcomes):5} {ratio:>12} "
-              f"{statistics.median(w for _, _, w in runs):5.1f}s")
+              f"{cv(values):6.1%} {statistics.median(w for _, _, w in runs):5.1f}s")
         if abs(factor - 1.0) < 1e-9:
             agree &= flips(outcomes) == 0 and not counts["error"]
         else:
             flipped += flips(outcomes)
             marginal_ends += counts["marginal"]
     print("(plain: the node's own plain-loop rate under the same load, in the figure's unit; median/plain: the "
-          "gate's median figure over it; wall: median seconds of one `preflight run`)")
+          "gate's median figure over it; cv: the figure's run-to-run CV; wall: median seconds of one `preflight run`)")
+    pooled: dict[tuple[str, str], list[float]] = {}
+    for check, metric, _, load, _, _, runs in table:
+        pooled.setdefault((f"{check}.{metric}", load), []).extend(v for _, v, _ in runs if v is not None)
+    print("run-to-run CV of each gate's figure over all its runs a load (measurement.RUN_TO_RUN holds the largest): "
+          + ", ".join(f"{metric} {load} {cv(values):.1%} ({len(values)} runs)"
+                      for (metric, load), values in pooled.items()))
     print(f"at {' and '.join(f'{f:g}x' for f in factors if abs(f - 1.0) >= 1e-9) or '(none)'}: flips {flipped} "
           f"(target 0), {marginal_ends} marginal; at 1.0x: every run marginal or all agree: "
           f"{'yes' if agree else 'no'}")

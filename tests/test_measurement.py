@@ -169,39 +169,30 @@ def test_the_interval_of_a_median_is_distribution_free_and_one_burst_does_not_wi
 
 
 # The run-to-run floors: one table (``RUN_TO_RUN``) that diff and the verdict both hold.
-def test_the_verdict_floor_is_the_90_percent_half_width_of_the_runs_cv_held_over_the_samples():
-    small = measurement.floor("storage.small_files").cv
-    assert measurement.verdict_floor("storage.small_files", 3) == pytest.approx(1.645 * small)
-    assert measurement.verdict_floor("storage.small_files", 1) == pytest.approx(1.645 * small)  # never above it
-    assert measurement.verdict_floor("storage.small_files", 12) == pytest.approx(1.645 * small / 2)  # sqrt(12 / 3)
-    # The DataLoader's pools share their run's moment: the floor itself, ±17%.
-    assert measurement.verdict_floor("dataloader.throughput") == pytest.approx(0.174, abs=0.001)
+def test_the_verdict_floor_is_the_90_percent_half_width_of_the_runs_cv():
+    # verdict_stability's whole runs: small_files 12.3% busy, the DataLoader 12.5%; more windows do not narrow it.
+    assert measurement.verdict_floor("storage.small_files") == pytest.approx(0.202, abs=0.001)
+    assert measurement.verdict_floor("dataloader.throughput") == pytest.approx(0.206, abs=0.001)
     # Bimodal between runs (CV 39%): no floor, or every near miss would be a warning.
-    assert measurement.verdict_floor("storage.rand_read", 3) == 0.0
+    assert measurement.verdict_floor("storage.rand_read") == 0.0
     assert noise.floor is measurement.floor and noise.RUN_TO_RUN is measurement.RUN_TO_RUN  # one table
 
 
-def _decider(minimum, floor=None):
+def _decider(minimum, floor=0.0):
     budget = Budget(4.0, 60.0, bounds={"small_files": (minimum, None)}, max_duration_s=12.0)
     return budget.decider("small_files", floor=floor)
 
 
-def test_a_figure_inside_its_floor_reads_on_until_enough_windows_narrow_it():
-    """Windows within ±1% of 100 files/s decide a 94 files/s bound at once; the runs' spread (±10% at 3 windows,
-    ±6.1% at 8) keeps them reading until the floor held over their count clears it."""
-    floor = lambda n: measurement.verdict_floor("storage.small_files", n)  # noqa: E731
+def test_a_figure_inside_its_floor_is_read_to_max_duration_and_a_figure_past_it_stops_at_duration():
+    """Windows within ±1% of 100 files/s decide a 94 files/s bound at once without the floor; with the runs'
+    spread (±20%) they read on to max_duration and stay undecided, however many windows they take. 75 clears it."""
+    floor = measurement.verdict_floor("storage.small_files")
     steady = [100.0, 101.0, 99.0, 100.5, 99.5] * 40
     assert _decider(94.0)(steady[:3], 1.0)
-    assert not _decider(94.0, floor)(steady[:3], 1.0)
     clock = Scripted(0.25, steady)
     taken = sample(clock.measure, budget_s=1.0, decided=_decider(94.0, floor), max_s=12.0, clock=clock)
-    assert taken.stopped.startswith("decided after ")
-    kept = taken.values
-    assert len(kept) == 8 and not _decider(94.0, floor)(kept[:-1], 1.0)  # ±6.1% at 8 windows: 94.1 to 106.4
-
-
-def test_a_figure_on_its_threshold_is_read_to_max_duration_and_stays_undecided():
-    floor = lambda n: measurement.verdict_floor("storage.small_files", n)  # noqa: E731
-    clock = Scripted(0.25, [100.0, 100.5, 99.5] * 100)
-    taken = sample(clock.measure, budget_s=1.0, decided=_decider(99.0, floor), max_s=12.0, clock=clock)
-    assert taken.stopped.endswith("(undecided)") and clock.now <= 12.0
+    assert taken.stopped.endswith("(undecided)") and 11.0 <= clock.now <= 12.0
+    assert len(taken.values) > 30  # the windows of 12 s, and still the floor's ±20%
+    clock = Scripted(0.25, steady)
+    taken = sample(clock.measure, budget_s=1.0, decided=_decider(75.0, floor), max_s=12.0, clock=clock)
+    assert taken.stopped.startswith("decided after ") and clock.now <= 1.5

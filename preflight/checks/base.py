@@ -143,10 +143,10 @@ class Budget(NamedTuple):
     max_duration_s: float = 0.0
 
     def decider(self, metric: str, center: Callable[[Sequence[float]], float] | None = None,
-                floor: Callable[[int], float] | None = None) -> Callable[[Sequence[float], float], bool] | None:
+                floor: float = 0.0) -> Callable[[Sequence[float], float], bool] | None:
         """For ``metric`` judged against a fixed bound: whether its samples, kept over a span of seconds, decide it:
         their ``measurement.band`` around ``center`` (their median; the DataLoader's pools: their mean, the figure
-        it reports), at least ``floor(n)`` of it either side for n samples (``measurement.verdict_floor``), lies wholly
+        it reports), at least ``floor`` of it either side (``measurement.verdict_floor``), lies wholly
         on one side (``measurement.clears``): stricter than the verdict's, so a short figure or a single sample is
         read on unless ``EXTEND_FACTOR`` from the bound. None where it has no such bound: its sampling stops as it
         always has."""
@@ -163,7 +163,7 @@ class Budget(NamedTuple):
                 return False
             value = middle(samples)
             found = band(samples, value, span_s < MIN_SPAN_S, EXTEND_FACTOR)
-            return clears(bounds, at_least(found, value, floor(len(samples)) if floor else 0.0))
+            return clears(bounds, at_least(found, value, floor))
 
         return decided
 

@@ -197,7 +197,7 @@ class IO:
         who = f"{processes} processes x {threads} threads" if processes > 1 else f"{readers} readers"
         method = f"{who} x {format_value(to_unit(block, 'KiB'), 'KiB')} blocks, {where}"
         m = Measurement("seq_read", samples=taken.values, unit="MB/s", method=method, stopped=taken.stopped,
-                        floor=_floor("seq_read")(len(taken.values)),
+                        floor=_floor("seq_read"),
                         note="; ".join(n for n in (warm, _lost_note(sum(lost))) if n),
                         warnings=_short(spans[-len(taken.values):], share < len(parts)) if whole_files else ())
         # Probed only where the bypass can fail silently (fadvise, FUSE, network, overlay): O_DIRECT on a local
@@ -324,10 +324,10 @@ class IO:
         warnings = _short(spans[-len(taken.values):], share < len(files))
         return [self._about(self._honest(m, bypass, fs), measured_on) for m in (
             Measurement("small_files", samples=taken.values, unit="files/s", method=method, stopped=taken.stopped,
-                        note=note, warnings=warnings, floor=_floor("small_files")(len(taken.values))),
+                        note=note, warnings=warnings, floor=_floor("small_files")),
             Measurement("small_files_bandwidth", samples=tuple(rates[-len(taken.values):]), unit="MB/s",
                         method=method, stopped=taken.stopped, note=note, warnings=warnings,
-                        floor=_floor("small_files_bandwidth")(len(taken.values))))]
+                        floor=_floor("small_files_bandwidth")))]
 
     def scan(self, found: Found, seconds: float) -> str:
         """``scan: all``: every file the walk found and no check of the run read yet, read whole once by
@@ -385,7 +385,7 @@ class IO:
                        decided=self.budget.decider("seq_write", floor=_floor("seq_write")), max_s=self.longest_part_s)
         method = f"{format_value(to_unit(size, 'MiB'), 'MiB')} in 1 MiB writes, then fsync, {where}"
         return Measurement("seq_write", samples=taken.values, unit="MB/s", method=method, stopped=taken.stopped,
-                           floor=_floor("seq_write")(len(taken.values)))
+                           floor=_floor("seq_write"))
 
     def _fsync_p99(self, name: str, where: str) -> Measurement:
         """fsync p99 over one continuous append+fsync run of the part's share, after a ramp of half a window."""
@@ -473,10 +473,10 @@ class ContinuousRun(NamedTuple):
         return f"{self.runtime_s:g}s of {self.window_s:g}s windows after a {self.window_s:g}s ramp"
 
 
-def _floor(metric: str) -> Callable[[int], float]:
-    """The least half-width of ``metric``'s interval over n samples: the runs' spread that one run's windows cannot
-    show, held over their count (``measurement.verdict_floor``)."""
-    return lambda samples: verdict_floor(f"storage.{metric}", samples)
+def _floor(metric: str) -> float:
+    """The least half-width of ``metric``'s interval, a fraction of its value: the runs' spread that one run's
+    windows cannot show (``measurement.verdict_floor``)."""
+    return verdict_floor(f"storage.{metric}")
 
 
 def _read_for(decided: Callable[[Sequence[float], float], bool] | None,
