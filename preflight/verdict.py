@@ -301,7 +301,8 @@ def _undecided(metric: Metric, threshold: Threshold, m: Measurement) -> str:
         return f"its samples spanned under {MIN_SPAN_S:g} s and the threshold is within {ROUGH_FACTOR:g}x of it"
     if m.interval is None:
         return f"one sample, and the threshold is within {ROUGH_FACTOR:g}x of it"
-    floor = (f" (at least ±{m.floor:.0%}: the spread between runs that one run's samples cannot show)"
+    floor = (f" (at least ±{m.floor:.0%}: where one node's runs fall 99 times in 100, a spread one run's samples "
+             f"cannot show)"
              if m.floor else "")
     return (f"the 90% interval {format_value(m.interval[0], metric.unit)} to {format_value(m.interval[1], metric.unit)}"
             f"{floor} straddles the threshold")

@@ -170,9 +170,10 @@ def test_the_interval_of_a_median_is_distribution_free_and_one_burst_does_not_wi
 
 # The run-to-run floors: one table (``RUN_TO_RUN``) that diff and the verdict both hold.
 def test_the_verdict_floor_is_the_90_percent_half_width_of_the_runs_cv():
-    # verdict_stability's whole runs: small_files 12.3% busy, the DataLoader 12.5%; more windows do not narrow it.
-    assert measurement.verdict_floor("storage.small_files") == pytest.approx(0.202, abs=0.001)
-    assert measurement.verdict_floor("dataloader.throughput") == pytest.approx(0.206, abs=0.001)
+    # 2.576 x verdict_stability's whole-run CVs: small_files 13.5%, the DataLoader 13.4%; more windows do not narrow it.
+    assert measurement.verdict_floor("storage.small_files") == pytest.approx(0.348, abs=0.001)
+    assert measurement.verdict_floor("dataloader.throughput") == pytest.approx(0.345, abs=0.001)
+    assert measurement.verdict_floor("storage.seq_read") == pytest.approx(0.240, abs=0.001)
     # Bimodal between runs (CV 39%): no floor, or every near miss would be a warning.
     assert measurement.verdict_floor("storage.rand_read") == 0.0
     assert noise.floor is measurement.floor and noise.RUN_TO_RUN is measurement.RUN_TO_RUN  # one table
@@ -185,14 +186,14 @@ def _decider(minimum, floor=0.0):
 
 def test_a_figure_inside_its_floor_is_read_to_max_duration_and_a_figure_past_it_stops_at_duration():
     """Windows within ±1% of 100 files/s decide a 94 files/s bound at once without the floor; with the runs'
-    spread (±20%) they read on to max_duration and stay undecided, however many windows they take. 75 clears it."""
+    spread (±35%) they read on to max_duration and stay undecided, however many windows they take. 60 clears it."""
     floor = measurement.verdict_floor("storage.small_files")
     steady = [100.0, 101.0, 99.0, 100.5, 99.5] * 40
     assert _decider(94.0)(steady[:3], 1.0)
     clock = Scripted(0.25, steady)
     taken = sample(clock.measure, budget_s=1.0, decided=_decider(94.0, floor), max_s=12.0, clock=clock)
     assert taken.stopped.endswith("(undecided)") and 11.0 <= clock.now <= 12.0
-    assert len(taken.values) > 30  # the windows of 12 s, and still the floor's ±20%
+    assert len(taken.values) > 30  # the windows of 12 s, and still the floor's ±35%
     clock = Scripted(0.25, steady)
-    taken = sample(clock.measure, budget_s=1.0, decided=_decider(75.0, floor), max_s=12.0, clock=clock)
+    taken = sample(clock.measure, budget_s=1.0, decided=_decider(60.0, floor), max_s=12.0, clock=clock)
     assert taken.stopped.startswith("decided after ") and clock.now <= 1.5

@@ -629,8 +629,8 @@ def test_a_figure_s_floor_widens_its_interval_and_marks_a_threshold_inside_it_ma
     assert result.interval == (830.0, 1170.0)  # the samples' own range is 990 to 1010
     assert (result.verdict, bool(result.marginal)) == (verdict, marginal)
     if marginal:
-        assert result.marginal == ("the 90% interval 830 MB/s to 1.17 GB/s (at least ±17%: the spread between runs "
-                                   "that one run's samples cannot show) straddles the threshold")
+        assert result.marginal == ("the 90% interval 830 MB/s to 1.17 GB/s (at least ±17%: where one node's runs "
+                                   "fall 99 times in 100, a spread one run's samples cannot show) straddles the threshold")
 
 
 def test_the_floor_survives_the_worker_round_trip_and_shrinks_over_repeated_runs():
