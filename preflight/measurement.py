@@ -332,8 +332,7 @@ RUN_TO_RUN: dict[str, Floor] = {
     "storage.seq_write": Floor(0.078, f"{_IDLE}: 5.5% {_PARTS}"),
     "storage.fsync_p99": Floor(0.304, f"{_IDLE}: 21.5% {_PARTS}"),
     "dataloader.throughput": Floor(0.134, f"{_STABILITY}: 6.6% quiet, 13.4% busy (6.3-8.6%, 9.2-12.5% before); "
-                                          f"{_IDLE}: 10.6%; "
-                                          f"{_POOLS}: 8.5%; {_BUSY}: 7.6%"),
+                                          f"{_IDLE}: 10.6%; {_POOLS}: 8.5%; {_BUSY}: 7.6%"),
     "dataloader.bandwidth": Floor(0.134, f"as dataloader.throughput; {_IDLE}: 10.6%; {_BUSY}: 7.6%"),
     # throughput / a constant (samples_per_gpu x gpus): the throughput's spread
     "dataloader.throughput_vs_required": Floor(0.134, f"as dataloader.throughput (throughput / a constant); "
@@ -368,8 +367,8 @@ def held(metric_id: str, samples: int) -> float:
 def verdict_floor(metric_id: str) -> float:
     """The least half-width of ``metric_id``'s interval at its verdict, a fraction of its value: ``Z99`` x its
     ``floor`` CV, where one node's runs fall 99 times in 100, a spread one run's windows cannot show; 0 for a metric
-    outside ``VERDICT_FLOORED``. Not narrowed by more samples: runs that read on to 3x the windows spread as much as runs
-    that stopped at ``duration`` (docs/benchmarks.md, 'verdict_stability')."""
+    outside ``VERDICT_FLOORED``. Not narrowed by more samples: runs that read on to 3x the windows spread as much as
+    runs that stopped at ``duration`` (docs/benchmarks.md, 'verdict_stability')."""
     if metric_id not in VERDICT_FLOORED:
         return 0.0
     return Z99 * floor(metric_id).cv

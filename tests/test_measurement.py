@@ -169,7 +169,7 @@ def test_the_interval_of_a_median_is_distribution_free_and_one_burst_does_not_wi
 
 
 # The run-to-run floors: one table (``RUN_TO_RUN``) that diff and the verdict both hold.
-def test_the_verdict_floor_is_the_90_percent_half_width_of_the_runs_cv():
+def test_the_verdict_floor_is_the_99_percent_half_width_of_the_runs_cv():
     # 2.576 x verdict_stability's whole-run CVs: small_files 13.5%, the DataLoader 13.4%; more windows do not narrow it.
     assert measurement.verdict_floor("storage.small_files") == pytest.approx(0.348, abs=0.001)
     assert measurement.verdict_floor("dataloader.throughput") == pytest.approx(0.345, abs=0.001)

@@ -630,7 +630,8 @@ def test_a_figure_s_floor_widens_its_interval_and_marks_a_threshold_inside_it_ma
     assert (result.verdict, bool(result.marginal)) == (verdict, marginal)
     if marginal:
         assert result.marginal == ("the 90% interval 830 MB/s to 1.17 GB/s (at least ±17%: where one node's runs "
-                                   "fall 99 times in 100, a spread one run's samples cannot show) straddles the threshold")
+                                   "fall 99 times in 100, a spread one run's samples cannot show) straddles the "
+                                   "threshold")
 
 
 def test_the_floor_survives_the_worker_round_trip_and_shrinks_over_repeated_runs():
