@@ -1,13 +1,14 @@
 """The dataloader check against the job's own loop over a BLAS-heavy Dataset, and what one BLAS thread a worker buys.
 
-Usage: python3 bench/blas_threads.py [--rounds 3] [--seconds 4] [--busy 2]
+Usage: python3 bench/blas_threads.py [--rounds 3] [--seconds 4] [--busy 2] [--one-thread-only]
 
 The Dataset does six 120x120 float32 matrix products per sample (a feature transform), loaded by 2 workers in
 batches of 32, as issue 42 case 6 built it. Each worker's BLAS starts a thread per core, so 2 workers hold 2 x
 cores threads on the job's CPUs. Per round, in fresh processes, in turn: the job's own loop (a DataLoader
 iterated for ``--seconds`` after its warm-up) and ``preflight run`` with the dataloader check over the same
 Dataset, each with the environment as it is and with OMP_NUM_THREADS=1 and OPENBLAS_NUM_THREADS=1, the setting
-the check's advice names. Prints each round and the median gate/loop ratio per setting, quiet and with
+the check's advice names. Prints each round and the median gate/loop ratio per setting with the median's 90%
+distribution-free interval (``measurement.interval``: one round's ratio draws two CPU shares), quiet and with
 ``--busy`` processes spinning (yes > /dev/null) throughout. Every process starts its own session, as a job
 started by its launcher does: where the kernel groups the scheduler by session (sched_autogroup_enabled), a loop
 sharing the bench's session with the spinners got a third less CPU than the gate's worker, in its own.
@@ -29,6 +30,7 @@ from typing import Iterator
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.common import in_turn  # noqa: E402
+from preflight.measurement import interval  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATASET = '''
@@ -105,6 +107,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--busy", type=int, default=2, help="spinning processes in the busy rounds")
+    parser.add_argument("--one-thread-only", action="store_true",
+                        help="only the OPENBLAS/OMP threads 1 setting: more rounds of the comparison that has a rate")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="preflight-blas-") as work:
         os.makedirs(os.path.join(work, "src", "blasjob"))
@@ -126,7 +130,8 @@ def main() -> int:
         print(f"{'load':6} {'setting':22} {'round':>5} {'loop':>8} {'gate':>8} {'ratio':>6}")
         for load, busy in (("quiet", 0), ("busy", args.busy)):
             with spinning(busy):
-                for setting, env in (("as the job runs", {}), ("OPENBLAS/OMP threads 1", ONE_THREAD)):
+                settings = (("as the job runs", {}), ("OPENBLAS/OMP threads 1", ONE_THREAD))
+                for setting, env in settings[1:] if args.one_thread_only else settings:
                     ratios, hints = [], set()
                     for run in range(1, args.rounds + 1):
                         loop, (gate, hint) = in_turn(run, lambda: loop_rate(os.path.join(work, "src"),
@@ -135,8 +140,10 @@ def main() -> int:
                         ratios.append(gate / loop)
                         hints.add(hint)
                         print(f"{load:6} {setting:22} {run:5} {loop:8.0f} {gate:8.0f} {gate / loop:6.2f}")
-                    print(f"{load:6} {setting:22} {'median':>5} {'':8} {'':8} {statistics.median(ratios):6.2f}"
-                          f"   hint: {' | '.join(sorted(hints))}")
+                    middle = statistics.median(ratios)
+                    low, high = interval(ratios, middle) or (middle, middle)
+                    print(f"{load:6} {setting:22} {'median':>5} {'':8} {'':8} {middle:6.2f}   90% interval "
+                          f"{low:.2f}-{high:.2f}   hint: {' | '.join(sorted(hints))}")
     return 0
 
 
