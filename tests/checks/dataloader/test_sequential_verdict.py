@@ -73,7 +73,12 @@ def test_a_figure_far_from_its_threshold_measures_the_pools_asked_for_and_no_mor
     done, row = _run(tmp_path, threshold=10.0)
     assert done.returncode == 0, done.stdout + done.stderr
     assert row["verdict"] == "pass" and row["marginal"] is None
-    assert len(row["samples"]) == 4 and "mean of 4 fresh worker pools" in row["method"]
+    # No more than asked. Fewer where a pool's start under load left no room in the duration for the last one
+    # (``loop.OVERRUN``): the row then says how many of the 4 it measured.
+    pools = len(row["samples"])
+    assert 2 <= pools <= 4, row["samples"]
+    assert (f"mean of {pools} fresh worker pools" if pools == 4 else f"mean of {pools} of 4 fresh worker pools") \
+        in row["method"]
     low, high = row["interval"]
     assert 10.0 < low <= row["value"] <= high  # the interval clears the threshold, the value inside it
 
